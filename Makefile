@@ -1,0 +1,46 @@
+# pgsweep — two commands for a newcomer: `make demo` and `make test`.
+#
+# DATABASE_URL: the database to use. When it is empty, targets start the
+# throwaway cluster under .pgsweep/ (`make db`) and use that.
+SHELL := /bin/bash
+GO ?= go
+DATABASE_URL ?=
+
+db_url = $(if $(DATABASE_URL),$(DATABASE_URL),$$(scripts/db.sh dsn 2>/dev/null || scripts/db.sh start))
+
+.PHONY: db db-stop migrate demo test vet fmt-check pgtap gotest bench-claim build
+
+## db: install what is missing, start the throwaway cluster, print its DSN
+db:
+	@scripts/db.sh start
+
+## db-stop: stop the throwaway cluster
+db-stop:
+	@scripts/db.sh stop
+
+build:
+	$(GO) build -o bin/pgsweep ./cmd/pgsweep
+
+## migrate: install pgsweep into DATABASE_URL (or the throwaway cluster)
+migrate:
+	@url=$(db_url); $(GO) run ./cmd/pgsweep migrate --database-url "$$url"
+
+## demo: pgsweep at work on DATABASE_URL (or the throwaway cluster)
+demo:
+	@url=$(db_url); $(GO) run ./cmd/pgsweep demo --database-url "$$url"
+
+## test: vet, gofmt, the pgTAP suite and the Go tests (with -race)
+test: vet fmt-check pgtap gotest
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+pgtap:
+	@url=$(db_url); DATABASE_URL="$$url" pgtap/run.sh
+
+gotest:
+	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...

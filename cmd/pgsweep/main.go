@@ -1,0 +1,113 @@
+// Command pgsweep installs pgsweep into PostgreSQL and runs its maintenance.
+//
+//	pgsweep migrate   install or upgrade the SQL (tern migrations, embedded)
+//	pgsweep demo      show pgsweep at work on a throwaway or given database
+//
+// Every command takes --database-url; PGSWEEP_DATABASE_URL and the standard
+// PG* environment variables are used when it is not given.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one pgsweep sub-command.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, out io.Writer) error
+}
+
+var commands = map[string]command{
+	"migrate": {"install or upgrade pgsweep's SQL in a database", runMigrate},
+	"demo":    {"show leases, queues and retention at work", runDemo},
+}
+
+// errUsage marks errors that are the caller's: exit 2 instead of 1.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, out, errOut io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(errOut)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(errOut, "pgsweep: unknown command %q\n\n", args[0])
+		usage(errOut)
+		return 2
+	}
+	if err := cmd.run(ctx, args[1:], out); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(errOut, "pgsweep %s: %v\n", args[0], err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: pgsweep <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'pgsweep <command> -h' for a command's flags.")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("pgsweep "+name, flag.ContinueOnError)
+	return fs
+}
+
+// parseFlags parses args and turns flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("%w: --log-format must be text or json, got %q", errUsage, format)
+	}
+}

@@ -1,0 +1,45 @@
+package pgsweep
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrInvalidArgument matches (with errors.Is) every error that the database
+// raised because an argument was out of range (SQLSTATE 22023). Nothing was
+// changed when such an error is returned.
+var ErrInvalidArgument = errors.New("invalid argument")
+
+// Error is returned by every Client method that failed in the database or on
+// the way to it. Op names the SQL function that was called.
+type Error struct {
+	Op  string
+	Err error
+}
+
+func (e *Error) Error() string { return "pgsweep: " + e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error (often a *pgconn.PgError).
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether the error is an invalid-argument error from the database.
+func (e *Error) Is(target error) bool {
+	if target != ErrInvalidArgument {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(e.Err, &pgErr) && pgErr.Code == "22023"
+}
+
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Op: op, Err: err}
+}
+
+func errorf(op, format string, args ...any) error {
+	return &Error{Op: op, Err: fmt.Errorf(format, args...)}
+}

@@ -1,0 +1,102 @@
+// Package pgtest is pgsweep's test harness: it finds a real PostgreSQL and
+// gives each test its own freshly migrated schema.
+//
+// The database is, in order: TEST_DATABASE_URL; the cluster started by
+// `make db` (its DSN is in .pgsweep/dsn at the repository root); a container
+// started with testcontainers-go when a Docker engine answers. When none is
+// available the test fails if CI is set and is skipped otherwise: CI never
+// passes without a database.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	urlOnce sync.Once
+	urlVal  string
+	urlErr  error
+)
+
+// URL returns the connection string of the test database, or ends the test.
+func URL(t testing.TB) string {
+	t.Helper()
+	urlOnce.Do(func() { urlVal, urlErr = findURL() })
+	if urlErr != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no test database (CI=%s requires one): %v", os.Getenv("CI"), urlErr)
+		}
+		t.Skipf("no test database: %v (set TEST_DATABASE_URL or run `make db`)", urlErr)
+	}
+	return urlVal
+}
+
+func findURL() (string, error) {
+	var tried []string
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		if err := ping(u); err != nil {
+			return "", fmt.Errorf("TEST_DATABASE_URL is set but unusable: %w", err)
+		}
+		return u, nil
+	}
+	tried = append(tried, "TEST_DATABASE_URL is not set")
+
+	if root, err := repoRoot(); err == nil {
+		b, err := os.ReadFile(filepath.Join(root, ".pgsweep", "dsn"))
+		if err == nil {
+			u := strings.TrimSpace(string(b))
+			if err := ping(u); err == nil {
+				return u, nil
+			} else {
+				tried = append(tried, fmt.Sprintf("`make db` cluster at %s: %v", u, err))
+			}
+		} else {
+			tried = append(tried, "no `make db` cluster (.pgsweep/dsn missing)")
+		}
+	}
+
+	u, err := startContainer()
+	if err == nil {
+		return u, nil
+	}
+	tried = append(tried, "testcontainers: "+err.Error())
+	return "", fmt.Errorf("%s", strings.Join(tried, "; "))
+}
+
+func ping(u string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+// repoRoot walks up from the working directory to the directory of go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}

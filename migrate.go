@@ -1,0 +1,161 @@
+package pgsweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+// DefaultSchema is the schema pgsweep installs into unless told otherwise.
+const DefaultSchema = "pgsweep"
+
+// VersionTable is the name of tern's version table inside the target schema.
+const VersionTable = "schema_version"
+
+// migrateLockKey serialises pgsweep migrations of every schema in a database.
+// tern takes its own advisory lock too, but only after it has created the
+// version table, and that needs the schema to exist first.
+const migrateLockKey = int64(0x7067737765657031) // "pgsweep1"
+
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidateSchema reports whether name can be used as pgsweep's schema. Names
+// are restricted to lower-case unquoted identifiers so that the same name works
+// in templates, in psql and in pg_cron commands without quoting surprises.
+func ValidateSchema(name string) error {
+	if !schemaPattern.MatchString(name) {
+		return fmt.Errorf("schema %q: must match %s (lower-case letters, digits and _, at most 63 characters)", name, schemaPattern)
+	}
+	return nil
+}
+
+// Migration is one step of the install, as it would be applied.
+type Migration struct {
+	Version int32
+	Name    string
+	SQL     string
+}
+
+// MigrateResult tells what a Migrate call did.
+type MigrateResult struct {
+	From, To int32
+}
+
+// Migrations renders every migration for schema, in order, without touching
+// any database: what `pgsweep migrate --dry-run` prints and what the tern CLI
+// would apply with the same [data] schema.
+func Migrations(schema string) ([]Migration, error) {
+	m, err := loadMigrator(context.Background(), nil, schema)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Migration, 0, len(m.Migrations))
+	for _, mg := range m.Migrations {
+		out = append(out, Migration{Version: mg.Sequence, Name: mg.Name, SQL: mg.UpSQL})
+	}
+	return out, nil
+}
+
+func loadMigrator(ctx context.Context, conn *pgx.Conn, schema string) (*migrate.Migrator, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return nil, err
+	}
+	m, err := migrate.NewMigratorEx(ctx, conn, schema+"."+VersionTable, &migrate.MigratorOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("prepare version table %s.%s: %w", schema, VersionTable, err)
+	}
+	m.Data["schema"] = schema
+	if err := m.LoadMigrations(MigrationsFS()); err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return m, nil
+}
+
+// CurrentVersion returns the migration version installed in schema, 0 when
+// pgsweep is not installed there. It changes nothing.
+func CurrentVersion(ctx context.Context, db DBTX, schema string) (int32, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return 0, err
+	}
+	var v int32
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+VersionTable).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	if err := db.QueryRow(ctx, "SELECT version FROM "+pgx.Identifier{schema, VersionTable}.Sanitize()).Scan(&v); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("read version: %w", err)
+	}
+	return v, nil
+}
+
+// Migrate installs or upgrades pgsweep in schema on conn. It is safe to call
+// from many processes at once (they serialise on an advisory lock) and a
+// no-op when the schema is current. Each migration runs in its own
+// transaction.
+func Migrate(ctx context.Context, conn *pgx.Conn, schema string) (MigrateResult, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return MigrateResult{}, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
+		return MigrateResult{}, fmt.Errorf("migrate lock: %w", err)
+	}
+	defer func() {
+		// A failed unlock leaves the lock to the session's end; the
+		// caller's error, if any, is the more useful one.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey)
+	}()
+
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return MigrateResult{}, fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	m, err := loadMigrator(ctx, conn, schema)
+	if err != nil {
+		return MigrateResult{}, err
+	}
+	from, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return MigrateResult{}, fmt.Errorf("read version: %w", err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return MigrateResult{From: from}, fmt.Errorf("migrate %s: %w", schema, describeMigrationErr(err))
+	}
+	to, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return MigrateResult{From: from}, fmt.Errorf("read version: %w", err)
+	}
+	return MigrateResult{From: from, To: to}, nil
+}
+
+// describeMigrationErr keeps tern's location information but drops the full
+// SQL text it embeds, which can be thousands of lines.
+func describeMigrationErr(err error) error {
+	var mErr migrate.MigrationPgError
+	if errors.As(err, &mErr) {
+		if mErr.PgError != nil {
+			return fmt.Errorf("migration %s failed: %w", mErr.MigrationName, mErr.PgError)
+		}
+		return fmt.Errorf("migration %s failed", mErr.MigrationName)
+	}
+	return err
+}
+
+// RenderMigrations renders migrations as one SQL script with a header before
+// each step.
+func RenderMigrations(ms []Migration) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "-- migration %d: %s\n%s\n\n", m.Version, m.Name, m.SQL)
+	}
+	return b.String()
+}
