@@ -3,8 +3,9 @@ module github.com/pgsweep/pgsweep
 go 1.26.0
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.10.0
 	github.com/jackc/tern/v2 v2.3.4
+	github.com/pashagolub/pgxmock/v3 v3.4.0
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
 )

@@ -2,9 +2,9 @@
 --
 -- The lease row is the truth. Expiry is decided by the database clock
 -- (clock_timestamp(), not now(): a caller inside a long transaction must not
--- see time stand still). Each overload taking p_now exists so tests and
--- callers that batch several decisions can pin the clock; the public forms
--- pass clock_timestamp().
+-- see time stand still), read after the lease row is locked. The overloads
+-- taking p_now let tests pin the clock; NULL there means the database clock,
+-- and the contract's forms pass NULL.
 --
 -- Token rules: a new tenure (first acquire, takeover after expiry, acquire
 -- after release, or re-acquire by a holder whose lease lapsed) gets token + 1;
@@ -17,32 +17,41 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_token bigint;
-    v_expires timestamptz;
+    v_lease lease;
+    v_now timestamptz;
 BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'p_now must not be NULL' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    v_expires := p_now + p_ttl;
 
-    -- ON CONFLICT re-evaluates the WHERE against the latest committed row
-    -- version, so two contenders serialise on the row lock and at most one wins.
-    INSERT INTO lease AS l (name, owner, token, acquired_at, expires_at)
-    VALUES (p_name, p_owner, 1, p_now, v_expires)
-    ON CONFLICT (name) DO UPDATE
-        SET owner = excluded.owner,
-            token = CASE WHEN l.owner = excluded.owner AND l.expires_at > p_now
-                         THEN l.token ELSE l.token + 1 END,
-            acquired_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > p_now
-                               THEN l.acquired_at ELSE p_now END,
-            expires_at = excluded.expires_at
-        WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= p_now
-    RETURNING l.token INTO v_token;
+    LOOP
+        -- Read the clock only once the row is locked: a contender that
+        -- waited for the lock must not act on a time from before the wait,
+        -- or its tenure could appear to start before the previous one ended.
+        SELECT * INTO v_lease FROM lease WHERE name = p_name FOR UPDATE;
+        v_now := coalesce(p_now, clock_timestamp());
+        IF NOT FOUND THEN
+            INSERT INTO lease (name, owner, token, acquired_at, expires_at)
+            VALUES (p_name, p_owner, 1, v_now, v_now + p_ttl)
+            ON CONFLICT (name) DO NOTHING;
+            IF FOUND THEN
+                RETURN 1;
+            END IF;
+            CONTINUE; -- a concurrent first acquire won the insert: lock its row
+        END IF;
 
-    RETURN v_token;
+        IF v_lease.owner = p_owner AND v_lease.expires_at > v_now THEN
+            UPDATE lease SET expires_at = v_now + p_ttl WHERE name = p_name;
+            RETURN v_lease.token;
+        END IF;
+        IF v_lease.owner IS NULL OR v_lease.expires_at <= v_now THEN
+            UPDATE lease
+               SET owner = p_owner, token = v_lease.token + 1, acquired_at = v_now, expires_at = v_now + p_ttl
+             WHERE name = p_name;
+            RETURN v_lease.token + 1;
+        END IF;
+        RETURN NULL;
+    END LOOP;
 END
 $$;
 
@@ -50,7 +59,7 @@ CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interv
 RETURNS bigint
 LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_acquire(p_name, p_owner, p_ttl, clock_timestamp()) $$;
+AS $$ SELECT lease_acquire(p_name, p_owner, p_ttl, NULL) $$;
 
 -- A renew succeeds only while the caller's lease is live: a lapsed holder must
 -- acquire again (and may get a new token), so it learns that it lapsed.
@@ -59,18 +68,21 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_lease lease;
+    v_now timestamptz;
 BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'p_now must not be NULL' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
 
-    UPDATE lease
-       SET expires_at = p_now + p_ttl
-     WHERE name = p_name AND owner = p_owner AND expires_at > p_now;
-    RETURN FOUND;
+    SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND OR v_lease.expires_at <= v_now THEN
+        RETURN false;
+    END IF;
+    UPDATE lease SET expires_at = v_now + p_ttl WHERE name = p_name;
+    RETURN true;
 END
 $$;
 
@@ -78,7 +90,7 @@ CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval
 RETURNS boolean
 LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_renew(p_name, p_owner, p_ttl, clock_timestamp()) $$;
+AS $$ SELECT lease_renew(p_name, p_owner, p_ttl, NULL) $$;
 
 -- Release ends the tenure at once so that another owner need not wait for the
 -- TTL. The row (and its token) stays so the next tenure's token is higher.
@@ -87,18 +99,20 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_lease lease;
+    v_now timestamptz;
 BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'p_now must not be NULL' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
 
-    UPDATE lease
-       SET owner = NULL,
-           expires_at = least(expires_at, p_now)
-     WHERE name = p_name AND owner = p_owner;
-    RETURN FOUND;
+    SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    UPDATE lease SET owner = NULL, expires_at = least(expires_at, v_now) WHERE name = p_name;
+    RETURN true;
 END
 $$;
 
@@ -106,10 +120,8 @@ CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text)
 RETURNS boolean
 LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_release(p_name, p_owner, clock_timestamp()) $$;
+AS $$ SELECT lease_release(p_name, p_owner, NULL) $$;
 
--- lease_release_owner releases every lease an owner holds: what a runner calls
--- on shutdown so that its successors need not wait for TTLs.
 CREATE OR REPLACE FUNCTION lease_release_owner(p_owner text)
 RETURNS SETOF text
 LANGUAGE plpgsql
