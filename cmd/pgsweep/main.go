@@ -29,6 +29,7 @@ type command struct {
 var commands = map[string]command{
 	"migrate": {"install or upgrade pgsweep's SQL in a database", runMigrate},
 	"demo":    {"show leases, queues and retention at work", runDemo},
+	"bench":   {"measure pgsweep against its baselines", runBench},
 }
 
 // errUsage marks errors that are the caller's: exit 2 instead of 1.
