@@ -104,6 +104,13 @@ func CurrentVersion(ctx context.Context, db DBTX, schema string) (int32, error) 
 // no-op when the schema is current. Each migration runs in its own
 // transaction.
 func Migrate(ctx context.Context, conn *pgx.Conn, schema string) (MigrateResult, error) {
+	return MigrateTo(ctx, conn, schema, -1)
+}
+
+// MigrateTo is Migrate stopping at version (-1: the latest). It only moves
+// forward: a target below the installed version is an error, because down
+// migrations would drop data.
+func MigrateTo(ctx context.Context, conn *pgx.Conn, schema string, version int32) (MigrateResult, error) {
 	if err := ValidateSchema(schema); err != nil {
 		return MigrateResult{}, err
 	}
@@ -127,7 +134,15 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string) (MigrateResult,
 	if err != nil {
 		return MigrateResult{}, fmt.Errorf("read version: %w", err)
 	}
-	if err := m.Migrate(ctx); err != nil {
+	target := version
+	if target < 0 {
+		target = int32(len(m.Migrations))
+	}
+	if target < from || target > int32(len(m.Migrations)) {
+		return MigrateResult{From: from, To: from}, fmt.Errorf("migrate %s: target version %d is outside %d (installed) to %d (latest)",
+			schema, target, from, len(m.Migrations))
+	}
+	if err := m.MigrateTo(ctx, target); err != nil {
 		return MigrateResult{From: from}, fmt.Errorf("migrate %s: %w", schema, describeMigrationErr(err))
 	}
 	to, err := m.GetCurrentVersion(ctx)

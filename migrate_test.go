@@ -171,3 +171,40 @@ func TestTernCLIMatchesMigrate(t *testing.T) {
 		t.Fatalf("signature does not list the lease functions:\n%s", got)
 	}
 }
+
+// An install upgraded from every earlier version ends identical to a fresh
+// install of the latest version.
+func TestUpgradeFromEveryVersionMatchesFreshInstall(t *testing.T) {
+	fresh := pgtest.New(t, 1)
+	ctx := context.Background()
+	conn := pgtest.Conn(t, fresh.URL)
+	want, err := pgtest.Signature(ctx, conn, fresh.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := latestVersion(t)
+	for v := int32(1); v < latest; v++ {
+		schema := pgtest.SchemaName(t)
+		t.Cleanup(func() { pgtest.DropSchema(t, fresh.URL, schema) })
+		if _, err := pgsweep.MigrateTo(ctx, conn, schema, v); err != nil {
+			t.Fatalf("install version %d: %v", v, err)
+		}
+		res, err := pgsweep.Migrate(ctx, conn, schema)
+		if err != nil {
+			t.Fatalf("upgrade from %d: %v", v, err)
+		}
+		if res.From != v || res.To != latest {
+			t.Fatalf("upgrade from %d: got %+v", v, res)
+		}
+		got, err := pgtest.Signature(ctx, conn, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("upgrade from version %d differs from a fresh install:\n%s\n---\n%s", v, got, want)
+		}
+	}
+	if _, err := pgsweep.MigrateTo(ctx, conn, fresh.Schema, 0); err == nil {
+		t.Fatal("migrating backwards succeeded, want an error")
+	}
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func schemaExists(t *testing.T, url, schema string) bool {
+	t.Helper()
+	conn := pgtest.Conn(t, url)
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+func TestMigrateDryRunChangesNothing(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+
+	code, out, errOut := runCLI(t, "migrate", "--dry-run", "--database-url", url, "--schema", schema)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"CREATE TABLE lease", "SET LOCAL search_path TO " + schema, "-- migration 1: 001_leases.sql"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q", want)
+		}
+	}
+	if schemaExists(t, url, schema) {
+		t.Fatal("dry-run created the schema")
+	}
+
+	code, out, errOut = runCLI(t, "migrate", "--database-url", url, "--schema", schema)
+	if code != 0 || !strings.Contains(out, "migrated from version 0") {
+		t.Fatalf("migrate: exit %d, %q %q", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "migrate", "--database-url", url, "--schema", schema)
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate: exit %d, %q", code, out)
+	}
+	code, out, _ = runCLI(t, "migrate", "--dry-run", "--database-url", url, "--schema", schema)
+	if code != 0 || !strings.Contains(out, "0 migration(s) pending") || strings.Contains(out, "CREATE TABLE") {
+		t.Fatalf("dry-run on a current schema: exit %d, %q", code, out)
+	}
+}
+
+func TestMigrateUsageErrors(t *testing.T) {
+	cases := [][]string{
+		{"migrate", "--schema", "Bad-Name", "--database-url", "postgres://x@127.0.0.1:1/x"},
+		{"migrate", "--no-such-flag"},
+		{"migrate", "extra-arg"},
+		{"no-such-command"},
+	}
+	for _, args := range cases {
+		code, _, errOut := runCLI(t, args...)
+		if code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 with a message", args, code, errOut)
+		}
+	}
+}
+
+func TestConnectErrorHidesPassword(t *testing.T) {
+	code, _, errOut := runCLI(t, "migrate", "--database-url", "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if strings.Contains(errOut, "s3cret") {
+		t.Fatalf("password leaked: %s", errOut)
+	}
+}
