@@ -36,9 +36,9 @@ type RecoveryCounts struct {
 
 // QueueStats is one row of the queue_stats view.
 type QueueStats struct {
-	Queue, Kind                                   string
+	Queue, Kind                                  string
 	Pending, Processing, Failed, Processed, Dead int64
-	OldestPendingAge                              time.Duration
+	OldestPendingAge                             time.Duration
 }
 
 // settings are the runner settings read from the database after each pass.
