@@ -7,11 +7,16 @@
 -- job (cron.schedule upserts by job name since pg_cron 1.4) and installs in
 -- other schemas of the same database get their own job.
 
+-- pg_cron job names are of type name (at most 63 bytes): a long schema name
+-- is cut and made unique again with a hash of the full name.
 CREATE OR REPLACE FUNCTION cron_job_name()
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgsweep-maintain:' || current_schema() $$;
+AS $$
+    SELECT CASE WHEN octet_length(n) <= 63 THEN n ELSE left(n, 54) || ':' || left(md5(n), 8) END
+      FROM (SELECT 'pgsweep-maintain:' || current_schema() AS n) x
+$$;
 
 CREATE OR REPLACE FUNCTION _cron_available()
 RETURNS boolean
