@@ -410,8 +410,8 @@ func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.interval != 42*time.Second {
-			t.Fatalf("interval %v, want the 42s set by SQL", st.interval)
+		if st.Interval != 42*time.Second {
+			t.Fatalf("interval %v, want the 42s set by SQL", st.Interval)
 		}
 	}
 	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass"); n > 11 {

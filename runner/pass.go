@@ -41,9 +41,10 @@ type QueueStats struct {
 	OldestPendingAge                             time.Duration
 }
 
-// settings are the runner settings read from the database after each pass.
-type settings struct {
-	interval, jitter time.Duration
+// Settings are the runner settings read from the database after each pass
+// (runner_interval, runner_jitter).
+type Settings struct {
+	Interval, Jitter time.Duration
 }
 
 func (r *Runner) fn(name string) string { return r.q + "." + name }
@@ -120,10 +121,10 @@ func parseCounts(raw []byte, p *Pass) error {
 
 // readSettings reads runner_interval and runner_jitter: a change made by SQL
 // applies to the sleep after the next pass.
-func (r *Runner) readSettings(ctx context.Context, conn Conn) (settings, error) {
-	var s settings
+func (r *Runner) readSettings(ctx context.Context, conn Conn) (Settings, error) {
+	var s Settings
 	err := conn.QueryRow(ctx, "SELECT "+r.fn("setting_interval")+"('runner_interval'), "+
-		r.fn("setting_interval")+"('runner_jitter')").Scan(&s.interval, &s.jitter)
+		r.fn("setting_interval")+"('runner_jitter')").Scan(&s.Interval, &s.Jitter)
 	if err != nil {
 		return s, fmt.Errorf("read runner settings: %w", err)
 	}

@@ -206,6 +206,9 @@ func (r *Runner) Stop() {
 
 // iterate runs one pass and returns how long to wait before the next.
 func (r *Runner) iterate(ctx context.Context) time.Duration {
+	r.mu.Lock()
+	before := r.failures
+	r.mu.Unlock()
 	_, s, err := r.RunOnce(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -213,16 +216,14 @@ func (r *Runner) iterate(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return 0 // stopping: the error is the cancellation itself
 		}
-		r.failures++
 		wait := r.backoff(r.failures)
 		r.log.Warn("maintenance pass failed; backing off", "error", redactErr(err),
 			"consecutive_failures", r.failures, "retry_in", wait)
 		return wait
 	}
-	if r.failures > 0 {
-		r.log.Info("maintenance pass succeeded again", "after_failures", r.failures)
+	if before > 0 {
+		r.log.Info("maintenance pass succeeded again", "after_failures", before)
 	}
-	r.failures = 0
 	return r.nextWait(s)
 }
 
@@ -237,8 +238,8 @@ func (r *Runner) backoff(n int) time.Duration {
 
 // nextWait is the interval, from the options or the database, plus a random
 // jitter in [-jitter, +jitter] (jitter capped at the interval).
-func (r *Runner) nextWait(s settings) time.Duration {
-	interval, jitter := s.interval, s.jitter
+func (r *Runner) nextWait(s Settings) time.Duration {
+	interval, jitter := s.Interval, s.Jitter
 	if r.opts.Interval > 0 {
 		interval = r.opts.Interval
 	}
@@ -258,8 +259,9 @@ func (r *Runner) nextWait(s settings) time.Duration {
 
 // RunOnce runs one pass on a new connection and closes it: CALL maintain,
 // then it reads what the pass did, the runner settings and queue_stats. It
-// updates the metrics and the health state. Most callers use Run.
-func (r *Runner) RunOnce(ctx context.Context) (*Pass, settings, error) {
+// updates the metrics and the health state, and returns the pass and the
+// settings read after it. Most callers use Run.
+func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 	start := r.now()
 	p, s, err := r.pass(ctx)
 	elapsed := r.now().Sub(start)
@@ -268,13 +270,13 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, settings, error) {
 	r.mu.Lock()
 	r.lastAttempt = r.now()
 	r.lastErr = err
-	failures := r.failures
 	if err == nil {
 		r.lastSuccess = r.lastAttempt
-		failures = 0
-	} else if ctx.Err() == nil {
-		failures++
+		r.failures = 0
+	} else if ctx.Err() == nil { // a cancelled pass is a stop, not a failure
+		r.failures++
 	}
+	failures := r.failures
 	r.mu.Unlock()
 	r.metrics.consecutiveFail.Set(float64(failures))
 	if err != nil {
@@ -287,8 +289,8 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, settings, error) {
 	return p, s, nil
 }
 
-func (r *Runner) pass(ctx context.Context) (*Pass, settings, error) {
-	var s settings
+func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
+	var s Settings
 	conn, err := r.connect(ctx)
 	if err != nil {
 		return nil, s, fmt.Errorf("connect: %w", err)
