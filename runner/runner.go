@@ -68,6 +68,7 @@ type Runner struct {
 	lastErr     error
 	interval    time.Duration // the last interval used, for health
 	warnedStats bool
+	interrupted bool // a pass was cancelled by a stop: its history rows are unfinished
 }
 
 const (
@@ -275,6 +276,8 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 		r.failures = 0
 	} else if ctx.Err() == nil { // a cancelled pass is a stop, not a failure
 		r.failures++
+	} else {
+		r.interrupted = true
 	}
 	failures := r.failures
 	r.mu.Unlock()
@@ -349,7 +352,9 @@ func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
 }
 
 // releaseLeases gives up every lease this owner holds, on a new connection
-// (the pass's connection may have been cancelled).
+// (the pass's connection may have been cancelled). When a pass was cancelled
+// by the stop, its unfinished history rows are closed first ("the runner
+// stopped during this pass").
 func (r *Runner) releaseLeases() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -368,6 +373,17 @@ func (r *Runner) releaseLeases() {
 	if err != nil {
 		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
 		return
+	}
+	r.mu.Lock()
+	interrupted := r.interrupted
+	r.mu.Unlock()
+	if interrupted {
+		// Close the cancelled pass's history rows now rather than leave them
+		// for the next holder to mark abandoned.
+		if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner,
+			"the runner stopped during this pass"); err != nil {
+			r.log.Warn("could not record the interrupted pass", "error", redactErr(err))
+		}
 	}
 	r.log.Info("released leases", "leases", names)
 }

@@ -262,7 +262,11 @@ func TestCancelMidPassAwaitsThePass(t *testing.T) {
 		return h.mock, nil
 	}
 	h.mock.ExpectClose() // the cancelled pass's connection
-	h.expectRelease("maintain:retention")
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.lease_release_owner\(\$1\)`).WithArgs(owner).
+		WillReturnRows(pgxmock.NewRows([]string{"lease_release_owner"}).AddRow("maintain:retention"))
+	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
+		WithArgs(owner, "the runner stopped during this pass").WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
+	h.mock.ExpectClose()
 	cancel, done := h.start()
 	<-bc.started
 	cancel()
