@@ -183,6 +183,16 @@ BEGIN
 END
 $$;
 
+-- _maintain_renew extends the caller's lease on a part by maintain_lease_ttl
+-- and says whether it still holds it. maintain() renews after every step; a
+-- part body that runs long inside one call (retention, one CALL per policy)
+-- calls it between units of work and stops when it returns false.
+CREATE OR REPLACE FUNCTION _maintain_renew(p_part text, p_owner text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl')) IS NOT NULL $$;
+
 CREATE OR REPLACE FUNCTION _maintain_add_counts(p_total jsonb, p_add jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE

@@ -9,6 +9,11 @@
 --     forbids transaction control in a procedure that has a SET clause, so
 --     every name in the body must be schema-qualified with the template's
 --     schema, as below;
+--   * renews its lease between policies with
+--     <schema>._maintain_renew('retention', p_owner) and stops when that
+--     returns false (the lease was taken over); maintain() renews only after
+--     the whole call, and the lease TTL (maintain_lease_ttl, default 1 minute)
+--     may be shorter than the budget;
 --   * stops by p_deadline; returns in p_result
 --     {"deleted": {"<policy>": rows, ...}, "errors": {"<policy>": "message"}, "more": bool}
 --     (maintain adds "deleted" per policy into the run's counts; "more": a

@@ -3,7 +3,7 @@
 -- is only a loop over the functions tested here (the Go tests run it for real).
 -- Time is pinned through p_now, so nothing sleeps.
 BEGIN;
-SELECT plan(66);
+SELECT plan(70);
 
 DELETE FROM pgsweep.maintain_pass;
 DELETE FROM pgsweep.lease WHERE name LIKE 'maintain:%';
@@ -109,6 +109,13 @@ SELECT is((SELECT o_status FROM pgsweep._maintain_part_begin((SELECT o_pass FROM
     'running', 'a part with a backlog is due at once despite its interval');
 SELECT is((SELECT o_status FROM pgsweep._maintain_part_begin((SELECT o_pass FROM p), 'retention', 'a', '2026-01-01 00:01:22+00', '2026-01-01 00:01:22+00')),
     'no budget', 'no part starts after the deadline');
+
+-- _maintain_renew: what a long-running part body calls between units of work
+SELECT ok(pgsweep._maintain_renew('retention', 'renewer'), 'renew takes or extends the caller''s lease');
+SELECT ok((SELECT expires_at > clock_timestamp() + interval '50 seconds' FROM pgsweep.lease WHERE name = 'maintain:retention' AND owner = 'renewer'),
+    'for maintain_lease_ttl');
+SELECT ok(NOT pgsweep._maintain_renew('retention', 'intruder'), 'another owner''s renew fails while the lease is live');
+SELECT ok(pgsweep.lease_release('maintain:retention', 'renewer'), 'renewer releases');
 
 -- counts merge one level deep (retention's per-policy rows)
 SELECT is(pgsweep._maintain_add_counts('{"deleted": {"p": 1}, "n": 1}', '{"deleted": {"p": 2, "q": 3}, "n": 2, "s": "x"}'),
