@@ -52,9 +52,12 @@ CREATE TABLE maintain_state (
     last_finished_at timestamptz,
     last_owner       text,
     last_status      text,
-    backlog          boolean NOT NULL DEFAULT false
+    backlog          boolean NOT NULL DEFAULT false,
+    -- free for the part body, read and written only while it holds the
+    -- part's lease: e.g. recovery's traversal position and boundary per queue
+    cursor           jsonb NOT NULL DEFAULT '{}'
 );
-COMMENT ON TABLE maintain_state IS 'pgsweep maintain: last run of each part; backlog = the last run stopped with work left (due again at once)';
+COMMENT ON TABLE maintain_state IS 'pgsweep maintain: last run of each part; backlog = the last run stopped with work left (due again at once); cursor = the part body''s own state between steps and passes';
 INSERT INTO maintain_state (part) VALUES ('recovery'), ('retention');
 
 -- The history: one row per pass (inserted when it starts, committed, updated

@@ -8,6 +8,7 @@ import (
 // Metrics are the runner's Prometheus metrics, registered on their own
 // registry (no global state); serve them with Handler.
 type Metrics struct {
+	// Registry holds every metric below plus the Go runtime and process collectors.
 	Registry *prometheus.Registry
 
 	passes          prometheus.Counter
