@@ -59,7 +59,9 @@ func (r *Runner) callMaintain(ctx context.Context, conn Conn) error {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && ctx.Err() == nil {
+	// Missing objects (pgsweep not installed or not migrated) leave nothing to
+	// record; anything else raised by maintain() is recorded.
+	if errors.As(err, &pgErr) && ctx.Err() == nil && pgErr.Code != "3F000" && pgErr.Code != "42883" && pgErr.Code != "42P01" {
 		msg := fmt.Sprintf("maintain raised: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 		if _, ferr := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, msg); ferr != nil {
 			r.log.Warn("could not record the failed pass", "error", redactErr(ferr))

@@ -285,9 +285,9 @@ func TestCancelMidPassAwaitsThePass(t *testing.T) {
 func TestSQLErrorIsRecordedAgainstTheOwner(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.mock.ExpectExec(`CALL "pgsweep"\.maintain`).WithArgs(owner, 30*time.Second).
-		WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "cap.published" does not exist`})
+		WillReturnError(&pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "x"`})
 	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
-		WithArgs(owner, `maintain raised: relation "cap.published" does not exist (SQLSTATE 42P01)`).
+		WithArgs(owner, `maintain raised: duplicate key value violates unique constraint "x" (SQLSTATE 23505)`).
 		WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
 	h.mock.ExpectClose()
 	h.expectRelease()
@@ -295,11 +295,21 @@ func TestSQLErrorIsRecordedAgainstTheOwner(t *testing.T) {
 	if d := h.nextSleep(); d != time.Second {
 		t.Fatalf("sleep %v, want the first backoff step", d)
 	}
-	if hl := h.r.Health(); hl.Healthy || !strings.Contains(hl.LastError, "cap.published") {
+	if hl := h.r.Health(); hl.Healthy || !strings.Contains(hl.LastError, "duplicate key") {
 		t.Fatalf("health %+v, want unhealthy with the error", hl)
 	}
 	cancel()
 	wait(t, done)
+}
+
+func TestNotInstalledIsNotRecorded(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.mock.ExpectExec(`CALL "pgsweep"\.maintain`).WithArgs(owner, 30*time.Second).
+		WillReturnError(&pgconn.PgError{Code: "3F000", Message: `schema "pgsweep" does not exist`})
+	h.mock.ExpectClose()
+	if _, _, err := h.r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), `schema "pgsweep" does not exist`) {
+		t.Fatalf("got %v", err)
+	}
 }
 
 func TestPassCountsBecomeMetrics(t *testing.T) {
