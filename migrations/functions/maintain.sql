@@ -19,6 +19,7 @@ DECLARE
     v_pass bigint;
     v_owner text;
     v_deadline timestamptz;
+    v_recovery_deadline timestamptz;
     v_part record;
     v_result jsonb;
     v_error text;
@@ -29,19 +30,22 @@ BEGIN
     COMMIT;
 
     -- recovery: bounded steps, each caught, committed and followed by a
-    -- lease renewal, until the step says it is done or the budget is spent.
-    SELECT * INTO v_part FROM {{ .schema | default "pgsweep" }}._maintain_part_begin(v_pass, 'recovery', v_owner, v_deadline);
+    -- lease renewal, until the step says it is done or half the budget is
+    -- spent: a recovery backlog must not starve retention (the backlog makes
+    -- recovery due again at once on the next pass).
+    v_recovery_deadline := v_deadline - p_budget / 2;
+    SELECT * INTO v_part FROM {{ .schema | default "pgsweep" }}._maintain_part_begin(v_pass, 'recovery', v_owner, v_recovery_deadline);
     COMMIT;
     IF v_part.o_status = 'running' THEN
         LOOP
             v_result := NULL;
             v_error := NULL;
             BEGIN
-                v_result := {{ .schema | default "pgsweep" }}._maintain_recovery(v_owner, v_deadline);
+                v_result := {{ .schema | default "pgsweep" }}._maintain_recovery(v_owner, v_recovery_deadline);
             EXCEPTION WHEN OTHERS THEN
                 v_error := format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
             END;
-            v_more := {{ .schema | default "pgsweep" }}._maintain_part_step(v_part.o_run, v_result, v_error, v_deadline);
+            v_more := {{ .schema | default "pgsweep" }}._maintain_part_step(v_part.o_run, v_result, v_error, v_recovery_deadline);
             COMMIT;
             EXIT WHEN NOT v_more;
         END LOOP;
