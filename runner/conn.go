@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,4 +34,14 @@ func ConnectConfig(cfg *pgx.ConnConfig, applicationName string) Connector {
 		}
 		return pgx.ConnectConfig(ctx, c)
 	}
+}
+
+// ConnectURL is ConnectConfig for a connection string (URL or key=value DSN;
+// empty: the PG* environment variables). The error never quotes a password.
+func ConnectURL(connString, applicationName string) (Connector, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("runner: parse connection string: %s", redactErr(err))
+	}
+	return ConnectConfig(cfg, applicationName), nil
 }

@@ -470,3 +470,13 @@ func gaugeValue(t *testing.T, m *Metrics, name string, labels map[string]string)
 	}
 	return -1
 }
+
+func TestConnectURLRedactsPasswords(t *testing.T) {
+	_, err := ConnectURL("postgres://app:s3cret@db:notaport/app", "x")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("got %v, want an error without the password", err)
+	}
+	if _, err := ConnectURL("postgres://app@db/app", "x"); err != nil {
+		t.Fatal(err)
+	}
+}

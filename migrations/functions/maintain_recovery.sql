@@ -16,8 +16,8 @@
 -- p_owner is the lease holder running the pass; p_deadline when recovery's
 -- share of the budget (half of it) ends. State that must survive between
 -- steps and passes (the keyset traversal position and its boundary, per
--- queue) belongs in maintain_state.cursor (WHERE part = 'recovery'): only the lease holder runs
--- this function, so it may read and write that row freely.
+-- queue) belongs in maintain_state.cursor (WHERE part = 'recovery'): only
+-- the lease holder runs this function, so it may read and write that row.
 CREATE OR REPLACE FUNCTION _maintain_recovery(p_owner text, p_deadline timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql
