@@ -437,3 +437,38 @@ func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
 		t.Fatalf("%d passes kept, want at most history_max_rows (+ the pass being recorded)", n)
 	}
 }
+
+// The advisory lock is the second guard: while a step outlives the part's
+// lease TTL, another session on this server still finds the part busy.
+func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
+	db := pgtest.New(t, 4)
+	installStandIns(t, db, "slow", 3)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '1 second')")
+	slow := newRunner(t, db, "slow", Options{Budget: 4 * time.Second}) // recovery gets 2 s: one 3 s step
+	done := make(chan error, 1)
+	go func() { _, _, err := slow.RunOnce(context.Background()); done <- err }()
+	waitFor(t, db, "the slow step to outlive its lease", 10*time.Second,
+		"SELECT count(*) FROM "+s+".maintain_run r JOIN "+s+".leases l ON l.name = 'maintain:recovery' WHERE r.owner = 'slow' AND r.status = 'running' AND NOT l.live")
+	conn := pgtest.Conn(t, db.URL)
+	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('other', '5 seconds')"); err != nil {
+		t.Fatal(err)
+	}
+	var recovery string
+	if err := conn.QueryRow(context.Background(), "SELECT recovery FROM "+s+".maintenance_passes WHERE owner = 'other'").Scan(&recovery); err != nil {
+		t.Fatal(err)
+	}
+	if recovery != "busy" {
+		t.Fatalf("another session found recovery %q while the slow step still ran, want busy", recovery)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+		t.Fatalf("%d overlapping runs", n)
+	}
+	// The slow runner's renewal after the step found the lease free and took a new tenure.
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'slow' AND part = 'recovery' AND status = 'done'"); n != 1 {
+		t.Fatal("the slow run did not finish as done")
+	}
+}
