@@ -211,3 +211,23 @@ func TestRunBinarySIGTERM(t *testing.T) {
 		t.Fatalf("release not logged:\n%s", logs.String())
 	}
 }
+
+func TestStatusShowsRetentionPolicies(t *testing.T) {
+	db := pgtest.New(t, 2)
+	// Stand-in for the retention engine's view: the text status shows the
+	// columns it knows, --json every column.
+	if _, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`CREATE VIEW %s.retention_policies AS
+		SELECT 'cap.published'::text AS name, 'cap.published'::text AS table_name, 'exclusive'::text AS mode,
+		       42::bigint AS last_rows_deleted, 'x'::text AS strategy`, pgx.Identifier{db.Schema}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "status", "--database-url", db.URL, "--schema", db.Schema)
+	if code != 0 || !strings.Contains(out, "LAST_ROWS_DELETED") || !strings.Contains(out, "42") || strings.Contains(out, "STRATEGY") {
+		t.Fatalf("status (code %d):\n%s\n%s", code, out, errOut)
+	}
+	out, _, code = runCLI(t, "status", "--json", "--database-url", db.URL, "--schema", db.Schema)
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Retention == nil || len(rep.Retention.Columns) != 5 {
+		t.Fatalf("status --json (code %d, %v): %s", code, err, out)
+	}
+}

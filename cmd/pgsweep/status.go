@@ -221,9 +221,18 @@ func printStatus(out io.Writer, rep *statusReport) {
 	case len(t.Rows) == 0:
 		fmt.Fprintln(tw, "(none registered)")
 	default:
-		fmt.Fprintln(tw, strings.ToUpper(strings.Join(t.Columns, "\t")))
+		cols := pickColumns(t.Columns, retentionColumns)
+		head := make([]string, len(cols))
+		for i, c := range cols {
+			head[i] = strings.ToUpper(t.Columns[c])
+		}
+		fmt.Fprintln(tw, strings.Join(head, "\t"))
 		for _, r := range t.Rows {
-			fmt.Fprintln(tw, strings.Join(r, "\t"))
+			vals := make([]string, len(cols))
+			for i, c := range cols {
+				vals[i] = r[c]
+			}
+			fmt.Fprintln(tw, strings.Join(vals, "\t"))
 		}
 	}
 
@@ -256,4 +265,28 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// retentionColumns are the retention_policies columns the text status shows
+// when the view has them (--json shows every column).
+var retentionColumns = []string{"name", "table_name", "mode", "run_interval", "last_finished_at",
+	"last_outcome", "last_rows_deleted", "last_error"}
+
+// pickColumns returns the indexes of want found in have, in want's order;
+// every column when none is found.
+func pickColumns(have, want []string) []int {
+	var idx []int
+	for _, w := range want {
+		for i, h := range have {
+			if h == w {
+				idx = append(idx, i)
+			}
+		}
+	}
+	if len(idx) == 0 {
+		for i := range have {
+			idx = append(idx, i)
+		}
+	}
+	return idx
 }
