@@ -44,3 +44,8 @@ pgtap:
 
 gotest:
 	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...
+
+.PHONY: test-cron
+## test-cron: opt-in: schedule maintain() with pg_cron and wait (at most 75 s) for a real run
+test-cron:
+	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -tags crontest -count=1 -run TestCronRealRun -timeout 3m -v ./runner/

@@ -30,6 +30,9 @@ var commands = map[string]command{
 	"migrate": {"install or upgrade pgsweep's SQL in a database", runMigrate},
 	"demo":    {"show leases, queues and retention at work", runDemo},
 	"bench":   {"measure pgsweep against its baselines", runBench},
+	"run":     {"run maintenance (recovery, retention) in a loop; any number of replicas", runRun},
+	"status":  {"show queues, leases, retention policies and recent maintenance passes", runStatus},
+	"cron":    {"schedule or unschedule maintain() with pg_cron", runCron},
 }
 
 // errUsage marks errors that are the caller's: exit 2 instead of 1.

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/runner"
+)
+
+// runRun is `pgsweep run`: the maintenance runner for databases without
+// pg_cron. Run as many replicas as you like; they coordinate in the database.
+func runRun(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("run")
+	var db dbFlags
+	db.register(fs)
+	httpAddr := fs.String("http-addr", "127.0.0.1:9188", "serve /metrics and /healthz on this address (empty: no HTTP server)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	verbose := fs.Bool("verbose", false, "log every pass, also those that did nothing")
+	interval := fs.Duration("interval", 0, "pause between passes (default: the runner_interval setting, read after every pass)")
+	jitter := fs.Duration("jitter", 0, "random +/- spread of the pause (default: the runner_jitter setting; negative: none)")
+	budget := fs.Duration("budget", 30*time.Second, "time budget of one pass, 1s to 1h")
+	owner := fs.String("owner", "", "lease owner identity, unique per replica (default: host:pid:random)")
+	once := fs.Bool("once", false, "run one pass, print what it did and exit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := db.validate(); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger, err := newLogger(os.Stderr, *logFormat, level)
+	if err != nil {
+		return err
+	}
+	cfg, err := pgx.ParseConfig(db.connString())
+	if err != nil {
+		return fmt.Errorf("%w: --database-url: %v", errUsage, redact(err))
+	}
+	if *owner == "" {
+		*owner = runner.DefaultOwner()
+	}
+	r, err := runner.New(runner.ConnectConfig(cfg, "pgsweep run "+*owner), runner.Options{
+		Schema:   db.schema,
+		Owner:    *owner,
+		Budget:   *budget,
+		Interval: *interval,
+		Jitter:   *jitter,
+		Logger:   logger.With("database", describeTarget(cfg)),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+
+	if *once {
+		p, _, err := r.RunOnce(ctx)
+		if err != nil {
+			return redact(err)
+		}
+		fmt.Fprintf(out, "pass %d by %s: recovery %s, retention %s\n", p.ID, r.Owner(), p.Parts["recovery"], p.Parts["retention"])
+		if p.Error != "" {
+			return fmt.Errorf("pass %d recorded an error: %s", p.ID, p.Error)
+		}
+		return nil
+	}
+
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return fmt.Errorf("--http-addr: %w", err)
+		}
+		srv := &http.Server{Handler: runner.Handler(r), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http server stopped", "error", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+	}
+	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM): the pass in
+	// flight was awaited and the leases released, so the exit code is 0.
+	return r.Run(ctx)
+}

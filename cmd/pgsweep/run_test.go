@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func TestRunOnceStatusAndCron(t *testing.T) {
+	db := pgtest.New(t, 2)
+	conn := []string{"--database-url", db.URL, "--schema", db.Schema}
+
+	out, errOut, code := runCLI(t, append([]string{"run", "--once", "--owner", "cli-once"}, conn...)...)
+	if code != 0 || !strings.Contains(out, "by cli-once: recovery done, retention done") {
+		t.Fatalf("run --once: code %d\n%s\n%s", code, out, errOut)
+	}
+
+	out, errOut, code = runCLI(t, append([]string{"status", "--json"}, conn...)...)
+	if code != 0 {
+		t.Fatalf("status --json: code %d: %s", code, errOut)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("status --json is not JSON: %v\n%s", err, out)
+	}
+	if len(rep.Passes) != 1 || rep.Passes[0].Owner != "cli-once" || rep.Passes[0].Recovery != "done" {
+		t.Fatalf("status passes %+v", rep.Passes)
+	}
+	if len(rep.Leases) != 2 || rep.Missing["queues"] == "" {
+		t.Fatalf("status leases %+v, missing %v", rep.Leases, rep.Missing)
+	}
+	out, _, code = runCLI(t, append([]string{"status"}, conn...)...)
+	for _, want := range []string{"== queues", "== leases", "maintain:recovery", "== retention policies", "== recent maintenance passes", "cli-once"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("status (code %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	if _, err := db.Pool.Exec(context.Background(), "CREATE EXTENSION IF NOT EXISTS pg_cron"); err != nil {
+		t.Fatalf("pg_cron must be installable in the test database: %v", err)
+	}
+	t.Cleanup(func() { runCLI(t, append([]string{"cron", "unschedule"}, conn...)...) })
+	out, errOut, code = runCLI(t, append([]string{"cron", "schedule", "--schedule", "*/2 * * * *", "--budget", "15s"}, conn...)...)
+	wantCmd := fmt.Sprintf("CALL %s.maintain('pg_cron', '15 seconds')", db.Schema)
+	if code != 0 || !strings.Contains(out, wantCmd) {
+		t.Fatalf("cron schedule: code %d\n%s\n%s", code, out, errOut)
+	}
+	_, errOut, code = runCLI(t, append([]string{"cron", "schedule", "--budget", "2h"}, conn...)...)
+	if code != 1 || !strings.Contains(errOut, "p_budget must be between 1 second and 1 hour, got 2 hours") {
+		t.Fatalf("cron schedule --budget 2h: code %d: %s", code, errOut)
+	}
+	out, _, code = runCLI(t, append([]string{"cron", "unschedule"}, conn...)...)
+	if code != 0 || !strings.Contains(out, "unscheduled") {
+		t.Fatalf("cron unschedule: code %d: %s", code, out)
+	}
+	_, _, code = runCLI(t, append([]string{"cron", "bogus"}, conn...)...)
+	if code != 2 {
+		t.Fatalf("cron bogus: code %d, want 2", code)
+	}
+	_, errOut, code = runCLI(t, "run", "--database-url", db.URL, "--log-format", "xml")
+	if code != 2 || !strings.Contains(errOut, "--log-format") {
+		t.Fatalf("bad --log-format: code %d: %s", code, errOut)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func get(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// The real binary: serves /healthz and /metrics, and on SIGTERM in the middle
+// of a pass awaits it, releases its leases at once and exits 0.
+func TestRunBinarySIGTERM(t *testing.T) {
+	db := pgtest.New(t, 2)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx := context.Background()
+	// recovery blocks for a minute once the test flips slow, so SIGTERM lands mid-pass
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+		CREATE TABLE %[1]s.slow (on_ boolean NOT NULL);
+		INSERT INTO %[1]s.slow VALUES (false);
+		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+		LANGUAGE plpgsql AS $$
+		BEGIN
+			IF (SELECT on_ FROM %[1]s.slow) THEN PERFORM pg_sleep(60); END IF;
+			RETURN '{"recovered": 0}';
+		END $$;
+		SELECT %[1]s.setting_set('recovery_interval', '0');
+		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s)); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "pgsweep")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	addr := freeAddr(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "run", "--schema", db.Schema, "--owner", "sigterm-test", "--http-addr", addr,
+		"--interval", "100ms", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "PGSWEEP_DATABASE_URL="+db.URL)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body, err := get("http://" + addr + "/healthz")
+		if err == nil && code == http.StatusOK && strings.Contains(body, `"healthy":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never healthy: %d %s %v\n%s", code, body, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, metrics, err := get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"pgsweep_maintain_passes_total", "pgsweep_maintain_pass_duration_seconds_bucket",
+		`pgsweep_maintain_leases_acquired_total{part="recovery"}`, "pgsweep_runner_last_success_timestamp_seconds", "process_resident_memory_bytes"} {
+		if !strings.Contains(metrics, name) {
+			t.Fatalf("/metrics lacks %s", name)
+		}
+	}
+	if rss, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(rss), "\n") {
+			if strings.HasPrefix(line, "VmRSS:") {
+				t.Logf("pgsweep run resident memory: %s", strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")))
+			}
+		}
+	}
+
+	if _, err := db.Pool.Exec(ctx, "UPDATE "+s+".slow SET on_ = true"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var n int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'sigterm-test' AND part = 'recovery' AND status = 'running'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the runner never got stuck in recovery")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case err := <-waitErr:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) || err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30s after SIGTERM\n%s", logs.String())
+	}
+	var live int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".leases WHERE owner = 'sigterm-test'").Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 {
+		t.Fatalf("%d leases still held after exit (their TTL is 10 minutes)\n%s", live, logs.String())
+	}
+	if !strings.Contains(logs.String(), `"msg":"released leases"`) || !strings.Contains(logs.String(), "maintain:recovery") {
+		t.Fatalf("release not logged:\n%s", logs.String())
+	}
+}
+
+func TestStatusShowsRetentionPolicies(t *testing.T) {
+	db := pgtest.New(t, 2)
+	// Stand-in for the retention engine's view: the text status shows the
+	// columns it knows, --json every column.
+	if _, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`CREATE VIEW %s.retention_policies AS
+		SELECT 'cap.published'::text AS name, 'cap.published'::text AS table_name, 'exclusive'::text AS mode,
+		       42::bigint AS last_rows_deleted, 'x'::text AS strategy`, pgx.Identifier{db.Schema}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "status", "--database-url", db.URL, "--schema", db.Schema)
+	if code != 0 || !strings.Contains(out, "LAST_ROWS_DELETED") || !strings.Contains(out, "42") || strings.Contains(out, "STRATEGY") {
+		t.Fatalf("status (code %d):\n%s\n%s", code, out, errOut)
+	}
+	out, _, code = runCLI(t, "status", "--json", "--database-url", db.URL, "--schema", db.Schema)
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Retention == nil || len(rep.Retention.Columns) != 5 {
+		t.Fatalf("status --json (code %d, %v): %s", code, err, out)
+	}
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/runner"
+)
+
+// statusReport is what `pgsweep status` shows; --json prints it as is.
+type statusReport struct {
+	Schema    string              `json:"schema"`
+	Queues    []runner.QueueStats `json:"queues"`
+	Leases    []pgsweep.Lease     `json:"leases"`
+	Retention *genericTable       `json:"retention_policies"`
+	Passes    []passRow           `json:"recent_passes"`
+	Cron      *cronRow            `json:"cron_job"`
+	Missing   map[string]string   `json:"missing,omitempty"` // part → why it is not shown
+}
+
+type passRow struct {
+	ID        int64           `json:"id"`
+	Owner     string          `json:"owner"`
+	StartedAt time.Time       `json:"started_at"`
+	Duration  *time.Duration  `json:"duration"`
+	Recovery  string          `json:"recovery"`
+	Retention string          `json:"retention"`
+	Counts    json.RawMessage `json:"counts"`
+	Error     string          `json:"error,omitempty"`
+}
+
+type cronRow struct {
+	JobID    int64  `json:"jobid"`
+	Schedule string `json:"schedule"`
+	Command  string `json:"command"`
+	Active   bool   `json:"active"`
+}
+
+// genericTable holds a view whose columns this binary need not know (the
+// retention_policies view belongs to the retention engine).
+type genericTable struct {
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
+
+func runStatus(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("status")
+	var db dbFlags
+	db.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	passes := fs.Int("passes", 10, "how many recent maintenance passes to show")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := db.validate(); err != nil {
+		return err
+	}
+	conn, err := db.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rep, err := collectStatus(ctx, conn, db.schema, *passes)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printStatus(out, rep)
+	return nil
+}
+
+func isUndefined(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883")
+}
+
+func collectStatus(ctx context.Context, conn *pgx.Conn, schema string, nPasses int) (*statusReport, error) {
+	rep := &statusReport{Schema: schema, Missing: map[string]string{}}
+	q := pgx.Identifier{schema}.Sanitize()
+	var err error
+
+	rep.Queues, err = runner.ReadQueueStats(ctx, conn, schema)
+	if errors.Is(err, runner.ErrNoQueueStats) {
+		rep.Missing["queues"] = err.Error()
+	} else if err != nil {
+		return nil, err
+	}
+
+	client, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	if rep.Leases, err = client.Leases(ctx); err != nil {
+		return nil, err
+	}
+
+	rep.Retention, err = readGeneric(ctx, conn, "SELECT * FROM "+q+".retention_policies")
+	if isUndefined(err) {
+		rep.Missing["retention_policies"] = "retention_policies does not exist in this schema (the retention engine is not installed)"
+	} else if err != nil {
+		return nil, err
+	}
+
+	rows, err := conn.Query(ctx, "SELECT id, owner, started_at, duration, coalesce(recovery, ''), coalesce(retention, ''), counts, coalesce(error, '') FROM "+
+		q+".maintenance_passes ORDER BY id DESC LIMIT $1", nPasses)
+	if err != nil {
+		return nil, fmt.Errorf("read maintenance_passes: %w", err)
+	}
+	rep.Passes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (passRow, error) {
+		var p passRow
+		err := r.Scan(&p.ID, &p.Owner, &p.StartedAt, &p.Duration, &p.Recovery, &p.Retention, &p.Counts, &p.Error)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read maintenance_passes: %w", err)
+	}
+
+	var c cronRow
+	err = conn.QueryRow(ctx, "SELECT jobid, schedule, command, active FROM "+q+".cron_job()").Scan(&c.JobID, &c.Schedule, &c.Command, &c.Active)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, fmt.Errorf("read cron job: %w", err)
+	default:
+		rep.Cron = &c
+	}
+	return rep, nil
+}
+
+func readGeneric(ctx context.Context, conn *pgx.Conn, sql string) (*genericTable, error) {
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	t := &genericTable{}
+	for _, f := range rows.FieldDescriptions() {
+		t.Columns = append(t.Columns, f.Name)
+	}
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		row := make([]string, len(vals))
+		for i, v := range vals {
+			row[i] = formatValue(v)
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t, rows.Err()
+}
+
+func formatValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case time.Time:
+		return x.UTC().Format("2006-01-02 15:04:05Z")
+	case time.Duration:
+		return x.String()
+	case []byte:
+		return string(x)
+	case map[string]any, []any:
+		b, _ := json.Marshal(x)
+		return string(b)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+func printStatus(out io.Writer, rep *statusReport) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	section := func(title string) { fmt.Fprintf(tw, "\n== %s\n", title) }
+	fmt.Fprintf(tw, "pgsweep status of schema %s\n", rep.Schema)
+
+	section("queues")
+	if why, ok := rep.Missing["queues"]; ok {
+		fmt.Fprintf(tw, "(%s)\n", why)
+	} else if len(rep.Queues) == 0 {
+		fmt.Fprintln(tw, "(no queues)")
+	} else {
+		fmt.Fprintln(tw, "QUEUE\tKIND\tPENDING\tPROCESSING\tFAILED\tPROCESSED\tDEAD\tOLDEST PENDING")
+		for _, q := range rep.Queues {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, q.Kind, q.Pending, q.Processing, q.Failed, q.Processed, q.Dead,
+				q.OldestPendingAge.Round(time.Second))
+		}
+	}
+
+	section("leases")
+	if len(rep.Leases) == 0 {
+		fmt.Fprintln(tw, "(none)")
+	} else {
+		fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tLIVE\tEXPIRES")
+		for _, l := range rep.Leases {
+			holder := l.Owner
+			if holder == "" {
+				holder = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\n", l.Name, holder, l.Token, l.Live, l.ExpiresAt.UTC().Format("2006-01-02 15:04:05Z"))
+		}
+	}
+
+	section("retention policies")
+	switch t := rep.Retention; {
+	case t == nil:
+		fmt.Fprintf(tw, "(%s)\n", rep.Missing["retention_policies"])
+	case len(t.Rows) == 0:
+		fmt.Fprintln(tw, "(none registered)")
+	default:
+		cols := pickColumns(t.Columns, retentionColumns)
+		head := make([]string, len(cols))
+		for i, c := range cols {
+			head[i] = strings.ToUpper(t.Columns[c])
+		}
+		fmt.Fprintln(tw, strings.Join(head, "\t"))
+		for _, r := range t.Rows {
+			vals := make([]string, len(cols))
+			for i, c := range cols {
+				vals[i] = r[c]
+			}
+			fmt.Fprintln(tw, strings.Join(vals, "\t"))
+		}
+	}
+
+	section("pg_cron")
+	if rep.Cron == nil {
+		fmt.Fprintln(tw, "(no maintain job scheduled; `pgsweep cron schedule` or run `pgsweep run`)")
+	} else {
+		fmt.Fprintf(tw, "job %d\t%s\t%s\tactive=%v\n", rep.Cron.JobID, rep.Cron.Schedule, rep.Cron.Command, rep.Cron.Active)
+	}
+
+	section("recent maintenance passes")
+	if len(rep.Passes) == 0 {
+		fmt.Fprintln(tw, "(none yet)")
+	} else {
+		fmt.Fprintln(tw, "ID\tOWNER\tSTARTED\tDURATION\tRECOVERY\tRETENTION\tCOUNTS\tERROR")
+		for _, p := range rep.Passes {
+			d := "running"
+			if p.Duration != nil {
+				d = p.Duration.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Owner, p.StartedAt.UTC().Format("15:04:05Z"), d,
+				dash(p.Recovery), dash(p.Retention), string(p.Counts), p.Error)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// retentionColumns are the retention_policies columns the text status shows
+// when the view has them (--json shows every column).
+var retentionColumns = []string{"name", "table_name", "mode", "run_interval", "last_finished_at",
+	"last_outcome", "last_rows_deleted", "last_error"}
+
+// pickColumns returns the indexes of want found in have, in want's order;
+// every column when none is found.
+func pickColumns(have, want []string) []int {
+	var idx []int
+	for _, w := range want {
+		for i, h := range have {
+			if h == w {
+				idx = append(idx, i)
+			}
+		}
+	}
+	if len(idx) == 0 {
+		for i := range have {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}

@@ -1,0 +1,118 @@
+-- The maintenance history: every pass is recorded when it starts (and
+-- committed, so a pass that dies stays visible) and completed when it ends.
+-- The history bounds itself: each pass deletes passes older than
+-- history_retention and beyond history_max_rows.
+
+-- _maintain_pass_begin validates maintain's arguments (22023, before anything
+-- is written), derives an owner when none is given, and records the pass.
+CREATE OR REPLACE FUNCTION _maintain_pass_begin(p_owner text, p_budget interval, p_now timestamptz DEFAULT NULL,
+    OUT o_pass bigint, OUT o_owner text, OUT o_deadline timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_part text;
+BEGIN
+    PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
+    o_owner := coalesce(p_owner, format('maintain:pid%s:%s', pg_backend_pid(), substr(md5(random()::text), 1, 8)));
+    PERFORM _check_text('p_owner', o_owner);
+    -- A maintain that raised in this session may have left its session-level
+    -- part locks behind; no pass of this session is running now (a session
+    -- runs one statement at a time), so any such lock is a leftover.
+    FOREACH v_part IN ARRAY _maintain_parts() LOOP
+        WHILE _maintain_lock_held(v_part) LOOP
+            PERFORM pg_advisory_unlock(_maintain_lock_key(v_part));
+        END LOOP;
+    END LOOP;
+    INSERT INTO maintain_pass (owner, started_at, budget) VALUES (o_owner, v_now, p_budget)
+    RETURNING id INTO o_pass;
+    o_deadline := v_now + p_budget;
+END
+$$;
+
+-- _maintain_pass_end completes the pass row and trims the history. Trimming
+-- is done by one session at a time (others skip it), in a bounded batch, and
+-- never touches a pass that may still be running.
+CREATE OR REPLACE FUNCTION _maintain_pass_end(p_pass bigint, p_now timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    UPDATE maintain_pass SET finished_at = v_now WHERE id = p_pass;
+    PERFORM _maintain_history_trim(v_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _maintain_history_trim(p_now timestamptz, p_limit int DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_before timestamptz := p_now - setting_interval('history_retention');
+    -- A pass can last at most an hour (maintain's budget); one unfinished for
+    -- two is dead and may go, an unfinished younger one may still be running.
+    v_dead timestamptz := p_now - interval '2 hours';
+    v_cut bigint;
+    v_deleted bigint;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(_maintain_lock_key('history')) THEN
+        RETURN 0;
+    END IF;
+    SELECT id INTO v_cut FROM maintain_pass ORDER BY id DESC OFFSET setting_int('history_max_rows') LIMIT 1;
+    DELETE FROM maintain_pass
+     WHERE id IN (SELECT id FROM maintain_pass
+                   WHERE (id <= v_cut OR started_at < v_before)
+                     AND (finished_at IS NOT NULL OR started_at < v_dead)
+                   ORDER BY id
+                   LIMIT p_limit);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+
+-- _maintain_fail_owner records an error that maintain() could not record
+-- itself (a part that raised through a COMMIT, see maintain.sql) against the
+-- owner's unfinished passes and runs, and releases the owner's leases. The Go
+-- runner calls it after a pass that failed with an SQL error; call it only
+-- when the failed session is known to be over.
+CREATE OR REPLACE FUNCTION _maintain_fail_owner(p_owner text, p_error text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_n bigint;
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    UPDATE maintain_run SET status = 'failed', finished_at = v_now, error = coalesce(error, p_error)
+     WHERE owner = p_owner AND status = 'running';
+    UPDATE maintain_pass SET finished_at = v_now, error = coalesce(error || '; ', '') || p_error
+     WHERE owner = p_owner AND finished_at IS NULL;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    PERFORM lease_release_owner(p_owner);
+    RETURN v_n;
+END
+$$;
+
+CREATE OR REPLACE VIEW maintenance_passes AS
+SELECT p.id,
+       p.owner,
+       p.started_at,
+       p.finished_at,
+       p.finished_at - p.started_at AS duration,
+       p.parts ->> 'recovery' AS recovery,
+       p.parts ->> 'retention' AS retention,
+       coalesce((SELECT jsonb_object_agg(r.part, r.counts) FROM maintain_run r WHERE r.pass_id = p.id), '{}') AS counts,
+       p.error
+  FROM maintain_pass p;
+
+CREATE OR REPLACE VIEW maintenance_runs AS
+SELECT id, pass_id, part, owner, token, status, started_at, finished_at,
+       finished_at - started_at AS duration, steps, counts, error
+  FROM maintain_run;

@@ -1,0 +1,250 @@
+-- The parts of a maintain pass. Each part ('recovery', 'retention') runs under
+--   * the lease 'maintain:<part>' (the truth: holder, fencing token, expiry by
+--     the database clock; TTL from the setting maintain_lease_ttl, renewed
+--     after every step), and
+--   * a session advisory lock for the part while it runs, so that even a
+--     lease that expired during a long step cannot let a second session on
+--     this server overlap the run.
+-- A part whose lease or lock is busy is skipped at once (no waiting); a part
+-- that is not due (its interval since its last run has not passed, and that
+-- run left no backlog) is skipped too. The procedure maintain() strings these
+-- functions together with a COMMIT after each, so every state change below is
+-- visible to other sessions as soon as it is made.
+
+CREATE OR REPLACE FUNCTION _maintain_parts()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT ARRAY['recovery', 'retention'] $$;
+
+-- The advisory lock key of a part: per schema, so installs side by side in
+-- one database do not block each other.
+CREATE OR REPLACE FUNCTION _maintain_lock_key(p_part text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT hashtextextended('pgsweep maintain ' || current_schema() || ' ' || p_part, 0) $$;
+
+-- _maintain_lock_held: does this session hold the part's advisory lock?
+-- (A bigint key shows in pg_locks as classid = high 32 bits, objid = low 32.)
+CREATE OR REPLACE FUNCTION _maintain_lock_held(p_part text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks
+         WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 1 AND granted
+           AND classid = ((_maintain_lock_key(p_part) >> 32) & 4294967295)::oid
+           AND objid = (_maintain_lock_key(p_part) & 4294967295)::oid)
+$$;
+
+CREATE OR REPLACE FUNCTION _maintain_interval(p_part text)
+RETURNS interval
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT setting_interval(CASE p_part WHEN 'recovery' THEN 'recovery_interval' ELSE 'retention_check_interval' END)
+$$;
+
+-- A part is due when it never finished a run, when its last run stopped with
+-- work left, or when its interval has passed since its last run finished.
+CREATE OR REPLACE FUNCTION _maintain_due(p_part text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v maintain_state;
+BEGIN
+    SELECT * INTO v FROM maintain_state WHERE part = p_part;
+    RETURN v.backlog OR v.last_finished_at IS NULL OR v.last_finished_at + _maintain_interval(p_part) <= p_now;
+END
+$$;
+
+-- _maintain_note records what a part did in its pass row (parts->part) and,
+-- for a failure, appends '<part>: <error>' to the pass's error.
+CREATE OR REPLACE FUNCTION _maintain_note(p_pass bigint, p_part text, p_status text, p_error text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_error text;
+BEGIN
+    IF p_error IS NOT NULL THEN
+        v_error := p_part || ': ' || p_error;
+    END IF;
+    UPDATE maintain_pass
+       SET parts = parts || jsonb_build_object(p_part, p_status),
+           error = CASE WHEN v_error IS NULL THEN error
+                        WHEN error IS NULL THEN v_error
+                        ELSE error || '; ' || v_error END
+     WHERE id = p_pass;
+END
+$$;
+
+-- _maintain_part_begin decides whether this session runs p_part now. o_status:
+--   'running'   it does: it holds the lease (o_token) and the advisory lock,
+--               and o_run is its maintain_run row;
+--   'busy'      another session holds the part's advisory lock or lease;
+--   'not due'   the part ran recently and left no backlog;
+--   'no budget' the pass's deadline has passed.
+-- Runs of this part that were left 'running' by a session that died (or whose
+-- pass raised) are marked 'abandoned' here: holding the lease and the lock
+-- proves nobody runs them any more.
+CREATE OR REPLACE FUNCTION _maintain_part_begin(p_pass bigint, p_part text, p_owner text, p_deadline timestamptz,
+    p_now timestamptz DEFAULT NULL, OUT o_status text, OUT o_run bigint, OUT o_token bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_key bigint := _maintain_lock_key(p_part);
+BEGIN
+    IF NOT p_part = ANY (_maintain_parts()) THEN
+        RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
+            coalesce(quote_literal(p_part), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_now >= p_deadline THEN
+        o_status := 'no budget';
+    ELSIF NOT _maintain_due(p_part, v_now) THEN
+        o_status := 'not due';
+    ELSIF NOT pg_try_advisory_lock(v_key) THEN
+        o_status := 'busy';
+    ELSE
+        o_token := lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl'), p_now);
+        IF o_token IS NULL THEN
+            PERFORM pg_advisory_unlock(v_key);
+            o_status := 'busy';
+        ELSE
+            -- Re-check under the lease: another session may have finished a
+            -- run between our first look and our acquire.
+            PERFORM 1 FROM maintain_state WHERE part = p_part FOR UPDATE;
+            v_now := coalesce(p_now, clock_timestamp());
+            IF NOT _maintain_due(p_part, v_now) THEN
+                PERFORM lease_release('maintain:' || p_part, p_owner, p_now);
+                PERFORM pg_advisory_unlock(v_key);
+                o_status := 'not due';
+            ELSE
+                UPDATE maintain_run
+                   SET status = 'abandoned',
+                       error = coalesce(error, 'the pass ended before this part finished: its session died or the part raised an error (see the caller''s log or cron.job_run_details)')
+                 WHERE part = p_part AND status = 'running';
+                INSERT INTO maintain_run (pass_id, part, owner, token, status, started_at)
+                VALUES (p_pass, p_part, p_owner, o_token, 'running', v_now)
+                RETURNING id INTO o_run;
+                UPDATE maintain_state SET last_started_at = v_now, last_owner = p_owner WHERE part = p_part;
+                o_status := 'running';
+            END IF;
+        END IF;
+    END IF;
+    PERFORM _maintain_note(p_pass, p_part, o_status);
+END
+$$;
+
+-- _maintain_part_step records one step of a running part: its counts (numbers
+-- are added to the run's totals, objects merged one level deep, so
+-- {"deleted": {"policy": 10}} adds up per policy) or its error, and renews the
+-- lease. It returns true when the part should take another step: the step
+-- said {"more": true}, the deadline has not passed, and the lease is still ours.
+CREATE OR REPLACE FUNCTION _maintain_part_step(p_run bigint, p_result jsonb, p_error text, p_deadline timestamptz,
+    p_now timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run;
+    v_counts jsonb;
+    v_more boolean := coalesce(jsonb_typeof(p_result -> 'more') = 'boolean' AND (p_result ->> 'more')::boolean, false);
+    v_now timestamptz;
+BEGIN
+    SELECT * INTO v_run FROM maintain_run WHERE id = p_run FOR UPDATE;
+    IF NOT FOUND OR v_run.status <> 'running' THEN
+        RETURN false;
+    END IF;
+    v_counts := _maintain_add_counts(v_run.counts, coalesce(p_result, '{}') - 'more');
+    IF p_error IS NOT NULL THEN
+        UPDATE maintain_run SET counts = v_counts, steps = steps + 1, more = v_more, status = 'failed', error = p_error
+         WHERE id = p_run;
+        RETURN false;
+    END IF;
+    IF lease_acquire('maintain:' || v_run.part, v_run.owner, setting_interval('maintain_lease_ttl'), p_now) IS NULL THEN
+        UPDATE maintain_run
+           SET counts = v_counts, steps = steps + 1, more = v_more, status = 'lost',
+               error = format('lease maintain:%s was taken over by another owner during the run', v_run.part)
+         WHERE id = p_run;
+        RETURN false;
+    END IF;
+    UPDATE maintain_run SET counts = v_counts, steps = steps + 1, more = v_more WHERE id = p_run;
+    v_now := coalesce(p_now, clock_timestamp());
+    RETURN v_more AND v_now < p_deadline;
+END
+$$;
+
+-- _maintain_renew extends the caller's lease on a part by maintain_lease_ttl
+-- and says whether it still holds it. maintain() renews after every step; a
+-- part body that runs long inside one call (retention, one CALL per policy)
+-- calls it between units of work and stops when it returns false.
+CREATE OR REPLACE FUNCTION _maintain_renew(p_part text, p_owner text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl')) IS NOT NULL $$;
+
+CREATE OR REPLACE FUNCTION _maintain_add_counts(p_total jsonb, p_add jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_out jsonb := coalesce(p_total, '{}');
+    v_key text;
+    v_val jsonb;
+BEGIN
+    IF p_add IS NULL OR jsonb_typeof(p_add) <> 'object' THEN
+        RETURN v_out;
+    END IF;
+    FOR v_key, v_val IN SELECT key, value FROM jsonb_each(p_add) LOOP
+        IF jsonb_typeof(v_val) = 'number' AND jsonb_typeof(v_out -> v_key) = 'number' THEN
+            v_out := v_out || jsonb_build_object(v_key, (v_out ->> v_key)::numeric + v_val::text::numeric);
+        ELSIF jsonb_typeof(v_val) = 'object' AND jsonb_typeof(v_out -> v_key) = 'object' THEN
+            v_out := v_out || jsonb_build_object(v_key, _maintain_add_counts(v_out -> v_key, v_val));
+        ELSE
+            v_out := v_out || jsonb_build_object(v_key, v_val);
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- _maintain_part_end closes a run: finished_at, final status ('done' unless a
+-- step failed or lost the lease), the part's state for the next due check,
+-- and the pass row; then it gives the lease and the advisory lock back.
+CREATE OR REPLACE FUNCTION _maintain_part_end(p_run bigint, p_now timestamptz DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    UPDATE maintain_run
+       SET finished_at = v_now,
+           status = CASE WHEN status = 'running' THEN 'done' ELSE status END
+     WHERE id = p_run
+    RETURNING * INTO v_run;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE maintain_state
+       SET last_finished_at = v_now, last_status = v_run.status, backlog = v_run.more AND v_run.status = 'done'
+     WHERE part = v_run.part;
+    PERFORM _maintain_note(v_run.pass_id, v_run.part, v_run.status, v_run.error);
+    PERFORM lease_release('maintain:' || v_run.part, v_run.owner, p_now);
+    PERFORM pg_advisory_unlock(_maintain_lock_key(v_run.part));
+    RETURN v_run.status;
+END
+$$;

@@ -1,0 +1,474 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// Integration tests: real PostgreSQL, each test in its own schema. The part
+// bodies (_maintain_recovery, _maintain_retention) are replaced in the test
+// schema by stand-ins that take time and log what they did, so that the
+// coordination machinery (leases, advisory locks, history) is exercised as it
+// will be by the real bodies.
+
+func exec(t *testing.T, db *pgtest.DB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func count(t *testing.T, db *pgtest.DB, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// installStandIns replaces both part bodies: each logs its start and end in
+// <schema>.activity; recovery sleeps recoverySleep (seconds) per step for
+// owners matching slowOwner, a few milliseconds otherwise, and asks for more
+// steps at random; retention commits in the middle like retention_run will.
+func installStandIns(t *testing.T, db *pgtest.DB, slowOwner string, slowSleep float64) {
+	t.Helper()
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, fmt.Sprintf(`
+		CREATE TABLE %[1]s.activity (id bigserial PRIMARY KEY, part text, owner text, started_at timestamptz, finished_at timestamptz);
+		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+		LANGUAGE plpgsql AS $$
+		DECLARE v_start timestamptz := clock_timestamp();
+		BEGIN
+			PERFORM pg_sleep(CASE WHEN p_owner = '%[2]s' THEN %[3]s ELSE 0.002 + random() * 0.004 END);
+			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('recovery', p_owner, v_start, clock_timestamp());
+			RETURN jsonb_build_object('recovered', 1, 'lost_leases', 0, 'dead_lettered', 0, 'more', random() < 0.3);
+		END $$;
+		CREATE OR REPLACE PROCEDURE %[1]s._maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+		LANGUAGE plpgsql AS $$
+		DECLARE v_start timestamptz := clock_timestamp();
+		BEGIN
+			PERFORM pg_sleep(0.002);
+			COMMIT;
+			PERFORM pg_sleep(0.002);
+			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('retention', p_owner, v_start, clock_timestamp());
+			p_result := jsonb_build_object('deleted', jsonb_build_object('standin', 2));
+		END $$;
+		SELECT %[1]s.setting_set('recovery_interval', '0');
+		SELECT %[1]s.setting_set('retention_check_interval', '0');`, s, slowOwner, fmt.Sprint(slowSleep)))
+}
+
+func newRunner(t *testing.T, db *pgtest.DB, owner string, opts Options) *Runner {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Schema = db.Schema
+	opts.Owner = owner
+	r, err := New(ConnectConfig(cfg, "pgsweep run "+owner), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// overlaps counts pairs of runs of the same part whose [start, end] overlap.
+const overlapsSQL = `SELECT count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
+	ON a.part = b.part AND a.id < b.id
+	AND tstzrange(a.started_at, a.finished_at, '[]') && tstzrange(b.started_at, b.finished_at, '[]')`
+
+// Five runners and a pg_cron-style caller hammer one database: from the
+// history and from the parts' own log, no part ever ran twice at once.
+func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
+	db := pgtest.New(t, 10)
+	installStandIns(t, db, "none", 0)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 seconds')")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	runners := make([]*Runner, 5)
+	for i := range runners {
+		runners[i] = newRunner(t, db, fmt.Sprintf("runner-%d", i), Options{Interval: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, Budget: 5 * time.Second})
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = runners[i].Run(ctx) }()
+	}
+	cronErr := make(chan error, 1)
+	wg.Add(1)
+	go func() { // what pg_cron does: CALL maintain('pg_cron', budget) on its own connection
+		defer wg.Done()
+		conn := pgtest.Conn(t, db.URL)
+		for ctx.Err() == nil {
+			// pg_cron never cancels a run: each call finishes its pass
+			if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err != nil {
+				cronErr <- err
+				return
+			}
+		}
+	}()
+	// Run until both parts ran often enough, by enough owners, with enough
+	// contention to prove something (at least 3 s, at most 30 s).
+	enough := func() bool {
+		for _, part := range []string{"recovery", "retention"} {
+			runs := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
+			owners := count(t, db, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
+			busy := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
+			if runs < 20 || owners < 4 || busy < 20 {
+				return false
+			}
+		}
+		return true
+	}
+	started := time.Now()
+	for time.Since(started) < 3*time.Second || (!enough() && time.Since(started) < 30*time.Second) {
+		time.Sleep(250 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	select {
+	case err := <-cronErr:
+		t.Fatalf("pg_cron-style caller: %v", err)
+	default:
+	}
+
+	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+		t.Fatalf("history: %d pairs of runs of one part overlapped", n)
+	}
+	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "activity")); n != 0 {
+		t.Fatalf("activity log: %d pairs of part bodies overlapped", n)
+	}
+	// The test proves something only if the parts were contended.
+	for _, part := range []string{"recovery", "retention"} {
+		runs := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
+		owners := count(t, db, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
+		busy := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
+		t.Logf("%s: %d runs by %d owners, %d busy skips", part, runs, owners, busy)
+		if runs < 20 || owners < 4 || busy < 20 {
+			t.Fatalf("%s: %d runs, %d owners, %d busy skips: not enough contention to prove anything", part, runs, owners, busy)
+		}
+	}
+	// Every run finished; only runs cut short by the runners' stop may have
+	// failed, and they say so.
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE status <> 'done' AND (status <> 'failed' OR error <> 'the runner stopped during this pass')"); n != 0 {
+		t.Fatalf("%d runs did not finish cleanly", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY part ORDER BY started_at) AS prev
+		FROM `+s+`.maintain_run) x WHERE token <= prev`); n != 0 {
+		t.Fatalf("%d runs did not get a higher fencing token than the run before them", n)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".activity a WHERE NOT EXISTS (SELECT 1 FROM "+s+
+		".maintain_run r WHERE r.part = a.part AND r.owner = a.owner AND a.started_at >= r.started_at AND a.finished_at <= coalesce(r.finished_at, 'infinity'))"); n != 0 {
+		t.Fatalf("%d part bodies ran outside a recorded run of their owner", n)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE live"); n != 0 {
+		t.Fatalf("%d leases still live after every runner stopped", n)
+	}
+}
+
+// waitFor polls cond (a SQL count) until it is non-zero.
+func waitFor(t *testing.T, db *pgtest.DB, what string, timeout time.Duration, sql string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for count(t, db, sql, args...) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A runner whose backend is terminated mid-pass: the part stays blocked by
+// its lease until the TTL, then another runner takes over with a higher
+// token and the dead run is marked abandoned.
+func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
+	db := pgtest.New(t, 4)
+	installStandIns(t, db, "victim", 30)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
+
+	victim := newRunner(t, db, "victim", Options{})
+	victimDone := make(chan error, 1)
+	go func() { _, _, err := victim.RunOnce(context.Background()); victimDone <- err }()
+	waitFor(t, db, "the victim to run recovery", 10*time.Second,
+		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'")
+	var victimToken int64
+	var expires time.Time
+	if err := db.Pool.QueryRow(context.Background(), "SELECT token, expires_at FROM "+s+".lease WHERE name = 'maintain:recovery' AND owner = 'victim'").
+		Scan(&victimToken, &expires); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	heir := newRunner(t, db, "heir", Options{Interval: 50 * time.Millisecond, Jitter: -1})
+	heirDone := make(chan error, 1)
+	go func() { heirDone <- heir.Run(ctx) }()
+
+	// Find the one backend first, then terminate exactly that pid: a WHERE
+	// clause may evaluate pg_terminate_backend before the other conditions.
+	var pid int32
+	if err := db.Pool.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'pgsweep run victim'`).Scan(&pid); err != nil {
+		t.Fatalf("find the victim's backend: %v", err)
+	}
+	var killed time.Time
+	var ok bool
+	if err := db.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1), clock_timestamp()", pid).Scan(&ok, &killed); err != nil || !ok {
+		t.Fatalf("terminate the victim's backend %d: %v %v", pid, ok, err)
+	}
+	if err := <-victimDone; err == nil {
+		t.Fatal("the victim's pass succeeded although its backend was terminated")
+	}
+	waitFor(t, db, "the heir to take over", 10*time.Second,
+		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'")
+	cancel()
+	<-heirDone
+
+	var heirStart time.Time
+	var heirToken int64
+	if err := db.Pool.QueryRow(context.Background(), "SELECT started_at, token FROM "+s+
+		".maintain_run WHERE owner = 'heir' AND part = 'recovery' ORDER BY id LIMIT 1").Scan(&heirStart, &heirToken); err != nil {
+		t.Fatal(err)
+	}
+	if heirStart.Before(expires) {
+		t.Fatalf("the heir started recovery at %v, before the victim's lease expired at %v", heirStart, expires)
+	}
+	if heirToken != victimToken+1 {
+		t.Fatalf("heir token %d, want %d", heirToken, victimToken+1)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE owner = 'heir' AND parts ->> 'recovery' = 'busy' AND started_at > $1", killed); n == 0 {
+		t.Fatal("the heir never found recovery busy between the kill and the TTL: the test proved nothing")
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'abandoned'"); n != 1 {
+		t.Fatal("the victim's run was not marked abandoned")
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND status <> 'done' AND error IS DISTINCT FROM 'the runner stopped during this pass'"); n != 0 {
+		t.Fatalf("%d heir runs did not finish", n)
+	}
+}
+
+// A runner stopped mid-pass releases its leases at once: another owner runs
+// the part right away instead of after the (here 10 minute) TTL.
+func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
+	db := pgtest.New(t, 4)
+	installStandIns(t, db, "stopper", 30)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
+	r := newRunner(t, db, "stopper", Options{})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	waitFor(t, db, "the runner to hold recovery", 10*time.Second,
+		"SELECT count(*) FROM "+s+".leases WHERE owner = 'stopper' AND live")
+	r.Stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v after Stop, want nil", err)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE owner = 'stopper'"); n != 0 {
+		t.Fatalf("%d leases still held by the stopped runner", n)
+	}
+	// The cancelled backend may need a moment to end and drop its advisory
+	// lock; the lease no longer stands in the way.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn := pgtest.Conn(t, db.URL)
+		if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('next', '5 seconds')"); err != nil {
+			t.Fatal(err)
+		}
+		var status string
+		if err := conn.QueryRow(context.Background(), "SELECT recovery FROM "+s+".maintenance_passes WHERE owner = 'next' ORDER BY id DESC LIMIT 1").Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		if status == "done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("another owner still finds recovery %q after the stop", status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// An idle runner holds no connection: between passes nothing of it shows in
+// pg_stat_activity; during a pass exactly one connection does.
+func TestIdleRunnerHoldsNoConnection(t *testing.T) {
+	db := pgtest.New(t, 2)
+	installStandIns(t, db, "idle", 1)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	r := newRunner(t, db, "idle", Options{Interval: time.Hour})
+	asleep := make(chan struct{})
+	r.sleep = func(ctx context.Context, d time.Duration) error {
+		close(asleep)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, db, "the pass to run", 10*time.Second,
+		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'idle' AND status = 'running'")
+	if n := count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'"); n != 1 {
+		t.Fatalf("%d connections during a pass, want 1", n)
+	}
+	<-asleep
+	// The backend of a closed connection can take a moment to leave pg_stat_activity.
+	deadline := time.Now().Add(5 * time.Second)
+	for count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sleeping runner still holds a connection")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+// A part that raises is recorded and the pass goes on; an error that escapes
+// the committing retention part ends the CALL and is recorded by the runner.
+func TestFailedPartsAreRecorded(t *testing.T) {
+	db := pgtest.New(t, 2)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+		LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN RAISE EXCEPTION 'recovery exploded'; END $$`, s))
+	r := newRunner(t, db, "r1", Options{})
+	p, _, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("a failed recovery step failed the whole pass: %v", err)
+	}
+	if p.Parts["recovery"] != "failed" || p.Parts["retention"] != "done" || p.Error != "recovery: recovery exploded (SQLSTATE P0001)" {
+		t.Fatalf("pass %+v: want recovery failed with its error, retention done", p)
+	}
+
+	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s._maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+		LANGUAGE plpgsql AS $$ BEGIN COMMIT; RAISE EXCEPTION 'retention exploded'; END $$`, s))
+	exec(t, db, "SELECT "+s+".setting_set('retention_check_interval', '0')")
+	if _, _, err := r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "retention exploded") {
+		t.Fatalf("got %v, want the escaped retention error", err)
+	}
+	var status, perr string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT r.status, p.error FROM "+s+".maintain_run r JOIN "+s+
+		".maintain_pass p ON p.id = r.pass_id WHERE r.owner = 'r1' AND r.part = 'retention' ORDER BY r.id DESC LIMIT 1").Scan(&status, &perr); err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" || !strings.Contains(perr, "retention exploded") {
+		t.Fatalf("run %s, pass error %q: want the runner to record the escaped error", status, perr)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE owner = 'r1'"); n != 0 {
+		t.Fatal("the failed pass left its lease held")
+	}
+
+	// pg_cron has no runner to record it: the next pass marks the run abandoned.
+	conn := pgtest.Conn(t, db.URL)
+	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
+		t.Fatal("want the escaped error")
+	}
+	exec(t, db, "SELECT "+s+".lease_release('maintain:retention', 'pg_cron')") // as if its TTL had passed
+	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
+		t.Fatal("want the escaped error again")
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'pg_cron' AND part = 'retention' AND status = 'abandoned'"); n != 1 {
+		t.Fatalf("%d abandoned runs, want the first pg_cron run marked abandoned by the second", n)
+	}
+}
+
+// Steps commit one by one until the part is done or its share of the budget
+// (recovery: half) is spent; a part stopped by the budget leaves a backlog and
+// is due again at once, and retention still gets its turn.
+func TestStepsStopAtTheBudget(t *testing.T) {
+	db := pgtest.New(t, 2)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+		LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+		BEGIN PERFORM pg_sleep(0.05); RETURN '{"recovered": 1, "more": true}'; END $$`, s))
+	exec(t, db, "SELECT "+s+".setting_set('recovery_interval', '1 hour')")
+	conn := pgtest.Conn(t, db.URL)
+	// A second session watches the run's committed step count grow during the pass.
+	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('budget', '1 second')"); err != nil {
+		t.Fatal(err)
+	}
+	var steps, recovered int64
+	var status, retention string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT r.steps, (r.counts ->> 'recovered')::bigint, r.status, p.retention FROM "+s+
+		".maintain_run r JOIN "+s+".maintenance_passes p ON p.id = r.pass_id WHERE r.part = 'recovery'").Scan(&steps, &recovered, &status, &retention); err != nil {
+		t.Fatal(err)
+	}
+	if steps < 3 || steps > 12 || recovered != steps || status != "done" {
+		t.Fatalf("steps %d, recovered %d, status %s: want several summed steps of 50 ms ended by half the 1 s budget", steps, recovered, status)
+	}
+	if retention != "done" {
+		t.Fatalf("retention %q: a recovery backlog must leave retention half the budget", retention)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_state WHERE part = 'recovery' AND backlog"); n != 1 {
+		t.Fatal("the backlog was not recorded")
+	}
+	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('budget', '1 second')"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = 'recovery'"); n != 2 {
+		t.Fatalf("%d recovery runs: a backlog must make the part due again despite its 1 hour interval", n)
+	}
+}
+
+// The runner reads its interval from the database after every pass, and the
+// history stays bounded by history_max_rows.
+func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
+	db := pgtest.New(t, 2)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	r := newRunner(t, db, "settings", Options{})
+	exec(t, db, "SELECT "+s+".setting_set('runner_interval', '42 seconds')")
+	exec(t, db, "SELECT "+s+".setting_set('history_max_rows', '10')")
+	for range 25 {
+		_, st, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Interval != 42*time.Second {
+			t.Fatalf("interval %v, want the 42s set by SQL", st.Interval)
+		}
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass"); n > 11 {
+		t.Fatalf("%d passes kept, want at most history_max_rows (+ the pass being recorded)", n)
+	}
+}
+
+// The advisory lock is the second guard: while a step outlives the part's
+// lease TTL, another session on this server still finds the part busy.
+func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
+	db := pgtest.New(t, 4)
+	installStandIns(t, db, "slow", 3)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '1 second')")
+	slow := newRunner(t, db, "slow", Options{Budget: 4 * time.Second}) // recovery gets 2 s: one 3 s step
+	done := make(chan error, 1)
+	go func() { _, _, err := slow.RunOnce(context.Background()); done <- err }()
+	waitFor(t, db, "the slow step to outlive its lease", 10*time.Second,
+		"SELECT count(*) FROM "+s+".maintain_run r JOIN "+s+".leases l ON l.name = 'maintain:recovery' WHERE r.owner = 'slow' AND r.status = 'running' AND NOT l.live")
+	conn := pgtest.Conn(t, db.URL)
+	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('other', '5 seconds')"); err != nil {
+		t.Fatal(err)
+	}
+	var recovery string
+	if err := conn.QueryRow(context.Background(), "SELECT recovery FROM "+s+".maintenance_passes WHERE owner = 'other'").Scan(&recovery); err != nil {
+		t.Fatal(err)
+	}
+	if recovery != "busy" {
+		t.Fatalf("another session found recovery %q while the slow step still ran, want busy", recovery)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+		t.Fatalf("%d overlapping runs", n)
+	}
+	// The slow runner's renewal after the step found the lease free and took a new tenure.
+	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'slow' AND part = 'recovery' AND status = 'done'"); n != 1 {
+		t.Fatal("the slow run did not finish as done")
+	}
+}

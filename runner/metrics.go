@@ -1,0 +1,108 @@
+package runner
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the runner's Prometheus metrics, registered on their own
+// registry (no global state); serve them with Handler.
+type Metrics struct {
+	// Registry holds every metric below plus the Go runtime and process collectors.
+	Registry *prometheus.Registry
+
+	passes          prometheus.Counter
+	passErrors      prometheus.Counter
+	passDuration    prometheus.Histogram
+	partRuns        *prometheus.CounterVec
+	leasesAcquired  *prometheus.CounterVec
+	leasesLost      *prometheus.CounterVec
+	rowsDeleted     *prometheus.CounterVec
+	rowsRecovered   prometheus.Counter
+	claimsExpired   prometheus.Counter
+	deadLettered    prometheus.Counter
+	queueDepth      *prometheus.GaugeVec
+	oldestPending   *prometheus.GaugeVec
+	lastSuccess     prometheus.Gauge
+	consecutiveFail prometheus.Gauge
+}
+
+// NewMetrics creates the metrics on a new registry, together with the Go
+// runtime and process collectors.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		passes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgsweep_maintain_passes_total", Help: "Maintenance passes attempted (CALL maintain), successful or not."}),
+		passErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgsweep_maintain_pass_errors_total", Help: "Maintenance passes that failed: connection errors and errors raised by maintain()."}),
+		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pgsweep_maintain_pass_duration_seconds", Help: "Wall time of a maintenance pass, connect to disconnect.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}),
+		partRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgsweep_maintain_parts_total", Help: "What each part of this runner's passes did: done, failed, lost, busy, not due, no budget."},
+			[]string{"part", "status"}),
+		leasesAcquired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgsweep_maintain_leases_acquired_total", Help: "maintain:<part> leases this runner acquired (parts it ran)."}, []string{"part"}),
+		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgsweep_maintain_leases_lost_total", Help: "maintain:<part> leases taken over by another owner while this runner ran the part."}, []string{"part"}),
+		rowsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgsweep_retention_rows_deleted_total", Help: "Rows deleted by retention in this runner's passes, per policy."}, []string{"policy"}),
+		rowsRecovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgsweep_recovery_rows_recovered_total", Help: "Messages whose expired claim recovery made claimable again."}),
+		claimsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgsweep_recovery_lost_leases_total", Help: "Message claims (worker leases) recovery found expired."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgsweep_recovery_dead_lettered_total", Help: "Messages recovery moved to the dead letters (no attempts left)."}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgsweep_queue_depth", Help: "Messages per queue and state, from queue_stats, read after each pass."},
+			[]string{"queue", "kind", "state"}),
+		oldestPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgsweep_queue_oldest_pending_age_seconds", Help: "Age of the oldest pending message per queue, from queue_stats."},
+			[]string{"queue"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pgsweep_runner_last_success_timestamp_seconds", Help: "Unix time of the last successful pass."}),
+		consecutiveFail: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pgsweep_runner_consecutive_failures", Help: "Failed passes since the last successful one (drives the backoff)."}),
+	}
+	r.MustRegister(m.passes, m.passErrors, m.passDuration, m.partRuns, m.leasesAcquired, m.leasesLost,
+		m.rowsDeleted, m.rowsRecovered, m.claimsExpired, m.deadLettered, m.queueDepth, m.oldestPending,
+		m.lastSuccess, m.consecutiveFail,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observePass adds what one pass did to the counters.
+func (m *Metrics) observePass(p *Pass) {
+	for part, status := range p.Parts {
+		m.partRuns.WithLabelValues(part, status).Inc()
+		switch status {
+		case "done", "failed", "lost":
+			m.leasesAcquired.WithLabelValues(part).Inc()
+		}
+		if status == "lost" {
+			m.leasesLost.WithLabelValues(part).Inc()
+		}
+	}
+	m.rowsRecovered.Add(float64(p.Recovery.Recovered))
+	m.claimsExpired.Add(float64(p.Recovery.LostLeases))
+	m.deadLettered.Add(float64(p.Recovery.DeadLettered))
+	for policy, n := range p.Deleted {
+		m.rowsDeleted.WithLabelValues(policy).Add(float64(n))
+	}
+}
+
+// setQueues replaces the queue gauges with stats (queues that disappeared
+// disappear from the metrics too).
+func (m *Metrics) setQueues(stats []QueueStats) {
+	m.queueDepth.Reset()
+	m.oldestPending.Reset()
+	for _, q := range stats {
+		for state, n := range map[string]int64{"pending": q.Pending, "processing": q.Processing, "failed": q.Failed,
+			"processed": q.Processed, "dead": q.Dead} {
+			m.queueDepth.WithLabelValues(q.Queue, q.Kind, state).Set(float64(n))
+		}
+		m.oldestPending.WithLabelValues(q.Queue).Set(q.OldestPendingAge.Seconds())
+	}
+}

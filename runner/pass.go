@@ -1,0 +1,168 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Pass is what one maintain() pass of this runner did, as recorded in the
+// maintenance_passes view.
+type Pass struct {
+	ID int64
+	// Parts maps each part ("recovery", "retention") to what it did: done,
+	// failed, lost (its lease was taken over), busy (another session ran
+	// it), not due, or no budget.
+	Parts    map[string]string
+	Recovery RecoveryCounts
+	// Deleted is the number of rows retention deleted, per policy.
+	Deleted map[string]int64
+	// Error is the pass's recorded error ("<part>: <message>; ..."), empty
+	// when every part that ran succeeded.
+	Error string
+}
+
+// RecoveryCounts are the recovery part's counts for one pass.
+type RecoveryCounts struct {
+	Recovered    int64 `json:"recovered"`
+	LostLeases   int64 `json:"lost_leases"`
+	DeadLettered int64 `json:"dead_lettered"`
+}
+
+// QueueStats is one row of the queue_stats view.
+type QueueStats struct {
+	Queue, Kind                                  string
+	Pending, Processing, Failed, Processed, Dead int64
+	OldestPendingAge                             time.Duration
+}
+
+// Settings are the runner settings read from the database after each pass
+// (runner_interval, runner_jitter).
+type Settings struct {
+	Interval, Jitter time.Duration
+}
+
+func (r *Runner) fn(name string) string { return r.q + "." + name }
+
+// callMaintain runs one pass. A database error raised by maintain() (the
+// connection still works) is recorded against this owner's unfinished
+// history rows, which releases its leases too: maintain() cannot record an
+// error that escaped a part that commits (see maintain_retention.sql).
+func (r *Runner) callMaintain(ctx context.Context, conn Conn) error {
+	_, err := conn.Exec(ctx, "CALL "+r.fn("maintain")+"($1, $2)", r.owner, r.opts.Budget)
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	// Missing objects (pgsweep not installed or not migrated) leave nothing to
+	// record; anything else raised by maintain() is recorded.
+	if errors.As(err, &pgErr) && ctx.Err() == nil && pgErr.Code != "3F000" && pgErr.Code != "42883" && pgErr.Code != "42P01" {
+		msg := fmt.Sprintf("maintain raised: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+		if _, ferr := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, msg); ferr != nil {
+			r.log.Warn("could not record the failed pass", "error", redactErr(ferr))
+		}
+	}
+	return fmt.Errorf("CALL maintain: %w", err)
+}
+
+// readPass reads back this owner's latest pass.
+func (r *Runner) readPass(ctx context.Context, conn Conn) (*Pass, error) {
+	var (
+		p                   Pass
+		recovery, retention *string
+		counts              []byte
+		errText             *string
+	)
+	err := conn.QueryRow(ctx, "SELECT id, recovery, retention, counts, error FROM "+r.fn("maintenance_passes")+
+		" WHERE owner = $1 ORDER BY id DESC LIMIT 1", r.owner).Scan(&p.ID, &recovery, &retention, &counts, &errText)
+	if err != nil {
+		return nil, fmt.Errorf("read pass: %w", err)
+	}
+	p.Parts = map[string]string{}
+	if recovery != nil {
+		p.Parts["recovery"] = *recovery
+	}
+	if retention != nil {
+		p.Parts["retention"] = *retention
+	}
+	if errText != nil {
+		p.Error = *errText
+	}
+	if err := parseCounts(counts, &p); err != nil {
+		return nil, fmt.Errorf("read pass %d: %w", p.ID, err)
+	}
+	return &p, nil
+}
+
+// parseCounts reads {"recovery": {...}, "retention": {"deleted": {policy: n}}}.
+func parseCounts(raw []byte, p *Pass) error {
+	p.Deleted = map[string]int64{}
+	if len(raw) == 0 {
+		return nil
+	}
+	var c struct {
+		Recovery  RecoveryCounts `json:"recovery"`
+		Retention struct {
+			Deleted map[string]int64 `json:"deleted"`
+		} `json:"retention"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("counts %s: %w", raw, err)
+	}
+	p.Recovery = c.Recovery
+	for k, v := range c.Retention.Deleted {
+		p.Deleted[k] = v
+	}
+	return nil
+}
+
+// readSettings reads runner_interval and runner_jitter: a change made by SQL
+// applies to the sleep after the next pass.
+func (r *Runner) readSettings(ctx context.Context, conn Conn) (Settings, error) {
+	var s Settings
+	err := conn.QueryRow(ctx, "SELECT "+r.fn("setting_interval")+"('runner_interval'), "+
+		r.fn("setting_interval")+"('runner_jitter')").Scan(&s.Interval, &s.Jitter)
+	if err != nil {
+		return s, fmt.Errorf("read runner settings: %w", err)
+	}
+	return s, nil
+}
+
+// ReadQueueStats reads the queue_stats view. It returns (nil, ErrNoQueueStats)
+// when the view does not exist (a schema without the message store).
+func ReadQueueStats(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, schema string) ([]QueueStats, error) {
+	rows, err := db.Query(ctx, "SELECT queue::text, kind::text, pending::bigint, processing::bigint, failed::bigint, "+
+		"processed::bigint, dead::bigint, coalesce(oldest_pending_age, interval '0') FROM "+
+		pgx.Identifier{schema, "queue_stats"}.Sanitize()+" ORDER BY queue")
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return nil, ErrNoQueueStats
+		}
+		return nil, fmt.Errorf("read queue_stats: %w", err)
+	}
+	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueStats, error) {
+		var q QueueStats
+		err := row.Scan(&q.Queue, &q.Kind, &q.Pending, &q.Processing, &q.Failed, &q.Processed, &q.Dead, &q.OldestPendingAge)
+		return q, err
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return nil, ErrNoQueueStats
+		}
+		return nil, fmt.Errorf("read queue_stats: %w", err)
+	}
+	return stats, nil
+}
+
+// ErrNoQueueStats is returned by ReadQueueStats when the schema has no
+// queue_stats view.
+var ErrNoQueueStats = errors.New("queue_stats does not exist in this schema (the message store is not installed)")

@@ -1,0 +1,423 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep"
+)
+
+// Options configure a Runner. The zero value is valid: interval and jitter
+// then come from the database's settings (runner_interval, runner_jitter)
+// after every pass.
+type Options struct {
+	// Schema pgsweep is installed in; pgsweep.DefaultSchema when empty.
+	Schema string
+	// Owner is the lease owner identity; DefaultOwner() when empty. It must
+	// be unique among the callers of maintain().
+	Owner string
+	// Budget bounds one pass (maintain's p_budget, 1 second to 1 hour);
+	// 30 seconds when zero.
+	Budget time.Duration
+	// Interval overrides the runner_interval setting when positive.
+	Interval time.Duration
+	// Jitter overrides the runner_jitter setting when positive; a negative
+	// value means no jitter. The jitter is capped at the interval.
+	Jitter time.Duration
+	// BackoffMin and BackoffMax bound the exponential backoff after failed
+	// passes (1 second and 1 minute when zero).
+	BackoffMin, BackoffMax time.Duration
+	// HealthyWithin is how recent the last successful pass must be for
+	// Healthy to report true; when zero, 2 intervals + the budget + 30s.
+	HealthyWithin time.Duration
+	// Logger receives the runner's log lines; nothing is logged when nil.
+	Logger *slog.Logger
+	// Metrics receives the runner's metrics; NewMetrics() when nil.
+	Metrics *Metrics
+}
+
+// Runner calls maintain() in a loop. Create it with New, run it with Run (or
+// one pass with RunOnce), stop it with Stop or by cancelling Run's context.
+type Runner struct {
+	opts    Options
+	connect Connector
+	owner   string
+	q       string // quoted schema
+	log     *slog.Logger
+	metrics *Metrics
+
+	// injectable for tests: the clock, the sleep between passes, the jitter source
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+	rand  func() float64
+
+	mu          sync.Mutex
+	running     bool
+	cancel      context.CancelFunc
+	done        chan struct{}
+	failures    int
+	lastAttempt time.Time
+	lastSuccess time.Time
+	lastErr     error
+	interval    time.Duration // the last interval used, for health
+	warnedStats bool
+	interrupted bool // a pass was cancelled by a stop: its history rows are unfinished
+}
+
+const (
+	defaultBudget     = 30 * time.Second
+	defaultBackoffMin = time.Second
+	defaultBackoffMax = time.Minute
+	defaultInterval   = 10 * time.Second
+	releaseTimeout    = 10 * time.Second
+)
+
+// New returns a Runner that opens a connection with connect for every pass.
+func New(connect Connector, opts Options) (*Runner, error) {
+	if connect == nil {
+		return nil, errors.New("runner: connect is nil")
+	}
+	if opts.Schema == "" {
+		opts.Schema = pgsweep.DefaultSchema
+	}
+	if err := pgsweep.ValidateSchema(opts.Schema); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	if opts.Owner == "" {
+		opts.Owner = DefaultOwner()
+	}
+	if len(opts.Owner) > 200 {
+		return nil, fmt.Errorf("runner: owner must be at most 200 characters, got %d", len(opts.Owner))
+	}
+	if opts.Budget == 0 {
+		opts.Budget = defaultBudget
+	}
+	if opts.Budget < time.Second || opts.Budget > time.Hour {
+		return nil, fmt.Errorf("runner: budget must be between 1s and 1h, got %v", opts.Budget)
+	}
+	if opts.Interval < 0 {
+		return nil, fmt.Errorf("runner: interval must not be negative, got %v", opts.Interval)
+	}
+	if opts.BackoffMin <= 0 {
+		opts.BackoffMin = defaultBackoffMin
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = defaultBackoffMax
+	}
+	if opts.BackoffMax < opts.BackoffMin {
+		opts.BackoffMax = opts.BackoffMin
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m := opts.Metrics
+	if m == nil {
+		m = NewMetrics()
+	}
+	return &Runner{
+		opts:    opts,
+		connect: connect,
+		owner:   opts.Owner,
+		q:       pgx.Identifier{opts.Schema}.Sanitize(),
+		log:     log.With("owner", opts.Owner),
+		metrics: m,
+		now:     time.Now,
+		sleep:   sleepCtx,
+		rand:    rand.Float64,
+	}, nil
+}
+
+// Owner returns the runner's lease owner identity.
+func (r *Runner) Owner() string { return r.owner }
+
+// Metrics returns the runner's metrics.
+func (r *Runner) Metrics() *Metrics { return r.metrics }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Run calls maintain() until ctx is cancelled or Stop is called. Stopping
+// cancels the pass in flight (the database rolls back its current step),
+// waits for it to return, and releases every lease this runner holds, so
+// another replica can take over at once. Run returns nil after a stop; it
+// returns an error only when the Runner is already running.
+func (r *Runner) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return errors.New("runner: already running")
+	}
+	r.running = true
+	r.cancel = cancel
+	done := make(chan struct{})
+	r.done = done
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running = false
+		r.mu.Unlock()
+		close(done)
+	}()
+
+	r.log.Info("runner started", "schema", r.opts.Schema, "budget", r.opts.Budget)
+	for ctx.Err() == nil {
+		wait := r.iterate(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err := r.sleep(ctx, wait); err != nil {
+			break
+		}
+	}
+	r.releaseLeases()
+	r.log.Info("runner stopped")
+	return nil
+}
+
+// Stop asks Run to return and waits until it has: the pass in flight is
+// cancelled and awaited, and the runner's leases are released.
+func (r *Runner) Stop() {
+	r.mu.Lock()
+	cancel, done, running := r.cancel, r.done, r.running
+	r.mu.Unlock()
+	if !running {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// iterate runs one pass and returns how long to wait before the next.
+func (r *Runner) iterate(ctx context.Context) time.Duration {
+	r.mu.Lock()
+	before := r.failures
+	r.mu.Unlock()
+	_, s, err := r.RunOnce(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0 // stopping: the error is the cancellation itself
+		}
+		wait := r.backoff(r.failures)
+		r.log.Warn("maintenance pass failed; backing off", "error", redactErr(err),
+			"consecutive_failures", r.failures, "retry_in", wait)
+		return wait
+	}
+	if before > 0 {
+		r.log.Info("maintenance pass succeeded again", "after_failures", before)
+	}
+	return r.nextWait(s)
+}
+
+// backoff returns BackoffMin * 2^(n-1), capped at BackoffMax.
+func (r *Runner) backoff(n int) time.Duration {
+	d := r.opts.BackoffMin
+	for i := 1; i < n && d < r.opts.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, r.opts.BackoffMax)
+}
+
+// nextWait is the interval, from the options or the database, plus a random
+// jitter in [-jitter, +jitter] (jitter capped at the interval).
+func (r *Runner) nextWait(s Settings) time.Duration {
+	interval, jitter := s.Interval, s.Jitter
+	if r.opts.Interval > 0 {
+		interval = r.opts.Interval
+	}
+	if interval <= 0 {
+		interval = defaultInterval
+	}
+	switch {
+	case r.opts.Jitter > 0:
+		jitter = r.opts.Jitter
+	case r.opts.Jitter < 0:
+		jitter = 0
+	}
+	jitter = min(max(jitter, 0), interval)
+	r.interval = interval
+	return interval + time.Duration((r.rand()*2-1)*float64(jitter))
+}
+
+// RunOnce runs one pass on a new connection and closes it: CALL maintain,
+// then it reads what the pass did, the runner settings and queue_stats. It
+// updates the metrics and the health state, and returns the pass and the
+// settings read after it. Most callers use Run.
+func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
+	start := r.now()
+	p, s, err := r.pass(ctx)
+	elapsed := r.now().Sub(start)
+	r.metrics.passes.Inc()
+	r.metrics.passDuration.Observe(elapsed.Seconds())
+	r.mu.Lock()
+	r.lastAttempt = r.now()
+	r.lastErr = err
+	if err == nil {
+		r.lastSuccess = r.lastAttempt
+		r.failures = 0
+	} else if ctx.Err() == nil { // a cancelled pass is a stop, not a failure
+		r.failures++
+	} else {
+		r.interrupted = true
+	}
+	failures := r.failures
+	r.mu.Unlock()
+	r.metrics.consecutiveFail.Set(float64(failures))
+	if err != nil {
+		r.metrics.passErrors.Inc()
+		return nil, s, err
+	}
+	r.metrics.lastSuccess.Set(float64(r.lastAttempt.UnixNano()) / 1e9)
+	r.metrics.observePass(p)
+	r.logPass(p, elapsed)
+	return p, s, nil
+}
+
+func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
+	var s Settings
+	conn, err := r.connect(ctx)
+	if err != nil {
+		return nil, s, fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if err := r.callMaintain(ctx, conn); err != nil {
+		return nil, s, err
+	}
+	p, err := r.readPass(ctx, conn)
+	if err != nil {
+		return nil, s, err
+	}
+	if s, err = r.readSettings(ctx, conn); err != nil {
+		return nil, s, err
+	}
+	stats, err := ReadQueueStats(ctx, conn, r.opts.Schema)
+	switch {
+	case errors.Is(err, ErrNoQueueStats):
+		r.mu.Lock()
+		warn := !r.warnedStats
+		r.warnedStats = true
+		r.mu.Unlock()
+		if warn {
+			r.log.Warn("queue metrics unavailable", "reason", err.Error())
+		}
+	case err != nil:
+		return nil, s, err
+	default:
+		r.metrics.setQueues(stats)
+	}
+	return p, s, nil
+}
+
+func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
+	attrs := []any{"pass", p.ID, "recovery", p.Parts["recovery"], "retention", p.Parts["retention"], "elapsed", elapsed}
+	var deleted int64
+	for _, n := range p.Deleted {
+		deleted += n
+	}
+	if p.Recovery != (RecoveryCounts{}) || deleted > 0 {
+		attrs = append(attrs, "recovered", p.Recovery.Recovered, "lost_leases", p.Recovery.LostLeases,
+			"dead_lettered", p.Recovery.DeadLettered, "deleted", deleted)
+	}
+	switch {
+	case p.Error != "":
+		r.log.Error("maintenance pass recorded an error", append(attrs, "error", pgsweep.RedactSecrets(p.Error))...)
+	case p.Recovery != (RecoveryCounts{}) || deleted > 0:
+		r.log.Info("maintenance pass", attrs...)
+	default:
+		r.log.Debug("maintenance pass", attrs...)
+	}
+}
+
+// releaseLeases gives up every lease this owner holds, on a new connection
+// (the pass's connection may have been cancelled). When a pass was cancelled
+// by the stop, its unfinished history rows are closed first ("the runner
+// stopped during this pass").
+func (r *Runner) releaseLeases() {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	conn, err := r.connect(ctx)
+	if err != nil {
+		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
+		return
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	rows, err := conn.Query(ctx, "SELECT "+r.fn("lease_release_owner")+"($1)", r.owner)
+	if err != nil {
+		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
+		return
+	}
+	r.mu.Lock()
+	interrupted := r.interrupted
+	r.mu.Unlock()
+	if interrupted {
+		// Close the cancelled pass's history rows now rather than leave them
+		// for the next holder to mark abandoned.
+		if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner,
+			"the runner stopped during this pass"); err != nil {
+			r.log.Warn("could not record the interrupted pass", "error", redactErr(err))
+		}
+	}
+	r.log.Info("released leases", "leases", names)
+}
+
+// Health is the runner's health as /healthz reports it.
+type Health struct {
+	Healthy     bool      `json:"healthy"`
+	Owner       string    `json:"owner"`
+	LastAttempt time.Time `json:"last_attempt,omitzero"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	Failures    int       `json:"consecutive_failures"`
+}
+
+// Health reports whether the last pass succeeded, recently enough.
+func (r *Runner) Health() Health {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := Health{Owner: r.owner, LastAttempt: r.lastAttempt, LastSuccess: r.lastSuccess, Failures: r.failures}
+	if r.lastErr != nil {
+		h.LastError = pgsweep.RedactSecrets(r.lastErr.Error())
+	}
+	within := r.opts.HealthyWithin
+	if within <= 0 {
+		iv := r.interval
+		if iv <= 0 {
+			iv = defaultInterval
+		}
+		within = 2*iv + r.opts.Budget + 30*time.Second
+	}
+	h.Healthy = r.lastErr == nil && !r.lastSuccess.IsZero() && r.now().Sub(r.lastSuccess) <= within
+	return h
+}
+
+// redactErr renders an error for a log line without any password a
+// connection string in it may carry.
+func redactErr(err error) string { return pgsweep.RedactSecrets(err.Error()) }

@@ -1,0 +1,482 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pashagolub/pgxmock/v3"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// These tests drive the loop with pgxmock connections and an injected sleep:
+// every wait is handed to the test on a channel, so nothing here sleeps.
+
+const owner = "test-owner"
+
+type harness struct {
+	t      *testing.T
+	r      *Runner
+	mock   pgxmock.PgxConnIface
+	logs   *syncBuffer
+	sleeps chan time.Duration
+	wake   chan struct{}
+	mu     sync.Mutex
+	dial   []error // errors returned by the next connects, in order; nil = the mock
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHarness(t *testing.T, opts Options) *harness {
+	t.Helper()
+	mock, err := pgxmock.NewConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, mock: mock, logs: &syncBuffer{}, sleeps: make(chan time.Duration, 100), wake: make(chan struct{})}
+	opts.Owner = owner
+	opts.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	connect := func(ctx context.Context) (Conn, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.dial) > 0 {
+			err := h.dial[0]
+			h.dial = h.dial[1:]
+			if err != nil {
+				return nil, err
+			}
+		}
+		return mock, nil
+	}
+	r, err := New(connect, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rand = func() float64 { return 0.5 } // no jitter unless a test says otherwise
+	r.sleep = func(ctx context.Context, d time.Duration) error {
+		h.sleeps <- d
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.wake:
+			return nil
+		}
+	}
+	h.r = r
+	t.Cleanup(func() {
+		if err := mock.ExpectationsWereMet(); err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+// nextSleep waits for the loop to ask for its next sleep and returns it.
+func (h *harness) nextSleep() time.Duration {
+	h.t.Helper()
+	select {
+	case d := <-h.sleeps:
+		return d
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the loop never asked to sleep")
+		return 0
+	}
+}
+
+func (h *harness) expectPass(interval, jitter time.Duration, counts string, status ...string) {
+	rec, ret := "done", "done"
+	if len(status) == 2 {
+		rec, ret = status[0], status[1]
+	}
+	h.mock.ExpectExec(`CALL "pgsweep"\.maintain\(\$1, \$2\)`).WithArgs(owner, 30*time.Second).
+		WillReturnResult(pgconn.NewCommandTag("CALL"))
+	h.mock.ExpectQuery(`SELECT id, recovery, retention, counts, error FROM "pgsweep"\.maintenance_passes WHERE owner = \$1`).
+		WithArgs(owner).
+		WillReturnRows(pgxmock.NewRows([]string{"id", "recovery", "retention", "counts", "error"}).
+			AddRow(int64(7), &rec, &ret, []byte(counts), (*string)(nil)))
+	h.mock.ExpectQuery(`setting_interval"?\('runner_interval'\)`).
+		WillReturnRows(pgxmock.NewRows([]string{"i", "j"}).AddRow(interval, jitter))
+	h.mock.ExpectQuery(`FROM "pgsweep"\."queue_stats"`).WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "pgsweep.queue_stats" does not exist`})
+	h.mock.ExpectClose()
+}
+
+func (h *harness) expectRelease(names ...string) {
+	rows := pgxmock.NewRows([]string{"lease_release_owner"})
+	for _, n := range names {
+		rows.AddRow(n)
+	}
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.lease_release_owner\(\$1\)`).WithArgs(owner).WillReturnRows(rows)
+	h.mock.ExpectClose()
+}
+
+func (h *harness) start() (context.CancelFunc, chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.r.Run(ctx) }()
+	return cancel, done
+}
+
+func wait(t *testing.T, done chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+func TestBackoffGrowsCapsAndResetsOnSuccess(t *testing.T) {
+	h := newHarness(t, Options{BackoffMin: time.Second, BackoffMax: 4 * time.Second})
+	dialErr := errors.New("failed to connect to postgres://app:s3cret@db.internal:5432/app: connection refused")
+	h.dial = []error{dialErr, dialErr, dialErr, dialErr, dialErr, nil, dialErr}
+	h.expectPass(10*time.Second, 0, `{}`)
+	h.expectRelease()
+	cancel, done := h.start()
+
+	var got []time.Duration
+	for range 7 {
+		got = append(got, h.nextSleep())
+		if len(got) < 7 {
+			h.wake <- struct{}{}
+		}
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 10 * time.Second, time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("sleeps %v, want %v (grow, cap at 4s, interval after success, reset)", got, want)
+		}
+	}
+	cancel()
+	wait(t, done)
+	logs := h.logs.String()
+	if strings.Contains(logs, "s3cret") {
+		t.Fatalf("a password reached the log:\n%s", logs)
+	}
+	if !strings.Contains(logs, "consecutive_failures=5") || !strings.Contains(logs, "retry_in=4s") {
+		t.Fatalf("log lines do not say how often it failed and when it retries:\n%s", logs)
+	}
+	if !strings.Contains(logs, "maintenance pass succeeded again") {
+		t.Fatalf("recovery not logged:\n%s", logs)
+	}
+	if got := counterValue(t, h.r.metrics, "pgsweep_maintain_pass_errors_total", nil); got != 6 {
+		t.Fatalf("pass errors = %v, want 6", got)
+	}
+}
+
+func TestIntervalAndJitterComeFromSettingsEachPass(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.r.rand = func() float64 { return 1 } // the top of the jitter range
+	h.expectPass(10*time.Second, 2*time.Second, `{}`)
+	h.expectPass(3*time.Second, 5*time.Second, `{}`) // jitter is capped at the interval
+	h.expectRelease()
+	cancel, done := h.start()
+	if d := h.nextSleep(); d != 12*time.Second {
+		t.Fatalf("first sleep %v, want 10s + 2s jitter", d)
+	}
+	h.wake <- struct{}{}
+	if d := h.nextSleep(); d != 6*time.Second {
+		t.Fatalf("second sleep %v, want the changed 3s interval + jitter capped at 3s", d)
+	}
+	cancel()
+	wait(t, done)
+}
+
+func TestFlagsOverrideSettings(t *testing.T) {
+	h := newHarness(t, Options{Interval: time.Minute, Jitter: -1})
+	h.r.rand = func() float64 { return 0 }
+	h.expectPass(10*time.Second, 2*time.Second, `{}`)
+	h.expectRelease()
+	cancel, done := h.start()
+	if d := h.nextSleep(); d != time.Minute {
+		t.Fatalf("sleep %v, want the 1m override without jitter", d)
+	}
+	cancel()
+	wait(t, done)
+}
+
+func TestStopReleasesLeasesAtOnce(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.expectPass(10*time.Second, 0, `{}`)
+	h.expectRelease("maintain:recovery")
+	_, done := h.start()
+	h.nextSleep()
+	h.r.Stop() // returns only after Run has released the leases
+	wait(t, done)
+	if !strings.Contains(h.logs.String(), "released leases") {
+		t.Fatalf("release not logged:\n%s", h.logs.String())
+	}
+}
+
+// blockingConn lets a test hold CALL maintain in flight: the call returns
+// only after its context is cancelled AND the test lets it finish, like a
+// server that needs a moment to roll back the step it was cancelled in.
+type blockingConn struct {
+	Conn
+	started chan struct{}
+	finish  chan struct{}
+}
+
+func (b *blockingConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.HasPrefix(sql, "CALL ") {
+		close(b.started)
+		<-ctx.Done()
+		<-b.finish
+		return pgconn.CommandTag{}, &pgconn.PgError{Code: "57014", Message: "canceling statement due to user request"}
+	}
+	return b.Conn.Exec(ctx, sql, args...)
+}
+
+func TestCancelMidPassAwaitsThePass(t *testing.T) {
+	h := newHarness(t, Options{})
+	bc := &blockingConn{Conn: h.mock, started: make(chan struct{}), finish: make(chan struct{})}
+	calls := 0
+	h.r.connect = func(ctx context.Context) (Conn, error) {
+		calls++
+		if calls == 1 {
+			return bc, nil
+		}
+		return h.mock, nil
+	}
+	h.mock.ExpectClose() // the cancelled pass's connection
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.lease_release_owner\(\$1\)`).WithArgs(owner).
+		WillReturnRows(pgxmock.NewRows([]string{"lease_release_owner"}).AddRow("maintain:retention"))
+	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
+		WithArgs(owner, "the runner stopped during this pass").WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
+	h.mock.ExpectClose()
+	cancel, done := h.start()
+	<-bc.started
+	cancel()
+	select {
+	case <-done:
+		t.Fatal("Run returned while the pass was still in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(bc.finish)
+	wait(t, done)
+	if len(h.sleeps) != 0 {
+		t.Fatal("a stopped runner went on to sleep")
+	}
+}
+
+func TestSQLErrorIsRecordedAgainstTheOwner(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.mock.ExpectExec(`CALL "pgsweep"\.maintain`).WithArgs(owner, 30*time.Second).
+		WillReturnError(&pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "x"`})
+	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
+		WithArgs(owner, `maintain raised: duplicate key value violates unique constraint "x" (SQLSTATE 23505)`).
+		WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
+	h.mock.ExpectClose()
+	h.expectRelease()
+	cancel, done := h.start()
+	if d := h.nextSleep(); d != time.Second {
+		t.Fatalf("sleep %v, want the first backoff step", d)
+	}
+	if hl := h.r.Health(); hl.Healthy || !strings.Contains(hl.LastError, "duplicate key") {
+		t.Fatalf("health %+v, want unhealthy with the error", hl)
+	}
+	cancel()
+	wait(t, done)
+}
+
+func TestNotInstalledIsNotRecorded(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.mock.ExpectExec(`CALL "pgsweep"\.maintain`).WithArgs(owner, 30*time.Second).
+		WillReturnError(&pgconn.PgError{Code: "3F000", Message: `schema "pgsweep" does not exist`})
+	h.mock.ExpectClose()
+	if _, _, err := h.r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), `schema "pgsweep" does not exist`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPassCountsBecomeMetrics(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.expectPass(10*time.Second, 0,
+		`{"recovery": {"recovered": 5, "lost_leases": 4, "dead_lettered": 1}, "retention": {"deleted": {"cap_published": 1200, "cap_received": 3}}}`,
+		"done", "lost")
+	p, _, err := h.r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Recovery != (RecoveryCounts{Recovered: 5, LostLeases: 4, DeadLettered: 1}) || p.Deleted["cap_published"] != 1200 {
+		t.Fatalf("pass %+v", p)
+	}
+	m := h.r.metrics
+	for name, want := range map[string]float64{
+		"pgsweep_recovery_rows_recovered_total": 5,
+		"pgsweep_recovery_lost_leases_total":    4,
+		"pgsweep_recovery_dead_lettered_total":  1,
+		"pgsweep_maintain_passes_total":         1,
+	} {
+		if got := counterValue(t, m, name, nil); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := counterValue(t, m, "pgsweep_retention_rows_deleted_total", map[string]string{"policy": "cap_published"}); got != 1200 {
+		t.Errorf("deleted{cap_published} = %v", got)
+	}
+	if got := counterValue(t, m, "pgsweep_maintain_leases_acquired_total", map[string]string{"part": "retention"}); got != 1 {
+		t.Errorf("leases acquired{retention} = %v", got)
+	}
+	if got := counterValue(t, m, "pgsweep_maintain_leases_lost_total", map[string]string{"part": "retention"}); got != 1 {
+		t.Errorf("leases lost{retention} = %v", got)
+	}
+	if !strings.Contains(h.logs.String(), "queue metrics unavailable") {
+		t.Errorf("missing queue_stats not warned about:\n%s", h.logs.String())
+	}
+	if !h.r.Health().Healthy {
+		t.Error("unhealthy after a successful pass")
+	}
+}
+
+func TestQueueStatsParsing(t *testing.T) {
+	mock, err := pgxmock.NewConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mock.ExpectQuery(`SELECT queue::text, kind::text, pending::bigint, processing::bigint, failed::bigint, processed::bigint, dead::bigint, coalesce\(oldest_pending_age, interval '0'\) FROM "pgsweep"\."queue_stats" ORDER BY queue`).
+		WillReturnRows(pgxmock.NewRows([]string{"queue", "kind", "pending", "processing", "failed", "processed", "dead", "oldest_pending_age"}).
+			AddRow("orders", "outbox", int64(10), int64(2), int64(1), int64(0), int64(3), 90*time.Second).
+			AddRow("payments", "inbox", int64(0), int64(0), int64(0), int64(500), int64(0), time.Duration(0)))
+	stats, err := ReadQueueStats(context.Background(), mock, "pgsweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []QueueStats{
+		{Queue: "orders", Kind: "outbox", Pending: 10, Processing: 2, Failed: 1, Dead: 3, OldestPendingAge: 90 * time.Second},
+		{Queue: "payments", Kind: "inbox", Processed: 500},
+	}
+	if len(stats) != 2 || stats[0] != want[0] || stats[1] != want[1] {
+		t.Fatalf("stats %+v, want %+v", stats, want)
+	}
+	m := NewMetrics()
+	m.setQueues(stats)
+	if got := gaugeValue(t, m, "pgsweep_queue_depth", map[string]string{"queue": "orders", "state": "pending"}); got != 10 {
+		t.Errorf("depth{orders,pending} = %v", got)
+	}
+	if got := gaugeValue(t, m, "pgsweep_queue_oldest_pending_age_seconds", map[string]string{"queue": "orders"}); got != 90 {
+		t.Errorf("oldest{orders} = %v", got)
+	}
+
+	mock.ExpectQuery(`queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01"})
+	if _, err := ReadQueueStats(context.Background(), mock, "pgsweep"); !errors.Is(err, ErrNoQueueStats) {
+		t.Fatalf("got %v, want ErrNoQueueStats", err)
+	}
+	mock.ExpectQuery(`queue_stats`).WillReturnError(errors.New("conn reset"))
+	if _, err := ReadQueueStats(context.Background(), mock, "pgsweep"); err == nil || errors.Is(err, ErrNoQueueStats) {
+		t.Fatalf("got %v, want the connection error", err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHealthGoesStale(t *testing.T) {
+	h := newHarness(t, Options{HealthyWithin: time.Minute})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.r.now = func() time.Time { return now }
+	if h.r.Health().Healthy {
+		t.Fatal("healthy before any pass")
+	}
+	h.expectPass(10*time.Second, 0, `{}`)
+	if _, _, err := h.r.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !h.r.Health().Healthy {
+		t.Fatal("unhealthy right after a successful pass")
+	}
+	now = now.Add(61 * time.Second)
+	if h.r.Health().Healthy {
+		t.Fatal("still healthy a minute after the last success")
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	c := func(context.Context) (Conn, error) { return nil, errors.New("x") }
+	for _, o := range []Options{{Schema: "Bad"}, {Budget: time.Hour + 1}, {Budget: time.Millisecond}, {Interval: -1}, {Owner: strings.Repeat("o", 201)}} {
+		if _, err := New(c, o); err == nil {
+			t.Errorf("New accepted %+v", o)
+		}
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New accepted a nil connector")
+	}
+}
+
+func metricValue(t *testing.T, m *Metrics, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, metric := range mf.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range metric.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			return metric
+		}
+	}
+	return nil
+}
+
+func counterValue(t *testing.T, m *Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	if mv := metricValue(t, m, name, labels); mv != nil {
+		return mv.GetCounter().GetValue()
+	}
+	return 0
+}
+
+func gaugeValue(t *testing.T, m *Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	if mv := metricValue(t, m, name, labels); mv != nil {
+		return mv.GetGauge().GetValue()
+	}
+	return -1
+}
+
+func TestConnectURLRedactsPasswords(t *testing.T) {
+	_, err := ConnectURL("postgres://app:s3cret@db:notaport/app", "x")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("got %v, want an error without the password", err)
+	}
+	if _, err := ConnectURL("postgres://app@db/app", "x"); err != nil {
+		t.Fatal(err)
+	}
+}

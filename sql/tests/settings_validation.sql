@@ -1,0 +1,72 @@
+-- pgTAP: shared settings — defaults, validation with 22023, normalisation.
+BEGIN;
+SELECT plan(34);
+
+SELECT has_table('pgsweep', 'setting', 'setting table exists');
+SELECT has_view('pgsweep', 'settings', 'settings view exists');
+SELECT has_function('pgsweep', 'setting_set', ARRAY['text', 'text'], 'setting_set(text, text)');
+SELECT has_function('pgsweep', 'setting_get', ARRAY['text'], 'setting_get(text)');
+SELECT set_eq(
+    $$SELECT name FROM pgsweep.settings$$,
+    ARRAY['runner_interval', 'runner_jitter', 'maintain_lease_ttl', 'recovery_interval', 'recovery_batch_size',
+          'retention_check_interval', 'inbox_processed_retention', 'dead_letter_retention',
+          'history_retention', 'history_max_rows'],
+    'the documented settings exist');
+SELECT results_eq(
+    $$SELECT name, default_value FROM pgsweep.settings ORDER BY name$$,
+    $$VALUES ('dead_letter_retention', '30 days'), ('history_max_rows', '10000'), ('history_retention', '7 days'),
+             ('inbox_processed_retention', '7 days'), ('maintain_lease_ttl', '1 minute'), ('recovery_batch_size', '1000'),
+             ('recovery_interval', '5 seconds'), ('retention_check_interval', '1 minute'), ('runner_interval', '10 seconds'),
+             ('runner_jitter', '2 seconds')$$,
+    'the documented defaults');
+
+-- start from defaults whatever an earlier session changed (ROLLBACK restores)
+SELECT pgsweep.setting_reset(name) FROM pgsweep.setting;
+
+SELECT is(pgsweep.setting_get('runner_interval'), '10 seconds', 'runner_interval defaults to 10 seconds');
+SELECT is(pgsweep.setting_set('runner_interval', '00:00:30'), '30 seconds', 'setting_set normalises and returns the value');
+SELECT is(pgsweep.setting_get('runner_interval'), '30 seconds', 'setting_get reads it back');
+SELECT is(pgsweep.setting_interval('runner_interval'), interval '30 seconds', 'setting_interval types it');
+SELECT ok((SELECT updated_at IS NOT NULL FROM pgsweep.settings WHERE name = 'runner_interval'), 'the view shows when it changed');
+SELECT is(pgsweep.setting_set('runner_jitter', '0'), '0 seconds', 'jitter may be zero');
+SELECT is(pgsweep.setting_set('recovery_batch_size', ' 250 '), '250', 'integers are trimmed and normalised');
+SELECT is(pgsweep.setting_int('recovery_batch_size'), 250::bigint, 'setting_int types it');
+SELECT is(pgsweep.setting_set('dead_letter_retention', 'INFINITE'), 'infinite', 'retention periods may be infinite');
+SELECT is(pgsweep.setting_interval('dead_letter_retention'), NULL, 'infinite reads as NULL (keep forever)');
+SELECT is(pgsweep.setting_set('inbox_processed_retention', '2 weeks'), '14 days', 'weeks become days');
+SELECT is(pgsweep.setting_reset('runner_interval'), '10 seconds', 'setting_reset restores the default');
+SELECT is((SELECT range FROM pgsweep.settings WHERE name = 'dead_letter_retention'), '1 minute .. 36500 days, or infinite', 'the view shows the range');
+
+-- bad input: 22023 naming the setting and its range, nothing changed
+CREATE TEMP TABLE before AS SELECT * FROM pgsweep.setting;
+SELECT throws_ok($$SELECT pgsweep.setting_set('runner_interval', '2 hours')$$, '22023',
+    'runner_interval must be between 1 second and 1 hour, got 2 hours', 'interval above its range');
+SELECT throws_ok($$SELECT pgsweep.setting_set('runner_interval', '0.5 seconds')$$, '22023',
+    'runner_interval must be between 1 second and 1 hour, got 0.5 seconds', 'interval below its range');
+SELECT throws_ok($$SELECT pgsweep.setting_set('runner_interval', 'soon')$$, '22023',
+    'runner_interval must be an interval between 1 second and 1 hour, got ''soon''', 'unparseable interval');
+SELECT throws_ok($$SELECT pgsweep.setting_set('runner_interval', NULL)$$, '22023',
+    'runner_interval must be between 1 second and 1 hour, got NULL', 'NULL value');
+SELECT throws_ok($$SELECT pgsweep.setting_set('runner_interval', 'infinite')$$, '22023',
+    'runner_interval must be an interval between 1 second and 1 hour, got ''infinite''', 'infinite only where allowed');
+SELECT throws_ok($$SELECT pgsweep.setting_set('dead_letter_retention', '10 seconds')$$, '22023',
+    'dead_letter_retention must be between 1 minute and 36500 days, or infinite, got 10 seconds', 'retention below its range');
+SELECT throws_ok($$SELECT pgsweep.setting_set('recovery_batch_size', '0')$$, '22023',
+    'recovery_batch_size must be between 1 and 10000, got 0', 'integer below its range');
+SELECT throws_ok($$SELECT pgsweep.setting_set('recovery_batch_size', '10001')$$, '22023',
+    'recovery_batch_size must be between 1 and 10000, got 10001', 'integer above its range');
+SELECT throws_ok($$SELECT pgsweep.setting_set('history_max_rows', 'many')$$, '22023',
+    'history_max_rows must be an integer between 10 and 10000000, got ''many''', 'unparseable integer');
+SELECT throws_ok($$SELECT pgsweep.setting_set('nope', '1')$$, '22023',
+    'p_name must be one of dead_letter_retention, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, recovery_batch_size, recovery_interval, retention_check_interval, runner_interval, runner_jitter, got ''nope''',
+    'unknown setting');
+SELECT throws_ok($$SELECT pgsweep.setting_get(NULL)$$, '22023', NULL, 'setting_get(NULL)');
+SELECT throws_ok($$SELECT pgsweep.setting_reset('nope')$$, '22023', NULL, 'setting_reset of an unknown setting');
+SELECT throws_ok($$SELECT pgsweep.setting_int('runner_interval')$$, '22023',
+    'p_name must name an integer setting, runner_interval is an interval', 'setting_int of an interval');
+SELECT throws_ok($$SELECT pgsweep.setting_interval('history_max_rows')$$, '22023',
+    'p_name must name an interval setting, history_max_rows is an integer', 'setting_interval of an integer');
+SELECT set_eq('SELECT * FROM pgsweep.setting', 'SELECT * FROM before', 'failed calls changed nothing');
+
+SELECT * FROM finish();
+ROLLBACK;
