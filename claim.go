@@ -1,0 +1,179 @@
+package pgsweep
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Claim leases up to batch (1..10000) due messages of queue to owner for
+// lease (1 second..1 hour; 0 means the queue's lease_default), oldest first.
+// Rows other claimers hold are skipped, never waited for. Owner must be
+// unique to the calling process: it is the fence renew/complete/fail check.
+func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, lease time.Duration) ([]Delivery, error) {
+	rows, err := c.db.Query(ctx, "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at FROM "+
+		c.fn("claim")+"($1, $2, $3, $4)", queue, owner, batch, leaseArg(lease))
+	if err != nil {
+		return nil, wrapErr("claim", err)
+	}
+	defer rows.Close()
+	out := make([]Delivery, 0, batch)
+	var (
+		key      *string
+		payload  []byte
+		headers  []byte
+		attempt  int32
+		created  time.Time
+		expireAt time.Time
+		id       int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&id, &key, &payload, &headers, &attempt, &created, &expireAt); err != nil {
+			return nil, wrapErr("claim", err)
+		}
+		d := Delivery{Queue: queue, ID: id, Payload: json.RawMessage(append([]byte(nil), payload...)),
+			Attempt: int(attempt), CreatedAt: created, LeaseExpiresAt: expireAt}
+		if key != nil {
+			d.Key = *key
+		}
+		if d.Headers, err = decodeHeaders(headers); err != nil {
+			return nil, errorf("claim", "message %d headers: %v", id, err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("claim", err)
+	}
+	return out, nil
+}
+
+// Renew extends owner's leases on ids to lease from now (0: the queue's
+// lease_default) and returns the ids it still held: an id missing from the
+// result is a lost lease (taken over or recovered).
+func (c *Client) Renew(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]int64, error) {
+	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4)", queue, owner, ids, leaseArg(lease))
+}
+
+// Complete acknowledges ids that owner holds and returns those it acted on.
+// Outbox messages are deleted; inbox messages are kept as processed.
+func (c *Client) Complete(ctx context.Context, queue, owner string, ids []int64) ([]int64, error) {
+	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3)", queue, owner, ids)
+}
+
+// Fail reports that processing ids failed with errText. Messages with
+// attempts left are retried after retryAfter (0: the queue's exponential
+// backoff); those that used their last attempt move to the dead letters. It
+// acts only on ids owner holds and returns what it did with each.
+func (c *Client) Fail(ctx context.Context, queue, owner string, ids []int64, errText string, retryAfter time.Duration) ([]FailResult, error) {
+	var ra any
+	if retryAfter > 0 {
+		ra = retryAfter
+	}
+	rows, err := c.db.Query(ctx, "SELECT id, dead FROM "+c.fn("fail_details")+"($1, $2, $3, $4, $5)",
+		queue, owner, ids, errText, ra)
+	if err != nil {
+		return nil, wrapErr("fail", err)
+	}
+	res, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailResult, error) {
+		var f FailResult
+		err := r.Scan(&f.ID, &f.Dead)
+		return f, err
+	})
+	return res, wrapErr("fail", err)
+}
+
+func (c *Client) ids(ctx context.Context, op, sql string, args ...any) ([]int64, error) {
+	rows, err := c.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, wrapErr(op, err)
+}
+
+func leaseArg(d time.Duration) any {
+	if d == 0 {
+		return nil
+	}
+	return d
+}
+
+// decodeHeaders turns the headers object into a map; values that are not
+// JSON strings keep their JSON text.
+func decodeHeaders(b []byte) (map[string]string, error) {
+	if len(b) == 0 || string(b) == "{}" {
+		return nil, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		if err := json.Unmarshal(v, &s); err == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out, nil
+}
+
+// QueueCreate creates queue (idempotent); see the SQL queue_create.
+func (c *Client) QueueCreate(ctx context.Context, queue string, kind QueueKind, maxAttempts int) error {
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("queue_create")+"($1, $2, $3)", queue, string(kind), maxAttempts)
+	return wrapErr("queue_create", err)
+}
+
+// QueueConfigure changes a queue's settings: keys max_attempts, backoff_base,
+// backoff_max, lease_default, processed_retention, dead_retention (intervals
+// as PostgreSQL interval text such as "30 seconds"; nil retention = forever).
+func (c *Client) QueueConfigure(ctx context.Context, queue string, settings map[string]any) error {
+	b, err := json.Marshal(settings)
+	if err != nil {
+		return errorf("queue_configure", "settings: %v", err)
+	}
+	_, err = c.db.Exec(ctx, "SELECT "+c.fn("queue_configure")+"($1, $2)", queue, string(b))
+	return wrapErr("queue_configure", err)
+}
+
+// QueueRecover runs one recovery pass over queue (at most batch rows):
+// expired leases are released, exhausted expired rows are dead-lettered.
+func (c *Client) QueueRecover(ctx context.Context, queue string, batch int) (RecoverResult, error) {
+	var r RecoverResult
+	err := c.db.QueryRow(ctx, "SELECT recovered, dead_lettered FROM "+c.fn("queue_recover")+"($1, $2)", queue, batch).
+		Scan(&r.Recovered, &r.DeadLettered)
+	return r, wrapErr("queue_recover", err)
+}
+
+// QueueStats reads the queue_stats view, ordered by queue.
+func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
+	rows, err := c.db.Query(ctx, "SELECT queue, kind, pending, processing, failed, processed, dead, "+
+		"coalesce(extract(epoch FROM oldest_pending_age), 0)::float8 FROM "+c.q+".queue_stats ORDER BY queue")
+	if err != nil {
+		return nil, wrapErr("queue_stats", err)
+	}
+	st, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueStats, error) {
+		var s QueueStats
+		var kind string
+		var age float64
+		err := r.Scan(&s.Queue, &kind, &s.Pending, &s.Processing, &s.Failed, &s.Processed, &s.Dead, &age)
+		s.Kind = QueueKind(kind)
+		s.OldestPendingAge = time.Duration(age * float64(time.Second))
+		return s, err
+	})
+	return st, wrapErr("queue_stats", err)
+}
+
+// NotifyChannel returns the LISTEN channel on which send announces new
+// messages in schema (the payload is the queue name).
+func NotifyChannel(schema string) string {
+	if len(schema) > 54 {
+		schema = schema[:54]
+	}
+	return fmt.Sprintf("%s_messages", schema)
+}

@@ -1,0 +1,47 @@
+package pgsweep
+
+import (
+	"errors"
+	"time"
+)
+
+// Hooks receive a Worker's counts for metrics. Each field is optional; a hook
+// is called from the Worker's loop and must return quickly.
+type Hooks struct {
+	// Claimed: n messages were claimed (leased) from queue.
+	Claimed func(queue string, n int)
+	// Completed: n messages were completed.
+	Completed func(queue string, n int)
+	// Failed: n messages failed and will be retried.
+	Failed func(queue string, n int)
+	// DeadLettered: n messages failed on their last attempt and moved to the dead letters.
+	DeadLettered func(queue string, n int)
+	// LeasesLost: n leases were found taken over or recovered (renew,
+	// complete or fail did not act on them); their results were discarded.
+	LeasesLost func(queue string, n int)
+}
+
+func (h *Hooks) call(f func(string, int), queue string, n int) {
+	if f != nil && n > 0 {
+		f(queue, n)
+	}
+}
+
+// retryAfterError asks the Worker to retry a message after a fixed delay.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter wraps a handler's error so that the message is retried after d
+// instead of after the queue's exponential backoff (on its last attempt it
+// is dead-lettered all the same).
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	return &retryAfterError{err: err, after: d}
+}

@@ -1,0 +1,73 @@
+-- fail: the handler failed. Rows that used their last attempt move to
+-- message_dead (payload, headers, attempts, last error and timestamps kept);
+-- the others wait for a retry: status 'failed', owner cleared, visible again
+-- after p_retry_after or the queue's exponential backoff:
+--     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
+-- Acts only on rows p_owner still holds (see ack.sql on fencing).
+--
+-- The retry times are computed into an array indexed by attempt before the
+-- UPDATE (scale-out rule: no timestamptz arithmetic applied to columns in
+-- SET); delays stop growing at backoff_max, so the array has at most ~40
+-- entries and attempt is capped to its length.
+
+CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_owner text, p_ids bigint[], p_error text,
+                                        p_retry_after interval DEFAULT NULL, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (id bigint, dead boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_due timestamptz[];
+    v_k int := 1;
+    v_delay interval;
+    v_error text := left(p_error, 10000);
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    IF p_retry_after IS NOT NULL THEN
+        PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
+    END IF;
+    v_q := _queue_get(p_queue);
+    v_now := coalesce(p_now, clock_timestamp());
+
+    IF p_retry_after IS NOT NULL THEN
+        v_due := ARRAY[v_now + p_retry_after];
+    ELSE
+        LOOP
+            v_delay := least(v_q.backoff_max, v_q.backoff_base * power(2, v_k - 1));
+            v_due[v_k] := v_now + v_delay;
+            EXIT WHEN v_delay >= v_q.backoff_max OR v_k >= v_q.max_attempts OR v_q.backoff_base = interval '0';
+            v_k := v_k + 1;
+        END LOOP;
+    END IF;
+    v_k := cardinality(v_due);
+
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt >= v_q.max_attempts
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+    )
+    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now FROM d
+    RETURNING x.id, true;
+
+    RETURN QUERY
+    UPDATE message m
+       SET status = 'failed', owner = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt < v_q.max_attempts
+    RETURNING m.id, false;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION fail(p_queue text, p_owner text, p_ids bigint[], p_error text, p_retry_after interval DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT f.id FROM fail_details(p_queue, p_owner, p_ids, p_error, p_retry_after, NULL) f;
+END
+$$;

@@ -1,0 +1,87 @@
+-- queue_recover: the recovery building block that maintenance calls per queue.
+--
+--   queue_recover(p_queue, p_batch, p_now DEFAULT NULL) RETURNS TABLE(recovered int, dead_lettered int)
+--
+-- Looks at up to p_batch rows of the queue whose lease expired (and rows that
+-- are due but have no attempt left, e.g. after max_attempts was lowered):
+--   * attempt < max_attempts: the lease is lost; the row is released (owner
+--     cleared, status 'failed', last_error 'lease expired', visible now), so
+--     the old owner's late complete/fail/renew act on nothing. claim would take
+--     such a row anyway; recovery makes the loss visible and fences the owner.
+--   * attempt >= max_attempts: moved to message_dead. claim never hands these
+--     out, so without recovery they would stay in the queue.
+--
+-- Traversal (as in seed 002): keyset in id order, from a cursor up to a
+-- boundary (the queue's highest id when the traversal started), so that a
+-- stream of new messages cannot keep the pass from reaching old rows. A pass
+-- that finds nothing up to the boundary wraps: the next call starts again
+-- from the beginning with a new boundary. The cursor lives in queue_recovery
+-- and its row lock serialises concurrent calls for one queue. Rows locked by
+-- others are skipped (FOR UPDATE SKIP LOCKED): someone is acting on them.
+CREATE OR REPLACE FUNCTION queue_recover(p_queue text, p_batch int, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (recovered int, dead_lettered int)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_pos bigint;
+    v_bound bigint;
+    v_ids bigint[];
+    v_last bigint;
+    v_rec int := 0;
+    v_dead int := 0;
+BEGIN
+    PERFORM _check_int('p_batch', p_batch, 1, 10000);
+    v_q := _queue_get(p_queue);
+
+    INSERT INTO queue_recovery (queue) VALUES (p_queue) ON CONFLICT (queue) DO NOTHING;
+    SELECT r.position, r.boundary INTO v_pos, v_bound FROM queue_recovery r WHERE r.queue = p_queue FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF v_bound IS NULL THEN
+        SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;
+        v_bound := coalesce(v_bound, 0);
+        v_pos := 0;
+    END IF;
+
+    SELECT array_agg(s.id ORDER BY s.id), max(s.id) INTO v_ids, v_last
+      FROM (SELECT m.id
+              FROM message m
+             WHERE m.queue = p_queue AND m.id > v_pos AND m.id <= v_bound AND m.visible_at <= v_now
+               AND (m.owner IS NOT NULL OR m.attempt >= v_q.max_attempts)
+             ORDER BY m.id
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) s;
+
+    IF v_ids IS NULL THEN
+        -- empty pass: wrap; the next call captures a new boundary
+        UPDATE queue_recovery SET position = 0, boundary = NULL, updated_at = v_now WHERE queue = p_queue;
+        RETURN QUERY SELECT 0, 0;
+        RETURN;
+    END IF;
+
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.attempt >= v_q.max_attempts
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at
+    ), x AS (
+        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt,
+               CASE WHEN d.owner IS NULL THEN d.last_error
+                    ELSE 'lease of ' || d.owner || ' expired on the last attempt' END,
+               d.created_at, v_now
+          FROM d
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_dead FROM x;
+
+    UPDATE message m
+       SET status = 'failed', owner = NULL, visible_at = v_now, last_error = 'lease expired'
+     WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.owner IS NOT NULL AND m.attempt < v_q.max_attempts;
+    GET DIAGNOSTICS v_rec = ROW_COUNT;
+
+    UPDATE queue_recovery SET position = v_last, boundary = v_bound, updated_at = v_now WHERE queue = p_queue;
+    RETURN QUERY SELECT v_rec, v_dead;
+END
+$$;

@@ -1,0 +1,183 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+func sendN(t *testing.T, c *pgsweep.Client, queue string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i += 10000 {
+		ms := make([]pgsweep.Message, min(10000, n-i))
+		for j := range ms {
+			ms[j].Payload = json.RawMessage(fmt.Sprintf(`{"n":%d}`, i+j))
+		}
+		if _, err := c.SendBatch(ctx, queue, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The seed's example and more: claimers started together, each on its own
+// connection, get disjoint rows, and together exactly the rows there were.
+func TestClaimDisjoint(t *testing.T) {
+	for _, tc := range []struct{ claimers, batch, rows int }{{2, 10, 20}, {2, 10, 15}, {32, 10, 250}} {
+		t.Run(fmt.Sprintf("%dx%d_of_%d", tc.claimers, tc.batch, tc.rows), func(t *testing.T) {
+			db := pgtest.New(t, 2)
+			ctx := context.Background()
+			if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+				t.Fatal(err)
+			}
+			sendN(t, db.Client, "q", tc.rows)
+			clients := make([]*pgsweep.Client, tc.claimers)
+			for i := range clients {
+				c, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				clients[i] = c
+			}
+			start := make(chan struct{})
+			got := make([][]pgsweep.Delivery, tc.claimers)
+			errs := make([]error, tc.claimers)
+			var wg sync.WaitGroup
+			for i, c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					got[i], errs[i] = c.Claim(ctx, "q", fmt.Sprintf("w%d", i), tc.batch, time.Minute)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			seen := map[int64]int{}
+			total := 0
+			for i := range got {
+				if errs[i] != nil {
+					t.Fatal(errs[i])
+				}
+				if len(got[i]) > tc.batch {
+					t.Fatalf("claimer %d got %d rows, batch %d", i, len(got[i]), tc.batch)
+				}
+				for _, d := range got[i] {
+					if j, dup := seen[d.ID]; dup {
+						t.Fatalf("message %d claimed by w%d and w%d", d.ID, j, i)
+					}
+					seen[d.ID] = i
+				}
+				total += len(got[i])
+			}
+			if want := min(tc.rows, tc.claimers*tc.batch); total != want {
+				t.Fatalf("claimed %d rows in total, want %d", total, want)
+			}
+			if n := count(t, db, "message", "status = 'processing'"); n != total {
+				t.Fatalf("%d rows processing, %d claimed", n, total)
+			}
+		})
+	}
+}
+
+// Inbox de-duplication holds across live and processed rows while many
+// senders race with the same keys and completers move rows to
+// message_processed under them: every key is accepted exactly once.
+func TestInboxDedupConcurrent(t *testing.T) {
+	db := pgtest.New(t, 2)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "in", pgsweep.Inbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	const keys, senders, completers = 300, 12, 4
+	accepted := make([]int, keys)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var cwg sync.WaitGroup
+	completed := make([]int, completers)
+	for i := range completers {
+		c, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			owner := fmt.Sprintf("c%d", i)
+			for {
+				ds, err := c.Claim(ctx, "in", owner, 5, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(ds) > 0 {
+					done, err := c.Complete(ctx, "in", owner, ids(ds))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					completed[i] += len(done)
+					continue
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	for s := range senders {
+		c, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(s), 7))
+			order := rng.Perm(keys)
+			for _, k := range order {
+				_, ok, err := c.Send(ctx, "in", pgsweep.Message{Payload: json.RawMessage(fmt.Sprintf(`{"from":%d}`, s)), Key: fmt.Sprintf("key-%d", k)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					accepted[k]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	cwg.Wait()
+	for k, n := range accepted {
+		if n != 1 {
+			t.Fatalf("key-%d accepted %d times", k, n)
+		}
+	}
+	live := count(t, db, "message", "true")
+	processed := count(t, db, "message_processed", "true")
+	if live+processed != keys || count(t, db, "message_processed", "key IS NOT NULL") != processed {
+		t.Fatalf("%d live + %d processed rows, want %d keys", live, processed, keys)
+	}
+	total := 0
+	for _, n := range completed {
+		total += n
+	}
+	if total != processed || processed == 0 {
+		t.Fatalf("completers completed %d, %d processed rows (the race with complete was never exercised if 0)", total, processed)
+	}
+	t.Logf("%d keys, %d sends, %d completed while senders raced", keys, keys*senders, total)
+}

@@ -1,0 +1,210 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+func mustExec(t *testing.T, db *pgtest.DB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func count(t *testing.T, db *pgtest.DB, table, where string) int {
+	t.Helper()
+	var n int
+	q := fmt.Sprintf("SELECT count(*) FROM %s.%s WHERE %s", pgx.Identifier{db.Schema}.Sanitize(), table, where)
+	if err := db.Pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func ids(ds []pgsweep.Delivery) []int64 {
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out
+}
+
+// Sending inside the application's transaction: the message exists only if
+// the transaction commits.
+func TestSendInsideTransaction(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "orders", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.WithDB(tx).Send(ctx, "orders", pgsweep.Message{Payload: json.RawMessage(`{"n":1}`)}); err != nil || !ok {
+		t.Fatalf("send: %v %v", ok, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "message", "true"); n != 0 {
+		t.Fatalf("a rolled back send left %d rows", n)
+	}
+
+	tx, err = db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok, err := c.WithDB(tx).Send(ctx, "orders", pgsweep.Message{
+		Payload: json.RawMessage(`{"n":2}`), Headers: map[string]string{"trace": "abc"}, Key: "k"})
+	if err != nil || !ok {
+		t.Fatalf("send: %v %v", ok, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := c.Claim(ctx, "orders", "w", 10, time.Minute)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	d := ds[0]
+	if d.ID != id || string(d.Payload) != `{"n": 2}` || d.Headers["trace"] != "abc" || d.Key != "k" || d.Attempt != 1 || d.Queue != "orders" {
+		t.Fatalf("delivery %+v", d)
+	}
+	if !d.LeaseExpiresAt.After(time.Now().Add(50 * time.Second)) {
+		t.Fatalf("lease of a minute expires at %v", d.LeaseExpiresAt)
+	}
+	done, err := c.Complete(ctx, "orders", "w", []int64{d.ID})
+	if err != nil || !slices.Equal(done, []int64{d.ID}) {
+		t.Fatalf("complete: %v %v", done, err)
+	}
+	if n := count(t, db, "message", "true"); n != 0 {
+		t.Fatalf("completed outbox message still there: %d", n)
+	}
+}
+
+func TestSendBatchAndScheduled(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "in", pgsweep.Inbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.SendBatch(ctx, "in", []pgsweep.Message{
+		{Payload: json.RawMessage(`1`), Key: "a"},
+		{Payload: json.RawMessage(`2`), Key: "a"},
+		{Payload: json.RawMessage(`3`)},
+		{Payload: json.RawMessage(`4`), Key: "b", DeliverAt: time.Now().Add(time.Hour)},
+	})
+	if err != nil || len(got) != 4 || got[0] == 0 || got[1] != 0 || got[2] == 0 || got[3] == 0 {
+		t.Fatalf("send batch: %v %v", got, err)
+	}
+	if _, ok, err := c.Send(ctx, "in", pgsweep.Message{Payload: json.RawMessage(`5`), Key: "b"}); err != nil || ok {
+		t.Fatalf("duplicate of a scheduled key: %v %v", ok, err)
+	}
+	ds, err := c.Claim(ctx, "in", "w", 10, 0)
+	if err != nil || !slices.Equal(ids(ds), []int64{got[0], got[2]}) {
+		t.Fatalf("claim: %v %v (the scheduled message must wait)", ids(ds), err)
+	}
+	if _, err := c.Complete(ctx, "in", "w", ids(ds)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.Send(ctx, "in", pgsweep.Message{Payload: json.RawMessage(`1`), Key: "a"}); err != nil || ok {
+		t.Fatalf("duplicate of a processed key: %v %v", ok, err)
+	}
+	st, err := c.QueueStats(ctx)
+	if err != nil || len(st) != 1 || st[0].Pending != 1 || st[0].Processed != 2 || st[0].Kind != pgsweep.Inbox {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+}
+
+// A stale owner's renew, complete and fail after a takeover act on nothing,
+// and the new owner's work is untouched.
+func TestStaleOwnerActsOnNothing(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SendBatch(ctx, "q", []pgsweep.Message{{Payload: json.RawMessage(`1`)}, {Payload: json.RawMessage(`2`)}}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := c.Claim(ctx, "q", "old", 10, time.Second)
+	if err != nil || len(old) != 2 {
+		t.Fatalf("claim: %v %v", old, err)
+	}
+	// Let the lease lapse without waiting: move it into the past.
+	mustExec(t, db, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", pgx.Identifier{db.Schema}.Sanitize()))
+	taken, err := c.Claim(ctx, "q", "new", 10, time.Minute)
+	if err != nil || !slices.Equal(ids(taken), ids(old)) || taken[0].Attempt != 2 {
+		t.Fatalf("takeover: %+v %v", taken, err)
+	}
+	if got, err := c.Renew(ctx, "q", "old", ids(old), time.Minute); err != nil || len(got) != 0 {
+		t.Fatalf("stale renew acted on %v (%v)", got, err)
+	}
+	if got, err := c.Complete(ctx, "q", "old", ids(old)); err != nil || len(got) != 0 {
+		t.Fatalf("stale complete acted on %v (%v)", got, err)
+	}
+	if got, err := c.Fail(ctx, "q", "old", ids(old), "late", 0); err != nil || len(got) != 0 {
+		t.Fatalf("stale fail acted on %v (%v)", got, err)
+	}
+	if n := count(t, db, "message", "owner = 'new' AND status = 'processing' AND attempt = 2 AND last_error IS NULL"); n != 2 {
+		t.Fatalf("the new owner's rows changed: %d left as they were", n)
+	}
+	if got, err := c.Renew(ctx, "q", "new", ids(old), time.Minute); err != nil || len(got) != 2 {
+		t.Fatalf("holder renew: %v %v", got, err)
+	}
+	res, err := c.Fail(ctx, "q", "new", ids(old)[:1], "boom", time.Hour)
+	if err != nil || len(res) != 1 || res[0].Dead {
+		t.Fatalf("fail: %+v %v", res, err)
+	}
+}
+
+func TestQueueClientInvalidArguments(t *testing.T) {
+	db := pgtest.New(t, 2)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"unknown queue":   func() error { _, err := c.Claim(ctx, "nope", "w", 10, time.Minute); return err },
+		"batch 0":         func() error { _, err := c.Claim(ctx, "q", "w", 0, time.Minute); return err },
+		"batch 10001":     func() error { _, err := c.Claim(ctx, "q", "w", 10001, time.Minute); return err },
+		"short lease":     func() error { _, err := c.Claim(ctx, "q", "w", 10, time.Millisecond); return err },
+		"long lease":      func() error { _, err := c.Claim(ctx, "q", "w", 10, 2*time.Hour); return err },
+		"empty owner":     func() error { _, err := c.Claim(ctx, "q", "", 10, time.Minute); return err },
+		"nil ids":         func() error { _, err := c.Complete(ctx, "q", "w", nil); return err },
+		"empty ids":       func() error { _, err := c.Renew(ctx, "q", "w", []int64{}, time.Minute); return err },
+		"nil payload":     func() error { _, _, err := c.Send(ctx, "q", pgsweep.Message{}); return err },
+		"bad kind":        func() error { return c.QueueCreate(ctx, "x", "topic", 5) },
+		"unknown setting": func() error { return c.QueueConfigure(ctx, "q", map[string]any{"nope": 1}) },
+		"fail ids":        func() error { _, err := c.Fail(ctx, "q", "w", nil, "e", 0); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if n := count(t, db, "message", "status = 'pending' AND attempt = 0"); n != 1 {
+		t.Fatalf("failed calls changed messages")
+	}
+	if n := count(t, db, "queue", "true"); n != 1 {
+		t.Fatalf("failed calls changed queues")
+	}
+}

@@ -1,0 +1,317 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// 100,000 inbox messages, 32 workers each on connections of its own, random
+// handler failures, poison messages that always fail, and workers that crash
+// (stop renewing, never complete; a new incarnation with a new owner takes
+// the slot). A maintenance loop calls queue_recover. Proven from the data:
+//   - every message ends in exactly one terminal state: processed (completed
+//     once) or dead, nothing left live;
+//   - no message was ever held by two live leases: a trigger logs every lease
+//     grant, renewal and release; each grant starts at or after the previous
+//     holder's last lease expiry unless that holder released it;
+//   - attempts are counted right: the final attempts equal the grants logged,
+//     grants number 1, 2, 3… and each handler call matches exactly one grant.
+func TestWorkerStress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stress test: 100k messages")
+	}
+	const (
+		messages    = 100_000
+		slots       = 32
+		maxAttempts = 4
+		lease       = time.Second
+		failRate    = 0.05
+		poisonEvery = 500 // every 500th message always fails: it must end dead
+		crashRate   = 1.0 / 4000
+	)
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "stress", pgsweep.Inbox, maxAttempts); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueueConfigure(ctx, "stress", map[string]any{"backoff_base": "0 seconds", "backoff_max": "0 seconds"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+		CREATE UNLOGGED TABLE %[1]s.grant_log (seq bigserial PRIMARY KEY, id bigint, owner text, attempt int,
+		                                      visible_at timestamptz, status text);
+		CREATE FUNCTION %[1]s.grant_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO %[1]s.grant_log (id, owner, attempt, visible_at, status)
+			VALUES (NEW.id, NEW.owner, NEW.attempt, NEW.visible_at, NEW.status);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER grant_log AFTER UPDATE ON %[1]s.message
+			FOR EACH ROW EXECUTE FUNCTION %[1]s.grant_log_row();`, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < messages; i += 10000 {
+		ms := make([]pgsweep.Message, 10000)
+		for j := range ms {
+			n := i + j
+			ms[j] = pgsweep.Message{Key: fmt.Sprintf("m%d", n),
+				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"poison":%v}`, n, n%poisonEvery == 0))}
+		}
+		if _, err := c.SendBatch(ctx, "stress", ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	type call struct {
+		id      int64
+		owner   string
+		attempt int
+	}
+	var (
+		mu                                     sync.Mutex
+		calls                                  []call
+		crashedOwners                          = map[string]bool{}
+		completed, dead, failed, lost, crashes atomic.Int64
+	)
+	hooks := pgsweep.Hooks{
+		Completed:    func(_ string, n int) { completed.Add(int64(n)) },
+		DeadLettered: func(_ string, n int) { dead.Add(int64(n)) },
+		Failed:       func(_ string, n int) { failed.Add(int64(n)) },
+		LeasesLost:   func(_ string, n int) { lost.Add(int64(n)) },
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	var wg sync.WaitGroup
+	errc := make(chan error, slots)
+	for slot := range slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(slot), 99))
+			var rmu sync.Mutex
+			for incarnation := 0; runCtx.Err() == nil; incarnation++ {
+				cfg, err := pgxpool.ParseConfig(db.URL)
+				if err != nil {
+					errc <- err
+					return
+				}
+				cfg.MaxConns = 1 // claim, renew, complete and fail share one connection
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				if err != nil {
+					errc <- err
+					return
+				}
+				wctx, crash := context.WithCancel(runCtx)
+				var crashed atomic.Bool
+				owner := fmt.Sprintf("s%02d.%d", slot, incarnation)
+				w, err := pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
+					mu.Lock()
+					calls = append(calls, call{d.ID, owner, d.Attempt})
+					mu.Unlock()
+					rmu.Lock()
+					crashNow, failNow := rng.Float64() < crashRate, rng.Float64() < failRate
+					rmu.Unlock()
+					if crashNow || crashed.Load() {
+						// Crash: this worker stops; the handler never returns
+						// before the worker is gone, so nothing is completed.
+						if !crashed.Swap(true) {
+							crashes.Add(1)
+							mu.Lock()
+							crashedOwners[owner] = true
+							mu.Unlock()
+							crash()
+						}
+						<-hctx.Done()
+						return errors.New("crashed")
+					}
+					var p struct{ Poison bool }
+					if err := json.Unmarshal(d.Payload, &p); err != nil {
+						return err
+					}
+					if p.Poison {
+						return errors.New("poison")
+					}
+					if failNow {
+						return errors.New("random failure")
+					}
+					return nil
+				}, pgsweep.WorkerOptions{
+					Schema: db.Schema, Queue: "stress", Owner: owner, Batch: 50, Concurrency: 4,
+					Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: time.Millisecond,
+					DisableNotify: slot%2 == 0, Hooks: hooks, Logger: quiet,
+				})
+				if err != nil {
+					errc <- err
+					pool.Close()
+					return
+				}
+				err = w.Run(wctx)
+				crash()
+				pool.Close()
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	// Maintenance: recovery dead-letters rows whose lease expired on their
+	// last attempt (claim never hands those out again).
+	recovered := 0
+	deadline := time.Now().Add(85 * time.Second)
+	for {
+		r, err := c.QueueRecover(ctx, "stress", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered += r.Recovered + r.DeadLettered
+		if count(t, db, "message", "true") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not drained: %d live rows left", count(t, db, "message", "true"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopAll()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+
+	// Exactly one terminal state each.
+	processed := count(t, db, "message_processed", "queue = 'stress'")
+	deadRows := count(t, db, "message_dead", "queue = 'stress'")
+	both := count(t, db, "message_processed p", "EXISTS (SELECT 1 FROM "+s+".message_dead d WHERE d.queue = p.queue AND d.id = p.id)")
+	if processed+deadRows != messages || both != 0 {
+		t.Fatalf("%d processed + %d dead (%d in both) != %d messages", processed, deadRows, both, messages)
+	}
+	if int(completed.Load()) != processed {
+		t.Fatalf("workers completed %d, %d processed rows: a completion was counted twice or lost", completed.Load(), processed)
+	}
+	if poison := messages / poisonEvery; count(t, db, "message_dead", "(payload->>'poison')::boolean") != poison ||
+		count(t, db, "message_dead", "attempts <> "+fmt.Sprint(maxAttempts)) != 0 {
+		t.Fatalf("every poison message (%d) must be dead after exactly %d attempts", poison, maxAttempts)
+	}
+
+	// Leases from the database's record.
+	type tenure struct {
+		owner    string
+		attempt  int
+		expires  time.Time
+		released bool
+	}
+	last := map[int64]*tenure{}
+	grants := map[[2]int64]string{} // (id, attempt) -> owner
+	rows, err := db.Pool.Query(ctx, "SELECT id, coalesce(owner, ''), attempt, visible_at, status FROM "+s+".grant_log ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nlog, takeovers := 0, 0
+	for rows.Next() {
+		var id int64
+		var owner, status string
+		var attempt int
+		var vis time.Time
+		if err := rows.Scan(&id, &owner, &attempt, &vis, &status); err != nil {
+			t.Fatal(err)
+		}
+		nlog++
+		prev := last[id]
+		prevAttempt := 0
+		if prev != nil {
+			prevAttempt = prev.attempt
+		}
+		switch {
+		case status == "processing" && attempt != prevAttempt: // a grant
+			if attempt != prevAttempt+1 {
+				t.Fatalf("message %d: grant of attempt %d after attempt %d", id, attempt, prevAttempt)
+			}
+			start := vis.Add(-lease)
+			if prev != nil && !prev.released {
+				if start.Before(prev.expires) {
+					t.Fatalf("message %d granted to %s at %v while %s held it until %v", id, owner, start, prev.owner, prev.expires)
+				}
+				takeovers++
+			}
+			last[id] = &tenure{owner: owner, attempt: attempt, expires: vis}
+			grants[[2]int64{id, int64(attempt)}] = owner
+		case status == "processing": // a renewal by the holder
+			if prev == nil || prev.owner != owner || prev.released {
+				t.Fatalf("message %d renewed by %s, holder %+v", id, owner, prev)
+			}
+			prev.expires = vis
+		case owner == "": // released by fail or recovery
+			if prev == nil {
+				t.Fatalf("message %d released before any grant", id)
+			}
+			prev.released = true
+		default:
+			t.Fatalf("message %d: unexpected log row %s %s %d", id, owner, status, attempt)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Attempts: final count = grants logged.
+	arows, err := db.Pool.Query(ctx, "SELECT id, attempts FROM "+s+".message_processed UNION ALL SELECT id, attempts FROM "+s+".message_dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for arows.Next() {
+		var id int64
+		var attempts int
+		if err := arows.Scan(&id, &attempts); err != nil {
+			t.Fatal(err)
+		}
+		if tn := last[id]; tn == nil || tn.attempt != attempts {
+			t.Fatalf("message %d ended with %d attempts, log says %+v", id, attempts, tn)
+		}
+	}
+	if err := arows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Each handler call matches one grant, owner and attempt.
+	seen := map[[2]int64]bool{}
+	for _, cl := range calls {
+		k := [2]int64{cl.id, int64(cl.attempt)}
+		if seen[k] {
+			t.Fatalf("message %d attempt %d handed to a handler twice", cl.id, cl.attempt)
+		}
+		seen[k] = true
+		if grants[k] != cl.owner {
+			t.Fatalf("message %d attempt %d ran under %s, the database granted it to %q", cl.id, cl.attempt, cl.owner, grants[k])
+		}
+	}
+	// A grant no handler saw was claimed by a worker that then crashed with
+	// the message still queued for its handlers.
+	for k, owner := range grants {
+		if !seen[k] && !crashedOwners[owner] {
+			t.Fatalf("message %d attempt %d granted to %s, which never ran it and did not crash", k[0], k[1], owner)
+		}
+	}
+	if crashes.Load() == 0 || takeovers == 0 || failed.Load() == 0 {
+		t.Fatalf("crashes %d, takeovers %d, retries %d: the test exercised too little", crashes.Load(), takeovers, failed.Load())
+	}
+	t.Logf("%d processed, %d dead; %d grants, %d log rows, %d crashes, %d takeovers after expiry, %d retries, %d leases lost, %d rows recovered",
+		processed, deadRows, len(grants), nlog, crashes.Load(), takeovers, failed.Load(), lost.Load(), recovered)
+}

@@ -1,0 +1,224 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type counters struct{ claimed, completed, failed, dead, lost atomic.Int64 }
+
+func (c *counters) hooks() pgsweep.Hooks {
+	return pgsweep.Hooks{
+		Claimed:      func(_ string, n int) { c.claimed.Add(int64(n)) },
+		Completed:    func(_ string, n int) { c.completed.Add(int64(n)) },
+		Failed:       func(_ string, n int) { c.failed.Add(int64(n)) },
+		DeadLettered: func(_ string, n int) { c.dead.Add(int64(n)) },
+		LeasesLost:   func(_ string, n int) { c.lost.Add(int64(n)) },
+	}
+}
+
+func startWorker(t *testing.T, db *pgtest.DB, h pgsweep.Handler, o pgsweep.WorkerOptions) (stop func() error) {
+	t.Helper()
+	o.Schema = db.Schema
+	if o.Logger == nil {
+		o.Logger = quietLog
+	}
+	w, err := pgsweep.NewWorker(db.Pool, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("worker did not stop")
+			return nil
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// With polling set to an hour, only NOTIFY can wake an idle worker.
+func TestWorkerWakesOnNotify(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	got := make(chan string, 10)
+	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
+		got <- string(d.Payload)
+		return nil
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: time.Hour, Hooks: cnt.hooks()})
+	// Let the worker's first claim (empty) and its LISTEN happen first.
+	waitFor(t, "LISTEN", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'").Scan(&n)
+		return n > 0
+	})
+	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"hello"`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p != `"hello"` {
+			t.Fatalf("got %s", p)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker was not woken by NOTIFY")
+	}
+	waitFor(t, "completion", func() bool { return cnt.completed.Load() == 1 })
+	if n := count(t, db, "message", "true"); n != 0 {
+		t.Fatalf("%d rows left", n)
+	}
+}
+
+// A handler that runs longer than the lease keeps it: the worker renews in
+// the background, a rival claimer gets nothing, the message is delivered once.
+func TestWorkerRenewsLongHandlers(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	var calls atomic.Int64
+	startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
+		calls.Add(1)
+		select {
+		case <-time.After(2500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, pgsweep.WorkerOptions{Queue: "q", Lease: time.Second, Hooks: cnt.hooks()})
+	waitFor(t, "the handler to start", func() bool { return calls.Load() == 1 })
+	rivalGot := 0
+	for end := time.Now().Add(15 * time.Second); cnt.completed.Load() == 0 && time.Now().Before(end); {
+		ds, err := db.Client.Claim(ctx, "q", "rival", 10, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rivalGot += len(ds)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rivalGot != 0 || calls.Load() != 1 || cnt.lost.Load() != 0 || cnt.completed.Load() != 1 {
+		t.Fatalf("rival claimed %d, handler ran %d times, %d leases lost", rivalGot, calls.Load(), cnt.lost.Load())
+	}
+}
+
+// Failures: retried with the queue's backoff, dead after the last attempt;
+// a panic is a failure too.
+func TestWorkerFailsAndDeadLetters(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Client.QueueConfigure(ctx, "q", map[string]any{"backoff_base": "0 seconds", "backoff_max": "0 seconds"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", []pgsweep.Message{{Payload: json.RawMessage(`"ok"`)}, {Payload: json.RawMessage(`"bad"`)}, {Payload: json.RawMessage(`"panic"`)}}); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
+		switch string(d.Payload) {
+		case `"bad"`:
+			return errors.New("bad payload")
+		case `"panic"`:
+			panic("boom")
+		}
+		return nil
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, Hooks: cnt.hooks()})
+	waitFor(t, "two dead letters", func() bool { return cnt.dead.Load() == 2 })
+	if cnt.completed.Load() != 1 || cnt.failed.Load() != 4 || cnt.claimed.Load() != 7 {
+		t.Fatalf("completed %d, failed %d, claimed %d; want 1, 4 (2 messages x 2 retries), 7", cnt.completed.Load(), cnt.failed.Load(), cnt.claimed.Load())
+	}
+	if n := count(t, db, "message_dead", "attempts = 3 AND last_error IN ('bad payload', 'handler panic: boom')"); n != 2 {
+		t.Fatalf("dead letters: %d", n)
+	}
+}
+
+// Shutdown lets a running handler finish within the deadline and completes
+// its message; past the deadline the lease is abandoned to expiry.
+func TestWorkerShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		handler  time.Duration
+		deadline time.Duration
+		done     bool
+	}{{"finishes", 300 * time.Millisecond, 10 * time.Second, true}, {"abandons", time.Hour, 200 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := pgtest.New(t, 6)
+			ctx := context.Background()
+			if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
+				t.Fatal(err)
+			}
+			var cnt counters
+			started := make(chan struct{})
+			stop := startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
+				close(started)
+				select {
+				case <-time.After(tc.handler):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, pgsweep.WorkerOptions{Queue: "q", ShutdownTimeout: tc.deadline, Lease: time.Minute, Hooks: cnt.hooks()})
+			<-started
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.done {
+				if cnt.completed.Load() != 1 || count(t, db, "message", "true") != 0 {
+					t.Fatalf("the in-flight message was not completed at shutdown")
+				}
+				return
+			}
+			if cnt.completed.Load() != 0 || cnt.failed.Load() != 0 || count(t, db, "message", "status = 'processing'") != 1 {
+				t.Fatalf("an abandoned message must stay leased until expiry")
+			}
+		})
+	}
+}
