@@ -70,10 +70,13 @@ BEGIN
         -- so that a unit of still-dense blocks does not hold many batches.
         SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) INTO v_width
           FROM pg_catalog.pg_stats s WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name;
-        v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width, 1);
-        IF v_rpb = 1 AND v_width IS NULL AND NOT (v_tuples > 0 AND v_pages > 0) THEN
-            v_rpb := 50; -- no statistics at all: a typical narrow row
+        v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width);
+        IF v_rpb IS NULL AND v_blocks > 0 THEN
+            -- Never analyzed: count the rows of the first few blocks instead.
+            EXECUTE format('SELECT count(*) / %s::float8 FROM %s WHERE ctid < $1', least(v_blocks, 8), v_rel::text)
+              INTO v_rpb USING format('(%s,0)', least(v_blocks, 8))::tid;
         END IF;
+        v_rpb := greatest(coalesce(v_rpb, 1), 1);
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
     END IF;
 
