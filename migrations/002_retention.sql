@@ -47,7 +47,12 @@ CREATE TABLE retention_sweep (
     units          int NOT NULL,
     blocks         bigint,             -- tid_range: table size in blocks when planned
     step_blocks    bigint,             -- tid_range: blocks per unit
-    estimated_rows double precision    -- the planner's estimate of eligible rows
+    estimated_rows double precision,   -- the planner's estimate of eligible rows
+    -- The statements of this sweep, built once at planning from the catalog
+    -- (names quoted with %I): a dropped or retyped column makes them fail,
+    -- never delete the wrong rows. keyset: select_sql finds a batch.
+    delete_sql     text NOT NULL,
+    select_sql     text
 );
 CREATE INDEX ON retention_sweep (policy, id);
 

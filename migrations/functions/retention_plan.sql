@@ -49,6 +49,7 @@ DECLARE
     v_step bigint;
     v_sweep bigint;
     v_units int;
+    v_sql record;
 BEGIN
     SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM %s WHERE %s', v_rel::text, _retention_predicate(p_pol, v_rel))
@@ -80,8 +81,11 @@ BEGIN
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
     END IF;
 
-    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks, estimated_rows)
-    VALUES (p_pol.name, v_strategy, v_cutoff, clock_timestamp(), p_owner, 0, v_blocks, v_step, v_est)
+    v_sql := _retention_sweep_sql(p_pol, v_strategy);
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
+                                 estimated_rows, delete_sql, select_sql)
+    VALUES (p_pol.name, v_strategy, v_cutoff, clock_timestamp(), p_owner, 0, v_blocks, v_step, v_est,
+            v_sql.delete_sql, v_sql.select_sql)
     RETURNING id INTO v_sweep;
 
     IF v_strategy = 'tid_range' THEN

@@ -93,6 +93,30 @@ BEGIN
 END
 $$;
 
+-- _retention_sweep_sql builds a sweep's statements (see retention_sweep).
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text,
+    OUT delete_sql text, OUT select_sql text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
+    v_pred text := _retention_predicate(p_pol, v_rel);
+BEGIN
+    IF p_strategy = 'tid_range' THEN
+        delete_sql := format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
+    ELSE
+        select_sql := format('SELECT array_agg(ctid), max(%s), count(*) FROM ('
+                             'SELECT ctid, %I FROM %s WHERE %s AND %I >= %s ORDER BY %I LIMIT %s) c',
+                             _retention_encode(p_pol, quote_ident(p_pol.time_column)), p_pol.time_column, v_tbl,
+                             v_pred, p_pol.time_column, _retention_param(p_pol, '$1'), p_pol.time_column,
+                             p_pol.batch_size);
+        delete_sql := format('DELETE FROM %s WHERE ctid = ANY ($1) AND %s', v_tbl, v_pred);
+    END IF;
+END
+$$;
+
 -- _retention_delete_range deletes the eligible rows in heap blocks
 -- [p_block_lo, p_block_hi) (to the end when p_block_hi is NULL): one Tid Range
 -- Scan over those blocks, no index, nothing else read. The planner settings
@@ -101,8 +125,8 @@ $$;
 -- disabled plan types' penalty costs would otherwise trigger JIT compilation
 -- of every statement here (measured: 100+ ms per batch), and a batch is far
 -- too short to gain from it.
-CREATE OR REPLACE FUNCTION _retention_delete_range(p_pol retention_policy, p_cutoff timestamptz, p_block_lo bigint,
-    p_block_hi bigint)
+CREATE OR REPLACE FUNCTION _retention_delete_range(p_sweep retention_sweep, p_pol retention_policy,
+    p_block_lo bigint, p_block_hi bigint)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -112,14 +136,12 @@ SET enable_bitmapscan = off
 SET jit = off
 AS $$
 DECLARE
-    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
     v_n bigint;
 BEGIN
-    EXECUTE format('DELETE FROM %s WHERE ctid >= $1 %s AND %s', v_rel::text,
-                   CASE WHEN p_block_hi IS NOT NULL THEN 'AND ctid < $2' ELSE '' END,
-                   _retention_predicate(p_pol, v_rel))
-      USING format('(%s,0)', p_block_lo)::tid, CASE WHEN p_block_hi IS NOT NULL THEN format('(%s,0)', p_block_hi)::tid END, p_cutoff,
-            p_pol.statuses, p_pol.filter_values;
+    -- An open-ended unit runs to the largest block number there can be.
+    EXECUTE p_sweep.delete_sql
+      USING format('(%s,0)', p_block_lo)::tid, format('(%s,0)', coalesce(p_block_hi, 4294967295))::tid,
+            p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
@@ -130,28 +152,23 @@ $$;
 -- where the previous batch ended (so no batch re-reads the index entries of
 -- rows earlier batches deleted), then a Tid Scan deletes them, re-checking the
 -- predicate. more is false once the walk found fewer rows than a batch.
-CREATE OR REPLACE FUNCTION _retention_delete_keyset(p_pol retention_policy, p_cutoff timestamptz, p_time_lo timestamptz,
-    OUT deleted bigint, OUT time_hi timestamptz, OUT more boolean)
+CREATE OR REPLACE FUNCTION _retention_delete_keyset(p_sweep retention_sweep, p_pol retention_policy,
+    p_time_lo timestamptz, OUT deleted bigint, OUT time_hi timestamptz, OUT more boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 SET jit = off
 AS $$
 DECLARE
-    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
-    v_pred text := _retention_predicate(p_pol, v_rel);
     v_ctids tid[];
     v_found bigint;
 BEGIN
-    EXECUTE format('SELECT array_agg(ctid), max(%s), count(*) FROM ('
-                   'SELECT ctid, %I FROM %s WHERE %s AND %I >= %s ORDER BY %I LIMIT %s) c',
-                   _retention_encode(p_pol, quote_ident(p_pol.time_column)), p_pol.time_column, v_rel::text,
-                   v_pred, p_pol.time_column, _retention_param(p_pol, '$1'), p_pol.time_column, p_pol.batch_size)
+    EXECUTE p_sweep.select_sql
       INTO v_ctids, time_hi, v_found
-      USING p_time_lo, NULL::tid, p_cutoff, p_pol.statuses, p_pol.filter_values;
+      USING p_time_lo, NULL::tid, p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
     deleted := 0;
     IF v_found > 0 THEN
-        EXECUTE format('DELETE FROM %s WHERE ctid = ANY ($1) AND %s', v_rel::text, v_pred)
-          USING v_ctids, NULL::tid, p_cutoff, p_pol.statuses, p_pol.filter_values;
+        EXECUTE p_sweep.delete_sql
+          USING v_ctids, NULL::tid, p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
         GET DIAGNOSTICS deleted = ROW_COUNT;
     END IF;
     more := v_found >= p_pol.batch_size;

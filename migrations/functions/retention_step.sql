@@ -180,10 +180,10 @@ BEGIN
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
     IF v_sweep.strategy = 'tid_range' THEN
-        v_n := _retention_delete_range(v_pol, v_sweep.cutoff, v_unit.block_lo, v_unit.block_hi);
+        v_n := _retention_delete_range(v_sweep, v_pol, v_unit.block_lo, v_unit.block_hi);
         v_done := true;
     ELSE
-        v_keyset := _retention_delete_keyset(v_pol, v_sweep.cutoff, v_unit.time_lo);
+        v_keyset := _retention_delete_keyset(v_sweep, v_pol, v_unit.time_lo);
         v_n := v_keyset.deleted;
         v_done := NOT v_keyset.more;
     END IF;

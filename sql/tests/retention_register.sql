@@ -1,5 +1,7 @@
 -- pgTAP: retention policies: registration, validation, options.
 BEGIN;
+-- Start from no policies; ROLLBACK at the end restores whatever was there.
+DELETE FROM pgsweep.retention_policy;
 SELECT plan(66);
 
 -- Fixtures: a CAP-shaped table, a timestamptz table without a usable index,
@@ -78,8 +80,8 @@ SELECT is((SELECT time_type FROM pgsweep.retention_policy WHERE name = 'days'), 
 SELECT lives_ok($$SELECT pgsweep.retention_register('forever', 'rt.bare', 'at', NULL)$$, 'NULL p_older_than is accepted');
 
 -- re-registering: same definition keeps the open sweep, a change drops it
-INSERT INTO pgsweep.retention_sweep (id, policy, strategy, cutoff, planned_at, planned_by, units)
-VALUES (-1, 'cap.published', 'tid_range', now(), now(), 'tap', 1);
+INSERT INTO pgsweep.retention_sweep (id, policy, strategy, cutoff, planned_at, planned_by, units, delete_sql)
+VALUES (-1, 'cap.published', 'tid_range', now(), now(), 'tap', 1, 'SELECT');
 INSERT INTO pgsweep.retention_unit (policy, sweep_id, unit_no, block_lo) VALUES ('cap.published', -1, 1, 0);
 SELECT pgsweep.retention_register('cap.published', 'rt.published', 'ExpiresAt', '1 day', 'StatusName',
     ARRAY['Succeeded', 'Failed']);

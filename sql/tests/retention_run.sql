@@ -3,6 +3,8 @@
 -- _finish) inside the test's transaction, with the clock pinned through p_now.
 -- The procedure itself, concurrency and crashes are covered by the Go tests.
 BEGIN;
+-- Start from no policies; ROLLBACK at the end restores whatever was there.
+DELETE FROM pgsweep.retention_policy;
 SET LOCAL TimeZone = 'UTC';
 SELECT plan(45);
 
