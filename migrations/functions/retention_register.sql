@@ -1,0 +1,283 @@
+-- Retention: registering policies and their options.
+--
+-- Every argument is checked before anything changes (SQLSTATE 22023 naming the
+-- argument). Re-registering a policy with the same definition changes nothing
+-- but updated_at, so every replica may register its tables at start-up; a
+-- changed definition drops the open sweep (its units were planned for the old
+-- definition) and the next run plans a new one.
+
+CREATE OR REPLACE FUNCTION _retention_invalid(p_message text, VARIADIC p_args text[] DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RAISE EXCEPTION USING MESSAGE = format(p_message, VARIADIC p_args), ERRCODE = 'invalid_parameter_value';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text;
+    v_table text;
+    v_kind "char";
+    v_persistence "char";
+    v_time record;
+    v_status record;
+    v_time_type text;
+    v_old retention_policy;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    IF p_table IS NULL THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
+    END IF;
+    SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+    END IF;
+    -- Only plain tables: the TID-range walk needs one heap. A partitioned
+    -- table's partitions are registered one by one (or dropped when old).
+    IF v_kind <> 'r' OR v_persistence = 't' THEN
+        PERFORM _retention_invalid('p_table must be an ordinary, non-temporary table, got %s (relkind %s)',
+            p_table::text, v_kind::text);
+    END IF;
+
+    PERFORM _check_text('p_time_column', p_time_column, 63);
+    v_time := _retention_column(p_table, p_time_column);
+    IF v_time.type_sql IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
+    END IF;
+    v_time_type := CASE v_time.base_type
+        WHEN 'timestamptz'::regtype THEN 'timestamptz'
+        WHEN 'timestamp'::regtype THEN 'timestamp'
+        WHEN 'date'::regtype THEN 'date' END;
+    IF v_time_type IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
+            quote_ident(p_time_column), v_time.base_type::text);
+    END IF;
+
+    IF p_older_than IS NOT NULL AND p_older_than <= interval '0' THEN
+        PERFORM _retention_invalid('p_older_than must be greater than 0, or NULL to keep rows forever, got %s',
+            _interval_text(p_older_than));
+    END IF;
+
+    IF p_status_column IS NOT NULL THEN
+        PERFORM _check_text('p_status_column', p_status_column, 63);
+        v_status := _retention_column(p_table, p_status_column);
+        IF v_status.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_status_column must name a column of %s, got %s', p_table::text,
+                quote_ident(p_status_column));
+        END IF;
+        IF v_status.category <> 'S' THEN
+            PERFORM _retention_invalid('p_status_column must be text-like (text, varchar, char), got %s of type %s',
+                quote_ident(p_status_column), v_status.base_type::text);
+        END IF;
+        IF p_statuses IS NULL OR cardinality(p_statuses) = 0 OR array_position(p_statuses, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_statuses must be a non-empty array without NULLs when p_status_column is given, got %s',
+                coalesce(p_statuses::text, 'NULL'));
+        END IF;
+    ELSIF p_statuses IS NOT NULL THEN
+        PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
+    END IF;
+
+    PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
+    IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
+        PERFORM _retention_invalid('p_mode must be ''exclusive'' or ''parallel'', got %s', coalesce(quote_literal(p_mode), 'NULL'));
+    END IF;
+    IF p_interval IS NULL OR p_interval <= interval '0' THEN
+        PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
+    END IF;
+
+    -- Checks done: from here on the call succeeds.
+    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR UPDATE;
+    IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
+                  v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode)
+                 IS DISTINCT FROM
+                 (v_schema, v_table, p_time_column, v_time_type, p_older_than,
+                  p_status_column, p_statuses, p_batch_size, p_mode) THEN
+        DELETE FROM retention_unit WHERE policy = p_name;
+    END IF;
+    INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
+                                       status_column, statuses, batch_size, mode, run_interval,
+                                       registered_at, updated_at)
+    VALUES (p_name, v_schema, v_table, p_time_column, v_time_type, p_older_than,
+            p_status_column, p_statuses, p_batch_size, p_mode, p_interval, v_now, v_now)
+    ON CONFLICT (name) DO UPDATE
+       SET table_schema = excluded.table_schema, table_name = excluded.table_name,
+           time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
+           status_column = excluded.status_column, statuses = excluded.statuses,
+           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           -- a filter names a column of the old table: it cannot carry over to another table
+           filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_column END,
+           filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_values END,
+           updated_at = excluded.updated_at;
+
+    IF _retention_index(p_table, p_time_column, p_status_column,
+                        (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
+        RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
+            p_name, p_table::text, quote_ident(p_time_column)
+            USING HINT = format('CREATE INDEX ON %s (%I)', p_table::text, p_time_column);
+    END IF;
+END
+$$;
+
+-- The same, for a table given by name: a name that resolves to no table is a
+-- 22023 naming p_table instead of the cast's "relation does not exist". A
+-- string literal argument resolves to this overload.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_table', p_table, 300);
+    BEGIN
+        v_rel := pg_catalog.to_regclass(p_table);
+    EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
+        v_rel := NULL;
+    END;
+    IF v_rel IS NULL THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got %s', quote_literal(p_table));
+    END IF;
+    PERFORM retention_register(p_name, v_rel, p_time_column, p_older_than, p_status_column, p_statuses,
+                               p_batch_size, p_mode, p_interval);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    DELETE FROM retention_policy WHERE name = p_name;
+    RETURN FOUND;
+END
+$$;
+
+-- _retention_policy_for_update loads a policy for a setter, or raises 22023.
+CREATE OR REPLACE FUNCTION _retention_policy_for_update(p_name text)
+RETURNS retention_policy
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    RETURN v_pol;
+END
+$$;
+
+-- The time zone in which a timestamp-without-time-zone (or date) column is
+-- read: CAP writes local times. NULL: the database's TimeZone at run time.
+CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_for_update(p_name);
+    IF p_time_zone IS NOT NULL THEN
+        BEGIN
+            PERFORM now() AT TIME ZONE p_time_zone;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_time_zone must be a time zone name or NULL (the database''s TimeZone), got %s',
+                quote_literal(p_time_zone));
+        END;
+    END IF;
+    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = clock_timestamp() WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name; -- the open sweep's cutoff was computed in the old zone
+END
+$$;
+
+-- An extra fixed filter: only rows whose p_column is one of p_values are
+-- deleted. pgsweep's built-in policies use it for per-queue periods
+-- (queue = 'orders'). p_column NULL removes the filter.
+CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy := _retention_policy_for_update(p_name);
+    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
+    v_col record;
+BEGIN
+    IF p_column IS NOT NULL THEN
+        PERFORM _check_text('p_column', p_column, 63);
+        v_col := _retention_column(v_rel, p_column);
+        IF v_col.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
+        END IF;
+        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
+        END IF;
+        -- Values are cast to the column's type in every batch: fail now, not then.
+        BEGIN
+            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
+                v_col.base_type::text, p_values::text);
+        END;
+    ELSIF p_values IS NOT NULL THEN
+        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
+    END IF;
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = clock_timestamp()
+     WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name;
+END
+$$;
+
+-- How a sweep walks the table: 'auto' (the default) picks per sweep, see
+-- _retention_plan; 'tid_range' or 'keyset' force one.
+CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_for_update(p_name);
+    IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
+        PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
+            coalesce(quote_literal(p_strategy), 'NULL'));
+    END IF;
+    UPDATE retention_policy SET strategy = p_strategy, updated_at = clock_timestamp() WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name;
+END
+$$;
+
+-- The TTL of an exclusive policy's lease retention:<name>: how long another
+-- cleaner waits after a crash. A live cleaner renews it every third of it.
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_for_update(p_name);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = clock_timestamp() WHERE name = p_name;
+END
+$$;

@@ -1,0 +1,77 @@
+-- Retention: what a DBA looks at, and what maintain() asks.
+
+-- retention_passes: the pass history. A pass still marked running whose
+-- session is gone (killed, crashed) shows as abandoned.
+CREATE OR REPLACE VIEW retention_passes AS
+SELECT p.id,
+       p.policy,
+       p.owner,
+       p.mode,
+       p.strategy,
+       CASE WHEN p.outcome = 'running' AND NOT EXISTS (
+                SELECT 1 FROM pg_catalog.pg_stat_activity a
+                 WHERE a.pid = p.pid AND (a.backend_start IS NULL OR a.backend_start = p.backend_start))
+            THEN 'abandoned' ELSE p.outcome END AS outcome,
+       p.started_at,
+       p.finished_at,
+       p.last_batch_at,
+       coalesce(p.finished_at, p.last_batch_at, p.started_at) - p.started_at AS elapsed,
+       p.rows_deleted,
+       p.batches,
+       p.units,
+       p.lease_token,
+       p.planned_sweep,
+       p.error
+  FROM retention_pass p;
+
+-- retention_policies: every policy with its last pass.
+CREATE OR REPLACE VIEW retention_policies AS
+SELECT r.name,
+       format('%I.%I', r.table_schema, r.table_name) AS table_name,
+       r.time_column,
+       r.time_type,
+       r.older_than,
+       r.status_column,
+       r.statuses,
+       r.filter_column,
+       r.filter_values,
+       r.batch_size,
+       r.mode,
+       r.run_interval,
+       coalesce(r.time_zone, current_setting('TimeZone')) AS time_zone,
+       r.lease_ttl,
+       r.strategy,
+       (SELECT count(*) FROM retention_unit u WHERE u.policy = r.name) AS open_units,
+       lp.started_at AS last_started_at,
+       lp.finished_at AS last_finished_at,
+       lp.outcome AS last_outcome,
+       lp.owner AS last_owner,
+       lp.strategy AS last_strategy,
+       lp.rows_deleted AS last_rows_deleted,
+       lp.batches AS last_batches,
+       lp.elapsed AS last_elapsed,
+       lp.error AS last_error
+  FROM retention_policy r
+  LEFT JOIN LATERAL (
+      SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
+
+-- retention_due lists the policies whose interval has passed since their last
+-- pass began (or that never ran), oldest first: what maintain() runs. Policies
+-- that keep rows forever are never due.
+CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz DEFAULT NULL)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    RETURN QUERY
+    SELECT r.name
+      FROM retention_policy r
+      LEFT JOIN LATERAL (SELECT max(p.started_at) AS at FROM retention_pass p WHERE p.policy = r.name) lp ON true
+     WHERE r.older_than IS NOT NULL
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now)
+     ORDER BY lp.at NULLS FIRST, r.name;
+END
+$$;

@@ -1,0 +1,274 @@
+package pgsweep
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Retention modes (RetentionPolicy.Mode).
+const (
+	// RetentionExclusive runs one cleaner at a time under the lease
+	// retention:<name>; other cleaners return at once.
+	RetentionExclusive = "exclusive"
+	// RetentionParallel lets any number of cleaners run, each on disjoint rows.
+	RetentionParallel = "parallel"
+)
+
+// Retention strategies (RetentionSetStrategy, RetentionPass.Strategy).
+const (
+	// RetentionAuto picks a strategy per sweep from the table's statistics.
+	RetentionAuto = "auto"
+	// RetentionTIDRange walks the heap in consecutive block ranges.
+	RetentionTIDRange = "tid_range"
+	// RetentionKeyset walks an index on the time column from the oldest row.
+	RetentionKeyset = "keyset"
+)
+
+// RetentionPolicy is what RetentionRegister registers: rows of Table whose
+// TimeColumn is older than OlderThan (and whose StatusColumn is one of
+// Statuses, when given) are deleted by RetentionRun.
+type RetentionPolicy struct {
+	Name string
+	// Table as SQL names it: "cap.published", or `"cap"."Published"`.
+	Table      string
+	TimeColumn string
+	// OlderThan is the retention period; 0 keeps rows forever (SQL NULL).
+	OlderThan    time.Duration
+	StatusColumn string   // empty: no status condition
+	Statuses     []string // the statuses that may be deleted
+	BatchSize    int      // 1..10000; 0: 1000
+	Mode         string   // RetentionExclusive (default) or RetentionParallel
+	// Interval between passes, for schedulers (retention_due); 0: 1 minute.
+	Interval time.Duration
+}
+
+// RetentionPass is one row of the retention_passes view: one cleaner's pass.
+type RetentionPass struct {
+	ID       int64
+	Policy   string
+	Owner    string
+	Mode     string
+	Strategy string // empty until the pass deleted its first batch
+	// Outcome: running, drained, budget, lease_lost, error or abandoned (the
+	// cleaner's session ended mid-pass).
+	Outcome     string
+	StartedAt   time.Time
+	FinishedAt  *time.Time
+	LastBatchAt *time.Time
+	Elapsed     time.Duration
+	RowsDeleted int64
+	Batches     int
+	Units       int
+	LeaseToken  *int64 // exclusive mode: the lease's fencing token
+	Error       string
+}
+
+// RetentionStatus is one row of the retention_policies view.
+type RetentionStatus struct {
+	Name         string
+	Table        string
+	TimeColumn   string
+	OlderThan    *time.Duration // nil: rows are kept forever
+	StatusColumn string
+	Statuses     []string
+	FilterColumn string
+	FilterValues []string
+	BatchSize    int
+	Mode         string
+	Interval     time.Duration
+	TimeZone     string
+	LeaseTTL     time.Duration
+	Strategy     string
+	OpenUnits    int64
+	// LastPass is the policy's latest pass, nil if it never ran.
+	LastPass *RetentionPass
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// RetentionRegister registers or updates a retention policy for any table.
+// Invalid arguments return an error matching ErrInvalidArgument and change
+// nothing.
+func (c *Client) RetentionRegister(ctx context.Context, p RetentionPolicy) error {
+	var olderThan *time.Duration
+	if p.OlderThan != 0 {
+		olderThan = &p.OlderThan
+	}
+	batch, mode, interval := p.BatchSize, p.Mode, p.Interval
+	if batch == 0 {
+		batch = 1000
+	}
+	if mode == "" {
+		mode = RetentionExclusive
+	}
+	if interval == 0 {
+		interval = time.Minute
+	}
+	var statuses []string
+	if p.Statuses != nil {
+		statuses = p.Statuses
+	}
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_register")+"($1, $2::text, $3, $4, $5, $6, $7, $8, $9)",
+		p.Name, p.Table, p.TimeColumn, olderThan, nullIfEmpty(p.StatusColumn), statuses, batch, mode, interval)
+	return wrapErr("retention_register", err)
+}
+
+// RetentionUnregister removes a policy and its history. It returns false
+// when there was no such policy.
+func (c *Client) RetentionUnregister(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	err := c.db.QueryRow(ctx, "SELECT "+c.fn("retention_unregister")+"($1)", name).Scan(&ok)
+	return ok, wrapErr("retention_unregister", err)
+}
+
+// RetentionSetFilter restricts a policy to rows whose column is one of
+// values (pgsweep's built-in policies use it for one queue each). An empty
+// column removes the filter.
+func (c *Client) RetentionSetFilter(ctx context.Context, name, column string, values []string) error {
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_set_filter")+"($1, $2, $3)", name, nullIfEmpty(column), values)
+	return wrapErr("retention_set_filter", err)
+}
+
+// RetentionSetTimeZone sets the time zone in which a timestamp-without-time-
+// zone column is read; empty means the database's TimeZone.
+func (c *Client) RetentionSetTimeZone(ctx context.Context, name, tz string) error {
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_set_time_zone")+"($1, $2)", name, nullIfEmpty(tz))
+	return wrapErr("retention_set_time_zone", err)
+}
+
+// RetentionSetStrategy forces a strategy (RetentionTIDRange, RetentionKeyset)
+// or restores RetentionAuto.
+func (c *Client) RetentionSetStrategy(ctx context.Context, name, strategy string) error {
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_set_strategy")+"($1, $2)", name, strategy)
+	return wrapErr("retention_set_strategy", err)
+}
+
+// RetentionSetLeaseTTL sets the TTL of an exclusive policy's lease (1 second
+// to 1 hour): how long other cleaners wait after a cleaner crashed.
+func (c *Client) RetentionSetLeaseTTL(ctx context.Context, name string, ttl time.Duration) error {
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_set_lease_ttl")+"($1, $2)", name, ttl)
+	return wrapErr("retention_set_lease_ttl", err)
+}
+
+// acquirer is what *pgxpool.Pool offers to pin one connection.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// RetentionRun runs one pass of policy name: it deletes expired rows in
+// batches, each committed, until the sweep is drained or budget (0 to 24h) is
+// spent. owner names the cleaner (empty: the database generates one). It
+// returns the pass and true, or false when there was nothing to do: another
+// cleaner holds an exclusive policy, or the policy keeps rows forever.
+//
+// The procedure commits, so the client's DBTX must not be a transaction.
+func (c *Client) RetentionRun(ctx context.Context, name, owner string, budget time.Duration) (RetentionPass, bool, error) {
+	db := c.db
+	if a, ok := db.(acquirer); ok {
+		// One connection for the call and the clean-up below.
+		conn, err := a.Acquire(ctx)
+		if err != nil {
+			return RetentionPass{}, false, wrapErr("retention_run", err)
+		}
+		defer conn.Release()
+		db = conn
+	}
+	var id *int64
+	err := db.QueryRow(ctx, "CALL "+c.fn("retention_run")+"($1, $2, $3, NULL, NULL)",
+		name, nullIfEmpty(owner), budget).Scan(&id)
+	if err != nil {
+		// A cancelled call can leave the session holding the policy's
+		// advisory lock (the procedure cannot catch a cancel); drop it so
+		// that a pooled connection does not block other cleaners.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = db.Exec(cctx, "SELECT "+c.fn("_retention_unlock")+"($1)", name)
+		return RetentionPass{}, false, wrapErr("retention_run", err)
+	}
+	if id == nil {
+		return RetentionPass{}, false, nil
+	}
+	ps, err := c.retentionPasses(ctx, db, "id = $1", *id)
+	if err != nil {
+		return RetentionPass{}, false, err
+	}
+	if len(ps) == 0 {
+		return RetentionPass{}, false, errorf("retention_run", "pass %d vanished (policy unregistered?)", *id)
+	}
+	return ps[0], true, nil
+}
+
+const passColumns = `id, policy, owner, mode, coalesce(strategy, ''), outcome, started_at, finished_at, last_batch_at,
+	elapsed, rows_deleted, batches, units, lease_token, coalesce(error, '')`
+
+func scanPass(r pgx.Row) (RetentionPass, error) {
+	var p RetentionPass
+	err := r.Scan(&p.ID, &p.Policy, &p.Owner, &p.Mode, &p.Strategy, &p.Outcome, &p.StartedAt, &p.FinishedAt,
+		&p.LastBatchAt, &p.Elapsed, &p.RowsDeleted, &p.Batches, &p.Units, &p.LeaseToken, &p.Error)
+	return p, err
+}
+
+func (c *Client) retentionPasses(ctx context.Context, db DBTX, where string, args ...any) ([]RetentionPass, error) {
+	rows, err := db.Query(ctx, "SELECT "+passColumns+" FROM "+c.q+".retention_passes WHERE "+where+" ORDER BY id", args...)
+	if err != nil {
+		return nil, wrapErr("retention_passes", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetentionPass, error) { return scanPass(r) })
+	return ps, wrapErr("retention_passes", err)
+}
+
+// RetentionPasses lists the recorded passes of policy name, oldest first.
+func (c *Client) RetentionPasses(ctx context.Context, name string) ([]RetentionPass, error) {
+	return c.retentionPasses(ctx, c.db, "policy = $1", name)
+}
+
+// RetentionPolicies lists every policy with its last pass, ordered by name.
+func (c *Client) RetentionPolicies(ctx context.Context) ([]RetentionStatus, error) {
+	rows, err := c.db.Query(ctx, `SELECT name, table_name, time_column, older_than, coalesce(status_column, ''),
+		statuses, coalesce(filter_column, ''), filter_values, batch_size, mode, run_interval, time_zone, lease_ttl,
+		strategy, open_units FROM `+c.q+`.retention_policies ORDER BY name`)
+	if err != nil {
+		return nil, wrapErr("retention_policies", err)
+	}
+	ss, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetentionStatus, error) {
+		var s RetentionStatus
+		err := r.Scan(&s.Name, &s.Table, &s.TimeColumn, &s.OlderThan, &s.StatusColumn, &s.Statuses, &s.FilterColumn,
+			&s.FilterValues, &s.BatchSize, &s.Mode, &s.Interval, &s.TimeZone, &s.LeaseTTL, &s.Strategy, &s.OpenUnits)
+		return s, err
+	})
+	if err != nil {
+		return nil, wrapErr("retention_policies", err)
+	}
+	for i := range ss {
+		p, err := scanPass(c.db.QueryRow(ctx, "SELECT "+passColumns+" FROM "+c.q+
+			".retention_passes WHERE policy = $1 ORDER BY id DESC LIMIT 1", ss[i].Name))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, wrapErr("retention_policies", err)
+		default:
+			ss[i].LastPass = &p
+		}
+	}
+	return ss, nil
+}
+
+// RetentionDue lists the policies whose interval has passed since their last
+// pass began, oldest first.
+func (c *Client) RetentionDue(ctx context.Context) ([]string, error) {
+	rows, err := c.db.Query(ctx, "SELECT "+c.fn("retention_due")+"()")
+	if err != nil {
+		return nil, wrapErr("retention_due", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return names, wrapErr("retention_due", err)
+}
