@@ -46,7 +46,7 @@ func fillCAP(t *testing.T, db *pgtest.DB, tbl string, n int) (truth string, elig
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE `+name); err != nil {
 		t.Fatal(err)
 	}
-	return truth, count(t, db.Pool, `SELECT count(*) FROM `+truth+` WHERE eligible`)
+	return truth, countRows(t, db.Pool, `SELECT count(*) FROM `+truth+` WHERE eligible`)
 }
 
 // requeuer keeps moving random Failed rows back to Scheduled with no expiry,
@@ -114,20 +114,20 @@ func checkOutcome(t *testing.T, db *pgtest.DB, tbl, truth string) (deleted int64
 	t.Helper()
 	name := pgx.Identifier{db.Schema, tbl}.Sanitize()
 	log := pgx.Identifier{db.Schema, tbl + "_requeued"}.Sanitize()
-	wrong := count(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s t
+	wrong := countRows(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s t
 		WHERE (NOT t.eligible OR t."Id" IN (SELECT "Id" FROM %s))
 		  AND NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = t."Id")`, truth, log, name))
 	if wrong != 0 {
 		t.Errorf("%d ineligible or re-queued rows were deleted", wrong)
 	}
-	if left := count(t, db.Pool, `SELECT count(*) FROM `+name+` WHERE `+capEligible); left != 0 {
+	if left := countRows(t, db.Pool, `SELECT count(*) FROM `+name+` WHERE `+capEligible); left != 0 {
 		t.Errorf("%d eligible rows are left", left)
 	}
-	if requeuedGone := count(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s r
+	if requeuedGone := countRows(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s r
 		WHERE NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = r."Id" AND p."StatusName" = 'Scheduled')`, log, name)); requeuedGone != 0 {
 		t.Errorf("%d re-queued rows are gone or changed", requeuedGone)
 	}
-	return count(t, db.Pool, `SELECT count(*) FROM `+truth) - count(t, db.Pool, `SELECT count(*) FROM `+name)
+	return countRows(t, db.Pool, `SELECT count(*) FROM `+truth) - countRows(t, db.Pool, `SELECT count(*) FROM `+name)
 }
 
 // cleanerConn is a cleaner's own session. lock_timeout makes any lock wait
@@ -363,12 +363,12 @@ func TestRetentionExclusiveCrashTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	left := count(t, db.Pool, `SELECT count(*) FROM `+tbl)
+	left := countRows(t, db.Pool, `SELECT count(*) FROM `+tbl)
 	b := cleanerConn(t, db)
 	if p, ran, err := b.RetentionRun(ctx, "cap", "B", time.Minute); err != nil || ran {
 		t.Fatalf("B ran while A's lease was live: %+v %v %v", p, ran, err)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM `+tbl); n != left {
+	if n := countRows(t, db.Pool, `SELECT count(*) FROM `+tbl); n != left {
 		t.Fatalf("a busy cleaner deleted %d rows", left-n)
 	}
 	passes, err := c.RetentionPasses(ctx, "cap")

@@ -32,7 +32,7 @@ func capTable(t *testing.T, db *pgtest.DB, tbl string) string {
 	return name
 }
 
-func count(t *testing.T, db pgsweep.DBTX, query string, args ...any) int64 {
+func countRows(t *testing.T, db pgsweep.DBTX, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	if err := db.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
@@ -66,10 +66,10 @@ func TestRetentionRunThroughClient(t *testing.T) {
 		pass.Mode != pgsweep.RetentionExclusive || pass.LeaseToken == nil || pass.Batches < 9 {
 		t.Fatalf("pass: %+v", pass)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM `+tbl+` WHERE "StatusName" IN ('Succeeded', 'Failed')`); n != 0 {
+	if n := countRows(t, db.Pool, `SELECT count(*) FROM `+tbl+` WHERE "StatusName" IN ('Succeeded', 'Failed')`); n != 0 {
 		t.Fatalf("%d eligible rows left", n)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM `+tbl); n != 2500 {
+	if n := countRows(t, db.Pool, `SELECT count(*) FROM `+tbl); n != 2500 {
 		t.Fatalf("%d rows left, want the 2500 ineligible ones", n)
 	}
 	st, err := c.RetentionPolicies(ctx)
