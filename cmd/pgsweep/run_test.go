@@ -48,7 +48,7 @@ func TestRunOnceStatusAndCron(t *testing.T) {
 	if len(rep.Passes) != 1 || rep.Passes[0].Owner != "cli-once" || rep.Passes[0].Recovery != "done" {
 		t.Fatalf("status passes %+v", rep.Passes)
 	}
-	if len(rep.Leases) != 2 || rep.Missing["queues"] == "" {
+	if len(rep.Leases) != 2 || len(rep.Missing) != 0 {
 		t.Fatalf("status leases %+v, missing %v", rep.Leases, rep.Missing)
 	}
 	out, _, code = runCLI(t, append([]string{"status"}, conn...)...)
@@ -212,22 +212,31 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	}
 }
 
-func TestStatusShowsRetentionPolicies(t *testing.T) {
+func TestStatusShowsQueuesAndRetentionPolicies(t *testing.T) {
 	db := pgtest.New(t, 2)
-	// Stand-in for the retention engine's view: the text status shows the
-	// columns it knows, --json every column.
-	if _, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`CREATE VIEW %s.retention_policies AS
-		SELECT 'cap.published'::text AS name, 'cap.published'::text AS table_name, 'exclusive'::text AS mode,
-		       42::bigint AS last_rows_deleted, 'x'::text AS strategy`, pgx.Identifier{db.Schema}.Sanitize())); err != nil {
+	ctx := context.Background()
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+		SELECT %[1]s.queue_create('orders');
+		SELECT %[1]s.send('orders', '{"n": 1}');
+		CREATE TABLE %[1]s.events (id bigint PRIMARY KEY, at timestamptz NOT NULL);
+		CREATE INDEX ON %[1]s.events (at);
+		SELECT %[1]s.retention_register('events', '%[1]s.events', 'at', '1 day');`, s)); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code := runCLI(t, "status", "--database-url", db.URL, "--schema", db.Schema)
-	if code != 0 || !strings.Contains(out, "LAST_ROWS_DELETED") || !strings.Contains(out, "42") || strings.Contains(out, "STRATEGY") {
-		t.Fatalf("status (code %d):\n%s\n%s", code, out, errOut)
+	for _, want := range []string{"orders", "outbox", "events", "LAST_ROWS_DELETED", "exclusive"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("status (code %d) lacks %q:\n%s\n%s", code, want, out, errOut)
+		}
+	}
+	if strings.Contains(out, "TIME_ZONE") {
+		t.Fatalf("text status shows every retention column, want the known few:\n%s", out)
 	}
 	out, _, code = runCLI(t, "status", "--json", "--database-url", db.URL, "--schema", db.Schema)
 	var rep statusReport
-	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Retention == nil || len(rep.Retention.Columns) != 5 {
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Retention == nil ||
+		len(rep.Retention.Rows) != 1 || len(rep.Queues) != 1 || rep.Queues[0].Pending != 1 {
 		t.Fatalf("status --json (code %d, %v): %s", code, err, out)
 	}
 }
