@@ -96,9 +96,17 @@ CREATE INDEX maintain_run_open ON maintain_run (part) WHERE status = 'running';
 COMMENT ON TABLE maintain_run IS 'pgsweep maintain: one row per part run: lease token, start, end, counts, error';
 
 {{ template "functions/settings.sql" . }}
+
+-- New queues keep processed inbox rows and dead letters for the periods in
+-- settings (inbox_processed_retention, dead_letter_retention; 'infinite'
+-- gives NULL = forever); queue_configure overrides them per queue.
+ALTER TABLE queue
+    ALTER COLUMN processed_retention SET DEFAULT setting_interval('inbox_processed_retention'),
+    ALTER COLUMN dead_retention SET DEFAULT setting_interval('dead_letter_retention');
 {{ template "functions/maintain_part.sql" . }}
 {{ template "functions/history.sql" . }}
 {{ template "functions/maintain_recovery.sql" . }}
+{{ template "functions/retention_builtin.sql" . }}
 {{ template "functions/maintain_retention.sql" . }}
 {{ template "functions/maintain.sql" . }}
 {{ template "functions/cron.sql" . }}

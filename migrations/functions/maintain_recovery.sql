@@ -1,29 +1,42 @@
--- The recovery part of maintain(): one STEP of recovery of expired claims.
+-- The recovery part of maintain(): one STEP of recovery of expired claims,
+-- over every queue, through queue_recover (functions/recover.sql): rows whose
+-- lease expired become claimable again and their old owner is fenced out
+-- (each counts as a lost lease); rows that used their last attempt move to
+-- the dead letters. queue_recover keeps each queue's keyset traversal (id
+-- order up to a boundary captured when the traversal starts, wrapping after
+-- an empty pass), so continuous new traffic cannot starve older rows.
 --
--- FILLED IN WHEN THE MESSAGE STORE / RETENTION MERGE: until then it recovers
--- nothing and returns zero counts.
---
--- Contract with maintain():
---   * one call = one bounded step (at most setting_int('recovery_batch_size')
---     rows); it must not COMMIT — maintain commits after each step, renews
---     the lease maintain:recovery and calls again while the step returned
---     {"more": true} and p_deadline has not passed;
---   * returns counts to add to the run's totals:
---     {"recovered": n, "lost_leases": n, "dead_lettered": n, "more": bool};
---   * an error it raises is caught by maintain(), recorded in the history
---     (run status 'failed', the pass's error) and the pass goes on with the
---     next part; the step's changes are rolled back.
--- p_owner is the lease holder running the pass; p_deadline when recovery's
--- share of the budget (half of it) ends. State that must survive between
--- steps and passes (the keyset traversal position and its boundary, per
--- queue) belongs in maintain_state.cursor (WHERE part = 'recovery'): only
--- the lease holder runs this function, so it may read and write that row.
+-- Contract with maintain(): one call = one bounded step, at most
+-- setting_int('recovery_batch_size') rows per queue; no COMMIT (maintain
+-- commits after each step and renews the lease); returns
+-- {"recovered", "lost_leases", "dead_lettered", "more"} where "more" says a
+-- queue filled its batch, so another step is worth it while time remains.
 CREATE OR REPLACE FUNCTION _maintain_recovery(p_owner text, p_deadline timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_batch int := setting_int('recovery_batch_size');
+    v_queue text;
+    v_r record;
+    v_recovered int := 0;
+    v_dead int := 0;
+    v_more boolean := false;
 BEGIN
-    RETURN jsonb_build_object('recovered', 0, 'lost_leases', 0, 'dead_lettered', 0);
+    FOR v_queue IN SELECT q.name FROM queue q ORDER BY q.name LOOP
+        IF clock_timestamp() >= p_deadline THEN
+            v_more := true; -- queues left unvisited this step
+            EXIT;
+        END IF;
+        SELECT * INTO v_r FROM queue_recover(v_queue, v_batch);
+        v_recovered := v_recovered + v_r.recovered;
+        v_dead := v_dead + v_r.dead_lettered;
+        IF v_r.recovered + v_r.dead_lettered >= v_batch THEN
+            v_more := true;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object('recovered', v_recovered, 'lost_leases', v_recovered,
+                              'dead_lettered', v_dead, 'more', v_more);
 END
 $$;
