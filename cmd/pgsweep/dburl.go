@@ -18,8 +18,12 @@ type dbFlags struct {
 }
 
 func (d *dbFlags) register(fs *flag.FlagSet) {
+	d.registerWithSchema(fs, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+}
+
+func (d *dbFlags) registerWithSchema(fs *flag.FlagSet, schema, usage string) {
 	fs.StringVar(&d.url, "database-url", "", "PostgreSQL URL or DSN (default: $PGSWEEP_DATABASE_URL, then the PG* variables)")
-	fs.StringVar(&d.schema, "schema", pgsweep.DefaultSchema, "schema pgsweep is installed in")
+	fs.StringVar(&d.schema, "schema", schema, usage)
 }
 
 // connString returns the connection string to use: the flag, then

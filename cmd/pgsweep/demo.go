@@ -2,93 +2,298 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/runner"
 )
+
+// demoConfig sizes the demo; the defaults finish in well under a minute.
+type demoConfig struct {
+	messages  int           // sent by the producers in all
+	capRows   int           // rows of the CAP-shaped table, 80% of them expired
+	killAfter int           // the doomed worker is "killed" after claiming this many
+	poisonMod int           // messages whose n is a multiple of this always fail
+	timeout   time.Duration // give up (and fail) after this long
+}
 
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet("demo")
 	var db dbFlags
-	db.register(fs)
+	db.registerWithSchema(fs, "pgsweep_demo", "schema the demo installs into; it is dropped and re-created on every run")
+	var cfg demoConfig
+	fs.IntVar(&cfg.messages, "messages", 10000, "messages the producers send")
+	fs.IntVar(&cfg.capRows, "cap-rows", 200000, "rows in the CAP-shaped table (80% expired)")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "fail when the demo has not converged by then")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := db.validate(); err != nil {
 		return err
 	}
-	conn, err := db.connect(ctx)
-	if err != nil {
-		return err
+	if cfg.messages < 100 || cfg.capRows < 1000 {
+		return fmt.Errorf("%w: --messages must be at least 100 and --cap-rows at least 1000", errUsage)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	res, err := pgsweep.Migrate(ctx, conn, db.schema)
-	if err != nil {
-		return err
+	if db.connString() == "" {
+		return fmt.Errorf("%w: no database: pass --database-url (or run `make demo`, which starts a throwaway one)", errUsage)
 	}
-	fmt.Fprintf(out, "migrated schema %s to version %d\n\n", db.schema, res.To)
+	cfg.killAfter, cfg.poisonMod = 300, 97
+	return demo(ctx, &db, cfg, out)
+}
 
-	pool, err := db.pool(ctx, 4)
+// demoState is what the demo's actors report, for progress and verification.
+type demoState struct {
+	sent, completed, failed, deadLettered, lost atomic.Int64
+
+	mu      sync.Mutex
+	ids     []int64       // every id the producers sent
+	doomed  []int64       // the ids the killed worker died holding
+	handled map[int64]int // successful handler runs per id
+}
+
+func demo(ctx context.Context, db *dbFlags, cfg demoConfig, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	start := time.Now()
+	step := func(format string, args ...any) {
+		fmt.Fprintf(out, "%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+
+	pool, err := db.pool(ctx, 40)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := demoSetup(ctx, pool, db.schema, cfg, step); err != nil {
+		return err
+	}
 	client, err := pgsweep.NewClient(pool, &pgsweep.ClientOptions{Schema: db.schema})
 	if err != nil {
 		return err
 	}
-	return demoLeases(ctx, client, out)
-}
 
-// demoLeases shows two replicas contending for leadership: replica-a leads,
-// then "crashes" (stops renewing); replica-b takes over only after the
-// lease expired, with a higher fencing token.
-func demoLeases(ctx context.Context, c *pgsweep.Client, out io.Writer) error {
-	const name, ttl = "demo:leader", 2 * time.Second
-	owners := []string{"replica-a", "replica-b"}
-	fmt.Fprintf(out, "== leases: two replicas contend for %q (ttl %v); replica-a crashes after 3s\n", name, ttl)
-	for _, o := range owners { // start clean if the demo ran before
-		if _, err := c.LeaseRelease(ctx, name, o); err != nil {
-			return err
-		}
+	st := &demoState{handled: map[int64]int{}}
+	var wg sync.WaitGroup
+	actors, stopActors := context.WithCancel(ctx)
+	defer stopActors()
+	errc := make(chan error, 16)
+	spawn := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(actors); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
 	}
-	start := time.Now()
-	crashed := false
-	var leader string
-	for time.Since(start) < 8*time.Second {
-		for _, o := range owners {
-			if o == "replica-a" && crashed {
-				continue
-			}
-			tok, ok, err := c.LeaseAcquire(ctx, name, o, ttl)
-			if err != nil {
-				return err
-			}
-			if ok && leader != o {
-				fmt.Fprintf(out, "%5.1fs  %s is leader (token %d)\n", time.Since(start).Seconds(), o, tok)
-				leader = o
-			}
-		}
-		if !crashed && time.Since(start) > 3*time.Second {
-			crashed = true
-			fmt.Fprintf(out, "%5.1fs  replica-a crashed: it stops renewing and never releases\n", time.Since(start).Seconds())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	ls, err := c.Leases(ctx)
+
+	// Three maintenance runners, as three replicas would run them.
+	connCfg, err := pgx.ParseConfig(db.connString())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nSELECT * FROM leases:")
-	for _, l := range ls {
-		fmt.Fprintf(out, "  %-14s owner=%-10s token=%d live=%v expires=%s\n", l.Name, l.Owner, l.Token, l.Live, l.ExpiresAt.Format(time.RFC3339))
+	for i := range 3 {
+		r, err := runner.New(runner.ConnectConfig(connCfg, "pgsweep demo runner"), runner.Options{
+			Schema: db.schema, Owner: fmt.Sprintf("runner-%d", i+1),
+			Interval: 500 * time.Millisecond, Jitter: 200 * time.Millisecond, Budget: 5 * time.Second,
+		})
+		if err != nil {
+			return err
+		}
+		spawn(r.Owner(), r.Run)
 	}
-	_, err = c.LeaseRelease(ctx, name, "replica-b")
-	return err
+	// Two producers, each sending half the messages in small transactions.
+	for p := range 2 {
+		spawn(fmt.Sprintf("producer-%d", p+1), func(ctx context.Context) error {
+			return demoProduce(ctx, client, st, p, cfg)
+		})
+	}
+	// A worker that works for a while, then dies holding a batch: recovery
+	// hands its rows back after the lease expires.
+	spawn("doomed worker", func(ctx context.Context) error {
+		return demoDoomed(ctx, client, st, cfg, step)
+	})
+	// Three workers with a handler that fails now and then, and always for poison messages.
+	for w := range 3 {
+		wk, err := pgsweep.NewWorker(pool, demoHandler(st, cfg), pgsweep.WorkerOptions{
+			Schema: db.schema, Queue: "orders", Owner: fmt.Sprintf("worker-%d", w+1),
+			Batch: 50, Concurrency: 8, Lease: 5 * time.Second, PollInterval: 200 * time.Millisecond,
+			Hooks:  demoHooks(st),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			return err
+		}
+		spawn(wk.Owner(), wk.Run)
+	}
+
+	err = demoWatch(ctx, pool, db.schema, st, cfg, step, errc)
+	stopActors()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	return demoVerify(context.WithoutCancel(ctx), pool, db.schema, st, cfg, out)
+}
+
+func demoHandler(st *demoState, cfg demoConfig) pgsweep.Handler {
+	return func(ctx context.Context, d *pgsweep.Delivery) error {
+		var body struct{ N int }
+		if err := json.Unmarshal(d.Payload, &body); err != nil {
+			return err
+		}
+		if body.N%cfg.poisonMod == 0 {
+			return fmt.Errorf("poison message %d", body.N)
+		}
+		if d.Attempt == 1 && body.N%10 == 3 {
+			return pgsweep.RetryAfter(errors.New("transient failure"), 100*time.Millisecond)
+		}
+		st.mu.Lock()
+		st.handled[d.ID]++
+		st.mu.Unlock()
+		return nil
+	}
+}
+
+func demoHooks(st *demoState) pgsweep.Hooks {
+	return pgsweep.Hooks{
+		Completed:    func(_ string, n int) { st.completed.Add(int64(n)) },
+		Failed:       func(_ string, n int) { st.failed.Add(int64(n)) },
+		DeadLettered: func(_ string, n int) { st.deadLettered.Add(int64(n)) },
+		LeasesLost:   func(_ string, n int) { st.lost.Add(int64(n)) },
+	}
+}
+
+func demoProduce(ctx context.Context, c *pgsweep.Client, st *demoState, p int, cfg demoConfig) error {
+	const batch = 25
+	for first := p * cfg.messages / 2; first < (p+1)*cfg.messages/2; first += batch {
+		last := min(first+batch, (p+1)*cfg.messages/2)
+		ms := make([]pgsweep.Message, 0, last-first)
+		for n := first; n < last; n++ {
+			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, n))})
+		}
+		ids, err := c.SendBatch(ctx, "orders", ms)
+		if err != nil {
+			return err
+		}
+		st.mu.Lock()
+		st.ids = append(st.ids, ids...)
+		st.mu.Unlock()
+		st.sent.Add(int64(len(ids)))
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// demoDoomed claims and completes like a worker until it has done
+// cfg.killAfter messages, then claims one more batch and "dies": it never
+// completes, renews or releases it.
+func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoConfig, step func(string, ...any)) error {
+	const owner = "doomed-worker"
+	done := 0
+	for done < cfg.killAfter {
+		ds, err := c.Claim(ctx, "orders", owner, 20, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		ids := make([]int64, 0, len(ds))
+		for _, d := range ds {
+			if demoHandler(st, cfg)(ctx, &d) == nil {
+				ids = append(ids, d.ID)
+			} else if _, err := c.Fail(ctx, "orders", owner, []int64{d.ID}, "doomed worker failed it", 0); err != nil {
+				return err
+			}
+		}
+		if len(ids) > 0 {
+			acted, err := c.Complete(ctx, "orders", owner, ids)
+			if err != nil {
+				return err
+			}
+			st.completed.Add(int64(len(acted)))
+		}
+		done += len(ds)
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	var ds []pgsweep.Delivery
+	for len(ds) == 0 { // the live workers keep the queue short: wait for a batch
+		var err error
+		if ds, err = c.Claim(ctx, "orders", owner, 100, 2*time.Second); err != nil {
+			return err
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	st.mu.Lock()
+	for _, d := range ds {
+		st.doomed = append(st.doomed, d.ID)
+	}
+	st.mu.Unlock()
+	step("doomed-worker processed %d messages, then claimed %d more and was killed; its lease expires in 2s", done, len(ds))
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// demoSetup re-creates the demo schema, pgsweep in it, the queue, and a
+// CAP-shaped table with a retention backlog.
+func demoSetup(ctx context.Context, pool *pgxpool.Pool, schema string, cfg demoConfig, step func(string, ...any)) error {
+	q := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+q+" CASCADE"); err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := pgsweep.Migrate(ctx, conn.Conn(), schema)
+	conn.Release()
+	if err != nil {
+		return err
+	}
+	step("installed pgsweep into schema %s (version %d)", schema, res.To)
+	_, err = pool.Exec(ctx, fmt.Sprintf(`
+		SELECT %[1]s.setting_set('recovery_interval', '1 second');
+		SELECT %[1]s.setting_set('retention_check_interval', '1 second');
+		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 seconds');
+		SELECT %[1]s.queue_create('orders', 'outbox', 3);
+		SELECT %[1]s.queue_configure('orders', '{"backoff_base": "50 milliseconds", "backoff_max": "1 second"}');
+		CREATE TABLE %[1]s.cap_published (
+			"Id" bigint PRIMARY KEY, "Version" varchar(20), "Name" varchar(200) NOT NULL, "Content" text,
+			"Retries" int, "Added" timestamp NOT NULL, "ExpiresAt" timestamp, "StatusName" varchar(50) NOT NULL);
+		INSERT INTO %[1]s.cap_published
+		SELECT g, 'v1', 'orders.created', repeat('x', 200), 0, localtimestamp - interval '3 days',
+		       CASE WHEN g %% 5 = 0 THEN NULL ELSE localtimestamp - interval '2 days' END,
+		       CASE WHEN g %% 5 = 0 THEN 'Scheduled' WHEN g %% 2 = 0 THEN 'Succeeded' ELSE 'Failed' END
+		  FROM generate_series(1, %[2]d) g;
+		CREATE INDEX ON %[1]s.cap_published ("ExpiresAt", "StatusName");
+		ANALYZE %[1]s.cap_published;
+		SELECT %[1]s.retention_register('cap.published', '%[1]s.cap_published', 'ExpiresAt', '1 day',
+		       'StatusName', ARRAY['Succeeded', 'Failed'], 5000, 'exclusive', '1 second');`, q, cfg.capRows))
+	if err != nil {
+		return fmt.Errorf("demo setup: %w", err)
+	}
+	step("queue orders (outbox, 3 attempts); CAP-shaped table with %d rows, %d of them expired, registered for retention",
+		cfg.capRows, cfg.capRows-cfg.capRows/5)
+	return nil
 }
