@@ -21,7 +21,6 @@ import (
 type demoConfig struct {
 	messages  int           // sent by the producers in all
 	capRows   int           // rows of the CAP-shaped table, 80% of them expired
-	killAfter int           // the doomed worker is "killed" after claiming this many
 	poisonMod int           // messages whose n is a multiple of this always fail
 	timeout   time.Duration // give up (and fail) after this long
 }
@@ -46,13 +45,14 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if db.connString() == "" {
 		return fmt.Errorf("%w: no database: pass --database-url (or run `make demo`, which starts a throwaway one)", errUsage)
 	}
-	cfg.killAfter, cfg.poisonMod = 300, 97
+	cfg.poisonMod = 97
 	return demo(ctx, &db, cfg, out)
 }
 
 // demoState is what the demo's actors report, for progress and verification.
 type demoState struct {
 	sent, completed, failed, deadLettered, lost atomic.Int64
+	killed                                      atomic.Bool // the doomed worker died holding its batch
 
 	mu      sync.Mutex
 	ids     []int64       // every id the producers sent
@@ -196,13 +196,13 @@ func demoProduce(ctx context.Context, c *pgsweep.Client, st *demoState, p int, c
 	return nil
 }
 
-// demoDoomed claims and completes like a worker until it has done
-// cfg.killAfter messages, then claims one more batch and "dies": it never
-// completes, renews or releases it.
+// demoDoomed claims and completes like a worker until half the messages are
+// sent, then claims one more batch and "dies": it never completes, renews or
+// releases it. (Half-way, so that the producers are sure to send it a batch.)
 func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoConfig, step func(string, ...any)) error {
 	const owner = "doomed-worker"
 	done := 0
-	for done < cfg.killAfter {
+	for st.sent.Load() < int64(cfg.messages/2) {
 		ds, err := c.Claim(ctx, "orders", owner, 20, 2*time.Second)
 		if err != nil {
 			return err
@@ -242,6 +242,7 @@ func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoC
 		st.doomed = append(st.doomed, d.ID)
 	}
 	st.mu.Unlock()
+	st.killed.Store(true)
 	step("doomed-worker processed %d messages, then claimed %d more and was killed; its lease expires in 2s", done, len(ds))
 	return nil
 }

@@ -14,8 +14,8 @@ import (
 // demoSnapshot is one progress line, read from the database.
 type demoSnapshot struct {
 	pending, inFlight, retrying, dead int64
-	deleted, eligibleLeft, recovered int64
-	holders                         string
+	deleted, eligibleLeft, recovered  int64
+	holders                           string
 }
 
 func demoRead(ctx context.Context, pool *pgxpool.Pool, schema string) (demoSnapshot, error) {
@@ -54,7 +54,7 @@ func demoWatch(ctx context.Context, pool *pgxpool.Pool, schema string, st *demoS
 		}
 		step("sent %5d  done %5d  pending %4d  in flight %3d  retrying %3d  dead %3d  recovered %3d  retention deleted %6d  leases: %s",
 			st.sent.Load(), st.completed.Load(), s.pending, s.inFlight, s.retrying, s.dead, s.recovered, s.deleted, s.holders)
-		if st.sent.Load() == int64(cfg.messages) && s.pending+s.inFlight+s.retrying == 0 && s.eligibleLeft == 0 {
+		if st.sent.Load() == int64(cfg.messages) && st.killed.Load() && s.pending+s.inFlight+s.retrying == 0 && s.eligibleLeft == 0 {
 			return nil
 		}
 	}
