@@ -12,6 +12,7 @@ import (
 // with.
 var benchCommands = map[string]command{
 	"cleanup": benchCleanup,
+	"mixed":   benchMixed,
 }
 
 func runBench(ctx context.Context, args []string, out io.Writer) error {

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
+)
+
+var benchMixed = command{"claim latency of live traffic with and without a retention drain running", runBenchMixed}
+
+// mixedBench measures what cleanup costs live traffic: W workers claim and
+// complete a steady stream of messages; the claim latency is recorded first
+// with nothing else running, then while maintain() drains a retention
+// backlog on the same database.
+type mixedBench struct {
+	db      dbFlags
+	rows    int
+	workers int
+	batch   int
+	rate    int
+	phase   time.Duration
+	out     io.Writer
+	pool    *pgxpool.Pool
+	client  *pgsweep.Client
+	q       string
+}
+
+func runBenchMixed(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("bench mixed")
+	b := &mixedBench{out: out}
+	b.db.registerWithSchema(fs, "pgsweep_bench_mixed", "schema the benchmark installs into; dropped and re-created")
+	fs.IntVar(&b.rows, "rows", 1_000_000, "rows in the retention backlog (90% expired)")
+	fs.IntVar(&b.workers, "workers", 4, "workers claiming and completing")
+	fs.IntVar(&b.batch, "batch", 10, "claim batch size")
+	fs.IntVar(&b.rate, "rate", 2000, "messages per second the producer sends")
+	fs.DurationVar(&b.phase, "phase", 10*time.Second, "length of the phase without cleanup (the cleanup phase lasts until the backlog is drained, at least this long)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := b.db.validate(); err != nil {
+		return err
+	}
+	switch {
+	case b.rows < 1000 || b.rows > 100_000_000:
+		return fmt.Errorf("%w: --rows must be 1000..100000000, got %d", errUsage, b.rows)
+	case b.workers < 1 || b.workers > 128:
+		return fmt.Errorf("%w: --workers must be 1..128, got %d", errUsage, b.workers)
+	case b.batch < 1 || b.batch > 10000:
+		return fmt.Errorf("%w: --batch must be 1..10000, got %d", errUsage, b.batch)
+	case b.rate < 10 || b.rate > 1_000_000:
+		return fmt.Errorf("%w: --rate must be 10..1000000, got %d", errUsage, b.rate)
+	case b.phase < time.Second:
+		return fmt.Errorf("%w: --phase must be at least 1s, got %v", errUsage, b.phase)
+	}
+	return b.run(ctx)
+}
+
+func (b *mixedBench) run(ctx context.Context) error {
+	var err error
+	if b.pool, err = b.db.pool(ctx, int32(b.workers+8)); err != nil {
+		return err
+	}
+	defer b.pool.Close()
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "bench mixed: %d workers (batch %d) on a stream of %d msg/s; backlog %d rows (90%% expired)\n",
+		b.workers, b.batch, b.rate, b.rows)
+
+	fmt.Fprintf(b.out, "\n== phase 1: live traffic alone (%v)\n", b.phase)
+	quiet, err := b.phaseRun(ctx, b.phase, nil, nil)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(b.out, "\n== phase 2: live traffic while maintain() drains the backlog\n")
+	var deleted atomic.Int64
+	var cleanStart, cleanEnd time.Time
+	busy, err := b.phaseRun(ctx, b.phase, func(ctx context.Context) error {
+		// Let the live traffic settle before the cleanup starts.
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+		cleanStart = time.Now()
+		conn, err := b.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		for {
+			if _, err := conn.Exec(ctx, "CALL "+b.q+".maintain('bench', '5 seconds')"); err != nil {
+				return err
+			}
+			var n, left int64
+			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE policy = 'backlog'),
+				(SELECT count(*) FROM (SELECT 1 FROM %[1]s.backlog WHERE status = 'done' AND expires_at < now() - interval '1 hour' LIMIT 1) x)`, b.q)).
+				Scan(&n, &left); err != nil {
+				return err
+			}
+			deleted.Store(n)
+			if left == 0 {
+				cleanEnd = time.Now()
+				return nil
+			}
+		}
+	}, &deleted)
+	if err != nil {
+		return err
+	}
+
+	busy = busy.within(cleanStart, cleanEnd)
+	cleanupTime := cleanEnd.Sub(cleanStart)
+	p := func(l []time.Duration, q float64) time.Duration {
+		if len(l) == 0 {
+			return 0
+		}
+		return l[min(len(l)-1, int(q*float64(len(l))))]
+	}
+	fmt.Fprintf(b.out, "\n%-26s %9s %9s %9s %9s %10s\n", "claim latency", "claims", "p50", "p99", "max", "msg/s")
+	for _, r := range []struct {
+		name string
+		res  phaseResult
+	}{{"without cleanup", quiet}, {"while cleanup ran", busy}} {
+		fmt.Fprintf(b.out, "%-26s %9d %9v %9v %9v %10.0f\n", r.name, len(r.res.lat), p(r.res.lat, 0.5).Round(time.Microsecond),
+			p(r.res.lat, 0.99).Round(time.Microsecond), p(r.res.lat, 1).Round(time.Microsecond), float64(r.res.done)/r.res.elapsed.Seconds())
+	}
+	ratio := float64(p(busy.lat, 0.99)) / float64(p(quiet.lat, 0.99))
+	fmt.Fprintf(b.out, "\np99 during cleanup / p99 without: %.2fx (target <= 1.20x)\n", ratio)
+	fmt.Fprintf(b.out, "cleanup: %d rows deleted in %v (%.0f rows/s) by CALL maintain() in a loop\n",
+		deleted.Load(), cleanupTime.Round(time.Millisecond), float64(deleted.Load())/cleanupTime.Seconds())
+	return nil
+}
+
+// setup re-creates the schema, a queue and the retention backlog.
+func (b *mixedBench) setup(ctx context.Context) error {
+	b.q = pgx.Identifier{b.db.schema}.Sanitize()
+	if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+b.q+" CASCADE"); err != nil {
+		return err
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = pgsweep.Migrate(ctx, conn.Conn(), b.db.schema)
+	conn.Release()
+	if err != nil {
+		return err
+	}
+	if b.client, err = pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.db.schema}); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "loading %d backlog rows...\n", b.rows)
+	_, err = b.pool.Exec(ctx, fmt.Sprintf(`
+		SELECT %[1]s.setting_set('retention_check_interval', '0');
+		SELECT %[1]s.queue_create('bench');
+		CREATE TABLE %[1]s.backlog (id bigint PRIMARY KEY, status text NOT NULL, expires_at timestamptz, body text);
+		INSERT INTO %[1]s.backlog SELECT g, CASE WHEN g %% 10 = 0 THEN 'queued' ELSE 'done' END,
+		       CASE WHEN g %% 10 = 0 THEN NULL ELSE now() - interval '2 days' END, repeat('x', 200)
+		  FROM generate_series(1, %[2]d) g;
+		CREATE INDEX ON %[1]s.backlog (expires_at, status);
+		SELECT %[1]s.retention_register('backlog', '%[1]s.backlog', 'expires_at', '1 hour', 'status', ARRAY['done'],
+		       10000, 'exclusive', '1 second');`, b.q, b.rows))
+	if err != nil {
+		return err
+	}
+	_, err = b.pool.Exec(ctx, "VACUUM ANALYZE "+b.q+".backlog")
+	return err
+}
+
+type phaseResult struct {
+	lat     []time.Duration // sorted claim latencies
+	samples []claimSample
+	done    int64
+	elapsed time.Duration
+}
+
+type claimSample struct {
+	at  time.Time
+	lat time.Duration
+}
+
+// within keeps the claims that started between from and to.
+func (r phaseResult) within(from, to time.Time) phaseResult {
+	out := phaseResult{elapsed: to.Sub(from)}
+	for _, s := range r.samples {
+		if !s.at.Before(from) && s.at.Before(to) {
+			out.lat = append(out.lat, s.lat)
+		}
+	}
+	slices.Sort(out.lat)
+	out.done = int64(float64(r.done) * out.elapsed.Seconds() / r.elapsed.Seconds())
+	return out
+}
+
+// phaseRun runs the producer and workers for at least d, and until side
+// (when given) returns; it prints progress once a second.
+func (b *mixedBench) phaseRun(ctx context.Context, d time.Duration, side func(context.Context) error, deleted *atomic.Int64) (phaseResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		samples []claimSample
+		done    atomic.Int64
+		sideErr = make(chan error, 1)
+		errc    = make(chan error, b.workers+1)
+	)
+	start := time.Now()
+	wg.Add(1)
+	go func() { defer wg.Done(); errc <- b.produce(ctx) }()
+	for w := range b.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine, err := b.work(ctx, fmt.Sprintf("w%d", w), &done)
+			mu.Lock()
+			samples = append(samples, mine...)
+			mu.Unlock()
+			errc <- err
+		}()
+	}
+	sideDone := make(chan struct{})
+	if side != nil {
+		go func() { defer close(sideDone); sideErr <- side(ctx) }()
+	} else {
+		close(sideDone)
+		sideErr <- nil
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var result error
+	for waiting := true; waiting; {
+		select {
+		case <-tick.C:
+			line := fmt.Sprintf("  %4.0fs  %7d messages done", time.Since(start).Seconds(), done.Load())
+			if deleted != nil {
+				line += fmt.Sprintf("  %8d backlog rows deleted", deleted.Load())
+			}
+			fmt.Fprintln(b.out, line)
+		case err := <-errc:
+			if err != nil && ctx.Err() == nil {
+				result = err
+				waiting = false
+			}
+		case <-ctx.Done():
+			waiting = false
+		default:
+			select {
+			case <-sideDone:
+				if time.Since(start) >= d {
+					waiting = false
+				}
+			default:
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	if result == nil {
+		if err := <-sideErr; err != nil && ctx.Err() == nil {
+			result = err
+		}
+	}
+	lat := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		lat[i] = s.lat
+	}
+	slices.Sort(lat)
+	return phaseResult{lat: lat, samples: samples, done: done.Load(), elapsed: elapsed}, result
+}
+
+// produce sends rate messages per second in batches every 10 ms.
+func (b *mixedBench) produce(ctx context.Context) error {
+	per := max(1, b.rate/100)
+	payload := json.RawMessage(`{"bench": true}`)
+	batch := make([]pgsweep.Message, per)
+	for i := range batch {
+		batch[i] = pgsweep.Message{Payload: payload}
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if _, err := b.client.SendBatch(ctx, "bench", batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// work claims and completes until ctx ends, recording each claim's latency.
+// An empty claim waits 5 ms (a steady stream keeps the queue short).
+func (b *mixedBench) work(ctx context.Context, owner string, done *atomic.Int64) ([]claimSample, error) {
+	var lat []claimSample
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		ds, err := b.client.Claim(ctx, "bench", owner, b.batch, 30*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return lat, err
+		}
+		lat = append(lat, claimSample{at: t0, lat: time.Since(t0)})
+		if len(ds) == 0 {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ids := make([]int64, len(ds))
+		for i, d := range ds {
+			ids[i] = d.ID
+		}
+		n, err := b.client.Complete(ctx, "bench", owner, ids)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return lat, err
+		}
+		done.Add(int64(len(n)))
+	}
+	return lat, nil
+}
