@@ -32,6 +32,8 @@ DECLARE
     v_outcome text;
     v_rows bigint;
     v_renewed timestamptz := clock_timestamp();
+    v_duty int := {{ $s }}.setting_int('retention_duty_cycle');
+    v_batch_start timestamptz;
 BEGIN
     BEGIN
         PERFORM {{ $s }}.retention_builtin_sync();
@@ -69,6 +71,7 @@ BEGIN
         CONTINUE WHEN v_pass IS NULL; -- busy elsewhere, or keeps rows forever
 
         LOOP
+            v_batch_start := clock_timestamp();
             BEGIN
                 v_step_more := {{ $s }}._retention_step(v_pass);
             EXCEPTION WHEN OTHERS THEN
@@ -77,6 +80,13 @@ BEGIN
             EXIT WHEN v_error IS NOT NULL;
             COMMIT;
             EXIT WHEN NOT v_step_more;
+            -- Background work yields to live traffic: pause in proportion to
+            -- the batch just done (retention_duty_cycle), never past the deadline.
+            IF v_duty < 100 THEN
+                PERFORM pg_catalog.pg_sleep(least(
+                    extract(epoch FROM clock_timestamp() - v_batch_start) * (100 - v_duty) / v_duty,
+                    greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+            END IF;
             -- keep the part's lease alive through a long policy, at a
             -- third of its TTL so a renewal is never late
             IF clock_timestamp() - v_renewed > {{ $s }}.setting_interval('maintain_lease_ttl') / 3 THEN
