@@ -1,9 +1,11 @@
 package pgsweep
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +17,7 @@ import (
 // unique to the calling process: it is the fence renew/complete/fail check.
 func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, lease time.Duration) ([]Delivery, error) {
 	rows, err := c.db.Query(ctx, "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at FROM "+
-		c.fn("claim")+"($1, $2, $3, $4)", queue, owner, batch, leaseArg(lease))
+		c.fn("claim")+"($1, $2, $3, $4, NULL)", queue, owner, batch, leaseArg(lease))
 	if err != nil {
 		return nil, wrapErr("claim", err)
 	}
@@ -47,6 +49,13 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 	if err := rows.Err(); err != nil {
 		return nil, wrapErr("claim", err)
 	}
+	// The SQL returns the claimed rows in id order; hand them out oldest first.
+	slices.SortFunc(out, func(a, b Delivery) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
 	return out, nil
 }
 
@@ -54,13 +63,13 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 // lease_default) and returns the ids it still held: an id missing from the
 // result is a lost lease (taken over or recovered).
 func (c *Client) Renew(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]int64, error) {
-	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4)", queue, owner, ids, leaseArg(lease))
+	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4, NULL)", queue, owner, ids, leaseArg(lease))
 }
 
 // Complete acknowledges ids that owner holds and returns those it acted on.
 // Outbox messages are deleted; inbox messages are kept as processed.
 func (c *Client) Complete(ctx context.Context, queue, owner string, ids []int64) ([]int64, error) {
-	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3)", queue, owner, ids)
+	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3, NULL)", queue, owner, ids)
 }
 
 // Fail reports that processing ids failed with errText. Messages with

@@ -253,6 +253,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		o.Hooks.call(o.Hooks.LeasesLost, o.Queue, lost)
 	}
 
+	accept := func(r result) {
+		r.j.cancel()
+		r.j.done = true
+		if r.j.lost {
+			delete(held, r.j.d.ID) // its lease is gone: the result is discarded
+			return
+		}
+		pendingResults++
+		if r.err == nil {
+			acks = append(acks, r.j.d.ID)
+			return
+		}
+		k := failKey{msg: r.err.Error()}
+		var ra *retryAfterError
+		if errors.As(r.err, &ra) {
+			k.after = ra.after
+		}
+		fails[k] = append(fails[k], r.j.d.ID)
+	}
+
 	renewTick := time.NewTicker(o.Lease / 3)
 	defer renewTick.Stop()
 	flushTimer := time.NewTimer(time.Hour)
@@ -294,8 +314,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 		// Flush at once when every held message has its result (nothing else
-		// to wait for) or half a batch is ready; otherwise within FlushInterval.
-		if !flushErr && pendingResults > 0 && (pendingResults == len(held) || pendingResults >= max(o.Batch/2, 1)) {
+		// to wait for); otherwise within FlushInterval, so that slow handlers
+		// do not hold back the completions of fast ones.
+		if !flushErr && pendingResults > 0 && pendingResults == len(held) {
 			flush(base)
 			continue
 		}
@@ -310,22 +331,15 @@ func (w *Worker) Run(ctx context.Context) error {
 
 		select {
 		case r := <-results:
-			r.j.cancel()
-			r.j.done = true
-			if r.j.lost {
-				delete(held, r.j.d.ID) // its lease is gone: the result is discarded
-				continue
-			}
-			pendingResults++
-			if r.err == nil {
-				acks = append(acks, r.j.d.ID)
-			} else {
-				k := failKey{msg: r.err.Error()}
-				var ra *retryAfterError
-				if errors.As(r.err, &ra) {
-					k.after = ra.after
+			// Take every result that is ready, so that one flush covers
+			// them all instead of one flush per handler that finished.
+			for more := true; more; {
+				accept(r)
+				select {
+				case r = <-results:
+				default:
+					more = false
 				}
-				fails[k] = append(fails[k], r.j.d.ID)
 			}
 		case <-flushTimer.C:
 			flushArmed = false

@@ -10,7 +10,9 @@ import (
 // benchCommands are the `pgsweep bench` workloads. Each prints, in one run on
 // one database, pgsweep's rate side by side with the baselines it competes
 // with.
-var benchCommands = map[string]command{}
+var benchCommands = map[string]command{
+	"claim": {"claim + complete vs the seed-003 claim CTE and a plain SKIP LOCKED pop", runBenchClaim},
+}
 
 func runBench(ctx context.Context, args []string, out io.Writer) error {
 	names := make([]string, 0, len(benchCommands))
