@@ -36,7 +36,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	n := fs.Int("messages", 200000, "messages to enqueue and drain per contender")
 	workers := fs.Int("workers", 8, "concurrent workers, one connection each")
 	batch := fs.Int("batch", 100, "messages claimed per call (1..10000)")
-	only := fs.String("only", "", "run one contender: pop, seed003, pgsweep or worker (default all)")
+	only := fs.String("only", "", "run one contender: pop, seed003, pgsweep, pgsweep1rt or worker (default all)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 		name string
 		run  func(context.Context) (time.Duration, error)
 	}{
-		{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"worker", b.worker},
+		{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
 	} {
 		if *only != "" && *only != c.name {
 			continue
@@ -79,16 +79,17 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
 		rates[c.name] = float64(*n) / d.Seconds()
-		fmt.Fprintf(out, "%-8s %8d msgs in %6.2fs = %8.0f msg/s\n", c.name, *n, d.Seconds(), rates[c.name])
+		fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s\n", c.name, *n, d.Seconds(), rates[c.name])
 	}
 	fmt.Fprintln(out, "\nresults:")
 	labels := map[string]string{
 		"pop":     "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
 		"seed003": "seed-003 claim CTE + delete by id",
-		"pgsweep": "pgsweep claim + complete (SQL API)",
-		"worker":  "pgsweep Go Worker, no-op handler",
+		"pgsweep":    "pgsweep claim + complete (SQL API)",
+		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
+		"worker":     "pgsweep Go Worker, no-op handler",
 	}
-	for _, k := range []string{"pop", "seed003", "pgsweep", "worker"} {
+	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker"} {
 		if r, ok := rates[k]; ok {
 			fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k], r)
 		}
@@ -100,6 +101,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	}
 	ratio("pgsweep", "seed003", "pgsweep / seed-003 (target >= 1.0)")
 	ratio("pgsweep", "pop", "pgsweep / pop (target >= 0.6, stretch 0.8)")
+	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
 	ratio("worker", "pop", "Worker / pop")
 	return nil
@@ -112,6 +114,9 @@ type claimBench struct {
 	b      int
 	out    io.Writer
 }
+
+// errKeepGoing tells drain that a step made progress without finishing a message.
+var errKeepGoing = errors.New("keep going")
 
 const benchSchema = "pgsweep_bench"
 const benchQueue = "bench_claim"
@@ -155,6 +160,10 @@ func (b *claimBench) drain(ctx context.Context, name string, step func(ctx conte
 			empty := 0
 			for {
 				k, err := step(ctx, conns[i], i)
+				if errors.Is(err, errKeepGoing) {
+					empty = 0
+					continue
+				}
 				if err != nil {
 					errs[i] = err
 					return
@@ -309,6 +318,38 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 			err = fmt.Errorf("completed %d of %d claimed", len(done), len(ids))
 		}
 		return len(ids), err
+	})
+}
+
+// pgsweepPipelined is the loop a worker runs: each call completes the
+// previous batch and claims the next (Client.CompleteAndClaim: both
+// statements pipelined in one round trip and one transaction).
+func (b *claimBench) pgsweepPipelined(ctx context.Context) (time.Duration, error) {
+	if _, err := b.enqueuePgsweep(ctx, "pgsweep1rt"); err != nil {
+		return 0, err
+	}
+	prev := make([][]int64, b.w)
+	return b.drain(ctx, "pgsweep1rt", func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
+		c, err := pgsweep.NewClient(conn.Conn(), &pgsweep.ClientOptions{Schema: b.schema})
+		if err != nil {
+			return 0, err
+		}
+		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
+		done, ds, err := c.CompleteAndClaim(ctx, benchQueue, owner, prev[w], b.b, 30*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		if len(done) != len(prev[w]) {
+			return 0, fmt.Errorf("completed %d of %d claimed", len(done), len(prev[w]))
+		}
+		prev[w] = prev[w][:0]
+		for _, d := range ds {
+			prev[w] = append(prev[w], d.ID)
+		}
+		if len(done) == 0 && len(ds) > 0 {
+			return 0, errKeepGoing
+		}
+		return len(done), nil
 	})
 }
 
