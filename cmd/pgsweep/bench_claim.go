@@ -83,8 +83,8 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "\nresults:")
 	labels := map[string]string{
-		"pop":     "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
-		"seed003": "seed-003 claim CTE + delete by id",
+		"pop":        "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
+		"seed003":    "seed-003 claim CTE + delete by id",
 		"pgsweep":    "pgsweep claim + complete (SQL API)",
 		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
 		"worker":     "pgsweep Go Worker, no-op handler",
