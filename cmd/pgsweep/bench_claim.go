@@ -133,6 +133,8 @@ func (b *claimBench) cleanup(ctx context.Context) {
 	_ = b.exec(ctx, "DROP SCHEMA IF EXISTS "+benchSchema+" CASCADE")
 	s := pgx.Identifier{b.schema}.Sanitize()
 	_ = b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", benchQueue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".queue_recovery WHERE queue = $1", benchQueue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".queue WHERE name = $1", benchQueue)
 }
 
 // drain runs w workers, each calling step (on its own connection) until it
