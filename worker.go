@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,7 +136,9 @@ type failKey struct {
 
 // Run works the queue until ctx is cancelled, then stops claiming, waits up
 // to ShutdownTimeout for running handlers, sends their results, and returns
-// nil. Database errors are logged and retried; they do not stop Run.
+// nil. Database errors are logged and retried; they do not stop Run. An
+// invalid-argument error from claim (such as an unknown queue) does: Run
+// returns it at once.
 func (w *Worker) Run(ctx context.Context) error {
 	o := w.o
 	// Handlers and the final flush outlive ctx: they get a context of their
@@ -148,11 +149,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	jobs := make(chan *job, o.Batch)
 	results := make(chan result, o.Batch)
 	quit := make(chan struct{})
-	var handlers sync.WaitGroup
 	for range o.Concurrency {
-		handlers.Add(1)
 		go func() {
-			defer handlers.Done()
 			for j := range jobs {
 				err := w.call(j)
 				select {
@@ -290,6 +288,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if !stopping && !idle && len(held) <= o.Batch/2 {
 			n := o.Batch - len(held)
 			ds, err := w.client.Claim(base, o.Queue, o.Owner, n, o.Lease)
+			if errors.Is(err, ErrInvalidArgument) {
+				// An unknown queue or a bad option: retrying cannot help.
+				abandon()
+				return err
+			}
 			if err != nil {
 				w.log.Error("claim failed", "err", err)
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), o.PollInterval)
