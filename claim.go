@@ -1,9 +1,11 @@
 package pgsweep
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,11 +16,76 @@ import (
 // Rows other claimers hold are skipped, never waited for. Owner must be
 // unique to the calling process: it is the fence renew/complete/fail check.
 func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, lease time.Duration) ([]Delivery, error) {
-	rows, err := c.db.Query(ctx, "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at FROM "+
-		c.fn("claim")+"($1, $2, $3, $4)", queue, owner, batch, leaseArg(lease))
+	rows, err := c.db.Query(ctx, c.claimSQL(), queue, owner, batch, leaseArg(lease))
 	if err != nil {
 		return nil, wrapErr("claim", err)
 	}
+	ds, err := scanDeliveries(rows, queue, batch)
+	return ds, wrapErr("claim", err)
+}
+
+func (c *Client) claimSQL() string {
+	return "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at FROM " +
+		c.fn("claim") + "($1, $2, $3, $4, NULL)"
+}
+
+// batchSender is implemented by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// CompleteAndClaim completes done (ids owner holds) and claims up to batch
+// more messages, in one round trip and one transaction when the client's DBTX
+// can pipeline (a pool, connection or transaction can): the loop of a worker
+// that finished a batch and wants the next. It returns the ids completed and
+// the new deliveries. With no done ids it is Claim.
+func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, done []int64, batch int, lease time.Duration) ([]int64, []Delivery, error) {
+	if len(done) == 0 {
+		ds, err := c.Claim(ctx, queue, owner, batch, lease)
+		return nil, ds, err
+	}
+	bs, ok := c.db.(batchSender)
+	if !ok {
+		completed, err := c.Complete(ctx, queue, owner, done)
+		if err != nil {
+			return nil, nil, err
+		}
+		ds, err := c.Claim(ctx, queue, owner, batch, lease)
+		return completed, ds, err
+	}
+	b := &pgx.Batch{}
+	b.Queue("SELECT "+c.fn("complete")+"($1, $2, $3, NULL)", queue, owner, done)
+	b.Queue(c.claimSQL(), queue, owner, batch, leaseArg(lease))
+	br := bs.SendBatch(ctx, b)
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, nil, wrapErr("complete", err)
+	}
+	completed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		_ = br.Close()
+		return nil, nil, wrapErr("complete", err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, nil, wrapErr("claim", err)
+	}
+	ds, err := scanDeliveries(rows, queue, batch)
+	if err != nil {
+		_ = br.Close()
+		return nil, nil, wrapErr("claim", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, wrapErr("claim", err)
+	}
+	return completed, ds, nil
+}
+
+// scanDeliveries reads claim's rows and sorts them oldest first (the SQL
+// returns them in id order).
+func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) {
 	defer rows.Close()
 	out := make([]Delivery, 0, batch)
 	var (
@@ -32,21 +99,28 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 	)
 	for rows.Next() {
 		if err := rows.Scan(&id, &key, &payload, &headers, &attempt, &created, &expireAt); err != nil {
-			return nil, wrapErr("claim", err)
+			return nil, err
 		}
 		d := Delivery{Queue: queue, ID: id, Payload: json.RawMessage(append([]byte(nil), payload...)),
 			Attempt: int(attempt), CreatedAt: created, LeaseExpiresAt: expireAt}
 		if key != nil {
 			d.Key = *key
 		}
+		var err error
 		if d.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, errorf("claim", "message %d headers: %v", id, err)
+			return nil, fmt.Errorf("message %d headers: %w", id, err)
 		}
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrapErr("claim", err)
+		return nil, err
 	}
+	slices.SortFunc(out, func(a, b Delivery) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
 	return out, nil
 }
 
@@ -54,13 +128,13 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 // lease_default) and returns the ids it still held: an id missing from the
 // result is a lost lease (taken over or recovered).
 func (c *Client) Renew(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]int64, error) {
-	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4)", queue, owner, ids, leaseArg(lease))
+	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4, NULL)", queue, owner, ids, leaseArg(lease))
 }
 
 // Complete acknowledges ids that owner holds and returns those it acted on.
 // Outbox messages are deleted; inbox messages are kept as processed.
 func (c *Client) Complete(ctx context.Context, queue, owner string, ids []int64) ([]int64, error) {
-	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3)", queue, owner, ids)
+	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3, NULL)", queue, owner, ids)
 }
 
 // Fail reports that processing ids failed with errText. Messages with

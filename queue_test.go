@@ -208,3 +208,36 @@ func TestQueueClientInvalidArguments(t *testing.T) {
 		t.Fatalf("failed calls changed queues")
 	}
 }
+
+// CompleteAndClaim completes what the owner holds and claims the next batch
+// in one transaction; a stale owner's ids are not completed.
+func TestCompleteAndClaim(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	sendN(t, c, "q", 5)
+	first, err := c.Claim(ctx, "q", "w", 2, time.Minute)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("claim: %v %v", first, err)
+	}
+	done, next, err := c.CompleteAndClaim(ctx, "q", "w", ids(first), 2, time.Minute)
+	if err != nil || !slices.Equal(done, ids(first)) || len(next) != 2 || next[0].ID <= first[1].ID {
+		t.Fatalf("complete and claim: %v %v %v", done, ids(next), err)
+	}
+	done, last, err := c.CompleteAndClaim(ctx, "q", "other", ids(next), 10, time.Minute)
+	if err != nil || len(done) != 0 || len(last) != 1 {
+		t.Fatalf("a stale owner completed %v (%v); claimed %v", done, err, ids(last))
+	}
+	if _, _, err := c.CompleteAndClaim(ctx, "q", "w", ids(next), 0, time.Minute); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+		t.Fatalf("batch 0: got %v", err)
+	}
+	if n := count(t, db, "message", "owner = 'w'"); n != 2 {
+		t.Fatalf("a failed call must roll back its complete too: %d rows still held by w, want 2", n)
+	}
+	if done, ds, err := c.CompleteAndClaim(ctx, "q", "w", nil, 10, time.Minute); err != nil || done != nil || len(ds) != 0 {
+		t.Fatalf("nothing done, nothing left: %v %v %v", done, ds, err)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,7 +136,9 @@ type failKey struct {
 
 // Run works the queue until ctx is cancelled, then stops claiming, waits up
 // to ShutdownTimeout for running handlers, sends their results, and returns
-// nil. Database errors are logged and retried; they do not stop Run.
+// nil. Database errors are logged and retried; they do not stop Run. An
+// invalid-argument error from claim (such as an unknown queue) does: Run
+// returns it at once.
 func (w *Worker) Run(ctx context.Context) error {
 	o := w.o
 	// Handlers and the final flush outlive ctx: they get a context of their
@@ -148,11 +149,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	jobs := make(chan *job, o.Batch)
 	results := make(chan result, o.Batch)
 	quit := make(chan struct{})
-	var handlers sync.WaitGroup
 	for range o.Concurrency {
-		handlers.Add(1)
 		go func() {
-			defer handlers.Done()
 			for j := range jobs {
 				err := w.call(j)
 				select {
@@ -253,6 +251,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		o.Hooks.call(o.Hooks.LeasesLost, o.Queue, lost)
 	}
 
+	accept := func(r result) {
+		r.j.cancel()
+		r.j.done = true
+		if r.j.lost {
+			delete(held, r.j.d.ID) // its lease is gone: the result is discarded
+			return
+		}
+		pendingResults++
+		if r.err == nil {
+			acks = append(acks, r.j.d.ID)
+			return
+		}
+		k := failKey{msg: r.err.Error()}
+		var ra *retryAfterError
+		if errors.As(r.err, &ra) {
+			k.after = ra.after
+		}
+		fails[k] = append(fails[k], r.j.d.ID)
+	}
+
 	renewTick := time.NewTicker(o.Lease / 3)
 	defer renewTick.Stop()
 	flushTimer := time.NewTimer(time.Hour)
@@ -270,6 +288,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if !stopping && !idle && len(held) <= o.Batch/2 {
 			n := o.Batch - len(held)
 			ds, err := w.client.Claim(base, o.Queue, o.Owner, n, o.Lease)
+			if errors.Is(err, ErrInvalidArgument) {
+				// An unknown queue or a bad option: retrying cannot help.
+				abandon()
+				return err
+			}
 			if err != nil {
 				w.log.Error("claim failed", "err", err)
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), o.PollInterval)
@@ -294,8 +317,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 		// Flush at once when every held message has its result (nothing else
-		// to wait for) or half a batch is ready; otherwise within FlushInterval.
-		if !flushErr && pendingResults > 0 && (pendingResults == len(held) || pendingResults >= max(o.Batch/2, 1)) {
+		// to wait for); otherwise within FlushInterval, so that slow handlers
+		// do not hold back the completions of fast ones.
+		if !flushErr && pendingResults > 0 && pendingResults == len(held) {
 			flush(base)
 			continue
 		}
@@ -310,22 +334,15 @@ func (w *Worker) Run(ctx context.Context) error {
 
 		select {
 		case r := <-results:
-			r.j.cancel()
-			r.j.done = true
-			if r.j.lost {
-				delete(held, r.j.d.ID) // its lease is gone: the result is discarded
-				continue
-			}
-			pendingResults++
-			if r.err == nil {
-				acks = append(acks, r.j.d.ID)
-			} else {
-				k := failKey{msg: r.err.Error()}
-				var ra *retryAfterError
-				if errors.As(r.err, &ra) {
-					k.after = ra.after
+			// Take every result that is ready, so that one flush covers
+			// them all instead of one flush per handler that finished.
+			for more := true; more; {
+				accept(r)
+				select {
+				case r = <-results:
+				default:
+					more = false
 				}
-				fails[k] = append(fails[k], r.j.d.ID)
 			}
 		case <-flushTimer.C:
 			flushArmed = false

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -220,5 +221,54 @@ func TestWorkerShutdown(t *testing.T) {
 				t.Fatalf("an abandoned message must stay leased until expiry")
 			}
 		})
+	}
+}
+
+func TestWorkerUnknownQueueStops(t *testing.T) {
+	db := pgtest.New(t, 4)
+	w, err := pgsweep.NewWorker(db.Pool, func(context.Context, *pgsweep.Delivery) error { return nil },
+		pgsweep.WorkerOptions{Schema: db.Schema, Queue: "nope", DisableNotify: true, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := w.Run(ctx); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+		t.Fatalf("Run on an unknown queue: got %v, want ErrInvalidArgument", err)
+	}
+}
+
+// A lease taken over while the handler runs: the renewal finds it lost, the
+// handler's context is cancelled, its result is discarded, and the new
+// owner's row is untouched.
+func TestWorkerLeaseLost(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {
+		close(started)
+		<-hctx.Done()
+		close(cancelled)
+		return nil // would complete, were the result not discarded
+	}, pgsweep.WorkerOptions{Queue: "q", Lease: 3 * time.Second, Hooks: cnt.hooks()})
+	<-started
+	// Another owner takes the row over (as a claim after expiry would).
+	mustExec(t, db, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET owner = 'thief', attempt = attempt + 1")
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler of a lost lease was not cancelled")
+	}
+	waitFor(t, "the lost lease to be counted", func() bool { return cnt.lost.Load() == 1 })
+	time.Sleep(100 * time.Millisecond) // a wrongly sent completion would land now
+	if cnt.completed.Load() != 0 || count(t, db, "message", "owner = 'thief' AND attempt = 2") != 1 {
+		t.Fatalf("completed %d; the thief's row must be untouched", cnt.completed.Load())
 	}
 }

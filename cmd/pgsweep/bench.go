@@ -11,6 +11,7 @@ import (
 // one database, pgsweep's rate side by side with the baselines it competes
 // with.
 var benchCommands = map[string]command{
+	"claim":   {"claim + complete vs the seed-003 claim CTE and a plain SKIP LOCKED pop", runBenchClaim},
 	"cleanup": benchCleanup,
 	"mixed":   benchMixed,
 }

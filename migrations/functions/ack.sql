@@ -66,8 +66,11 @@ DECLARE
     v_kind text;
     v_now timestamptz;
 BEGIN
-    PERFORM _check_text('p_owner', p_owner);
-    PERFORM _check_ids(p_ids);
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_ids IS NULL
+       OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_ids(p_ids);
+    END IF;
     SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);

@@ -1,0 +1,438 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
+)
+
+// bench claim: W workers drain N messages, claiming B at a time, and we print
+// messages/s for pgsweep's claim+complete, for its Go Worker (no-op handler),
+// and for two baselines on the same database in the same run:
+//
+//	seed-003: the lease store of seed 003 — a claim CTE (FOR UPDATE SKIP
+//	          LOCKED + UPDATE … RETURNING) over a status/visible_after/
+//	          lease_expires_at/created_at index, then DELETE by id.
+//	pop:      the speed limit — DELETE … WHERE id IN (SELECT … LIMIT B FOR
+//	          UPDATE SKIP LOCKED) RETURNING; no leases, no retries.
+//
+// Baseline tables live in a scratch schema (pgsweep_bench) dropped at the end.
+
+func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("bench claim")
+	var db dbFlags
+	db.register(fs)
+	n := fs.Int("messages", 200000, "messages to enqueue and drain per contender")
+	workers := fs.Int("workers", 8, "concurrent workers, one connection each")
+	batch := fs.Int("batch", 100, "messages claimed per call (1..10000)")
+	only := fs.String("only", "", "run one contender: pop, seed003, pgsweep, pgsweep1rt or worker (default all)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := db.validate(); err != nil {
+		return err
+	}
+	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 {
+		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000", errUsage)
+	}
+	conn, err := db.connect(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := pgsweep.Migrate(ctx, conn, db.schema); err != nil {
+		conn.Close(ctx)
+		return err
+	}
+	conn.Close(ctx)
+	pool, err := db.pool(ctx, int32(*workers+2))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	b := &claimBench{pool: pool, schema: db.schema, n: *n, w: *workers, b: *batch, out: out}
+	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d (schema %s)\n", *n, *workers, *batch, db.schema)
+	defer b.cleanup(context.WithoutCancel(ctx))
+
+	rates := map[string]float64{}
+	for _, c := range []struct {
+		name string
+		run  func(context.Context) (time.Duration, error)
+	}{
+		{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
+	} {
+		if *only != "" && *only != c.name {
+			continue
+		}
+		d, err := c.run(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		rates[c.name] = float64(*n) / d.Seconds()
+		fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s\n", c.name, *n, d.Seconds(), rates[c.name])
+	}
+	fmt.Fprintln(out, "\nresults:")
+	labels := map[string]string{
+		"pop":        "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
+		"seed003":    "seed-003 claim CTE + delete by id",
+		"pgsweep":    "pgsweep claim + complete (SQL API)",
+		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
+		"worker":     "pgsweep Go Worker, no-op handler",
+	}
+	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker"} {
+		if r, ok := rates[k]; ok {
+			fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k], r)
+		}
+	}
+	ratio := func(a, b, label string) {
+		if rates[a] > 0 && rates[b] > 0 {
+			fmt.Fprintf(out, "  %-48s %8.2fx\n", label, rates[a]/rates[b])
+		}
+	}
+	ratio("pgsweep", "seed003", "pgsweep / seed-003 (target >= 1.0)")
+	ratio("pgsweep", "pop", "pgsweep / pop (target >= 0.6, stretch 0.8)")
+	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
+	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
+	ratio("worker", "pop", "Worker / pop")
+	return nil
+}
+
+type claimBench struct {
+	pool   *pgxpool.Pool
+	schema string
+	n, w   int
+	b      int
+	out    io.Writer
+}
+
+// errKeepGoing tells drain that a step made progress without finishing a message.
+var errKeepGoing = errors.New("keep going")
+
+const benchSchema = "pgsweep_bench"
+const benchQueue = "bench_claim"
+
+// payload is the same ~100-byte JSON body for every contender.
+const benchPayload = `{"order": 12345, "customer": "c-000042", "items": [1, 2, 3], "note": "pgsweep bench claim payload"}`
+
+func (b *claimBench) exec(ctx context.Context, sql string, args ...any) error {
+	_, err := b.pool.Exec(ctx, sql, args...)
+	return err
+}
+
+func (b *claimBench) cleanup(ctx context.Context) {
+	_ = b.exec(ctx, "DROP SCHEMA IF EXISTS "+benchSchema+" CASCADE")
+	s := pgx.Identifier{b.schema}.Sanitize()
+	_ = b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", benchQueue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".queue_recovery WHERE queue = $1", benchQueue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".queue WHERE name = $1", benchQueue)
+}
+
+// drain runs w workers, each calling step (on its own connection) until it
+// returns 0 rows, and reports progress every second.
+func (b *claimBench) drain(ctx context.Context, name string, step func(ctx context.Context, conn *pgxpool.Conn, worker int) (int, error)) (time.Duration, error) {
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, b.w)
+	conns := make([]*pgxpool.Conn, b.w)
+	for i := range conns {
+		c, err := b.pool.Acquire(ctx)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Release()
+		conns[i] = c
+	}
+	stopProgress := b.progress(name, &done)
+	defer stopProgress()
+	start := time.Now()
+	for i := range b.w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			empty := 0
+			for {
+				k, err := step(ctx, conns[i], i)
+				if errors.Is(err, errKeepGoing) {
+					empty = 0
+					continue
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				done.Add(int64(k))
+				if k > 0 {
+					empty = 0
+					continue
+				}
+				// Empty: rows locked by others may still come back (or the
+				// queue is drained); stop after a few empty claims.
+				if empty++; empty >= 3 || done.Load() >= int64(b.n) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	if got := done.Load(); got != int64(b.n) {
+		return 0, fmt.Errorf("drained %d of %d messages", got, b.n)
+	}
+	return d, nil
+}
+
+func (b *claimBench) progress(name string, done *atomic.Int64) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				d := done.Load()
+				fmt.Fprintf(b.out, "  %-8s %8d/%d  %8.0f msg/s so far\n", name, d, b.n, float64(d)/time.Since(start).Seconds())
+			}
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}
+
+func (b *claimBench) prepare(ctx context.Context, name, ddl, fill, table string) error {
+	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
+	if err := b.exec(ctx, "DROP SCHEMA IF EXISTS "+benchSchema+" CASCADE; CREATE SCHEMA "+benchSchema); err != nil {
+		return err
+	}
+	if err := b.exec(ctx, ddl); err != nil {
+		return err
+	}
+	if err := b.exec(ctx, fill, b.n, benchPayload); err != nil {
+		return err
+	}
+	return b.exec(ctx, "VACUUM ANALYZE "+table)
+}
+
+func (b *claimBench) pop(ctx context.Context) (time.Duration, error) {
+	t := benchSchema + ".pop"
+	if err := b.prepare(ctx, "pop", "CREATE TABLE "+t+" (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+		"INSERT INTO "+t+" (payload) SELECT $2::jsonb FROM generate_series(1, $1)", t); err != nil {
+		return 0, err
+	}
+	q := "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t + " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, payload"
+	return b.drain(ctx, "pop", func(ctx context.Context, c *pgxpool.Conn, _ int) (int, error) {
+		return countRows(c.Query(ctx, q, b.b))
+	})
+}
+
+func (b *claimBench) seed003(ctx context.Context) (time.Duration, error) {
+	t := benchSchema + ".lease_store"
+	ddl := "CREATE TABLE " + t + ` (id bigserial PRIMARY KEY, payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending',
+		visible_after timestamptz NOT NULL DEFAULT now(), lease_owner text, lease_expires_at timestamptz,
+		attempt_count int NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now());
+		CREATE INDEX lease_store_lease ON ` + t + ` (status, visible_after, lease_expires_at, created_at)`
+	if err := b.prepare(ctx, "seed003", ddl, "INSERT INTO "+t+" (payload) SELECT $2::jsonb FROM generate_series(1, $1)", t); err != nil {
+		return 0, err
+	}
+	claim := `WITH c AS (
+		SELECT id FROM ` + t + `
+		 WHERE (status IN ('pending', 'failed') AND visible_after <= now())
+		    OR (status = 'processing' AND lease_expires_at <= now())
+		 ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+		UPDATE ` + t + ` s SET status = 'processing', lease_owner = $2, lease_expires_at = now() + interval '30 seconds',
+		       attempt_count = s.attempt_count + 1
+		  FROM c WHERE s.id = c.id
+		RETURNING s.id, s.payload`
+	del := "DELETE FROM " + t + " WHERE id = ANY($1)"
+	return b.drain(ctx, "seed003", func(ctx context.Context, c *pgxpool.Conn, w int) (int, error) {
+		ids, err := collectIDs(c.Query(ctx, claim, b.b, fmt.Sprintf("w%d", w)))
+		if err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		_, err = c.Exec(ctx, del, ids)
+		return len(ids), err
+	})
+}
+
+func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.Client, error) {
+	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
+	c, err := pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.schema})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.QueueCreate(ctx, benchQueue, pgsweep.Outbox, 10); err != nil {
+		return nil, err
+	}
+	s := pgx.Identifier{b.schema}.Sanitize()
+	if err := b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", benchQueue); err != nil {
+		return nil, err
+	}
+	ms := make([]pgsweep.Message, 0, 10000)
+	for i := 0; i < b.n; i += 10000 {
+		ms = ms[:0]
+		for range min(10000, b.n-i) {
+			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(benchPayload)})
+		}
+		if _, err := c.SendBatch(ctx, benchQueue, ms); err != nil {
+			return nil, err
+		}
+	}
+	return c, b.exec(ctx, "VACUUM ANALYZE "+s+".message")
+}
+
+func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
+	if _, err := b.enqueuePgsweep(ctx, "pgsweep"); err != nil {
+		return 0, err
+	}
+	return b.drain(ctx, "pgsweep", func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
+		c, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: b.schema})
+		if err != nil {
+			return 0, err
+		}
+		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
+		ds, err := c.Claim(ctx, benchQueue, owner, b.b, 30*time.Second)
+		if err != nil || len(ds) == 0 {
+			return 0, err
+		}
+		ids := make([]int64, len(ds))
+		for i, d := range ds {
+			ids[i] = d.ID
+		}
+		done, err := c.Complete(ctx, benchQueue, owner, ids)
+		if err == nil && len(done) != len(ids) {
+			err = fmt.Errorf("completed %d of %d claimed", len(done), len(ids))
+		}
+		return len(ids), err
+	})
+}
+
+// pgsweepPipelined is the loop a worker runs: each call completes the
+// previous batch and claims the next (Client.CompleteAndClaim: both
+// statements pipelined in one round trip and one transaction).
+func (b *claimBench) pgsweepPipelined(ctx context.Context) (time.Duration, error) {
+	if _, err := b.enqueuePgsweep(ctx, "pgsweep1rt"); err != nil {
+		return 0, err
+	}
+	prev := make([][]int64, b.w)
+	return b.drain(ctx, "pgsweep1rt", func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
+		c, err := pgsweep.NewClient(conn.Conn(), &pgsweep.ClientOptions{Schema: b.schema})
+		if err != nil {
+			return 0, err
+		}
+		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
+		done, ds, err := c.CompleteAndClaim(ctx, benchQueue, owner, prev[w], b.b, 30*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		if len(done) != len(prev[w]) {
+			return 0, fmt.Errorf("completed %d of %d claimed", len(done), len(prev[w]))
+		}
+		prev[w] = prev[w][:0]
+		for _, d := range ds {
+			prev[w] = append(prev[w], d.ID)
+		}
+		if len(done) == 0 && len(ds) > 0 {
+			return 0, errKeepGoing
+		}
+		return len(done), nil
+	})
+}
+
+// worker drains the queue with W pgsweep Workers (one connection each, no-op
+// handler, concurrency = batch) and stops them once every message completed.
+func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
+	if _, err := b.enqueuePgsweep(ctx, "worker"); err != nil {
+		return 0, err
+	}
+	var done atomic.Int64
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hooks := pgsweep.Hooks{Completed: func(_ string, n int) {
+		if done.Add(int64(n)) >= int64(b.n) {
+			stop()
+		}
+	}}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ws := make([]*pgsweep.Worker, b.w)
+	pools := make([]*pgxpool.Pool, b.w)
+	for i := range ws {
+		cfg := b.pool.Config().Copy()
+		cfg.MaxConns = 1
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return 0, err
+		}
+		defer p.Close()
+		if err := p.Ping(ctx); err != nil {
+			return 0, err
+		}
+		pools[i] = p
+		ws[i], err = pgsweep.NewWorker(p, func(context.Context, *pgsweep.Delivery) error { return nil }, pgsweep.WorkerOptions{
+			Schema: b.schema, Queue: benchQueue, Batch: b.b, Concurrency: b.b, DisableNotify: true,
+			PollInterval: 10 * time.Millisecond, Hooks: hooks, Logger: quiet,
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	stopProgress := b.progress("worker", &done)
+	defer stopProgress()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(wctx) }()
+	}
+	<-wctx.Done()
+	d := time.Since(start)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return d, nil
+}
+
+func countRows(rows pgx.Rows, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err()
+}
+
+func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		var p []byte
+		if err := rows.Scan(&id, &p); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
