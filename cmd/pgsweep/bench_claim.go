@@ -27,7 +27,7 @@ import (
 //	pop:      the speed limit — DELETE … WHERE id IN (SELECT … LIMIT B FOR
 //	          UPDATE SKIP LOCKED) RETURNING; no leases, no retries.
 //
-// Baseline tables live in a scratch schema (pgsweep_bench) dropped at the end.
+// Baseline tables live in a scratch schema (pgsweep_bench_<pid>) dropped at the end.
 
 func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet("bench claim")
@@ -60,7 +60,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	b := &claimBench{pool: pool, schema: db.schema, n: *n, w: *workers, b: *batch, out: out}
+	b := &claimBench{scratch: fmt.Sprintf("pgsweep_bench_%d", os.Getpid()), queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: db.schema, n: *n, w: *workers, b: *batch, out: out}
 	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d (schema %s)\n", *n, *workers, *batch, db.schema)
 	defer b.cleanup(context.WithoutCancel(ctx))
 
@@ -108,18 +108,19 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 }
 
 type claimBench struct {
-	pool   *pgxpool.Pool
-	schema string
-	n, w   int
-	b      int
-	out    io.Writer
+	// scratch is the schema of the baseline tables and queue the name of
+	// pgsweep's queue, both unique to this process so that two benches on
+	// one database do not collide.
+	scratch, queue string
+	pool           *pgxpool.Pool
+	schema         string
+	n, w           int
+	b              int
+	out            io.Writer
 }
 
 // errKeepGoing tells drain that a step made progress without finishing a message.
 var errKeepGoing = errors.New("keep going")
-
-const benchSchema = "pgsweep_bench"
-const benchQueue = "bench_claim"
 
 // payload is the same ~100-byte JSON body for every contender.
 const benchPayload = `{"order": 12345, "customer": "c-000042", "items": [1, 2, 3], "note": "pgsweep bench claim payload"}`
@@ -130,11 +131,11 @@ func (b *claimBench) exec(ctx context.Context, sql string, args ...any) error {
 }
 
 func (b *claimBench) cleanup(ctx context.Context) {
-	_ = b.exec(ctx, "DROP SCHEMA IF EXISTS "+benchSchema+" CASCADE")
+	_ = b.exec(ctx, "DROP SCHEMA IF EXISTS "+b.scratch+" CASCADE")
 	s := pgx.Identifier{b.schema}.Sanitize()
-	_ = b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", benchQueue)
-	_ = b.exec(ctx, "DELETE FROM "+s+".queue_recovery WHERE queue = $1", benchQueue)
-	_ = b.exec(ctx, "DELETE FROM "+s+".queue WHERE name = $1", benchQueue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", b.queue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".queue_recovery WHERE queue = $1", b.queue)
+	_ = b.exec(ctx, "DELETE FROM "+s+".queue WHERE name = $1", b.queue)
 }
 
 // drain runs w workers, each calling step (on its own connection) until it
@@ -218,7 +219,7 @@ func (b *claimBench) progress(name string, done *atomic.Int64) func() {
 
 func (b *claimBench) prepare(ctx context.Context, name, ddl, fill, table string) error {
 	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
-	if err := b.exec(ctx, "DROP SCHEMA IF EXISTS "+benchSchema+" CASCADE; CREATE SCHEMA "+benchSchema); err != nil {
+	if err := b.exec(ctx, "DROP SCHEMA IF EXISTS "+b.scratch+" CASCADE; CREATE SCHEMA "+b.scratch); err != nil {
 		return err
 	}
 	if err := b.exec(ctx, ddl); err != nil {
@@ -231,7 +232,7 @@ func (b *claimBench) prepare(ctx context.Context, name, ddl, fill, table string)
 }
 
 func (b *claimBench) pop(ctx context.Context) (time.Duration, error) {
-	t := benchSchema + ".pop"
+	t := b.scratch + ".pop"
 	if err := b.prepare(ctx, "pop", "CREATE TABLE "+t+" (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
 		"INSERT INTO "+t+" (payload) SELECT $2::jsonb FROM generate_series(1, $1)", t); err != nil {
 		return 0, err
@@ -243,7 +244,7 @@ func (b *claimBench) pop(ctx context.Context) (time.Duration, error) {
 }
 
 func (b *claimBench) seed003(ctx context.Context) (time.Duration, error) {
-	t := benchSchema + ".lease_store"
+	t := b.scratch + ".lease_store"
 	ddl := "CREATE TABLE " + t + ` (id bigserial PRIMARY KEY, payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending',
 		visible_after timestamptz NOT NULL DEFAULT now(), lease_owner text, lease_expires_at timestamptz,
 		attempt_count int NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now());
@@ -277,11 +278,11 @@ func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.
 	if err != nil {
 		return nil, err
 	}
-	if err := c.QueueCreate(ctx, benchQueue, pgsweep.Outbox, 10); err != nil {
+	if err := c.QueueCreate(ctx, b.queue, pgsweep.Outbox, 10); err != nil {
 		return nil, err
 	}
 	s := pgx.Identifier{b.schema}.Sanitize()
-	if err := b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", benchQueue); err != nil {
+	if err := b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", b.queue); err != nil {
 		return nil, err
 	}
 	ms := make([]pgsweep.Message, 0, 10000)
@@ -290,7 +291,7 @@ func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.
 		for range min(10000, b.n-i) {
 			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(benchPayload)})
 		}
-		if _, err := c.SendBatch(ctx, benchQueue, ms); err != nil {
+		if _, err := c.SendBatch(ctx, b.queue, ms); err != nil {
 			return nil, err
 		}
 	}
@@ -307,7 +308,7 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
-		ds, err := c.Claim(ctx, benchQueue, owner, b.b, 30*time.Second)
+		ds, err := c.Claim(ctx, b.queue, owner, b.b, 30*time.Second)
 		if err != nil || len(ds) == 0 {
 			return 0, err
 		}
@@ -315,7 +316,7 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 		for i, d := range ds {
 			ids[i] = d.ID
 		}
-		done, err := c.Complete(ctx, benchQueue, owner, ids)
+		done, err := c.Complete(ctx, b.queue, owner, ids)
 		if err == nil && len(done) != len(ids) {
 			err = fmt.Errorf("completed %d of %d claimed", len(done), len(ids))
 		}
@@ -337,7 +338,7 @@ func (b *claimBench) pgsweepPipelined(ctx context.Context) (time.Duration, error
 			return 0, err
 		}
 		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
-		done, ds, err := c.CompleteAndClaim(ctx, benchQueue, owner, prev[w], b.b, 30*time.Second)
+		done, ds, err := c.CompleteAndClaim(ctx, b.queue, owner, prev[w], b.b, 30*time.Second)
 		if err != nil {
 			return 0, err
 		}
@@ -385,7 +386,7 @@ func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
 		}
 		pools[i] = p
 		ws[i], err = pgsweep.NewWorker(p, func(context.Context, *pgsweep.Delivery) error { return nil }, pgsweep.WorkerOptions{
-			Schema: b.schema, Queue: benchQueue, Batch: b.b, Concurrency: b.b, DisableNotify: true,
+			Schema: b.schema, Queue: b.queue, Batch: b.b, Concurrency: b.b, DisableNotify: true,
 			PollInterval: 10 * time.Millisecond, Hooks: hooks, Logger: quiet,
 		})
 		if err != nil {
