@@ -115,8 +115,6 @@ DECLARE
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
     v_n bigint;
-    v_done boolean;
-    v_keyset record;
 BEGIN
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     IF NOT FOUND THEN
@@ -181,21 +179,13 @@ BEGIN
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
     IF v_sweep.strategy = 'tid_range' THEN
         v_n := _retention_delete_range(v_sweep, v_pol, v_unit.block_lo, v_unit.block_hi);
-        v_done := true;
     ELSE
-        v_keyset := _retention_delete_keyset(v_sweep, v_pol, v_unit.time_lo);
-        v_n := v_keyset.deleted;
-        v_done := NOT v_keyset.more;
+        v_n := _retention_delete_window(v_sweep, v_pol, v_unit.time_lo, v_unit.time_hi);
     END IF;
-    IF v_done THEN
-        DELETE FROM retention_unit
-         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
-    ELSE
-        UPDATE retention_unit SET time_lo = v_keyset.time_hi
-         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
-    END IF;
+    DELETE FROM retention_unit
+     WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
     UPDATE retention_pass
-       SET rows_deleted = rows_deleted + v_n, batches = batches + 1, units = units + v_done::int,
+       SET rows_deleted = rows_deleted + v_n, batches = batches + 1, units = units + 1,
            last_batch_at = clock_timestamp(), strategy = v_sweep.strategy
      WHERE id = p_pass;
     RETURN true;
