@@ -34,7 +34,7 @@ func newMockConnClient(t *testing.T) (pgxmock.PgxConnIface, *pgsweep.Client) {
 func TestRetentionRunUnlocksAfterAFailedCall(t *testing.T) {
 	mock, c := newMockConnClient(t)
 	boom := errors.New("canceling statement due to user request")
-	mock.ExpectQuery(`CALL "pgsweep".retention_run`).WithArgs("cap", nil, time.Second).WillReturnError(boom)
+	mock.ExpectQuery(`CALL "pgsweep".retention_run`).WithArgs("cap", (*string)(nil), time.Second).WillReturnError(boom)
 	mock.ExpectExec(`SELECT "pgsweep"._retention_unlock`).WithArgs("cap").
 		WillReturnResult(pgxmock.NewResult("SELECT", 1))
 	_, ran, err := c.RetentionRun(context.Background(), "cap", "", time.Second)
