@@ -66,6 +66,7 @@ DECLARE
     v_sweep bigint;
     v_units int;
     v_n int;
+    v_at timestamptz;
 BEGIN
     SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
@@ -110,9 +111,10 @@ BEGIN
         v_bounds := '{-infinity}'::timestamptz[] || v_bounds || '{infinity}'::timestamptz[];
     END IF;
 
+    v_at := clock_timestamp();
     INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
                                  eligible_fraction, delete_sql)
-    VALUES (p_pol.name, v_strategy, v_cutoff, clock_timestamp(), p_owner, 0, v_blocks, v_step, v_fraction,
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, v_fraction,
             _retention_sweep_sql(p_pol, v_strategy))
     RETURNING id INTO v_sweep;
 

@@ -61,6 +61,7 @@ DECLARE
     v_token bigint;
     v_id bigint;
     v_start timestamptz;
+    v_at timestamptz;
 BEGIN
     PERFORM _check_text('p_name', p_name);
     IF p_owner IS NOT NULL THEN
@@ -92,10 +93,11 @@ BEGIN
     END IF;
 
     SELECT a.backend_start INTO v_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid();
+    v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
     INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
                                 now_override, renewed_at)
-    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, clock_timestamp(),
-            clock_timestamp() + p_budget, p_now, clock_timestamp())
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, v_at,
+            v_at + p_budget, p_now, v_at)
     RETURNING id INTO v_id;
     RETURN v_id;
 END
@@ -115,6 +117,7 @@ DECLARE
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
     v_n bigint;
+    v_sweep_id bigint;
 BEGIN
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     IF NOT FOUND THEN
@@ -134,7 +137,8 @@ BEGIN
                 UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
                 RETURN false;
             END IF;
-            UPDATE retention_pass SET renewed_at = clock_timestamp() WHERE id = p_pass;
+            v_now := clock_timestamp();
+            UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
         ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
                              AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
             UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
@@ -170,9 +174,8 @@ BEGIN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
             RETURN false;
         END IF;
-        UPDATE retention_pass
-           SET planned_sweep = _retention_plan(v_pol, coalesce(v_pass.now_override, clock_timestamp()), v_pass.owner)
-         WHERE id = p_pass;
+        v_sweep_id := _retention_plan(v_pol, coalesce(v_pass.now_override, clock_timestamp()), v_pass.owner);
+        UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
         RETURN true;
     END IF;
 
@@ -184,9 +187,10 @@ BEGIN
     END IF;
     DELETE FROM retention_unit
      WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+    v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
     UPDATE retention_pass
        SET rows_deleted = rows_deleted + v_n, batches = batches + 1, units = units + 1,
-           last_batch_at = clock_timestamp(), strategy = v_sweep.strategy
+           last_batch_at = v_now, strategy = v_sweep.strategy
      WHERE id = p_pass;
     RETURN true;
 END
@@ -201,9 +205,10 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_pass retention_pass;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     UPDATE retention_pass
-       SET finished_at = clock_timestamp(),
+       SET finished_at = v_at,
            outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
            error = p_error
      WHERE id = p_pass
