@@ -34,7 +34,7 @@ DECLARE
     v_old retention_policy;
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
     IF p_table IS NULL THEN
         PERFORM _retention_invalid('p_table must be an existing table, got NULL');
     END IF;
@@ -145,7 +145,7 @@ AS $$
 DECLARE
     v_rel regclass;
 BEGIN
-    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
     PERFORM _check_text('p_table', p_table, 300);
     BEGIN
         v_rel := pg_catalog.to_regclass(p_table);
