@@ -201,3 +201,32 @@ func TestRetentionRegisterWarnsWithoutIndex(t *testing.T) {
 		t.Fatalf("notices: %q", notices)
 	}
 }
+
+// A parallel cleaner that finds the policy row locked while it would plan
+// (another cleaner planning, or a registration left open: both lock it FOR NO
+// KEY UPDATE, which the pass record's foreign key check does not wait for)
+// polls for the units without waiting on the lock, and gives up when its
+// budget is spent.
+func TestRetentionParallelPlanningNeverWaits(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	tbl := capTable(t, db, "published")
+	c := db.Client
+	if err := c.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "cap", Table: tbl, TimeColumn: "ExpiresAt",
+		OlderThan: time.Hour, Mode: pgsweep.RetentionParallel}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+db.Schema+`.retention_policy WHERE name = 'cap' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cleaner := cleanerConn(t, db) // lock_timeout 100ms: a wait on the row would fail
+	p, ran, err := cleaner.RetentionRun(ctx, "cap", "poller", 300*time.Millisecond)
+	if err != nil || !ran || p.Outcome != "budget" || p.Batches != 0 {
+		t.Fatalf("got %+v %v %v, want a pass that gave up on its budget", p, ran, err)
+	}
+}

@@ -98,7 +98,7 @@ BEGIN
     END IF;
 
     -- Checks done: from here on the call succeeds.
-    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR UPDATE;
+    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
                   v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode)
                  IS DISTINCT FROM
@@ -182,7 +182,7 @@ DECLARE
     v_pol retention_policy;
 BEGIN
     PERFORM _check_text('p_name', p_name);
-    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR UPDATE;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
     END IF;

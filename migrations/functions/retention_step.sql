@@ -164,6 +164,10 @@ BEGIN
         -- that finds it taken polls briefly for the units being planned.
         PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
+            IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
+                UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+                RETURN false;
+            END IF;
             PERFORM pg_catalog.pg_sleep(0.005);
             RETURN true;
         END IF;
