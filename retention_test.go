@@ -117,17 +117,17 @@ func TestRetentionInvalidArgumentsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]func(p *pgsweep.RetentionPolicy){
-		"p_table must be an existing table":          func(p *pgsweep.RetentionPolicy) { p.Table = "nosuch" },
-		"p_time_column must name a column":           func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "expiresat" },
-		"p_time_column must be of type timestamptz":  func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "Retries" },
-		"p_status_column must be text-like":          func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "Retries" },
-		"p_batch_size must be between 1 and 10000":   func(p *pgsweep.RetentionPolicy) { p.BatchSize = 10001 },
-		"p_mode must be 'exclusive' or 'parallel'":   func(p *pgsweep.RetentionPolicy) { p.Mode = "both" },
-		"p_older_than must be greater than 0":        func(p *pgsweep.RetentionPolicy) { p.OlderThan = -time.Second },
-		"p_interval must be greater than 0":          func(p *pgsweep.RetentionPolicy) { p.Interval = -time.Second },
-		"p_statuses must be a non-empty array":       func(p *pgsweep.RetentionPolicy) { p.Statuses = []string{} },
-		"p_statuses needs p_status_column":           func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "" },
-		"p_name must be a non-empty string of at mo": func(p *pgsweep.RetentionPolicy) { p.Name = "" },
+		"p_table must be an existing table":                func(p *pgsweep.RetentionPolicy) { p.Table = "nosuch" },
+		"p_time_column must name a column":                 func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "expiresat" },
+		"p_time_column must be of type timestamptz":        func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "Retries" },
+		"p_status_column must be text-like":                func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "Retries" },
+		"p_batch_size must be between 1 and 10000":         func(p *pgsweep.RetentionPolicy) { p.BatchSize = 10001 },
+		"p_mode must be 'exclusive' or 'parallel'":         func(p *pgsweep.RetentionPolicy) { p.Mode = "both" },
+		"p_older_than must be greater than 0":              func(p *pgsweep.RetentionPolicy) { p.OlderThan = -time.Second },
+		"p_interval must be greater than 0":                func(p *pgsweep.RetentionPolicy) { p.Interval = -time.Second },
+		"p_statuses must be a non-empty array":             func(p *pgsweep.RetentionPolicy) { p.Statuses = []string{} },
+		"p_statuses needs p_status_column":                 func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "" },
+		"p_name must be a non-empty string of at most 190": func(p *pgsweep.RetentionPolicy) { p.Name = "" },
 	}
 	for msg, mutate := range bad {
 		p := good
@@ -199,5 +199,34 @@ func TestRetentionRegisterWarnsWithoutIndex(t *testing.T) {
 	defer mu.Unlock()
 	if len(notices) != 1 || !strings.Contains(notices[0], "no btree index") {
 		t.Fatalf("notices: %q", notices)
+	}
+}
+
+// A parallel cleaner that finds the policy row locked while it would plan
+// (another cleaner planning, or a registration left open: both lock it FOR NO
+// KEY UPDATE, which the pass record's foreign key check does not wait for)
+// polls for the units without waiting on the lock, and gives up when its
+// budget is spent.
+func TestRetentionParallelPlanningNeverWaits(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	tbl := capTable(t, db, "published")
+	c := db.Client
+	if err := c.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "cap", Table: tbl, TimeColumn: "ExpiresAt",
+		OlderThan: time.Hour, Mode: pgsweep.RetentionParallel}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+db.Schema+`.retention_policy WHERE name = 'cap' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cleaner := cleanerConn(t, db) // lock_timeout 100ms: a wait on the row would fail
+	p, ran, err := cleaner.RetentionRun(ctx, "cap", "poller", 300*time.Millisecond)
+	if err != nil || !ran || p.Outcome != "budget" || p.Batches != 0 {
+		t.Fatalf("got %+v %v %v, want a pass that gave up on its budget", p, ran, err)
 	}
 }

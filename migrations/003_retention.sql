@@ -47,12 +47,11 @@ CREATE TABLE retention_sweep (
     units          int NOT NULL,
     blocks         bigint,             -- tid_range: table size in blocks when planned
     step_blocks    bigint,             -- tid_range: blocks per unit
-    estimated_rows double precision,   -- the planner's estimate of eligible rows
+    eligible_fraction double precision, -- auto: the eligible fraction of a sample of the table
     -- The statements of this sweep, built once at planning from the catalog
     -- (names quoted with %I): a dropped or retyped column makes them fail,
-    -- never delete the wrong rows. keyset: select_sql finds a batch.
-    delete_sql     text NOT NULL,
-    select_sql     text
+    -- never delete the wrong rows.
+    delete_sql     text NOT NULL
 );
 CREATE INDEX ON retention_sweep (policy, id);
 
@@ -63,7 +62,8 @@ CREATE TABLE retention_unit (
     unit_no  int NOT NULL,
     block_lo bigint,                   -- tid_range: blocks [block_lo, block_hi); NULL hi: to the end
     block_hi bigint,
-    time_lo  timestamptz,              -- keyset: progress, encoded like retention_sweep.cutoff
+    time_lo  timestamptz,              -- keyset: times [time_lo, time_hi), encoded like retention_sweep.cutoff
+    time_hi  timestamptz,
     PRIMARY KEY (policy, sweep_id, unit_no)
 );
 

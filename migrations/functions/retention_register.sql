@@ -34,7 +34,7 @@ DECLARE
     v_old retention_policy;
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
     IF p_table IS NULL THEN
         PERFORM _retention_invalid('p_table must be an existing table, got NULL');
     END IF;
@@ -98,7 +98,7 @@ BEGIN
     END IF;
 
     -- Checks done: from here on the call succeeds.
-    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR UPDATE;
+    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
                   v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode)
                  IS DISTINCT FROM
@@ -145,7 +145,7 @@ AS $$
 DECLARE
     v_rel regclass;
 BEGIN
-    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
     PERFORM _check_text('p_table', p_table, 300);
     BEGIN
         v_rel := pg_catalog.to_regclass(p_table);
@@ -182,7 +182,7 @@ DECLARE
     v_pol retention_policy;
 BEGIN
     PERFORM _check_text('p_name', p_name);
-    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR UPDATE;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
     END IF;
@@ -197,6 +197,8 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_for_update(p_name);
     IF p_time_zone IS NOT NULL THEN
@@ -207,7 +209,8 @@ BEGIN
                 quote_literal(p_time_zone));
         END;
     END IF;
-    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = clock_timestamp() WHERE name = p_name;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
     DELETE FROM retention_unit WHERE policy = p_name; -- the open sweep's cutoff was computed in the old zone
 END
 $$;
@@ -224,6 +227,7 @@ DECLARE
     v_pol retention_policy := _retention_policy_for_update(p_name);
     v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
     v_col record;
+    v_at timestamptz;
 BEGIN
     IF p_column IS NOT NULL THEN
         PERFORM _check_text('p_column', p_column, 63);
@@ -244,7 +248,8 @@ BEGIN
     ELSIF p_values IS NOT NULL THEN
         PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
     END IF;
-    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = clock_timestamp()
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
      WHERE name = p_name;
     DELETE FROM retention_unit WHERE policy = p_name;
 END
@@ -257,13 +262,16 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_for_update(p_name);
     IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
         PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
             coalesce(quote_literal(p_strategy), 'NULL'));
     END IF;
-    UPDATE retention_policy SET strategy = p_strategy, updated_at = clock_timestamp() WHERE name = p_name;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET strategy = p_strategy, updated_at = v_at WHERE name = p_name;
     DELETE FROM retention_unit WHERE policy = p_name;
 END
 $$;
@@ -275,9 +283,12 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_for_update(p_name);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
-    UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = clock_timestamp() WHERE name = p_name;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = v_at WHERE name = p_name;
 END
 $$;

@@ -93,9 +93,9 @@ BEGIN
 END
 $$;
 
--- _retention_sweep_sql builds a sweep's statements (see retention_sweep).
-CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text,
-    OUT delete_sql text, OUT select_sql text)
+-- _retention_sweep_sql builds a sweep's DELETE (see retention_sweep).
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text)
+RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
@@ -105,15 +105,10 @@ DECLARE
     v_pred text := _retention_predicate(p_pol, v_rel);
 BEGIN
     IF p_strategy = 'tid_range' THEN
-        delete_sql := format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
-    ELSE
-        select_sql := format('SELECT array_agg(ctid), max(%s), count(*) FROM ('
-                             'SELECT ctid, %I FROM %s WHERE %s AND %I >= %s ORDER BY %I LIMIT %s) c',
-                             _retention_encode(p_pol, quote_ident(p_pol.time_column)), p_pol.time_column, v_tbl,
-                             v_pred, p_pol.time_column, _retention_param(p_pol, '$1'), p_pol.time_column,
-                             p_pol.batch_size);
-        delete_sql := format('DELETE FROM %s WHERE ctid = ANY ($1) AND %s', v_tbl, v_pred);
+        RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
     END IF;
+    RETURN format('DELETE FROM %s WHERE %I >= %s AND %I < %s AND %s', v_tbl, p_pol.time_column,
+                  _retention_param(p_pol, '$1'), p_pol.time_column, _retention_param(p_pol, '$2'), v_pred);
 END
 $$;
 
@@ -147,31 +142,21 @@ BEGIN
 END
 $$;
 
--- _retention_delete_keyset deletes the next batch of eligible rows in time
--- order from p_time_lo on: the candidates come from an index walk that starts
--- where the previous batch ended (so no batch re-reads the index entries of
--- rows earlier batches deleted), then a Tid Scan deletes them, re-checking the
--- predicate. more is false once the walk found fewer rows than a batch.
-CREATE OR REPLACE FUNCTION _retention_delete_keyset(p_sweep retention_sweep, p_pol retention_policy,
-    p_time_lo timestamptz, OUT deleted bigint, OUT time_hi timestamptz, OUT more boolean)
+-- _retention_delete_window deletes the eligible rows whose time is in
+-- [p_time_lo, p_time_hi); the planner picks the plan (an index on the time
+-- column, for the small windows this strategy is chosen for).
+CREATE OR REPLACE FUNCTION _retention_delete_window(p_sweep retention_sweep, p_pol retention_policy,
+    p_time_lo timestamptz, p_time_hi timestamptz)
+RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 SET jit = off
 AS $$
 DECLARE
-    v_ctids tid[];
-    v_found bigint;
+    v_n bigint;
 BEGIN
-    EXECUTE p_sweep.select_sql
-      INTO v_ctids, time_hi, v_found
-      USING p_time_lo, NULL::tid, p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
-    deleted := 0;
-    IF v_found > 0 THEN
-        EXECUTE p_sweep.delete_sql
-          USING v_ctids, NULL::tid, p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
-        GET DIAGNOSTICS deleted = ROW_COUNT;
-    END IF;
-    more := v_found >= p_pol.batch_size;
-    time_hi := coalesce(time_hi, p_time_lo);
+    EXECUTE p_sweep.delete_sql USING p_time_lo, p_time_hi, p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
 END
 $$;

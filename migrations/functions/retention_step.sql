@@ -61,6 +61,7 @@ DECLARE
     v_token bigint;
     v_id bigint;
     v_start timestamptz;
+    v_at timestamptz;
 BEGIN
     PERFORM _check_text('p_name', p_name);
     IF p_owner IS NOT NULL THEN
@@ -92,10 +93,11 @@ BEGIN
     END IF;
 
     SELECT a.backend_start INTO v_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid();
+    v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
     INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
                                 now_override, renewed_at)
-    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, clock_timestamp(),
-            clock_timestamp() + p_budget, p_now, clock_timestamp())
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, v_at,
+            v_at + p_budget, p_now, v_at)
     RETURNING id INTO v_id;
     RETURN v_id;
 END
@@ -115,8 +117,7 @@ DECLARE
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
     v_n bigint;
-    v_done boolean;
-    v_keyset record;
+    v_sweep_id bigint;
 BEGIN
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     IF NOT FOUND THEN
@@ -136,7 +137,8 @@ BEGIN
                 UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
                 RETURN false;
             END IF;
-            UPDATE retention_pass SET renewed_at = clock_timestamp() WHERE id = p_pass;
+            v_now := clock_timestamp();
+            UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
         ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
                              AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
             UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
@@ -162,6 +164,10 @@ BEGIN
         -- that finds it taken polls briefly for the units being planned.
         PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
+            IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
+                UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+                RETURN false;
+            END IF;
             PERFORM pg_catalog.pg_sleep(0.005);
             RETURN true;
         END IF;
@@ -172,31 +178,23 @@ BEGIN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
             RETURN false;
         END IF;
-        UPDATE retention_pass
-           SET planned_sweep = _retention_plan(v_pol, coalesce(v_pass.now_override, clock_timestamp()), v_pass.owner)
-         WHERE id = p_pass;
+        v_sweep_id := _retention_plan(v_pol, coalesce(v_pass.now_override, clock_timestamp()), v_pass.owner);
+        UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
         RETURN true;
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
     IF v_sweep.strategy = 'tid_range' THEN
         v_n := _retention_delete_range(v_sweep, v_pol, v_unit.block_lo, v_unit.block_hi);
-        v_done := true;
     ELSE
-        v_keyset := _retention_delete_keyset(v_sweep, v_pol, v_unit.time_lo);
-        v_n := v_keyset.deleted;
-        v_done := NOT v_keyset.more;
+        v_n := _retention_delete_window(v_sweep, v_pol, v_unit.time_lo, v_unit.time_hi);
     END IF;
-    IF v_done THEN
-        DELETE FROM retention_unit
-         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
-    ELSE
-        UPDATE retention_unit SET time_lo = v_keyset.time_hi
-         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
-    END IF;
+    DELETE FROM retention_unit
+     WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+    v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
     UPDATE retention_pass
-       SET rows_deleted = rows_deleted + v_n, batches = batches + 1, units = units + v_done::int,
-           last_batch_at = clock_timestamp(), strategy = v_sweep.strategy
+       SET rows_deleted = rows_deleted + v_n, batches = batches + 1, units = units + 1,
+           last_batch_at = v_now, strategy = v_sweep.strategy
      WHERE id = p_pass;
     RETURN true;
 END
@@ -211,9 +209,10 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_pass retention_pass;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     UPDATE retention_pass
-       SET finished_at = clock_timestamp(),
+       SET finished_at = v_at,
            outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
            error = p_error
      WHERE id = p_pass

@@ -5,8 +5,10 @@
 BEGIN;
 -- Start from no policies; ROLLBACK at the end restores whatever was there.
 DELETE FROM pgsweep.retention_policy;
+-- The NOTICEs registrations raise (no index) are expected here.
+SET LOCAL client_min_messages = warning;
 SET LOCAL TimeZone = 'UTC';
-SELECT plan(45);
+SELECT plan(46);
 
 CREATE SCHEMA rt;
 CREATE TABLE rt.published ("Id" bigint PRIMARY KEY, "Version" varchar(20), "Name" varchar(200) NOT NULL DEFAULT 'n',
@@ -61,6 +63,19 @@ SELECT results_eq($$SELECT outcome, rows_deleted, strategy FROM pgsweep.retentio
     $$VALUES ('drained', 103::bigint, 'tid_range')$$, 'tid_range: the pass record counts the deleted rows');
 SELECT is((SELECT count(*) FROM pgsweep.retention_unit), 0::bigint, 'tid_range: the sweep left no open unit');
 SELECT cmp_ok((SELECT units FROM pgsweep.retention_sweep ORDER BY id DESC LIMIT 1), '>=', 1, 'tid_range: planned units');
+
+-- the stored DELETE of a tid_range unit runs as a Tid Range Scan under the
+-- settings _retention_delete_range pins
+CREATE FUNCTION pg_temp.unit_plan(p_sql text) RETURNS text LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off AS $$
+DECLARE v json;
+BEGIN
+    EXECUTE 'EXPLAIN (FORMAT JSON) ' || p_sql INTO v
+      USING '(0,0)'::tid, '(10,0)'::tid, now(), ARRAY['Succeeded'], NULL::text[];
+    RETURN v -> 0 -> 'Plan' -> 'Plans' -> 0 ->> 'Node Type';
+END $$;
+SELECT is(pg_temp.unit_plan((SELECT delete_sql FROM pgsweep.retention_sweep ORDER BY id DESC LIMIT 1)),
+    'Tid Range Scan', 'tid_range: a unit''s DELETE is a Tid Range Scan');
 
 -- keyset, forced: batches of 7 in time order
 SELECT pg_temp.fill();
