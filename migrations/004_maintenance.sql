@@ -40,7 +40,7 @@ INSERT INTO setting (name, value, kind, default_value, min_value, max_value, inf
      'default period processed inbox rows are kept for de-duplication (infinite: keep forever)'),
     ('dead_letter_retention', '30 days', 'interval', '30 days', '1 minute', '36500 days', true,
      'default period dead letters are kept (infinite: keep forever)'),
-    ('retention_duty_cycle', '50', 'integer', '50', '1', '100', false,
+    ('retention_duty_cycle', '5', 'integer', '5', '1', '100', false,
      'percent of the time maintain() spends deleting while it drains retention backlogs: after a batch that took t it pauses t*(100-d)/d, leaving the CPU and I/O to live traffic (100: no pause; CALL retention_run never pauses)'),
     ('history_retention', '7 days', 'interval', '7 days', '1 minute', '365 days', false,
      'maintenance passes older than this are deleted from the history'),

@@ -22,17 +22,18 @@ var benchMixed = command{"claim latency of live traffic with and without a reten
 // with nothing else running, then while maintain() drains a retention
 // backlog on the same database.
 type mixedBench struct {
-	db      dbFlags
-	rows    int
-	workers int
-	batch   int
-	rate    int
-	phase   time.Duration
-	duty    int
-	out     io.Writer
-	pool    *pgxpool.Pool
-	client  *pgsweep.Client
-	q       string
+	db         dbFlags
+	rows       int
+	workers    int
+	batch      int
+	rate       int
+	phase      time.Duration
+	duty       int
+	cleanBatch int
+	out        io.Writer
+	pool       *pgxpool.Pool
+	client     *pgsweep.Client
+	q          string
 }
 
 func runBenchMixed(ctx context.Context, args []string, out io.Writer) error {
@@ -43,6 +44,7 @@ func runBenchMixed(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&b.workers, "workers", 4, "workers claiming and completing")
 	fs.IntVar(&b.batch, "batch", 10, "claim batch size")
 	fs.IntVar(&b.rate, "rate", 2000, "messages per second the producer sends")
+	fs.IntVar(&b.cleanBatch, "cleanup-batch", 1000, "batch size of the backlog's retention policy, 1..10000 (1000: retention_register's default)")
 	fs.IntVar(&b.duty, "duty-cycle", 0, "retention_duty_cycle setting for the run, 1..100 (0: leave the default)")
 	fs.DurationVar(&b.phase, "phase", 10*time.Second, "length of the phase without cleanup (the cleanup phase lasts until the backlog is drained, at least this long)")
 	if err := parseFlags(fs, args); err != nil {
@@ -60,6 +62,10 @@ func runBenchMixed(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: --batch must be 1..10000, got %d", errUsage, b.batch)
 	case b.rate < 10 || b.rate > 1_000_000:
 		return fmt.Errorf("%w: --rate must be 10..1000000, got %d", errUsage, b.rate)
+	case b.cleanBatch < 1 || b.cleanBatch > 10000:
+		return fmt.Errorf("%w: --cleanup-batch must be 1..10000, got %d", errUsage, b.cleanBatch)
+	case b.duty < 0 || b.duty > 100:
+		return fmt.Errorf("%w: --duty-cycle must be 1..100 (0: the default), got %d", errUsage, b.duty)
 	case b.phase < time.Second:
 		return fmt.Errorf("%w: --phase must be at least 1s, got %v", errUsage, b.phase)
 	}
@@ -167,7 +173,7 @@ func (b *mixedBench) setup(ctx context.Context) error {
 		  FROM generate_series(1, %[2]d) g;
 		CREATE INDEX ON %[1]s.backlog (expires_at, status);
 		SELECT %[1]s.retention_register('backlog', '%[1]s.backlog', 'expires_at', '1 hour', 'status', ARRAY['done'],
-		       10000, 'exclusive', '1 second');`, b.q, b.rows))
+		       %[3]d, 'exclusive', '1 second');`, b.q, b.rows, b.cleanBatch))
 	if err != nil {
 		return err
 	}
