@@ -20,9 +20,7 @@ import (
 // test proves from that log and from what each contender was told that two
 // owners never held a live lease at once.
 func TestLeaseContention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("contention test takes several seconds")
-	}
+	pgtest.SkipIfShort(t, "contention test takes several seconds")
 	db := pgtest.New(t, 0)
 	ctx := context.Background()
 	s := pgx.Identifier{db.Schema}.Sanitize()

@@ -31,9 +31,7 @@ import (
 //   - attempts are counted right: the final attempts equal the grants logged,
 //     grants number 1, 2, 3… and each handler call matches exactly one grant.
 func TestWorkerStress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stress test: 100k messages")
-	}
+	pgtest.SkipIfShort(t, "stress test: 100k messages")
 	const (
 		messages    = 100_000
 		slots       = 32

@@ -100,3 +100,12 @@ func repoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// SkipIfShort skips a long test under `go test -short`, except in CI: CI
+// always runs everything.
+func SkipIfShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skip(why)
+	}
+}
