@@ -197,7 +197,7 @@ func runCleaners(t *testing.T, db *pgtest.DB, k int, policy string) []runResult 
 // error, every eligible row gone and every other row (re-queued ones
 // included) still there; in exclusive mode the pass records never overlap.
 func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
-	pgtest.SkipIfShort(t, "loads 1,000,000 rows")
+	pgtest.SkipIfShort(t, "loads 500,000 rows")
 	const rows, cleaners = 500_000, 8
 	db := pgtest.New(t, 4)
 	ctx := context.Background()
