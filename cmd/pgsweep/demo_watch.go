@@ -146,6 +146,9 @@ func demoVerify(ctx context.Context, pool *pgxpool.Pool, schema string, st *demo
 	if !ok {
 		return fmt.Errorf("verification failed")
 	}
-	fmt.Fprintln(out, "\nall checks passed. Look around: psql, then SELECT * FROM "+schema+".maintenance_passes ORDER BY id DESC LIMIT 5;")
+	fmt.Fprintf(out, "\nall checks passed. Look around in psql (the demo's schema stays until the next run):\n"+
+		"  SELECT * FROM %[1]s.maintenance_passes ORDER BY id DESC LIMIT 5;\n"+
+		"  SELECT name, last_outcome, last_rows_deleted FROM %[1]s.retention_policies;\n"+
+		"  SELECT * FROM %[1]s.message_dead LIMIT 5;\n", schema)
 	return nil
 }
