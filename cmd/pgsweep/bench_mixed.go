@@ -39,14 +39,14 @@ type mixedBench struct {
 func runBenchMixed(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet("bench mixed")
 	b := &mixedBench{out: out}
-	b.db.registerWithSchema(fs, "pgsweep_bench_mixed", "schema the benchmark installs into; dropped and re-created")
+	b.db.registerWithSchema(fs, "pgsweep_mixed", "schema the benchmark installs into; dropped and re-created")
 	fs.IntVar(&b.rows, "rows", 1_000_000, "rows in the retention backlog (90% expired)")
 	fs.IntVar(&b.workers, "workers", 4, "workers claiming and completing")
 	fs.IntVar(&b.batch, "batch", 10, "claim batch size")
 	fs.IntVar(&b.rate, "rate", 2000, "messages per second the producer sends")
 	fs.IntVar(&b.cleanBatch, "cleanup-batch", 1000, "batch size of the backlog's retention policy, 1..10000 (1000: retention_register's default)")
 	fs.IntVar(&b.duty, "duty-cycle", 0, "retention_duty_cycle setting for the run, 1..100 (0: leave the default)")
-	fs.DurationVar(&b.phase, "phase", 10*time.Second, "length of the phase without cleanup (the cleanup phase lasts until the backlog is drained, at least this long)")
+	fs.DurationVar(&b.phase, "phase", 10*time.Second, "length of each quiet window, before and after the cleanup (which lasts until the backlog is drained)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (b *mixedBench) run(ctx context.Context) error {
 	fmt.Fprintf(b.out, "\n== live traffic: %v quiet, maintain() drains the backlog, %v quiet\n", b.phase, b.phase)
 	var deleted atomic.Int64
 	var cleanStart, cleanEnd time.Time
-	all, err := b.phaseRun(ctx, 0, func(ctx context.Context) error {
+	samples, total, err := b.traffic(ctx, func(ctx context.Context) error {
 		if err := sleepCtx(ctx, b.phase); err != nil {
 			return err
 		}
@@ -121,8 +121,7 @@ func (b *mixedBench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	quiet := all.without(cleanStart, cleanEnd)
-	busy := all.within(cleanStart, cleanEnd)
+	busy, quiet := split(samples, cleanStart, cleanEnd, total)
 	cleanupTime := cleanEnd.Sub(cleanStart)
 	p := func(l []time.Duration, q float64) time.Duration {
 		if len(l) == 0 {
@@ -133,7 +132,7 @@ func (b *mixedBench) run(ctx context.Context) error {
 	fmt.Fprintf(b.out, "\n%-31s %9s %9s %9s %9s %10s\n", "claim latency", "claims", "p50", "p99", "max", "msg/s")
 	for _, r := range []struct {
 		name string
-		res  phaseResult
+		res  window
 	}{{"without cleanup (before+after)", quiet}, {"while cleanup ran", busy}} {
 		fmt.Fprintf(b.out, "%-31s %9d %9v %9v %9v %10.0f\n", r.name, len(r.res.lat), p(r.res.lat, 0.5).Round(time.Microsecond),
 			p(r.res.lat, 0.99).Round(time.Microsecond), p(r.res.lat, 1).Round(time.Microsecond), float64(r.res.done)/r.res.elapsed.Seconds())
@@ -148,15 +147,7 @@ func (b *mixedBench) run(ctx context.Context) error {
 // setup re-creates the schema, a queue and the retention backlog.
 func (b *mixedBench) setup(ctx context.Context) error {
 	b.q = pgx.Identifier{b.db.schema}.Sanitize()
-	if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+b.q+" CASCADE"); err != nil {
-		return err
-	}
-	conn, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = pgsweep.Migrate(ctx, conn.Conn(), b.db.schema)
-	conn.Release()
+	_, err := reinstall(ctx, b.pool, b.db.schema)
 	if err != nil {
 		return err
 	}
@@ -186,47 +177,43 @@ func (b *mixedBench) setup(ctx context.Context) error {
 	return err
 }
 
-type phaseResult struct {
-	lat     []time.Duration // sorted claim latencies
-	samples []claimSample
+// claimSample is one claim: when it started, how long it took, and how
+// many messages the completion that followed acted on.
+type claimSample struct {
+	at  time.Time
+	lat time.Duration
+	n   int
+}
+
+// window is the claims of a stretch of the run.
+type window struct {
+	lat     []time.Duration // sorted
 	done    int64
 	elapsed time.Duration
 }
 
-type claimSample struct {
-	at  time.Time
-	lat time.Duration
-}
-
-// without keeps the claims that did not start between from and to.
-func (r phaseResult) without(from, to time.Time) phaseResult {
-	out := phaseResult{elapsed: r.elapsed - to.Sub(from)}
-	for _, s := range r.samples {
-		if s.at.Before(from) || !s.at.Before(to) {
-			out.lat = append(out.lat, s.lat)
-		}
-	}
-	slices.Sort(out.lat)
-	out.done = int64(float64(r.done) * out.elapsed.Seconds() / r.elapsed.Seconds())
-	return out
-}
-
-// within keeps the claims that started between from and to.
-func (r phaseResult) within(from, to time.Time) phaseResult {
-	out := phaseResult{elapsed: to.Sub(from)}
-	for _, s := range r.samples {
+// split sorts the claims of a run that lasted total into those that started
+// in [from, to) and the others.
+func split(samples []claimSample, from, to time.Time, total time.Duration) (in, out window) {
+	in.elapsed = to.Sub(from)
+	out.elapsed = total - in.elapsed
+	for _, s := range samples {
+		w := &out
 		if !s.at.Before(from) && s.at.Before(to) {
-			out.lat = append(out.lat, s.lat)
+			w = &in
 		}
+		w.lat = append(w.lat, s.lat)
+		w.done += int64(s.n)
 	}
+	slices.Sort(in.lat)
 	slices.Sort(out.lat)
-	out.done = int64(float64(r.done) * out.elapsed.Seconds() / r.elapsed.Seconds())
-	return out
+	return in, out
 }
 
-// phaseRun runs the producer and workers for at least d, and until side
-// (when given) returns; it prints progress once a second.
-func (b *mixedBench) phaseRun(ctx context.Context, d time.Duration, side func(context.Context) error, deleted *atomic.Int64) (phaseResult, error) {
+// traffic runs the producer and the workers until side returns or one of
+// them fails, printing progress once a second. It returns every claim the
+// workers made and how long the traffic ran.
+func (b *mixedBench) traffic(ctx context.Context, side func(context.Context) error, deleted *atomic.Int64) ([]claimSample, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -234,12 +221,13 @@ func (b *mixedBench) phaseRun(ctx context.Context, d time.Duration, side func(co
 		mu      sync.Mutex
 		samples []claimSample
 		done    atomic.Int64
+		errc    = make(chan error, b.workers+1) // producer and workers end only on error or cancel
 		sideErr = make(chan error, 1)
-		errc    = make(chan error, b.workers+1)
 	)
 	start := time.Now()
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); errc <- b.produce(ctx) }()
+	go func() { defer wg.Done(); sideErr <- side(ctx) }()
 	for w := range b.workers {
 		wg.Add(1)
 		go func() {
@@ -251,56 +239,28 @@ func (b *mixedBench) phaseRun(ctx context.Context, d time.Duration, side func(co
 			errc <- err
 		}()
 	}
-	sideDone := make(chan struct{})
-	if side != nil {
-		go func() { defer close(sideDone); sideErr <- side(ctx) }()
-	} else {
-		close(sideDone)
-		sideErr <- nil
-	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var result error
-	for waiting := true; waiting; {
+wait:
+	for {
 		select {
 		case <-tick.C:
-			line := fmt.Sprintf("  %4.0fs  %7d messages done", time.Since(start).Seconds(), done.Load())
-			if deleted != nil {
-				line += fmt.Sprintf("  %8d backlog rows deleted", deleted.Load())
-			}
-			fmt.Fprintln(b.out, line)
+			fmt.Fprintf(b.out, "  %4.0fs  %7d messages done  %8d backlog rows deleted\n",
+				time.Since(start).Seconds(), done.Load(), deleted.Load())
 		case err := <-errc:
-			if err != nil && ctx.Err() == nil {
+			if err != nil {
 				result = err
-				waiting = false
+				break wait
 			}
-		case <-ctx.Done():
-			waiting = false
-		default:
-			select {
-			case <-sideDone:
-				if time.Since(start) >= d {
-					waiting = false
-				}
-			default:
-			}
-			time.Sleep(10 * time.Millisecond)
+		case result = <-sideErr:
+			break wait
 		}
 	}
 	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
-	if result == nil {
-		if err := <-sideErr; err != nil && ctx.Err() == nil {
-			result = err
-		}
-	}
-	lat := make([]time.Duration, len(samples))
-	for i, s := range samples {
-		lat[i] = s.lat
-	}
-	slices.Sort(lat)
-	return phaseResult{lat: lat, samples: samples, done: done.Load(), elapsed: elapsed}, result
+	return samples, elapsed, result
 }
 
 // produce sends rate messages per second in batches every 10 ms.
@@ -357,6 +317,7 @@ func (b *mixedBench) work(ctx context.Context, owner string, done *atomic.Int64)
 			}
 			return lat, err
 		}
+		lat[len(lat)-1].n = len(n)
 		done.Add(int64(len(n)))
 	}
 	return lat, nil
