@@ -201,6 +201,7 @@ func demoProduce(ctx context.Context, c *pgsweep.Client, st *demoState, p int, c
 // releases it. (Half-way, so that the producers are sure to send it a batch.)
 func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoConfig, step func(string, ...any)) error {
 	const owner = "doomed-worker"
+	handle := demoHandler(st, cfg)
 	done := 0
 	for st.sent.Load() < int64(cfg.messages/2) {
 		ds, err := c.Claim(ctx, "orders", owner, 20, 2*time.Second)
@@ -209,7 +210,7 @@ func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoC
 		}
 		ids := make([]int64, 0, len(ds))
 		for _, d := range ds {
-			if demoHandler(st, cfg)(ctx, &d) == nil {
+			if handle(ctx, &d) == nil {
 				ids = append(ids, d.ID)
 			} else if _, err := c.Fail(ctx, "orders", owner, []int64{d.ID}, "doomed worker failed it", 0); err != nil {
 				return err
@@ -259,19 +260,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // demoSetup re-creates the demo schema, pgsweep in it, the queue, and a
 // CAP-shaped table with a retention backlog.
 func demoSetup(ctx context.Context, pool *pgxpool.Pool, schema string, cfg demoConfig, step func(string, ...any)) error {
+	res, err := reinstall(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
 	q := pgx.Identifier{schema}.Sanitize()
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+q+" CASCADE"); err != nil {
-		return err
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	res, err := pgsweep.Migrate(ctx, conn.Conn(), schema)
-	conn.Release()
-	if err != nil {
-		return err
-	}
 	step("installed pgsweep into schema %s (version %d)", schema, res.To)
 	_, err = pool.Exec(ctx, fmt.Sprintf(`
 		SELECT %[1]s.setting_set('recovery_interval', '1 second');

@@ -1,20 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
 
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
-
-func runMigrateCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, &out, &errOut)
-	return code, out.String(), errOut.String()
-}
 
 func schemaExists(t *testing.T, url, schema string) bool {
 	t.Helper()
@@ -31,7 +23,7 @@ func TestMigrateDryRunChangesNothing(t *testing.T) {
 	schema := pgtest.SchemaName(t)
 	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
 
-	code, out, errOut := runMigrateCLI(t, "migrate", "--dry-run", "--database-url", url, "--schema", schema)
+	out, errOut, code := runCLI(t, "migrate", "--dry-run", "--database-url", url, "--schema", schema)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -44,15 +36,15 @@ func TestMigrateDryRunChangesNothing(t *testing.T) {
 		t.Fatal("dry-run created the schema")
 	}
 
-	code, out, errOut = runMigrateCLI(t, "migrate", "--database-url", url, "--schema", schema)
+	out, errOut, code = runCLI(t, "migrate", "--database-url", url, "--schema", schema)
 	if code != 0 || !strings.Contains(out, "migrated from version 0") {
 		t.Fatalf("migrate: exit %d, %q %q", code, out, errOut)
 	}
-	code, out, _ = runMigrateCLI(t, "migrate", "--database-url", url, "--schema", schema)
+	out, _, code = runCLI(t, "migrate", "--database-url", url, "--schema", schema)
 	if code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("second migrate: exit %d, %q", code, out)
 	}
-	code, out, _ = runMigrateCLI(t, "migrate", "--dry-run", "--database-url", url, "--schema", schema)
+	out, _, code = runCLI(t, "migrate", "--dry-run", "--database-url", url, "--schema", schema)
 	if code != 0 || !strings.Contains(out, "0 migration(s) pending") || strings.Contains(out, "CREATE TABLE") {
 		t.Fatalf("dry-run on a current schema: exit %d, %q", code, out)
 	}
@@ -66,7 +58,7 @@ func TestMigrateUsageErrors(t *testing.T) {
 		{"no-such-command"},
 	}
 	for _, args := range cases {
-		code, _, errOut := runMigrateCLI(t, args...)
+		_, errOut, code := runCLI(t, args...)
 		if code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 with a message", args, code, errOut)
 		}
@@ -74,7 +66,7 @@ func TestMigrateUsageErrors(t *testing.T) {
 }
 
 func TestConnectErrorHidesPassword(t *testing.T) {
-	code, _, errOut := runMigrateCLI(t, "migrate", "--database-url", "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2")
+	_, errOut, code := runCLI(t, "migrate", "--database-url", "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
