@@ -11,22 +11,35 @@ import (
 	"github.com/pgsweep/pgsweep"
 )
 
-func newMockClient(t *testing.T) (pgxmock.PgxPoolIface, *pgsweep.Client) {
+// mock is what the pgxmock pool and connection mocks have in common here.
+type mock interface {
+	pgsweep.DBTX
+	ExpectationsWereMet() error
+}
+
+// newMock returns a Client on a fresh pgxmock (pgxmock.NewPool or
+// pgxmock.NewConn) whose expectations must all be met by the test's end.
+func newMock[M mock](t *testing.T, open func() (M, error)) (M, *pgsweep.Client) {
 	t.Helper()
-	mock, err := pgxmock.NewPool()
+	m, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := mock.ExpectationsWereMet(); err != nil {
+		if err := m.ExpectationsWereMet(); err != nil {
 			t.Error(err)
 		}
 	})
-	c, err := pgsweep.NewClient(mock, nil)
+	c, err := pgsweep.NewClient(m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mock, c
+	return m, c
+}
+
+func newMockClient(t *testing.T) (pgxmock.PgxPoolIface, *pgsweep.Client) {
+	t.Helper()
+	return newMock(t, func() (pgxmock.PgxPoolIface, error) { return pgxmock.NewPool() })
 }
 
 func TestLeaseAcquireWrapsDriverErrors(t *testing.T) {

@@ -12,20 +12,7 @@ import (
 
 func newMockConnClient(t *testing.T) (pgxmock.PgxConnIface, *pgsweep.Client) {
 	t.Helper()
-	mock, err := pgxmock.NewConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := mock.ExpectationsWereMet(); err != nil {
-			t.Error(err)
-		}
-	})
-	c, err := pgsweep.NewClient(mock, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mock, c
+	return newMock(t, func() (pgxmock.PgxConnIface, error) { return pgxmock.NewConn() })
 }
 
 // A failed or cancelled call drops the session's hold on the policy's
