@@ -158,7 +158,10 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 	// Every run finished; only runs cut short by the runners' stop may have
 	// failed, and they say so.
 	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE status <> 'done' AND (status <> 'failed' OR error <> 'the runner stopped during this pass')"); n != 0 {
-		t.Fatalf("%d runs did not finish cleanly", n)
+		var detail string
+		_ = db.Pool.QueryRow(context.Background(), "SELECT string_agg(format('%s run %s by %s: %s %s', part, id, owner, status, error), '; ') FROM "+s+
+			".maintain_run WHERE status <> 'done' AND (status <> 'failed' OR error <> 'the runner stopped during this pass')").Scan(&detail)
+		t.Fatalf("%d runs did not finish cleanly: %s", n, detail)
 	}
 	if n := count(t, db, `SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY part ORDER BY started_at) AS prev
 		FROM `+s+`.maintain_run) x WHERE token <= prev`); n != 0 {

@@ -353,8 +353,10 @@ func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
 
 // releaseLeases gives up every lease this owner holds, on a new connection
 // (the pass's connection may have been cancelled). When a pass was cancelled
-// by the stop, its unfinished history rows are closed first ("the runner
-// stopped during this pass").
+// by the stop, _maintain_fail_owner closes its unfinished history rows ("the
+// runner stopped during this pass") and releases the leases in one statement:
+// releasing first would let another holder take a part's lease and mark the
+// still-open run 'abandoned' before it was closed.
 func (r *Runner) releaseLeases() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -364,7 +366,14 @@ func (r *Runner) releaseLeases() {
 		return
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	rows, err := conn.Query(ctx, "SELECT "+r.fn("lease_release_owner")+"($1)", r.owner)
+	r.mu.Lock()
+	interrupted := r.interrupted
+	r.mu.Unlock()
+	release := "SELECT " + r.fn("lease_release_owner") + "($1)"
+	if interrupted {
+		release = "SELECT name FROM " + r.q + ".leases WHERE owner = $1 ORDER BY name"
+	}
+	rows, err := conn.Query(ctx, release, r.owner)
 	if err != nil {
 		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
 		return
@@ -374,15 +383,11 @@ func (r *Runner) releaseLeases() {
 		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
 		return
 	}
-	r.mu.Lock()
-	interrupted := r.interrupted
-	r.mu.Unlock()
 	if interrupted {
-		// Close the cancelled pass's history rows now rather than leave them
-		// for the next holder to mark abandoned.
 		if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner,
 			"the runner stopped during this pass"); err != nil {
-			r.log.Warn("could not record the interrupted pass", "error", redactErr(err))
+			r.log.Warn("could not record the interrupted pass or release leases; they expire after their TTL", "error", redactErr(err))
+			return
 		}
 	}
 	r.log.Info("released leases", "leases", names)

@@ -262,8 +262,9 @@ func TestCancelMidPassAwaitsThePass(t *testing.T) {
 		return h.mock, nil
 	}
 	h.mock.ExpectClose() // the cancelled pass's connection
-	h.mock.ExpectQuery(`SELECT "pgsweep"\.lease_release_owner\(\$1\)`).WithArgs(owner).
-		WillReturnRows(pgxmock.NewRows([]string{"lease_release_owner"}).AddRow("maintain:retention"))
+	// history closed and leases released together, by _maintain_fail_owner
+	h.mock.ExpectQuery(`SELECT name FROM "pgsweep"\.leases WHERE owner = \$1`).WithArgs(owner).
+		WillReturnRows(pgxmock.NewRows([]string{"name"}).AddRow("maintain:retention"))
 	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
 		WithArgs(owner, "the runner stopped during this pass").WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
 	h.mock.ExpectClose()
