@@ -64,8 +64,13 @@ func demo(ctx context.Context, db *dbFlags, cfg demoConfig, out io.Writer) error
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	start := time.Now()
+	// step is called from the watcher and from the workers' goroutines.
+	var outMu sync.Mutex
 	step := func(format string, args ...any) {
-		fmt.Fprintf(out, "%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+		line := fmt.Sprintf("%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+		outMu.Lock()
+		defer outMu.Unlock()
+		io.WriteString(out, line)
 	}
 
 	pool, err := db.pool(ctx, 40)
