@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,14 +38,15 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	workers := fs.Int("workers", 8, "concurrent workers, one connection each")
 	batch := fs.Int("batch", 100, "messages claimed per call (1..10000)")
 	only := fs.String("only", "", "run one contender: pop, seed003, pgsweep, pgsweep1rt or worker (default all)")
+	rounds := fs.Int("rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := db.validate(); err != nil {
 		return err
 	}
-	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 {
-		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000", errUsage)
+	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 || *rounds < 1 || *rounds > 100 {
+		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100", errUsage)
 	}
 	conn, err := db.connect(ctx)
 	if err != nil {
@@ -64,24 +66,38 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d (schema %s)\n", *n, *workers, *batch, db.schema)
 	defer b.cleanup(context.WithoutCancel(ctx))
 
-	rates := map[string]float64{}
-	for _, c := range []struct {
-		name string
-		run  func(context.Context) (time.Duration, error)
-	}{
-		{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
-	} {
-		if *only != "" && *only != c.name {
-			continue
+	// Rounds interleave the contenders, so that a machine whose speed drifts
+	// (a shared VM) slows every contender alike; medians and the per-round
+	// ratios then say more than one run.
+	runs := map[string][]float64{}
+	for round := 1; round <= *rounds; round++ {
+		for _, c := range []struct {
+			name string
+			run  func(context.Context) (time.Duration, error)
+		}{
+			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
+		} {
+			if *only != "" && *only != c.name {
+				continue
+			}
+			d, err := c.run(ctx)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			r := float64(*n) / d.Seconds()
+			runs[c.name] = append(runs[c.name], r)
+			fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s (round %d of %d)\n", c.name, *n, d.Seconds(), r, round, *rounds)
 		}
-		d, err := c.run(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		rates[c.name] = float64(*n) / d.Seconds()
-		fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s\n", c.name, *n, d.Seconds(), rates[c.name])
 	}
-	fmt.Fprintln(out, "\nresults:")
+	rates := map[string]float64{}
+	for k, rs := range runs {
+		rates[k] = median(rs)
+	}
+	if *rounds > 1 {
+		fmt.Fprintf(out, "\nresults (medians of %d rounds; per-round ratios in brackets):\n", *rounds)
+	} else {
+		fmt.Fprintln(out, "\nresults:")
+	}
 	labels := map[string]string{
 		"pop":        "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
 		"seed003":    "seed-003 claim CTE + delete by id",
@@ -95,9 +111,19 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	ratio := func(a, b, label string) {
-		if rates[a] > 0 && rates[b] > 0 {
-			fmt.Fprintf(out, "  %-48s %8.2fx\n", label, rates[a]/rates[b])
+		if rates[a] == 0 || rates[b] == 0 {
+			return
 		}
+		fmt.Fprintf(out, "  %-48s %8.2fx", label, rates[a]/rates[b])
+		if *rounds > 1 {
+			rs := make([]float64, len(runs[a]))
+			for i := range rs {
+				rs[i] = runs[a][i] / runs[b][i]
+			}
+			slices.Sort(rs)
+			fmt.Fprintf(out, "  [%.2f–%.2f, median %.2f]", rs[0], rs[len(rs)-1], median(rs))
+		}
+		fmt.Fprintln(out)
 	}
 	ratio("pgsweep", "seed003", "pgsweep / seed-003 (target >= 1.0)")
 	ratio("pgsweep", "pop", "pgsweep / pop (target >= 0.6, stretch 0.8)")
@@ -444,6 +470,16 @@ func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
 		return 0, ctx.Err()
 	}
 	return d, nil
+}
+
+// median of xs (not empty); xs is not changed.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func countRows(rows pgx.Rows, err error) (int, error) {

@@ -31,3 +31,35 @@ func TestBenchClaimSmall(t *testing.T) {
 		t.Fatalf("scratch schemas left behind: %d %v", left, err)
 	}
 }
+
+// --rounds interleaves the contenders and reports medians and the spread of
+// the per-round ratios; out of range it is a usage error that names it.
+func TestBenchClaimRounds(t *testing.T) {
+	db := pgtest.New(t, 2)
+	var out bytes.Buffer
+	err := runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
+		"--messages", "500", "--workers", "2", "--batch", "50", "--rounds", "2"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"(round 2 of 2)", "medians of 2 rounds", "pgsweep / pop (target >= 0.6, stretch 0.8)", "median "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	err = runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema, "--rounds", "0"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "--rounds 1..100") {
+		t.Fatalf("--rounds 0: %v", err)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	xs := []float64{3, 1, 2}
+	if m := median(xs); m != 2 || xs[0] != 3 {
+		t.Fatalf("median %v of odd count, input now %v", m, xs)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Fatalf("median %v of even count", m)
+	}
+}
