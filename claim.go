@@ -1,11 +1,9 @@
 package pgsweep
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,8 +81,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, done
 	return completed, ds, nil
 }
 
-// scanDeliveries reads claim's rows and sorts them oldest first (the SQL
-// returns them in id order).
+// scanDeliveries reads claim's rows, which the SQL returns oldest first.
 func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) {
 	defer rows.Close()
 	out := make([]Delivery, 0, batch)
@@ -115,12 +112,6 @@ func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Delivery) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
 	return out, nil
 }
 
