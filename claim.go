@@ -150,6 +150,18 @@ func (c *Client) Fail(ctx context.Context, queue, owner string, ids []int64, err
 	return res, wrapErr("fail", err)
 }
 
+// RequeueDead sends dead letters of queue back to it as pending messages with
+// a fresh set of attempts, due at deliverAt (zero: now), and returns the ids
+// it requeued. Ids that are not dead letters of the queue are ignored, and so
+// is an inbox dead letter whose key another message holds meanwhile.
+func (c *Client) RequeueDead(ctx context.Context, queue string, ids []int64, deliverAt time.Time) ([]int64, error) {
+	var at any
+	if !deliverAt.IsZero() {
+		at = deliverAt
+	}
+	return c.ids(ctx, "dead_requeue", "SELECT "+c.fn("dead_requeue")+"($1, $2, $3)", queue, ids, at)
+}
+
 func (c *Client) ids(ctx context.Context, op, sql string, args ...any) ([]int64, error) {
 	rows, err := c.db.Query(ctx, sql, args...)
 	if err != nil {

@@ -87,16 +87,17 @@ func TestClaimDisjoint(t *testing.T) {
 	}
 }
 
-// Inbox de-duplication holds across live and processed rows while many
-// senders race with the same keys and completers move rows to
-// message_processed under them: every key is accepted exactly once.
+// Inbox de-duplication holds across live, processed and dead rows while many
+// senders race with the same keys, completers move rows to message_processed
+// and failers (one attempt per message) move rows to message_dead under them:
+// every key is accepted exactly once.
 func TestInboxDedupConcurrent(t *testing.T) {
 	db := pgtest.New(t, 2)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "in", pgsweep.Inbox, 3); err != nil {
+	if err := db.Client.QueueCreate(ctx, "in", pgsweep.Inbox, 1); err != nil {
 		t.Fatal(err)
 	}
-	const keys, senders, completers = 300, 12, 4
+	const keys, senders, completers = 300, 12, 4 // odd completers fail instead
 	accepted := make([]int, keys)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -117,6 +118,15 @@ func TestInboxDedupConcurrent(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 					return
+				}
+				if len(ds) > 0 && i%2 == 1 {
+					res, err := c.Fail(ctx, "in", owner, ids(ds), "refused", 0)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					completed[i] += len(res)
+					continue
 				}
 				if len(ds) > 0 {
 					done, err := c.Complete(ctx, "in", owner, ids(ds))
@@ -169,15 +179,24 @@ func TestInboxDedupConcurrent(t *testing.T) {
 	}
 	live := count(t, db, "message", "true")
 	processed := count(t, db, "message_processed", "true")
-	if live+processed != keys || count(t, db, "message_processed", "key IS NOT NULL") != processed {
-		t.Fatalf("%d live + %d processed rows, want %d keys", live, processed, keys)
+	dead := count(t, db, "message_dead", "true")
+	if live+processed+dead != keys || count(t, db, "message_processed", "key IS NOT NULL") != processed ||
+		count(t, db, "message_dead", "key IS NOT NULL") != dead {
+		t.Fatalf("%d live + %d processed + %d dead rows, want %d keys", live, processed, dead, keys)
 	}
-	total := 0
-	for _, n := range completed {
-		total += n
+	var completes, fails int
+	for i, n := range completed {
+		if i%2 == 1 {
+			fails += n
+		} else {
+			completes += n
+		}
 	}
-	if total != processed || processed == 0 {
-		t.Fatalf("completers completed %d, %d processed rows (the race with complete was never exercised if 0)", total, processed)
+	if completes != processed || processed == 0 {
+		t.Fatalf("completers completed %d, %d processed rows (the race with complete was never exercised if 0)", completes, processed)
 	}
-	t.Logf("%d keys, %d sends, %d completed while senders raced", keys, keys*senders, total)
+	if fails != dead || dead == 0 {
+		t.Fatalf("failers failed %d, %d dead rows (the race with fail was never exercised if 0)", fails, dead)
+	}
+	t.Logf("%d keys, %d sends, %d completed and %d dead-lettered while senders raced", keys, keys*senders, completes, fails)
 }

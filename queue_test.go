@@ -241,3 +241,44 @@ func TestCompleteAndClaim(t *testing.T) {
 		t.Fatalf("nothing done, nothing left: %v %v %v", done, ds, err)
 	}
 }
+
+// A dead inbox message holds its key against redeliveries; RequeueDead sends
+// it back with a fresh set of attempts, and a second call finds nothing.
+func TestRequeueDead(t *testing.T) {
+	db := pgtest.New(t, 2)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "in", pgsweep.Inbox, 1); err != nil {
+		t.Fatal(err)
+	}
+	msg := pgsweep.Message{Payload: json.RawMessage(`{"n":1}`), Key: "m-1"}
+	id, ok, err := c.Send(ctx, "in", msg)
+	if err != nil || !ok {
+		t.Fatalf("send: %v %v", ok, err)
+	}
+	ds, err := c.Claim(ctx, "in", "w", 10, time.Minute)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	res, err := c.Fail(ctx, "in", "w", []int64{id}, "broken", 0)
+	if err != nil || len(res) != 1 || !res[0].Dead {
+		t.Fatalf("fail: %+v %v", res, err)
+	}
+	if _, ok, err := c.Send(ctx, "in", msg); err != nil || ok {
+		t.Fatalf("redelivery of a dead key: accepted=%v err=%v, want a duplicate", ok, err)
+	}
+	got, err := c.RequeueDead(ctx, "in", []int64{id, id + 1000}, time.Time{})
+	if err != nil || !slices.Equal(got, []int64{id}) {
+		t.Fatalf("RequeueDead = %v, %v; want [%d]", got, err, id)
+	}
+	if got, err := c.RequeueDead(ctx, "in", []int64{id}, time.Time{}); err != nil || len(got) != 0 {
+		t.Fatalf("second RequeueDead = %v, %v; want nothing", got, err)
+	}
+	ds, err = c.Claim(ctx, "in", "w", 10, time.Minute)
+	if err != nil || len(ds) != 1 || ds[0].ID != id || ds[0].Attempt != 1 || ds[0].Key != "m-1" {
+		t.Fatalf("claim after requeue: %+v %v", ds, err)
+	}
+	if _, err := c.RequeueDead(ctx, "in", nil, time.Time{}); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+		t.Fatalf("RequeueDead(nil ids) = %v, want ErrInvalidArgument", err)
+	}
+}

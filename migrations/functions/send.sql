@@ -3,15 +3,16 @@
 -- it commits, not before.
 --
 -- Inbox de-duplication. On inbox queues the key is the message's identity: a
--- key that is live (message) or processed (message_processed) is refused with
--- NULL. Two unique indexes hold it (message_inbox_key, message_processed's
--- (queue, key)), and the order of the steps closes the gap between them:
---  1. a processed row with the key?           → duplicate
+-- key that is live (message), processed (message_processed) or dead
+-- (message_dead) is refused with NULL, until retention removes the record.
+-- Indexes hold it (message_inbox_key, message_processed's (queue, key),
+-- message_dead_key), and the order of the steps closes the gap between them:
+--  1. a processed or dead row with the key?   → duplicate
 --  2. INSERT … ON CONFLICT (live key) DO NOTHING → duplicate when a live row has it.
---     If a complete is moving the live row to message_processed right now, the
---     insert waits for that transaction (unique check) and proceeds only after
---     it committed;
---  3. so a processed row with the key is re-checked with a fresh snapshot
+--     If a complete or fail is moving the live row to message_processed or
+--     message_dead right now, the insert waits for that transaction (unique
+--     check) and proceeds only after it committed;
+--  3. so a processed or dead row with the key is re-checked with a fresh snapshot
 --     (READ COMMITTED: each statement sees what committed before it) and, if
 --     found, our row is deleted again: the call returns NULL, net change nothing.
 -- A concurrent duplicate send waits at step 2 for the first sender's
@@ -36,6 +37,17 @@ BEGIN
 END
 $$;
 
+-- _inbox_key_kept: does a processed message or a dead letter of the queue
+-- hold the key? (Live rows are checked by the unique index instead.)
+CREATE OR REPLACE FUNCTION _inbox_key_kept(p_queue text, p_key text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = p_key)
+        OR EXISTS (SELECT 1 FROM message_dead d WHERE d.queue = p_queue AND d.key = p_key)
+$$;
+
 -- _send inserts one message into a queue already looked up and checked.
 CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz, p_now timestamptz)
 RETURNS bigint
@@ -48,8 +60,7 @@ DECLARE
     v_visible timestamptz := coalesce(p_deliver_at, p_now);
 BEGIN
     IF p_q.kind = 'inbox' AND p_key IS NOT NULL THEN
-        PERFORM 1 FROM message_processed WHERE queue = p_q.name AND key = p_key;
-        IF FOUND THEN
+        IF _inbox_key_kept(p_q.name, p_key) THEN
             RETURN NULL;
         END IF;
         INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at)
@@ -59,8 +70,7 @@ BEGIN
         IF v_id IS NULL THEN
             RETURN NULL;
         END IF;
-        PERFORM 1 FROM message_processed WHERE queue = p_q.name AND key = p_key;
-        IF FOUND THEN
+        IF _inbox_key_kept(p_q.name, p_key) THEN
             DELETE FROM message WHERE queue = p_q.name AND id = v_id;
             RETURN NULL;
         END IF;

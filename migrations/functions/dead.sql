@@ -1,0 +1,52 @@
+-- Dead letters: sending them back to their queue.
+--
+-- A dead letter is a message that used its last attempt. Once the cause is
+-- fixed, an operator sends it back with dead_requeue: the row returns to
+-- `message` as pending with its id, key, payload, headers and created_at, a
+-- fresh set of attempts, and its last error kept for reference. It is due at
+-- p_deliver_at (NULL = now). Being older than the claim cursor, it is taken by
+-- the next rescan, within about a second (see claim.sql).
+--
+-- Inbox keys: a dead letter holds its key (send refuses duplicates of it), so
+-- requeueing is the way to process a dead inbox message again. A dead letter
+-- whose key a live or processed row holds meanwhile (possible only for rows
+-- that died before pgsweep 0.6 refused such duplicates) is left where it is
+-- and not returned: requeueing it would process the message a second time.
+--
+-- Returns the ids that were requeued. Ids that are not dead letters of the
+-- queue (never were, already requeued, removed by retention) are ignored, so
+-- a repeated call is harmless.
+CREATE OR REPLACE FUNCTION dead_requeue(p_queue text, p_ids bigint[], p_deliver_at timestamptz DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_visible timestamptz;
+BEGIN
+    PERFORM _check_ids(p_ids);
+    v_q := _queue_get(p_queue);
+    v_now := clock_timestamp();
+    v_visible := coalesce(p_deliver_at, v_now);
+
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message_dead x
+         WHERE x.queue = p_queue AND x.id = ANY (p_ids)
+           AND NOT (v_q.kind = 'inbox' AND x.key IS NOT NULL AND (
+                    EXISTS (SELECT 1 FROM message l WHERE l.queue = p_queue AND l.key = x.key AND l.dedup)
+                 OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
+        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at
+    )
+    INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error)
+    SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
+           v_visible, d.created_at, d.last_error
+      FROM d
+    RETURNING m.id;
+    IF FOUND THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
+$$;
