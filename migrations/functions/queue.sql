@@ -32,6 +32,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
+    v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
 BEGIN
     PERFORM _check_text('p_queue', p_queue);
     IF p_kind IS NULL OR p_kind NOT IN ('outbox', 'inbox') THEN
@@ -50,7 +51,7 @@ BEGIN
         RAISE EXCEPTION 'p_kind must match the existing queue "%" (%), got %', p_queue, v_kind, p_kind
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    UPDATE queue SET max_attempts = p_max_attempts, updated_at = now()
+    UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now
      WHERE name = p_queue AND max_attempts <> p_max_attempts;
 END
 $$;
@@ -73,6 +74,7 @@ AS $$
 DECLARE
     v_q queue;
     v_key text;
+    v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
 BEGIN
     v_q := _queue_get(p_queue);
     IF p_settings IS NULL OR jsonb_typeof(p_settings) <> 'object' THEN
@@ -129,7 +131,7 @@ BEGIN
            lease_default = v_q.lease_default,
            processed_retention = v_q.processed_retention,
            dead_retention = v_q.dead_retention,
-           updated_at = now()
+           updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
     RETURN v_q;
