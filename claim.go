@@ -130,36 +130,14 @@ func (c *Client) Complete(ctx context.Context, queue, owner string, ids []int64)
 
 // Fail reports that processing ids failed with errText. Messages with
 // attempts left are retried after retryAfter (0: the queue's exponential
-// backoff); those that used their last attempt move to the dead letters. It
-// acts only on ids owner holds and returns what it did with each.
+// backoff; at most 30 days); those that used their last attempt move to the
+// dead letters. It acts only on ids owner holds and returns what it did with
+// each.
 func (c *Client) Fail(ctx context.Context, queue, owner string, ids []int64, errText string, retryAfter time.Duration) ([]FailResult, error) {
-	var ra any
 	if retryAfter > 0 {
-		ra = retryAfter
+		return c.fail(ctx, queue, owner, ids, errText, &retryAfter)
 	}
-	rows, err := c.db.Query(ctx, "SELECT id, dead FROM "+c.fn("fail_details")+"($1, $2, $3, $4, $5)",
-		queue, owner, ids, errText, ra)
-	if err != nil {
-		return nil, wrapErr("fail", err)
-	}
-	res, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailResult, error) {
-		var f FailResult
-		err := r.Scan(&f.ID, &f.Dead)
-		return f, err
-	})
-	return res, wrapErr("fail", err)
-}
-
-// RequeueDead sends dead letters of queue back to it as pending messages with
-// a fresh set of attempts, due at deliverAt (zero: now), and returns the ids
-// it requeued. Ids that are not dead letters of the queue are ignored, and so
-// is an inbox dead letter whose key another message holds meanwhile.
-func (c *Client) RequeueDead(ctx context.Context, queue string, ids []int64, deliverAt time.Time) ([]int64, error) {
-	var at any
-	if !deliverAt.IsZero() {
-		at = deliverAt
-	}
-	return c.ids(ctx, "dead_requeue", "SELECT "+c.fn("dead_requeue")+"($1, $2, $3)", queue, ids, at)
+	return c.fail(ctx, queue, owner, ids, errText, nil)
 }
 
 func (c *Client) ids(ctx context.Context, op, sql string, args ...any) ([]int64, error) {
@@ -212,7 +190,7 @@ func (c *Client) QueueCreate(ctx context.Context, queue string, kind QueueKind, 
 func (c *Client) QueueConfigure(ctx context.Context, queue string, settings map[string]any) error {
 	b, err := json.Marshal(settings)
 	if err != nil {
-		return errorf("queue_configure", "settings: %v", err)
+		return errorf("queue_configure", "settings: %w", err)
 	}
 	_, err = c.db.Exec(ctx, "SELECT "+c.fn("queue_configure")+"($1, $2)", queue, string(b))
 	return wrapErr("queue_configure", err)

@@ -19,6 +19,9 @@ type Hooks struct {
 	// LeasesLost: n leases were found taken over or recovered (renew,
 	// complete or fail did not act on them); their results were discarded.
 	LeasesLost func(queue string, n int)
+	// Released: n messages claimed but never started were given back to the
+	// queue at shutdown (due at once, attempt not spent).
+	Released func(queue string, n int)
 }
 
 func (h *Hooks) call(f func(string, int), queue string, n int) {
@@ -37,8 +40,8 @@ func (e *retryAfterError) Error() string { return e.err.Error() }
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter wraps a handler's error so that the message is retried after d
-// instead of after the queue's exponential backoff (on its last attempt it
-// is dead-lettered all the same).
+// (0: at once; at most 30 days) instead of after the queue's exponential
+// backoff. On its last attempt it is dead-lettered all the same.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("retry requested")

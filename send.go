@@ -32,7 +32,7 @@ func defaultClient(db DBTX) *Client {
 func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool, error) {
 	headers, err := encodeHeaders(m.Headers)
 	if err != nil {
-		return 0, false, errorf("send", "headers: %v", err)
+		return 0, false, errorf("send", "headers: %w", err)
 	}
 	var id *int64
 	err = c.db.QueryRow(ctx, "SELECT "+c.fn("send")+"($1, $2, $3, $4, $5)",
@@ -60,7 +60,7 @@ func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]i
 		if m.Headers != nil {
 			b, err := json.Marshal(m.Headers)
 			if err != nil {
-				return nil, errorf("send_batch", "message %d headers: %v", i, err)
+				return nil, errorf("send_batch", "message %d headers: %w", i, err)
 			}
 			h := string(b)
 			headers[i] = &h

@@ -20,14 +20,17 @@ import (
 )
 
 // 100,000 inbox messages, 32 workers each on connections of its own, random
-// handler failures, poison messages that always fail, and workers that crash
-// (stop renewing, never complete; a new incarnation with a new owner takes
-// the slot). A maintenance loop calls queue_recover. Proven from the data:
+// handler failures, poison messages that always fail, workers that crash
+// (stop renewing, never complete or release anything: CrashWorker) and
+// workers that restart gracefully (a deploy: they release what they claimed
+// but did not start); a new incarnation with a new owner takes the slot. A
+// maintenance loop calls queue_recover. Proven from the data:
 //   - every message ends in exactly one terminal state: processed (completed
 //     once) or dead, nothing left live;
 //   - no message was ever held by two live leases: a trigger logs every lease
 //     grant, renewal and release; each grant starts at or after the previous
-//     holder's last lease expiry unless that holder released it;
+//     holder's last lease expiry unless that holder gave it up (fail,
+//     recovery, or release, which also takes the attempt back);
 //   - attempts are counted right: the final attempts equal the grants logged,
 //     grants number 1, 2, 3… and each handler call matches exactly one grant.
 func TestWorkerStress(t *testing.T) {
@@ -40,6 +43,7 @@ func TestWorkerStress(t *testing.T) {
 		failRate    = 0.05
 		poisonEvery = 500 // every 500th message always fails: it must end dead
 		crashRate   = 1.0 / 4000
+		restartRate = 1.0 / 4000
 	)
 	db := pgtest.New(t, 4)
 	ctx := context.Background()
@@ -87,12 +91,14 @@ func TestWorkerStress(t *testing.T) {
 		calls                                  []call
 		crashedOwners                          = map[string]bool{}
 		completed, dead, failed, lost, crashes atomic.Int64
+		restarts, released                     atomic.Int64
 	)
 	hooks := pgsweep.Hooks{
 		Completed:    func(_ string, n int) { completed.Add(int64(n)) },
 		DeadLettered: func(_ string, n int) { dead.Add(int64(n)) },
 		Failed:       func(_ string, n int) { failed.Add(int64(n)) },
 		LeasesLost:   func(_ string, n int) { lost.Add(int64(n)) },
+		Released:     func(_ string, n int) { released.Add(int64(n)) },
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runCtx, stopAll := context.WithCancel(ctx)
@@ -117,16 +123,21 @@ func TestWorkerStress(t *testing.T) {
 					errc <- err
 					return
 				}
-				wctx, crash := context.WithCancel(runCtx)
-				var crashed atomic.Bool
+				wctx, restart := context.WithCancel(runCtx)
+				var crashed, restarting atomic.Bool
 				owner := fmt.Sprintf("s%02d.%d", slot, incarnation)
-				w, err := pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
+				var w *pgsweep.Worker
+				w, err = pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
 					mu.Lock()
 					calls = append(calls, call{d.ID, owner, d.Attempt})
 					mu.Unlock()
 					rmu.Lock()
-					crashNow, failNow := rng.Float64() < crashRate, rng.Float64() < failRate
+					crashNow, failNow, restartNow := rng.Float64() < crashRate, rng.Float64() < failRate, rng.Float64() < restartRate
 					rmu.Unlock()
+					if restartNow && !restarting.Swap(true) {
+						restarts.Add(1)
+						restart() // graceful: this handler and the running ones finish
+					}
 					if crashNow || crashed.Load() {
 						// Crash: this worker stops; the handler never returns
 						// before the worker is gone, so nothing is completed.
@@ -135,7 +146,7 @@ func TestWorkerStress(t *testing.T) {
 							mu.Lock()
 							crashedOwners[owner] = true
 							mu.Unlock()
-							crash()
+							pgsweep.CrashWorker(w)
 						}
 						<-hctx.Done()
 						return errors.New("crashed")
@@ -153,7 +164,7 @@ func TestWorkerStress(t *testing.T) {
 					return nil
 				}, pgsweep.WorkerOptions{
 					Schema: db.Schema, Queue: "stress", Owner: owner, Batch: 50, Concurrency: 4,
-					Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: time.Millisecond,
+					Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
 					DisableNotify: slot%2 == 0, Hooks: hooks, Logger: quiet,
 				})
 				if err != nil {
@@ -162,7 +173,7 @@ func TestWorkerStress(t *testing.T) {
 					return
 				}
 				err = w.Run(wctx)
-				crash()
+				restart()
 				pool.Close()
 				if err != nil {
 					errc <- err
@@ -224,7 +235,7 @@ func TestWorkerStress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nlog, takeovers := 0, 0
+	nlog, takeovers, releases := 0, 0, 0
 	for rows.Next() {
 		var id int64
 		var owner, status string
@@ -258,7 +269,15 @@ func TestWorkerStress(t *testing.T) {
 				t.Fatalf("message %d renewed by %s, holder %+v", id, owner, prev)
 			}
 			prev.expires = vis
-		case owner == "": // released by fail or recovery
+		case owner == "" && prev != nil && attempt == prevAttempt-1: // release: the grant is undone
+			if prev.released {
+				t.Fatalf("message %d released twice", id)
+			}
+			delete(grants, [2]int64{id, int64(prevAttempt)})
+			prev.released = true
+			prev.attempt = attempt
+			releases++
+		case owner == "": // given up by fail or recovery
 			if prev == nil {
 				t.Fatalf("message %d released before any grant", id)
 			}
@@ -301,15 +320,42 @@ func TestWorkerStress(t *testing.T) {
 		}
 	}
 	// A grant no handler saw was claimed by a worker that then crashed with
-	// the message still queued for its handlers.
-	for k, owner := range grants {
-		if !seen[k] && !crashedOwners[owner] {
-			t.Fatalf("message %d attempt %d granted to %s, which never ran it and did not crash", k[0], k[1], owner)
+	// the message still queued for its handlers, or whose lease was lost
+	// while the message waited for a handler (the Worker does not start what
+	// it no longer holds): then a later grant took it over, or recovery
+	// dead-lettered it because that was its last attempt.
+	expiredDead := map[int64]bool{}
+	drows, err := db.Pool.Query(ctx, "SELECT id FROM "+s+".message_dead WHERE last_error LIKE 'lease of % expired on the last attempt'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for drows.Next() {
+		var id int64
+		if err := drows.Scan(&id); err != nil {
+			t.Fatal(err)
 		}
+		expiredDead[id] = true
 	}
-	if crashes.Load() == 0 || takeovers == 0 || failed.Load() == 0 {
-		t.Fatalf("crashes %d, takeovers %d, retries %d: the test exercised too little", crashes.Load(), takeovers, failed.Load())
+	if err := drows.Err(); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d processed, %d dead; %d grants, %d log rows, %d crashes, %d takeovers after expiry, %d retries, %d leases lost, %d rows recovered",
-		processed, deadRows, len(grants), nlog, crashes.Load(), takeovers, failed.Load(), lost.Load(), recovered)
+	skipped := 0
+	for k, owner := range grants {
+		if seen[k] || crashedOwners[owner] {
+			continue
+		}
+		if int(k[1]) >= last[k[0]].attempt && !expiredDead[k[0]] {
+			t.Fatalf("message %d attempt %d granted to %s, which never ran it, did not crash, and nobody took it over", k[0], k[1], owner)
+		}
+		skipped++
+	}
+	if int64(releases) != released.Load() {
+		t.Fatalf("the log shows %d releases, the workers reported %d", releases, released.Load())
+	}
+	if crashes.Load() == 0 || takeovers == 0 || failed.Load() == 0 || restarts.Load() == 0 || releases == 0 {
+		t.Fatalf("crashes %d, takeovers %d, retries %d, restarts %d, releases %d: the test exercised too little",
+			crashes.Load(), takeovers, failed.Load(), restarts.Load(), releases)
+	}
+	t.Logf("%d processed, %d dead; %d grants, %d log rows, %d crashes, %d restarts, %d released, %d takeovers after expiry, %d retries, %d leases lost (%d before their handler started), %d rows recovered",
+		processed, deadRows, len(grants), nlog, crashes.Load(), restarts.Load(), releases, takeovers, failed.Load(), lost.Load(), skipped, recovered)
 }

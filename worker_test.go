@@ -88,7 +88,8 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 	// Let the worker's first claim (empty) and its LISTEN happen first.
 	waitFor(t, "LISTEN", func() bool {
 		var n int
-		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'").Scan(&n)
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
+			"LISTEN "+pgx.Identifier{pgsweep.NotifyChannel(db.Schema)}.Sanitize()).Scan(&n)
 		return n > 0
 	})
 	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"hello"`)}); err != nil {
@@ -197,13 +198,14 @@ func TestWorkerShutdown(t *testing.T) {
 				t.Fatal(err)
 			}
 			var cnt counters
-			started := make(chan struct{})
+			started, cancelled := make(chan struct{}), make(chan struct{})
 			stop := startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
 				close(started)
 				select {
 				case <-time.After(tc.handler):
 					return nil
 				case <-ctx.Done():
+					close(cancelled)
 					return ctx.Err()
 				}
 			}, pgsweep.WorkerOptions{Queue: "q", ShutdownTimeout: tc.deadline, Lease: time.Minute, Hooks: cnt.hooks()})
@@ -217,8 +219,13 @@ func TestWorkerShutdown(t *testing.T) {
 				}
 				return
 			}
+			select {
+			case <-cancelled:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the abandoned handler's context was not cancelled")
+			}
 			if cnt.completed.Load() != 0 || cnt.failed.Load() != 0 || count(t, db, "message", "status = 'processing'") != 1 {
-				t.Fatalf("an abandoned message must stay leased until expiry")
+				t.Fatalf("an abandoned message must stay leased until expiry (its cancelled handler's error is no failure)")
 			}
 		})
 	}
@@ -252,7 +259,7 @@ func TestWorkerLeaseLost(t *testing.T) {
 	}
 	var cnt counters
 	started, cancelled := make(chan struct{}), make(chan struct{})
-	startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {
+	stop := startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {
 		close(started)
 		<-hctx.Done()
 		close(cancelled)
@@ -267,7 +274,9 @@ func TestWorkerLeaseLost(t *testing.T) {
 		t.Fatal("the handler of a lost lease was not cancelled")
 	}
 	waitFor(t, "the lost lease to be counted", func() bool { return cnt.lost.Load() == 1 })
-	time.Sleep(100 * time.Millisecond) // a wrongly sent completion would land now
+	if err := stop(); err != nil { // a wrongly sent completion has landed once Run returned
+		t.Fatal(err)
+	}
 	if cnt.completed.Load() != 0 || count(t, db, "message", "owner = 'thief' AND attempt = 2") != 1 {
 		t.Fatalf("completed %d; the thief's row must be untouched", cnt.completed.Load())
 	}

@@ -104,3 +104,34 @@ BEGIN
     RETURN QUERY SELECT complete(p_queue, p_owner, p_ids, NULL::timestamptz);
 END
 $$;
+
+-- release: give messages back unprocessed, as if the claim had not happened:
+-- the attempt is taken back, the owner cleared, and the row is due at once
+-- (status 'pending' again, or 'failed' when an earlier attempt had failed).
+-- For messages claimed but never started -- a worker shutting down releases
+-- what it has not begun -- so a restart or a deploy neither waits for their
+-- leases to expire nor spends an attempt on them. A message whose handler ran
+-- must be completed or failed instead: releasing it would hide that attempt.
+CREATE OR REPLACE FUNCTION release(p_queue text, p_owner text, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    PERFORM _queue_get(p_queue);
+    v_now := clock_timestamp();
+    RETURN QUERY
+    UPDATE message m
+       SET status = CASE WHEN m.attempt > 1 THEN 'failed' ELSE 'pending' END,
+           owner = NULL, attempt = m.attempt - 1, visible_at = v_now
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+    RETURNING m.id;
+    IF FOUND THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
+$$;

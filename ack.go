@@ -1,0 +1,60 @@
+package pgsweep
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Release gives ids that owner holds back to the queue unprocessed, as if
+// they had never been claimed: the attempt is taken back and they are due at
+// once. It returns the ids it acted on. Use it for messages claimed but never
+// started, such as those a worker still holds when it shuts down; a message
+// whose handler ran should be completed or failed instead.
+func (c *Client) Release(ctx context.Context, queue, owner string, ids []int64) ([]int64, error) {
+	return c.ids(ctx, "release", "SELECT "+c.fn("release")+"($1, $2, $3)", queue, owner, ids)
+}
+
+// RequeueDead sends dead letters of queue back to it as pending messages with
+// a fresh set of attempts, due at deliverAt (zero: now), and returns the ids
+// it requeued. Ids that are not dead letters of the queue are ignored, and so
+// is an inbox dead letter whose key another message holds meanwhile.
+func (c *Client) RequeueDead(ctx context.Context, queue string, ids []int64, deliverAt time.Time) ([]int64, error) {
+	var at any
+	if !deliverAt.IsZero() {
+		at = deliverAt
+	}
+	return c.ids(ctx, "dead_requeue", "SELECT "+c.fn("dead_requeue")+"($1, $2, $3)", queue, ids, at)
+}
+
+// maxRetryAfter is the longest p_retry_after fail accepts.
+const maxRetryAfter = 30 * 24 * time.Hour
+
+// fail is Fail with the retry delay as an optional value: nil means the
+// queue's backoff, a value (also 0: at once) is used as is, capped to what
+// the SQL accepts. errText is made valid for a PostgreSQL text value.
+func (c *Client) fail(ctx context.Context, queue, owner string, ids []int64, errText string, retryAfter *time.Duration) ([]FailResult, error) {
+	var ra any
+	if retryAfter != nil {
+		ra = min(max(*retryAfter, 0), maxRetryAfter)
+	}
+	rows, err := c.db.Query(ctx, "SELECT id, dead FROM "+c.fn("fail_details")+"($1, $2, $3, $4, $5)",
+		queue, owner, ids, cleanText(errText), ra)
+	if err != nil {
+		return nil, wrapErr("fail", err)
+	}
+	res, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailResult, error) {
+		var f FailResult
+		err := r.Scan(&f.ID, &f.Dead)
+		return f, err
+	})
+	return res, wrapErr("fail", err)
+}
+
+// cleanText makes s storable as text: PostgreSQL rejects NUL bytes and
+// invalid UTF-8, and a handler's error may carry either.
+func cleanText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}

@@ -1,0 +1,12 @@
+package pgsweep
+
+// Test hooks for the external tests of package pgsweep_test.
+
+// ObserveHeld makes w call f with the number of messages it holds (queued,
+// running or awaiting their result's flush, plus handlers of lost leases
+// still running) after every claim.
+func ObserveHeld(w *Worker, f func(held int)) { w.observe = f }
+
+// CrashWorker makes w's Run return at once as if its process died: no more
+// renewals, nothing completed, failed or released, handlers cancelled.
+func CrashWorker(w *Worker) { close(w.crash) }

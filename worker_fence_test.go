@@ -1,0 +1,249 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// A Worker whose own lease expired and whose next claim took the message
+// again (same owner, so the database cannot tell the attempts apart) fences
+// the old attempt itself: its handler is cancelled, its result discarded,
+// and only the new attempt completes the message.
+func TestWorkerFencesItsOwnReclaim(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	first, firstCancelled, second, finishSecond := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var attempts []int
+	var mu sync.Mutex
+	stop := startWorker(t, db, func(hctx context.Context, d *pgsweep.Delivery) error {
+		mu.Lock()
+		attempts = append(attempts, d.Attempt)
+		mu.Unlock()
+		if d.Attempt == 1 {
+			close(first)
+			<-hctx.Done()
+			close(firstCancelled)
+			return nil // would complete attempt 2, were it not fenced
+		}
+		close(second)
+		<-finishSecond
+		return nil
+	}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Lease: time.Hour, PollInterval: 20 * time.Millisecond,
+		DisableNotify: true, Hooks: cnt.hooks()})
+	<-first
+	// The lease expires (an hour-long lease is renewed every 20 minutes, so
+	// no renewal interferes); the worker's next poll claims the row again.
+	mustExec(t, db, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET visible_at = now() - interval '1 second'")
+	for _, ch := range []chan struct{}{second, firstCancelled} {
+		select {
+		case <-ch:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the re-claim did not start attempt 2 and cancel attempt 1")
+		}
+	}
+	waitFor(t, "the lost lease to be counted", func() bool { return cnt.lost.Load() == 1 })
+	// Attempt 1 returned nil; had its result been sent, the row would be gone.
+	if n := count(t, db, "message", "attempt = 2 AND status = 'processing'"); n != 1 {
+		t.Fatalf("attempt 1's stale result acted on attempt 2's lease (%d rows in attempt 2)", n)
+	}
+	close(finishSecond)
+	waitFor(t, "attempt 2 to complete", func() bool { return cnt.completed.Load() == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(attempts, []int{1, 2}) || count(t, db, "message", "true") != 0 || cnt.completed.Load() != 1 {
+		t.Fatalf("attempts %v, completed %d, rows left %d", attempts, cnt.completed.Load(), count(t, db, "message", "true"))
+	}
+}
+
+// Handlers run with exactly the concurrency asked for, the Worker never holds
+// more than one batch, and completions go out in batches, not one by one.
+func TestWorkerBoundsConcurrencyMemoryAndBatchesCompletions(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	const messages, batch, concurrency = 2000, 50, 8
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]pgsweep.Message, messages)
+	for i := range ms {
+		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+	var running, maxRunning, maxHeld, completeCalls, completed atomic.Int64
+	full := make(chan struct{}) // closed once concurrency handlers ran at once
+	var fullOnce sync.Once
+	hooks := pgsweep.Hooks{Completed: func(_ string, n int) { completeCalls.Add(1); completed.Add(int64(n)) }}
+	w, err := pgsweep.NewWorker(db.Pool, func(hctx context.Context, _ *pgsweep.Delivery) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+		}
+		if n == concurrency {
+			fullOnce.Do(func() { close(full) })
+		}
+		// The first handlers wait until all slots are busy: that proves the
+		// Worker fills every slot, not only that it never exceeds them.
+		select {
+		case <-full:
+		case <-hctx.Done():
+			return hctx.Err()
+		}
+		return nil
+	}, pgsweep.WorkerOptions{Schema: db.Schema, Queue: "q", Batch: batch, Concurrency: concurrency, Logger: quietLog, Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgsweep.ObserveHeld(w, func(n int) {
+		for m := maxHeld.Load(); int64(n) > m && !maxHeld.CompareAndSwap(m, int64(n)); m = maxHeld.Load() {
+		}
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	waitFor(t, "the queue to drain", func() bool { return completed.Load() == messages })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if maxRunning.Load() != concurrency {
+		t.Fatalf("at most %d handlers ran at once, want exactly %d", maxRunning.Load(), concurrency)
+	}
+	if maxHeld.Load() > batch || maxHeld.Load() == 0 {
+		t.Fatalf("the worker held up to %d messages, want 1..%d (one batch)", maxHeld.Load(), batch)
+	}
+	if calls := completeCalls.Load(); calls*2 > messages {
+		t.Fatalf("%d complete calls for %d messages: completions are not batched", calls, messages)
+	}
+	if count(t, db, "message", "true") != 0 {
+		t.Fatal("rows left")
+	}
+	t.Logf("%d messages: %d complete calls, at most %d held, %d handlers at once", messages, completeCalls.Load(), maxHeld.Load(), maxRunning.Load())
+}
+
+// At shutdown the Worker starts nothing new: the messages it claimed but had
+// not started are released at once (due now, attempt given back), running
+// handlers finish and are completed.
+func TestWorkerShutdownReleasesWhatItDidNotStart(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]pgsweep.Message, 20)
+	for i := range ms {
+		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	var released atomic.Int64
+	hooks := cnt.hooks()
+	releasedCh := make(chan struct{})
+	hooks.Released = func(_ string, n int) { released.Add(int64(n)); close(releasedCh) }
+	var calls atomic.Int64
+	started := make(chan struct{}, 2)
+	stop := startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {
+		calls.Add(1)
+		started <- struct{}{}
+		select { // finish only once shutdown released the others
+		case <-releasedCh:
+			return nil
+		case <-hctx.Done():
+			return hctx.Err()
+		}
+	}, pgsweep.WorkerOptions{Queue: "q", Batch: 20, Concurrency: 2, Lease: time.Minute, ShutdownTimeout: time.Minute, Hooks: hooks})
+	<-started
+	<-started
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 2 || released.Load() != 18 || cnt.completed.Load() != 2 {
+		t.Fatalf("%d handlers ran, %d released, %d completed; want 2, 18, 2", calls.Load(), released.Load(), cnt.completed.Load())
+	}
+	if n := count(t, db, "message", "status = 'pending' AND attempt = 0 AND owner IS NULL AND visible_at <= now()"); n != 18 {
+		t.Fatalf("%d released rows are pending, due and unspent; want 18", n)
+	}
+	if count(t, db, "message", "true") != 18 {
+		t.Fatal("the two finished messages were not completed")
+	}
+}
+
+// A handler's error text that PostgreSQL cannot store (a NUL byte, invalid
+// UTF-8) and a RetryAfter beyond what fail accepts do not wedge the Worker:
+// the text is cleaned and the delay capped. RetryAfter(err, 0) retries at
+// once, not after the queue's backoff.
+func TestWorkerFailureEdges(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Client.QueueConfigure(ctx, "q", map[string]any{"backoff_base": "1 hour", "backoff_max": "2 hours"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{`"bad text"`, `"far"`, `"now"`} {
+		if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cnt counters
+	var nowCalls atomic.Int64
+	stop := startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
+		switch string(d.Payload) {
+		case `"bad text"`:
+			return errors.New("nul\x00 and \xff invalid")
+		case `"far"`:
+			return pgsweep.RetryAfter(errors.New("much later"), 365*24*time.Hour)
+		default:
+			if nowCalls.Add(1) == 1 {
+				return pgsweep.RetryAfter(errors.New("again"), 0)
+			}
+			return nil
+		}
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, DisableNotify: true, Hooks: cnt.hooks()})
+	waitFor(t, "two failures and the immediate retry's completion", func() bool {
+		return cnt.failed.Load() == 3 && cnt.completed.Load() == 1
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	var text string
+	if err := db.Pool.QueryRow(ctx, "SELECT last_error FROM "+s+".message WHERE payload = '\"bad text\"'").Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	if text != "nul and \uFFFD invalid" || strings.ContainsRune(text, 0) {
+		t.Fatalf("last_error %q", text)
+	}
+	if n := count(t, db, "message", "payload = '\"far\"' AND status = 'failed' AND visible_at BETWEEN now() + interval '29 days' AND now() + interval '31 days'"); n != 1 {
+		t.Fatal("RetryAfter of a year was not capped to 30 days")
+	}
+	if nowCalls.Load() != 2 {
+		t.Fatalf("the RetryAfter(err, 0) message ran %d times, want 2 (retried at once despite the 1-hour backoff)", nowCalls.Load())
+	}
+}
