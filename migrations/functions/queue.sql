@@ -74,6 +74,7 @@ AS $$
 DECLARE
     v_q queue;
     v_key text;
+    v_setting text;
     v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
 BEGIN
     v_q := _queue_get(p_queue);
@@ -89,30 +90,45 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- v_setting names the setting being read, for the error of a value that
+    -- does not convert to its type ("soon", 1.5, true, [30]): the message
+    -- names the setting and its range like the range checks do, the cast's
+    -- own error is the detail. Arrays and objects are refused before any
+    -- cast: the interval parser would read '[30]' as 30 seconds.
     BEGIN
+        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e WHERE jsonb_typeof(e.value) IN ('array', 'object') LOOP
+            RAISE EXCEPTION 'a JSON % is not a value of %', jsonb_typeof(p_settings->v_setting), v_setting
+                USING ERRCODE = 'invalid_text_representation';
+        END LOOP;
         IF p_settings ? 'max_attempts' THEN
+            v_setting := 'max_attempts';
             v_q.max_attempts := (p_settings->>'max_attempts')::int;
             PERFORM _check_int('max_attempts', v_q.max_attempts, 1, 1000);
         END IF;
         IF p_settings ? 'backoff_base' THEN
+            v_setting := 'backoff_base';
             v_q.backoff_base := (p_settings->>'backoff_base')::interval;
             PERFORM _check_interval('backoff_base', v_q.backoff_base, interval '0 seconds', interval '1 day');
         END IF;
         IF p_settings ? 'backoff_max' THEN
+            v_setting := 'backoff_max';
             v_q.backoff_max := (p_settings->>'backoff_max')::interval;
         END IF;
         PERFORM _check_interval('backoff_max', v_q.backoff_max, v_q.backoff_base, interval '7 days');
         IF p_settings ? 'lease_default' THEN
+            v_setting := 'lease_default';
             v_q.lease_default := (p_settings->>'lease_default')::interval;
             PERFORM _check_interval('lease_default', v_q.lease_default, interval '1 second', interval '1 hour');
         END IF;
         IF p_settings ? 'processed_retention' THEN
+            v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
             IF v_q.processed_retention IS NOT NULL THEN
                 PERFORM _check_interval('processed_retention', v_q.processed_retention, interval '1 second', interval '100 years');
             END IF;
         END IF;
         IF p_settings ? 'dead_retention' THEN
+            v_setting := 'dead_retention';
             v_q.dead_retention := (p_settings->>'dead_retention')::interval;
             IF v_q.dead_retention IS NOT NULL THEN
                 PERFORM _check_interval('dead_retention', v_q.dead_retention, interval '1 second', interval '100 years');
@@ -121,7 +137,15 @@ BEGIN
     EXCEPTION
         WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
              OR numeric_value_out_of_range OR interval_field_overflow THEN
-            RAISE EXCEPTION 'p_settings: %', SQLERRM USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION '% must be %, got %', v_setting,
+                CASE v_setting
+                    WHEN 'max_attempts' THEN 'an integer between 1 and 1000'
+                    WHEN 'backoff_base' THEN 'an interval between 0 seconds and 1 day'
+                    WHEN 'backoff_max' THEN 'an interval between backoff_base and 7 days'
+                    WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
+                    ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
+                p_settings->v_setting
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
     END;
 
     UPDATE queue

@@ -122,7 +122,7 @@ DECLARE
     v_any boolean := false;
     i int;
 BEGIN
-    PERFORM _check_int('cardinality(p_payloads)', v_n, 1, 10000);
+    PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
     IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
         RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)
             USING ERRCODE = 'invalid_parameter_value';

@@ -11,11 +11,29 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_secs numeric := extract(epoch FROM p_value);
+    v_months int := extract(year FROM p_value)::int * 12 + extract(month FROM p_value)::int;
+    v_rest interval;
     v_n numeric;
     v_unit text;
 BEGIN
     IF p_value IS NULL THEN
         RETURN 'NULL';
+    END IF;
+    -- Months and years stay calendar units: extract(epoch) counts a year as
+    -- 365.25 days while interval comparison counts it as 360, so '100 years'
+    -- rendered from seconds ('36525 days') would name another bound than the
+    -- one checked, and '101 years' would read '885366 hours'.
+    IF v_months <> 0 THEN
+        v_rest := p_value - make_interval(months => v_months);
+        IF v_rest <> interval '0' THEN
+            RETURN _interval_text(make_interval(months => v_months)) || ' ' || _interval_text(v_rest);
+        END IF;
+        IF v_months % 12 = 0 THEN
+            v_n := v_months / 12; v_unit := 'year';
+        ELSE
+            v_n := v_months; v_unit := 'month';
+        END IF;
+        RETURN v_n::text || ' ' || v_unit || CASE WHEN abs(v_n) = 1 THEN '' ELSE 's' END;
     END IF;
     IF v_secs <> 0 AND v_secs % 86400 = 0 THEN
         v_n := v_secs / 86400; v_unit := 'day';
