@@ -26,13 +26,15 @@
 -- except those that became due since: expired leases, retries and scheduled
 -- rows whose time came, rows of a claim that rolled back, and rows committed
 -- late by a long transaction (created_at is the send time, not the commit
--- time). A rescan from the start finds them: the first claim more than
--- claim_rescan (1 second) after the last rescan does one, and so does every
--- claim that cannot fill its batch from the cursor on (it takes the rest from
--- the rows before the cursor). So a due row waits behind the cursor only while
--- claims fill whole batches with newer rows -- the queue has a backlog -- and
--- then at most about a second: oldest first is exact when a queue keeps up,
--- and within a second when it does not.
+-- time). A rescan from the start finds them: the first claim more than the
+-- queue's claim_rescan (default 1 second) after the last rescan does one, and
+-- so does every claim that cannot fill its batch from the cursor on (it takes
+-- the rest from the rows before the cursor). So a due row waits behind the
+-- cursor only while claims fill whole batches with newer rows -- the queue has
+-- a backlog -- and then at most about claim_rescan: oldest first is exact when
+-- a queue keeps up, and within claim_rescan when it does not. A queue that
+-- needs the exact order always sets claim_rescan to 0: every claim then scans
+-- from the head and pays for the dead index entries there (docs/benchmarks.md).
 -- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
 -- claims never wait for each other; a skipped update only means the next
 -- claim starts a little further back.
@@ -46,7 +48,7 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    c_rescan constant interval := interval '1 second';
+    v_rescan_every interval;
     v_max int;
     v_lease interval;
     v_now timestamptz;
@@ -75,8 +77,8 @@ BEGIN
         PERFORM _check_int('p_batch', p_batch, 1, 10000);
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), c.created_at, c.id, c.rescanned_at
-      INTO v_max, v_lease, v_cursor_at, v_cursor_id, v_rescanned
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at
+      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned
       FROM queue q LEFT JOIN claim_cursor c ON c.queue = q.name
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
@@ -85,11 +87,11 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
 
-    -- The cursor is trusted only within c_rescan after the last rescan, on
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
     -- the clock the caller uses (tests pin p_now in both directions).
     -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
     -- the cursor is not trusted or pass 1 could not fill the batch.
-    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + c_rescan;
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
     IF v_rescan THEN
         v_cursor_at := '-infinity';
         v_cursor_id := -9223372036854775808;

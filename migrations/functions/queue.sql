@@ -62,6 +62,8 @@ $$;
 --   backoff_base        '0 seconds'..'1 day'
 --   backoff_max         backoff_base..'7 days'
 --   lease_default       '1 second'..'1 hour'
+--   claim_rescan        '0 seconds'..'1 minute': how long claims may trust the
+--                       claim cursor (see claim.sql); 0 = exact oldest-first order
 --   processed_retention '1 second'..'100 years', or null = keep forever
 --   dead_retention      '1 second'..'100 years', or null = keep forever
 -- JSON rather than one parameter per setting because NULL must be a value
@@ -84,8 +86,8 @@ BEGIN
     END IF;
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'lease_default',
-                         'processed_retention', 'dead_retention') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, lease_default, processed_retention, dead_retention)', v_key
+                         'processed_retention', 'dead_retention', 'claim_rescan') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, lease_default, processed_retention, dead_retention, claim_rescan)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -120,6 +122,11 @@ BEGIN
             v_q.lease_default := (p_settings->>'lease_default')::interval;
             PERFORM _check_interval('lease_default', v_q.lease_default, interval '1 second', interval '1 hour');
         END IF;
+        IF p_settings ? 'claim_rescan' THEN
+            v_setting := 'claim_rescan';
+            v_q.claim_rescan := (p_settings->>'claim_rescan')::interval;
+            PERFORM _check_interval('claim_rescan', v_q.claim_rescan, interval '0 seconds', interval '1 minute');
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -143,6 +150,7 @@ BEGIN
                     WHEN 'backoff_base' THEN 'an interval between 0 seconds and 1 day'
                     WHEN 'backoff_max' THEN 'an interval between backoff_base and 7 days'
                     WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
+                    WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -153,6 +161,7 @@ BEGIN
            backoff_base = v_q.backoff_base,
            backoff_max = v_q.backoff_max,
            lease_default = v_q.lease_default,
+           claim_rescan = v_q.claim_rescan,
            processed_retention = v_q.processed_retention,
            dead_retention = v_q.dead_retention,
            updated_at = v_now

@@ -1,10 +1,11 @@
 -- pgTAP: the claim cursor. Claims scan from the newest row any claim took;
 -- a due row behind the cursor is taken at once by a claim that cannot fill
 -- its batch from the cursor on, and otherwise by the first claim a second
--- after the last rescan. Time is pinned through p_now (T = 2030-01-01).
+-- after the last rescan (the queue's claim_rescan; 0 = every claim). Time is
+-- pinned through p_now (T = 2030-01-01).
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
-SELECT plan(14);
+SELECT plan(18);
 
 SELECT pgsweep.queue_create('c', 'outbox', 5);
 CREATE TEMP TABLE ids AS SELECT row_number() OVER () AS n, s AS id
@@ -52,6 +53,20 @@ SELECT results_eq($$SELECT payload FROM pgsweep.claim('c', 'f', 5, '10 seconds',
 -- The clock moving back (a pinned p_now before the last rescan) distrusts the cursor.
 SELECT pg_temp.lapse(3);
 SELECT results_eq($$SELECT * FROM pg_temp.claim('g', 1, '0')$$, $$VALUES (pg_temp.id(3))$$, 'a claim dated before the last rescan scans from the head');
+
+-- claim_rescan 0: every claim scans from the head, so a due row behind the
+-- cursor is taken first even while batches fill (the exact order).
+SELECT pgsweep.queue_create('x', 'outbox', 5);
+SELECT is((SELECT claim_rescan FROM pgsweep.queue WHERE name = 'x'), '1 second'::interval, 'claim_rescan defaults to 1 second');
+SELECT is((pgsweep.queue_configure('x', '{"claim_rescan": "0 seconds"}')).claim_rescan, '0'::interval, 'claim_rescan 0');
+CREATE TEMP TABLE xids AS SELECT row_number() OVER () AS n, s AS id
+  FROM pgsweep.send_batch('x', ARRAY['1', '2', '3', '4', '5']::jsonb[]) s;
+SELECT count(*) FROM pgsweep.claim('x', 'a', 2, '10 seconds', '2030-01-01 00:00:00+00');
+UPDATE pgsweep.message SET visible_at = '2030-01-01 00:00:00+00' WHERE queue = 'x' AND id = (SELECT id FROM xids WHERE n = 1);
+SELECT results_eq($$SELECT id FROM pgsweep.claim('x', 'b', 2, '10 seconds', '2030-01-01 00:00:00.1+00')$$,
+    $$SELECT id FROM xids WHERE n IN (1, 3) ORDER BY n$$, 'with claim_rescan 0 the lapsed row behind the cursor comes first while the batch fills');
+SELECT throws_ok($$SELECT pgsweep.queue_configure('x', '{"claim_rescan": "2 minutes"}')$$, '22023',
+    'claim_rescan must be between 0 seconds and 1 minute, got 2 minutes', 'claim_rescan out of range');
 
 DELETE FROM pgsweep.message WHERE queue = 'c';
 DELETE FROM pgsweep.queue WHERE name = 'c';
