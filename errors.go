@@ -15,10 +15,13 @@ var ErrInvalidArgument = errors.New("invalid argument")
 // Error is returned by every Client method that failed in the database or on
 // the way to it. Op names the SQL function that was called.
 type Error struct {
-	Op  string
+	// Op is the SQL function (or step) that failed, such as "claim".
+	Op string
+	// Err is the cause: often a *pgconn.PgError, or a network error.
 	Err error
 }
 
+// Error returns "pgsweep: <op>: <cause>".
 func (e *Error) Error() string { return "pgsweep: " + e.Op + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying error (often a *pgconn.PgError).

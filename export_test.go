@@ -10,3 +10,8 @@ func ObserveHeld(w *Worker, f func(held int)) { w.observe = f }
 // CrashWorker makes w's Run return at once as if its process died: no more
 // renewals, nothing completed, failed or released, handlers cancelled.
 func CrashWorker(w *Worker) { close(w.crash) }
+
+// NewWorkerOn is NewWorker on any DBTX (such as a pgxmock pool), polling only.
+func NewWorkerOn(db DBTX, h Handler, opts WorkerOptions) (*Worker, error) {
+	return newWorker(db, nil, h, opts)
+}

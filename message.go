@@ -23,13 +23,23 @@ type Message struct {
 // Delivery is a claimed message: the caller holds its lease until
 // LeaseExpiresAt and must Complete, Fail or Renew it before then.
 type Delivery struct {
-	Queue          string
-	ID             int64
-	Key            string // empty when the message had no key
-	Payload        json.RawMessage
-	Headers        map[string]string
-	Attempt        int // 1 on the first delivery
-	CreatedAt      time.Time
+	// Queue is the queue the message was claimed from.
+	Queue string
+	// ID is the message's id, stable across retries, processing and dead-lettering.
+	ID int64
+	// Key is the message's key; empty when it had none.
+	Key string
+	// Payload is the message body as sent.
+	Payload json.RawMessage
+	// Headers are the message's headers; nil when there were none.
+	Headers map[string]string
+	// Attempt counts the claims of this message, 1 on the first delivery.
+	Attempt int
+	// CreatedAt is when the message was sent (the order claims follow).
+	CreatedAt time.Time
+	// LeaseExpiresAt is the lease's expiry when it was claimed, on the
+	// database clock. A Worker's renewals move the lease on without updating
+	// this field.
 	LeaseExpiresAt time.Time
 }
 
@@ -51,13 +61,20 @@ const (
 
 // QueueStats is one row of the queue_stats view.
 type QueueStats struct {
-	Queue      string
-	Kind       QueueKind
-	Pending    int64
+	// Queue is the queue's name.
+	Queue string
+	// Kind is outbox or inbox.
+	Kind QueueKind
+	// Pending counts messages waiting for their first claim, scheduled ones included.
+	Pending int64
+	// Processing counts leased messages, live or expired leases.
 	Processing int64
-	Failed     int64
-	Processed  int64
-	Dead       int64
+	// Failed counts messages waiting for a retry.
+	Failed int64
+	// Processed counts completed inbox messages kept for de-duplication.
+	Processed int64
+	// Dead counts dead letters.
+	Dead int64
 	// OldestPendingAge is the age of the oldest due, unleased message; zero
 	// when there is none.
 	OldestPendingAge time.Duration

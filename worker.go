@@ -76,7 +76,9 @@ type Worker struct {
 	crash   chan struct{}
 }
 
-// NewWorker returns a Worker on pool; call Run to start it.
+// NewWorker returns a Worker on pool; call Run to start it. Unless
+// DisableNotify is set, Run also opens one connection of its own, outside
+// the pool, for LISTEN.
 func NewWorker(pool *pgxpool.Pool, h Handler, opts WorkerOptions) (*Worker, error) {
 	if pool == nil {
 		return nil, errors.New("pgsweep: new worker: pool is required")

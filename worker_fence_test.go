@@ -247,3 +247,61 @@ func TestWorkerFailureEdges(t *testing.T) {
 		t.Fatalf("the RetryAfter(err, 0) message ran %d times, want 2 (retried at once despite the 1-hour backoff)", nowCalls.Load())
 	}
 }
+
+// Two Workers started together with batch 10 get disjoint rows: their first
+// batches (all twenty handlers running at once) share no message, and over
+// the whole queue every message is handled exactly once.
+func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
+	db := pgtest.New(t, 8)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]pgsweep.Message, 100)
+	for i := range ms {
+		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	handled := map[int64][]string{}
+	var running atomic.Int64
+	full := make(chan struct{})
+	var fullOnce sync.Once
+	var completed counters
+	for _, name := range []string{"a", "b"} {
+		startWorker(t, db, func(hctx context.Context, d *pgsweep.Delivery) error {
+			mu.Lock()
+			handled[d.ID] = append(handled[d.ID], name)
+			mu.Unlock()
+			if running.Add(1) == 20 {
+				fullOnce.Do(func() { close(full) })
+			}
+			select { // the first batches wait until both workers run theirs
+			case <-full:
+			case <-hctx.Done():
+				return hctx.Err()
+			}
+			return nil
+		}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Concurrency: 10, Hooks: completed.hooks()})
+	}
+	select {
+	case <-full:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the two workers never ran 20 handlers at once (%d)", running.Load())
+	}
+	waitFor(t, "the queue to drain", func() bool { return completed.completed.Load() == 100 })
+	mu.Lock()
+	defer mu.Unlock()
+	by := map[string]int{}
+	for id, ws := range handled {
+		if len(ws) != 1 {
+			t.Fatalf("message %d handled by %v", id, ws)
+		}
+		by[ws[0]]++
+	}
+	if len(handled) != 100 || by["a"] == 0 || by["b"] == 0 {
+		t.Fatalf("%d messages handled, by worker %v", len(handled), by)
+	}
+}

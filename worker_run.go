@@ -66,6 +66,9 @@ type loop struct {
 	fails    map[failKey][]int64
 	pending  int  // results waiting for a flush
 	flushErr bool // the last flush failed: retry on the timer, not at once
+	// flushBackoff is the wait before retrying a failed flush: 50ms
+	// doubling to 5s, whatever PollInterval is (results wait in memory).
+	flushBackoff time.Duration
 }
 
 // Run works the queue until ctx is cancelled, then stops claiming, gives back
@@ -192,7 +195,8 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		}
 		if l.pending > 0 && !flushArmed {
 			if l.flushErr {
-				flushTimer.Reset(o.PollInterval)
+				l.flushBackoff = min(max(2*l.flushBackoff, 50*time.Millisecond), 5*time.Second)
+				flushTimer.Reset(l.flushBackoff)
 			} else {
 				flushTimer.Reset(o.FlushInterval)
 			}
@@ -371,7 +375,8 @@ func (l *loop) settle(ids []int64) {
 }
 
 // flush sends the results that wait: one complete for all successes, one
-// fail per error text. A failed call is retried on the next flush; a call
+// fail per error text. A failed call is retried on the next flush (after a
+// backoff); a call
 // the database refuses as invalid is not (retrying cannot help): those
 // messages are left to lease expiry and redelivery.
 func (l *loop) flush(ctx context.Context) {
@@ -425,6 +430,9 @@ func (l *loop) flush(ctx context.Context) {
 		}
 		l.settle(ids)
 		delete(l.fails, k)
+	}
+	if !l.flushErr {
+		l.flushBackoff = 0
 	}
 }
 

@@ -1,0 +1,114 @@
+package pgsweep_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pashagolub/pgxmock/v3"
+	"github.com/pgsweep/pgsweep"
+)
+
+// The Worker's error paths without a database: each test scripts the exact
+// calls the Worker must make, and the mock fails the test on any other call
+// (such as a completion it must not send) or on a call that never came.
+
+var claimCols = []string{"id", "key", "payload", "headers", "attempt", "created_at", "lease_expires_at"}
+
+func oneDelivery(id int64) *pgxmock.Rows {
+	now := time.Now()
+	return pgxmock.NewRows(claimCols).AddRow(id, nil, []byte(`1`), []byte(`{}`), int32(1), now, now.Add(time.Minute))
+}
+
+// runMockWorker runs a Worker on mock until until() is true, then stops it
+// and returns Run's error.
+func runMockWorker(t *testing.T, mock pgxmock.PgxPoolIface, h pgsweep.Handler, o pgsweep.WorkerOptions, until func() bool) error {
+	t.Helper()
+	o.Queue, o.Owner, o.Logger = "q", "w", quietLog
+	w, err := pgsweep.NewWorkerOn(mock, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitFor(t, "the scripted calls", until)
+	cancel()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// A completion that fails on the way to the database is kept and sent again;
+// the message is completed once.
+func TestWorkerRetriesAFailedCompletion(t *testing.T) {
+	mock, _ := newMockClient(t)
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnRows(oneDelivery(7))
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{7}).WillReturnError(errors.New("connection reset"))
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{7}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(7)))
+	var completed atomic.Int64
+	err := runMockWorker(t, mock, func(context.Context, *pgsweep.Delivery) error { return nil },
+		pgsweep.WorkerOptions{Batch: 10, Lease: time.Minute, PollInterval: time.Hour,
+			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { completed.Add(int64(n)) }}},
+		func() bool { return completed.Load() == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claim that fails is retried after a short backoff, not after the whole
+// poll interval, and does not stop Run.
+func TestWorkerRetriesAFailedClaim(t *testing.T) {
+	mock, _ := newMockClient(t)
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnError(errors.New("connection refused"))
+	var claimed atomic.Int64
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnRows(oneDelivery(8))
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{8}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(8)))
+	err := runMockWorker(t, mock, func(context.Context, *pgsweep.Delivery) error { return nil },
+		pgsweep.WorkerOptions{Batch: 10, Lease: time.Minute, PollInterval: time.Hour,
+			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { claimed.Add(int64(n)) }}},
+		func() bool { return claimed.Load() == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While renewals fail, a lease is presumed lost once its expiry passed:
+// the handler is cancelled, the loss counted, and its result never sent
+// (another worker may hold the message by now).
+func TestWorkerPresumesALeaseLostWhileRenewalsFail(t *testing.T) {
+	mock, _ := newMockClient(t)
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Second).WillReturnRows(oneDelivery(9))
+	down := errors.New("connection refused")
+	// Renewals every 333ms: the one that finds the lease past its expiry is
+	// the 4th, or fewer when the ticker skipped a beat under load.
+	mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", "w", []int64{9}, time.Second).WillReturnError(down)
+	for range 3 {
+		mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", "w", []int64{9}, time.Second).Maybe().WillReturnError(down)
+	}
+	var lost atomic.Int64
+	cancelled := make(chan struct{})
+	err := runMockWorker(t, mock, func(ctx context.Context, _ *pgsweep.Delivery) error {
+		<-ctx.Done()
+		close(cancelled)
+		return nil // would complete; must be discarded
+	}, pgsweep.WorkerOptions{Batch: 10, Lease: time.Second, PollInterval: time.Hour,
+		Hooks: pgsweep.Hooks{LeasesLost: func(_ string, n int) { lost.Add(int64(n)) }}},
+		func() bool { return lost.Load() == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler of the presumed-lost lease was not cancelled")
+	}
+}
