@@ -36,7 +36,10 @@ type retryAfterError struct {
 	after time.Duration
 }
 
+// Error returns the wrapped error's text.
 func (e *retryAfterError) Error() string { return e.err.Error() }
+
+// Unwrap returns the handler's error that RetryAfter wrapped.
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter wraps a handler's error so that the message is retried after d

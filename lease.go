@@ -9,12 +9,21 @@ import (
 
 // Lease is one row of the pgsweep.leases view.
 type Lease struct {
-	Name       string
-	Owner      string // empty when released
-	Token      int64
+	// Name is the lease's name, e.g. retention:<policy> or maintain:<part>.
+	Name  string
+	Owner string // empty when released
+	// Token is the fencing token of the latest tenure. The first tenure gets
+	// 1 and each new one (after expiry or release) the next number; renewing
+	// keeps it. It never decreases.
+	Token int64
+	// AcquiredAt is when the latest tenure began (database clock).
 	AcquiredAt time.Time
-	ExpiresAt  time.Time
-	Live       bool
+	// ExpiresAt is when the tenure lapses unless renewed (database clock). A
+	// release ends it at once: ExpiresAt becomes the release time if earlier.
+	ExpiresAt time.Time
+	// Live is true when an owner holds the lease and ExpiresAt is after the
+	// database clock at the time of the query.
+	Live bool
 }
 
 // LeaseAcquire tries to take or extend the lease name for owner for ttl

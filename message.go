@@ -45,6 +45,8 @@ type Delivery struct {
 
 // FailResult tells what Fail did with one message.
 type FailResult struct {
+	// ID is the message's id. Fail returns a result only for the ids it
+	// acted on (those owner held).
 	ID   int64
 	Dead bool // true: it used its last attempt and moved to the dead letters
 }

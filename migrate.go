@@ -36,13 +36,21 @@ func ValidateSchema(name string) error {
 
 // Migration is one step of the install, as it would be applied.
 type Migration struct {
+	// Version is the schema version once this step is applied: 1 for the
+	// first step, counting up.
 	Version int32
-	Name    string
-	SQL     string
+	// Name is the migration's file name, e.g. "001_leases.sql".
+	Name string
+	// SQL is the step's script with the schema filled in.
+	SQL string
 }
 
 // MigrateResult tells what a Migrate call did.
 type MigrateResult struct {
+	// From is the version installed before the call (0: none) and To the
+	// version after it; they are equal when nothing was applied. After a
+	// failed migration To is 0: earlier steps may have been committed, so
+	// read CurrentVersion to learn where the schema stands.
 	From, To int32
 }
 

@@ -32,9 +32,14 @@ const (
 // TimeColumn is older than OlderThan (and whose StatusColumn is one of
 // Statuses, when given) are deleted by RetentionRun.
 type RetentionPolicy struct {
+	// Name identifies the policy (at most 190 characters); registering an
+	// existing name updates that policy. Exclusive cleaners take the lease
+	// retention:<Name>.
 	Name string
 	// Table as SQL names it: "cap.published", or `"cap"."Published"`.
-	Table      string
+	Table string
+	// TimeColumn is the name of the column whose age decides, as stored
+	// (not quoted); it must be of type timestamptz, timestamp or date.
 	TimeColumn string
 	// OlderThan is the retention period; 0 keeps rows forever (SQL NULL).
 	OlderThan    time.Duration
@@ -48,42 +53,89 @@ type RetentionPolicy struct {
 
 // RetentionPass is one row of the retention_passes view: one cleaner's pass.
 type RetentionPass struct {
-	ID       int64
-	Policy   string
-	Owner    string
+	// ID identifies the pass; later passes have higher IDs.
+	ID int64
+	// Policy is the policy's name.
+	Policy string
+	// Owner names the cleaner: the owner given to RetentionRun, or one the
+	// database generated ("pid<backend pid>-<8 hex digits>").
+	Owner string
+	// Mode is the policy's mode when the pass began: RetentionExclusive or
+	// RetentionParallel.
 	Mode     string
 	Strategy string // empty until the pass deleted its first batch
 	// Outcome: running, drained, budget, lease_lost, error or abandoned (the
 	// cleaner's session ended mid-pass).
-	Outcome     string
-	StartedAt   time.Time
-	FinishedAt  *time.Time
+	Outcome string
+	// StartedAt is when the pass began, once it held its locks (database
+	// clock).
+	StartedAt time.Time
+	// FinishedAt is when the pass ended; nil while it runs or when it was
+	// abandoned.
+	FinishedAt *time.Time
+	// LastBatchAt is when the pass's latest batch finished deleting; nil
+	// before its first batch.
 	LastBatchAt *time.Time
-	Elapsed     time.Duration
+	// Elapsed is the pass's duration: from StartedAt to FinishedAt, or, for a
+	// pass that has not finished, to LastBatchAt (0 before the first batch).
+	Elapsed time.Duration
+	// RowsDeleted is the number of rows the pass deleted, over all batches.
 	RowsDeleted int64
-	Batches     int
-	Units       int
-	LeaseToken  *int64 // exclusive mode: the lease's fencing token
-	Error       string
+	// Batches is the number of delete batches the pass committed.
+	Batches int
+	// Units is the number of the sweep's work units the pass finished; each
+	// batch finishes one unit.
+	Units      int
+	LeaseToken *int64 // exclusive mode: the lease's fencing token
+	// Error is the error that ended the pass (Outcome error), usually
+	// "<SQLSTATE>: <message>"; empty otherwise.
+	Error string
 }
 
 // RetentionStatus is one row of the retention_policies view.
 type RetentionStatus struct {
-	Name         string
-	Table        string
-	TimeColumn   string
-	OlderThan    *time.Duration // nil: rows are kept forever
+	// Name is the policy's name.
+	Name string
+	// Table is the table as schema.table, each part quoted where SQL needs
+	// it: "cap.published", or `"cap"."Published"`.
+	Table string
+	// TimeColumn is the name of the column whose age decides (timestamptz,
+	// timestamp or date), not quoted.
+	TimeColumn string
+	OlderThan  *time.Duration // nil: rows are kept forever
+	// StatusColumn is the status column's name; empty when the policy has no
+	// status condition.
 	StatusColumn string
-	Statuses     []string
+	// Statuses are the statuses that may be deleted; nil without a
+	// StatusColumn.
+	Statuses []string
+	// FilterColumn is the column of the extra filter set with
+	// RetentionSetFilter; empty when there is none.
 	FilterColumn string
+	// FilterValues are the values FilterColumn must hold for a row to be
+	// deleted; nil without a FilterColumn.
 	FilterValues []string
-	BatchSize    int
-	Mode         string
-	Interval     time.Duration
-	TimeZone     string
-	LeaseTTL     time.Duration
-	Strategy     string
-	OpenUnits    int64
+	// BatchSize is the number of rows one delete batch aims at (1..10000).
+	BatchSize int
+	// Mode is RetentionExclusive or RetentionParallel.
+	Mode string
+	// Interval is how long after a pass began the policy is due again
+	// (RetentionDue).
+	Interval time.Duration
+	// TimeZone is the time zone in which timestamp and date columns are read:
+	// the one set with RetentionSetTimeZone or, when none was, the reading
+	// session's TimeZone setting. It does not apply to timestamptz columns.
+	TimeZone string
+	// LeaseTTL is the TTL of an exclusive policy's lease (30 seconds unless
+	// set with RetentionSetLeaseTTL).
+	LeaseTTL time.Duration
+	// Strategy is the strategy set with RetentionSetStrategy: RetentionAuto
+	// (the default), RetentionTIDRange or RetentionKeyset. The one a pass
+	// used is in RetentionPass.Strategy.
+	Strategy string
+	// OpenUnits is the number of work units of the current sweep not yet
+	// finished; 0 when no sweep is open (the next pass plans one).
+	OpenUnits int64
 	// LastPass is the policy's latest pass, nil if it never ran.
 	LastPass *RetentionPass
 }

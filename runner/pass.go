@@ -14,11 +14,14 @@ import (
 // Pass is what one maintain() pass of this runner did, as recorded in the
 // maintenance_passes view.
 type Pass struct {
+	// ID is the pass's id in the maintenance_passes view.
 	ID int64
 	// Parts maps each part ("recovery", "retention") to what it did: done,
 	// failed, lost (its lease was taken over), busy (another session ran
 	// it), not due, or no budget.
-	Parts    map[string]string
+	Parts map[string]string
+	// Recovery is what the recovery part did, summed over its steps; zero
+	// when it did not run in this pass.
 	Recovery RecoveryCounts
 	// Deleted is the number of rows retention deleted, per policy.
 	Deleted map[string]int64
@@ -29,21 +32,38 @@ type Pass struct {
 
 // RecoveryCounts are the recovery part's counts for one pass.
 type RecoveryCounts struct {
-	Recovered    int64 `json:"recovered"`
-	LostLeases   int64 `json:"lost_leases"`
+	// Recovered is the number of messages whose lease had expired and that
+	// were made claimable again, their old owner fenced out.
+	Recovered int64 `json:"recovered"`
+	// LostLeases is the number of leases found lost: one per recovered
+	// message, so it equals Recovered.
+	LostLeases int64 `json:"lost_leases"`
+	// DeadLettered is the number of messages with no attempt left that were
+	// moved to the dead letters.
 	DeadLettered int64 `json:"dead_lettered"`
 }
 
 // QueueStats is one row of the queue_stats view.
 type QueueStats struct {
-	Queue, Kind                                  string
+	// Queue is the queue's name and Kind is "outbox" or "inbox".
+	Queue, Kind string
+	// Message counts: Pending waiting for their first attempt (scheduled ones
+	// included), Processing leased (live or expired leases), Failed waiting
+	// for a retry, Processed completed inbox messages kept for
+	// de-duplication, Dead dead letters.
 	Pending, Processing, Failed, Processed, Dead int64
-	OldestPendingAge                             time.Duration
+	// OldestPendingAge is how long ago the oldest due, unleased message was
+	// sent (database clock); zero when there is none.
+	OldestPendingAge time.Duration
 }
 
 // Settings are the runner settings read from the database after each pass
 // (runner_interval, runner_jitter).
 type Settings struct {
+	// Interval is runner_interval, the pause between two passes (1 second to
+	// 1 hour), and Jitter is runner_jitter, the random spread (+/-) added to
+	// it (at most Interval takes effect). Options.Interval and Options.Jitter
+	// override them. Both are zero when the pass failed before reading them.
 	Interval, Jitter time.Duration
 }
 

@@ -395,12 +395,24 @@ func (r *Runner) releaseLeases() {
 
 // Health is the runner's health as /healthz reports it.
 type Health struct {
-	Healthy     bool      `json:"healthy"`
-	Owner       string    `json:"owner"`
+	// Healthy is true when the last pass succeeded and ended within
+	// Options.HealthyWithin of now; false before the first success.
+	Healthy bool `json:"healthy"`
+	// Owner is the runner's lease owner identity (Runner.Owner).
+	Owner string `json:"owner"`
+	// LastAttempt is when the last pass ended, failed or not (local clock);
+	// zero before the first pass.
 	LastAttempt time.Time `json:"last_attempt,omitzero"`
+	// LastSuccess is when the last successful pass ended (local clock); zero
+	// before the first success.
 	LastSuccess time.Time `json:"last_success,omitzero"`
-	LastError   string    `json:"last_error,omitempty"`
-	Failures    int       `json:"consecutive_failures"`
+	// LastError is the last pass's error, passwords removed; empty when that
+	// pass succeeded. A pass cancelled by a stop (Stop, or Run's context)
+	// sets it too.
+	LastError string `json:"last_error,omitempty"`
+	// Failures is the number of consecutive passes that failed since the
+	// last success; cancelled passes do not count.
+	Failures int `json:"consecutive_failures"`
 }
 
 // Health reports whether the last pass succeeded, recently enough.

@@ -89,5 +89,8 @@ func redact(err error) error {
 
 type redactedError struct{ err error }
 
+// Error returns the wrapped error's text with any password removed.
 func (r redactedError) Error() string { return pgsweep.RedactSecrets(r.err.Error()) }
+
+// Unwrap returns the original error, whose text may still hold a password.
 func (r redactedError) Unwrap() error { return r.err }
