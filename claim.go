@@ -36,7 +36,10 @@ type batchSender interface {
 // more messages, in one round trip and one transaction when the client's DBTX
 // can pipeline (a pool, connection or transaction can): the loop of a worker
 // that finished a batch and wants the next. It returns the ids completed and
-// the new deliveries. With no done ids it is Claim.
+// the new deliveries. With no done ids it is Claim. On an error from a
+// pipelined call nothing was done (one transaction) and the ids are nil;
+// without pipelining the completion is committed first, and its ids are
+// returned even when the claim then fails.
 func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, done []int64, batch int, lease time.Duration) ([]int64, []Delivery, error) {
 	if len(done) == 0 {
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
@@ -49,7 +52,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, done
 			return nil, nil, err
 		}
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
-		return completed, ds, err
+		return completed, ds, err // the completion stands even if the claim failed
 	}
 	b := &pgx.Batch{}
 	b.Queue("SELECT "+c.fn("complete")+"($1, $2, $3, NULL)", queue, owner, done)

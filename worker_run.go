@@ -157,11 +157,8 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 	stopping := false
 
 	for {
-		// Claim when at most half a batch is held, so claims overlap with
-		// running handlers and memory stays within one batch.
-		if !stopping && !idle && len(l.held)+l.zombies <= o.Batch/2 {
-			n := o.Batch - len(l.held) - l.zombies
-			got, err := l.claim(n)
+		// after handles the outcome of a claim of n that brought got.
+		after := func(n, got int, err error) error {
 			switch {
 			case errors.Is(err, ErrInvalidArgument):
 				// An unknown queue or a bad option: retrying cannot help.
@@ -179,6 +176,16 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 					idleTimer.Reset(o.PollInterval)
 				}
 			}
+			return nil
+		}
+		// Claim when at most half a batch is held, so claims overlap with
+		// running handlers and memory stays within one batch.
+		if !stopping && !idle && len(l.held)+l.zombies <= o.Batch/2 {
+			n := o.Batch - len(l.held) - l.zombies
+			got, err := l.claim(n)
+			if err := after(n, got, err); err != nil {
+				return err
+			}
 		}
 		if !stopping {
 			l.start()
@@ -188,9 +195,19 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		}
 		// Flush at once when every held message has its result (nothing else
 		// to wait for); otherwise within FlushInterval, so that slow handlers
-		// do not hold back the completions of fast ones.
+		// do not hold back the completions of fast ones. When all of them
+		// succeeded and the worker would claim next anyway, the completion
+		// and the next claim go in one round trip.
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			l.flush(l.base)
+			if !stopping && !idle && len(l.fails) == 0 {
+				n := o.Batch - l.zombies
+				got, err := l.completeAndClaim(n)
+				if err := after(n, got, err); err != nil {
+					return err
+				}
+			} else {
+				l.flush(l.base)
+			}
 			continue
 		}
 		if l.pending > 0 && !flushArmed {
@@ -264,6 +281,12 @@ func (l *loop) claim(n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	l.take(ds, start)
+	return len(ds), nil
+}
+
+// take queues claimed deliveries; start is when the claim was sent.
+func (l *loop) take(ds []Delivery, start time.Time) {
 	l.o.Hooks.call(l.o.Hooks.Claimed, l.o.Queue, len(ds))
 	lost := 0
 	for i := range ds {
@@ -282,6 +305,29 @@ func (l *loop) claim(n int) (int, error) {
 	if l.w.observe != nil {
 		l.w.observe(len(l.held) + l.zombies)
 	}
+}
+
+// completeAndClaim completes every held message (all finished without
+// error) and claims up to n more in one round trip. When it fails without
+// completing anything, the completions wait for the next flush.
+func (l *loop) completeAndClaim(n int) (int, error) {
+	ctx, cancel := l.call()
+	defer cancel()
+	start := time.Now()
+	done, ds, err := l.w.client.CompleteAndClaim(ctx, l.o.Queue, l.o.Owner, l.acks, n, l.o.Lease)
+	if err != nil && done == nil {
+		l.flushErr = true
+		return 0, err
+	}
+	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
+	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(l.acks)-len(done))
+	l.settle(l.acks)
+	l.acks = l.acks[:0]
+	l.flushBackoff = 0
+	if err != nil {
+		return 0, err
+	}
+	l.take(ds, start)
 	return len(ds), nil
 }
 

@@ -39,14 +39,15 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	batch := fs.Int("batch", 100, "messages claimed per call (1..10000)")
 	only := fs.String("only", "", "run one contender: pop, seed003, pgsweep, pgsweep1rt or worker (default all)")
 	rounds := fs.Int("rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
+	rescan := fs.Duration("claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := db.validate(); err != nil {
 		return err
 	}
-	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 || *rounds < 1 || *rounds > 100 {
-		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100", errUsage)
+	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 || *rounds < 1 || *rounds > 100 || *rescan < 0 || *rescan > time.Minute {
+		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m", errUsage)
 	}
 	conn, err := db.connect(ctx)
 	if err != nil {
@@ -62,8 +63,8 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	b := &claimBench{scratch: fmt.Sprintf("pgsweep_bench_%d", os.Getpid()), queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: db.schema, n: *n, w: *workers, b: *batch, out: out}
-	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d (schema %s)\n", *n, *workers, *batch, db.schema)
+	b := &claimBench{scratch: fmt.Sprintf("pgsweep_bench_%d", os.Getpid()), queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: db.schema, n: *n, w: *workers, b: *batch, rescan: *rescan, out: out}
+	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d, claim_rescan %v (schema %s)\n", *n, *workers, *batch, *rescan, db.schema)
 	defer b.cleanup(context.WithoutCancel(ctx))
 
 	// Rounds interleave the contenders, so that a machine whose speed drifts
@@ -142,6 +143,7 @@ type claimBench struct {
 	schema         string
 	n, w           int
 	b              int
+	rescan         time.Duration // the queue's claim_rescan
 	out            io.Writer
 }
 
@@ -338,6 +340,9 @@ func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.
 		return nil, err
 	}
 	if err := c.QueueCreate(ctx, b.queue, pgsweep.Outbox, 10); err != nil {
+		return nil, err
+	}
+	if err := c.QueueConfigure(ctx, b.queue, map[string]any{"claim_rescan": fmt.Sprintf("%d microseconds", b.rescan.Microseconds())}); err != nil {
 		return nil, err
 	}
 	s := pgx.Identifier{b.schema}.Sanitize()
