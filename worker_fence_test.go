@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -23,13 +22,7 @@ import (
 // and only the new attempt completes the message.
 func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	db := pgtest.New(t, 6)
-	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
+	seedQueue(t, db, 5, 1)
 	var cnt counters
 	first, firstCancelled, second, finishSecond := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var attempts []int
@@ -83,16 +76,7 @@ func TestWorkerBoundsConcurrencyMemoryAndBatchesCompletions(t *testing.T) {
 	db := pgtest.New(t, 6)
 	ctx := context.Background()
 	const messages, batch, concurrency = 2000, 50, 8
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
-	ms := make([]pgsweep.Message, messages)
-	for i := range ms {
-		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
-	}
-	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
-		t.Fatal(err)
-	}
+	seedQueue(t, db, 3, messages)
 	var running, maxRunning, maxHeld, completeCalls, completed atomic.Int64
 	full := make(chan struct{}) // closed once concurrency handlers ran at once
 	var fullOnce sync.Once
@@ -149,17 +133,7 @@ func TestWorkerBoundsConcurrencyMemoryAndBatchesCompletions(t *testing.T) {
 // handlers finish and are completed.
 func TestWorkerShutdownReleasesWhatItDidNotStart(t *testing.T) {
 	db := pgtest.New(t, 6)
-	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
-	ms := make([]pgsweep.Message, 20)
-	for i := range ms {
-		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
-	}
-	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
-		t.Fatal(err)
-	}
+	seedQueue(t, db, 3, 20)
 	var cnt counters
 	var released atomic.Int64
 	hooks := cnt.hooks()
@@ -253,17 +227,7 @@ func TestWorkerFailureEdges(t *testing.T) {
 // the whole queue every message is handled exactly once.
 func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
 	db := pgtest.New(t, 8)
-	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
-	ms := make([]pgsweep.Message, 100)
-	for i := range ms {
-		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
-	}
-	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
-		t.Fatal(err)
-	}
+	seedQueue(t, db, 3, 100)
 	var mu sync.Mutex
 	handled := map[int64][]string{}
 	var running atomic.Int64

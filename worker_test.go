@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -61,6 +62,23 @@ func startWorker(t *testing.T, db *pgtest.DB, h pgsweep.Handler, o pgsweep.Worke
 	return stop
 }
 
+// seedQueue creates the outbox queue "q" with maxAttempts and sends n
+// messages, whose payloads are 0 to n-1.
+func seedQueue(t *testing.T, db *pgtest.DB, maxAttempts, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, maxAttempts); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]pgsweep.Message, n)
+	for i := range ms {
+		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -114,12 +132,7 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 func TestWorkerRenewsLongHandlers(t *testing.T) {
 	db := pgtest.New(t, 6)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
+	seedQueue(t, db, 3, 1)
 	var cnt counters
 	var calls atomic.Int64
 	startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
@@ -190,13 +203,7 @@ func TestWorkerShutdown(t *testing.T) {
 	}{{"finishes", 300 * time.Millisecond, 10 * time.Second, true}, {"abandons", time.Hour, 200 * time.Millisecond, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := pgtest.New(t, 6)
-			ctx := context.Background()
-			if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
-				t.Fatal(err)
-			}
+			seedQueue(t, db, 3, 1)
 			var cnt counters
 			started, cancelled := make(chan struct{}), make(chan struct{})
 			stop := startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
@@ -250,13 +257,7 @@ func TestWorkerUnknownQueueStops(t *testing.T) {
 // owner's row is untouched.
 func TestWorkerLeaseLost(t *testing.T) {
 	db := pgtest.New(t, 6)
-	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
+	seedQueue(t, db, 3, 1)
 	var cnt counters
 	started, cancelled := make(chan struct{}), make(chan struct{})
 	stop := startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +38,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	n := fs.Int("messages", 200000, "messages to enqueue and drain per contender")
 	workers := fs.Int("workers", 8, "concurrent workers, one connection each")
 	batch := fs.Int("batch", 100, "messages claimed per call (1..10000)")
-	only := fs.String("only", "", "run one contender: pop, seed003, pgsweep, pgsweep1rt or worker (default all)")
+	only := fs.String("only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker (default all)")
 	rounds := fs.Int("rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
 	rescan := fs.Duration("claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
 	if err := parseFlags(fs, args); err != nil {
@@ -48,6 +49,13 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 || *rounds < 1 || *rounds > 100 || *rescan < 0 || *rescan > time.Minute {
 		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m", errUsage)
+	}
+	if *only != "" {
+		for _, name := range strings.Split(*only, ",") {
+			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker"}, name) {
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q", errUsage, name)
+			}
+		}
 	}
 	conn, err := db.connect(ctx)
 	if err != nil {
@@ -78,7 +86,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 		}{
 			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
 		} {
-			if *only != "" && *only != c.name {
+			if *only != "" && !slices.Contains(strings.Split(*only, ","), c.name) {
 				continue
 			}
 			d, err := c.run(ctx)

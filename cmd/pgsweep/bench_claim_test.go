@@ -63,3 +63,35 @@ func TestMedian(t *testing.T) {
 		t.Fatalf("median %v of even count", m)
 	}
 }
+
+// --only takes a comma-separated list and runs just those contenders;
+// --claim-rescan sets the bench queue's claim_rescan. Bad values are usage
+// errors that name the flag and what it takes, before anything runs.
+func TestBenchClaimOnlyAndRescan(t *testing.T) {
+	db := pgtest.New(t, 2)
+	var out bytes.Buffer
+	err := runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
+		"--messages", "500", "--workers", "2", "--batch", "50", "--only", "pgsweep,worker", "--claim-rescan", "0s"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"claim_rescan 0s", "pgsweep claim + complete", "Go Worker", "Worker / pgsweep"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, unwanted := range []string{"pop limit", "seed-003 claim CTE", "CompleteAndClaim"} {
+		if strings.Contains(out.String(), unwanted) {
+			t.Errorf("output has %q, which --only left out:\n%s", unwanted, out.String())
+		}
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got "bogus"`},
+		{"--claim-rescan 2m", "--claim-rescan 0s..1m"},
+	} {
+		err := runBench(context.Background(), append([]string{"claim", "--database-url", db.URL}, strings.Fields(tc.args)...), &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
