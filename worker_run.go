@@ -266,10 +266,16 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 	}
 }
 
-// call returns a context for one database call: it ends with base (the
-// shutdown deadline) and after one lease, when the call is useless anyway.
+// callTimeout cuts a database call that hangs (a dead connection). It is
+// generous on purpose: a call cut while the server runs it leaves its outcome
+// unknown -- a completion may have committed -- so cutting early would make
+// the counts reported to Hooks wrong without saving anything.
+const callTimeout = time.Minute
+
+// call returns a context for one database call: it ends at the shutdown
+// deadline (base) or after callTimeout.
 func (l *loop) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(l.base, l.o.Lease)
+	return context.WithTimeout(l.base, callTimeout)
 }
 
 // claim claims up to n messages and queues them; it returns how many came.
@@ -429,7 +435,7 @@ func (l *loop) flush(ctx context.Context) {
 	o := l.o
 	l.flushErr = false
 	if len(l.acks) > 0 {
-		cctx, cancel := context.WithTimeout(ctx, o.Lease)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		done, err := l.w.client.Complete(cctx, o.Queue, o.Owner, l.acks)
 		cancel()
 		switch {
@@ -452,7 +458,7 @@ func (l *loop) flush(ctx context.Context) {
 		if k.fixed {
 			after = &k.after
 		}
-		cctx, cancel := context.WithTimeout(ctx, o.Lease)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		res, err := l.w.client.fail(cctx, o.Queue, o.Owner, ids, k.msg, after)
 		cancel()
 		if err != nil && !errors.Is(err, ErrInvalidArgument) {

@@ -164,7 +164,7 @@ func TestWorkerStress(t *testing.T) {
 					return nil
 				}, pgsweep.WorkerOptions{
 					Schema: db.Schema, Queue: "stress", Owner: owner, Batch: 50, Concurrency: 4,
-					Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
+					Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: 30 * time.Second,
 					DisableNotify: slot%2 == 0, Hooks: hooks, Logger: quiet,
 				})
 				if err != nil {
