@@ -90,3 +90,32 @@ func TestClaimNeverWaitsForTheCursor(t *testing.T) {
 		t.Fatalf("cursor did not move once free: %d, was %d", after, before)
 	}
 }
+
+// The first claims of a new queue do not wait for each other either: the
+// queue is created with its cursor, so a claim whose transaction is still
+// open (holding the row it moved) does not block a second one.
+func TestFirstClaimsOfANewQueueDoNotWait(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	seedQueue(t, db, 5, 10)
+	first, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
+	if got, err := db.Client.WithDB(first).Claim(ctx, "q", "first", 2, time.Minute); err != nil || len(got) != 2 {
+		t.Fatalf("first claim: %v %v", got, err)
+	}
+	second, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Rollback(ctx)
+	if _, err := second.Exec(ctx, "SET LOCAL lock_timeout = '500ms'"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.Client.WithDB(second).Claim(ctx, "q", "second", 2, time.Minute)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("second claim while the first is open (a wait would hit lock_timeout): %v %v", got, err)
+	}
+}

@@ -134,6 +134,7 @@ BEGIN
     END IF;
 
     IF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
         INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
         VALUES (p_queue, v_last_at, v_last_id, v_now)
         ON CONFLICT (queue) DO NOTHING;

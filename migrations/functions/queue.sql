@@ -44,6 +44,11 @@ BEGIN
     INSERT INTO queue (name, kind, max_attempts) VALUES (p_queue, p_kind, p_max_attempts)
     ON CONFLICT (name) DO NOTHING;
     IF FOUND THEN
+        -- The claim cursor, at the head: otherwise the queue's first claims
+        -- would race to insert it and wait for each other once.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, '-infinity', -9223372036854775808, '-infinity')
+        ON CONFLICT (queue) DO NOTHING;
         RETURN;
     END IF;
     SELECT kind INTO v_kind FROM queue WHERE name = p_queue FOR UPDATE;

@@ -17,7 +17,9 @@ AS $$ SELECT id FROM pgsweep.claim('c', p_owner, p_batch, '10 seconds', ('2030-0
 CREATE FUNCTION pg_temp.lapse(n int) RETURNS void LANGUAGE sql
 AS $$ UPDATE pgsweep.message SET visible_at = '2030-01-01 00:00:00+00' WHERE queue = 'c' AND id = pg_temp.id(n) $$;
 
-SELECT is_empty($$SELECT * FROM pgsweep.claim_cursor WHERE queue = 'c'$$, 'a queue has no cursor before its first claim');
+SELECT results_eq($$SELECT created_at, id, rescanned_at FROM pgsweep.claim_cursor WHERE queue = 'c'$$,
+    $$VALUES ('-infinity'::timestamptz, (-9223372036854775808)::bigint, '-infinity'::timestamptz)$$,
+    'queue_create creates the cursor at the head, so first claims need not insert it');
 SELECT results_eq($$SELECT * FROM pg_temp.claim('a', 2, '0')$$, $$VALUES (pg_temp.id(1)), (pg_temp.id(2))$$, 'the first claim scans from the head');
 SELECT results_eq($$SELECT id, rescanned_at FROM pgsweep.claim_cursor WHERE queue = 'c'$$,
     $$VALUES (pg_temp.id(2), '2030-01-01 00:00:00+00'::timestamptz)$$, 'the cursor is the newest row claimed; the first claim was a rescan');
