@@ -269,3 +269,22 @@ func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
 		t.Fatalf("%d messages handled, by worker %v", len(handled), by)
 	}
 }
+
+// A handler that overwrites its *Delivery changes nothing for the Worker: it
+// gets a copy, and the Worker completes the message it claimed.
+func TestWorkerHandlerGetsACopy(t *testing.T) {
+	db := pgtest.New(t, 4)
+	seedQueue(t, db, 3, 5)
+	var cnt counters
+	stop := startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
+		*d = pgsweep.Delivery{ID: -1}
+		return nil
+	}, pgsweep.WorkerOptions{Queue: "q", Hooks: cnt.hooks()})
+	waitFor(t, "five completions", func() bool { return cnt.completed.Load() == 5 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "message", "true"); n != 0 || cnt.lost.Load() != 0 {
+		t.Fatalf("%d rows left, %d leases lost", n, cnt.lost.Load())
+	}
+}

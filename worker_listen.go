@@ -9,13 +9,13 @@ import (
 )
 
 // call runs the handler, turning a panic into an error.
-func (w *Worker) call(j *job) (err error) {
+func (w *Worker) call(ctx context.Context, d *Delivery) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panic: %v", p)
 		}
 	}()
-	return w.h(j.ctx, &j.d)
+	return w.h(ctx, d)
 }
 
 // listen holds one connection of its own on LISTEN and pokes wake for every

@@ -3,10 +3,12 @@ package pgsweep_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pashagolub/pgxmock/v3"
 	"github.com/pgsweep/pgsweep"
 )
@@ -110,5 +112,104 @@ func TestWorkerPresumesALeaseLostWhileRenewalsFail(t *testing.T) {
 	case <-cancelled:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler of the presumed-lost lease was not cancelled")
+	}
+}
+
+// signalingDB tells on a channel when a query containing match starts.
+type signalingDB struct {
+	pgxmock.PgxPoolIface
+	match   string
+	started chan struct{}
+}
+
+func (s *signalingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if strings.Contains(sql, s.match) {
+		select {
+		case s.started <- struct{}{}:
+		default:
+		}
+	}
+	return s.PgxPoolIface.Query(ctx, sql, args...)
+}
+
+// While the loop waits on a database call that hangs, a handler whose lease
+// expires is still cancelled (by the watchdog): the loop is not needed for it.
+func TestWorkerCancelsExpiredHandlersWhileACallHangs(t *testing.T) {
+	mock, _ := newMockClient(t)
+	now := time.Now()
+	two := pgxmock.NewRows(claimCols).
+		AddRow(int64(1), nil, []byte(`"fast"`), []byte(`{}`), int32(1), now, now.Add(time.Second)).
+		AddRow(int64(2), nil, []byte(`"slow"`), []byte(`{}`), int32(1), now, now.Add(time.Second))
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Second).WillReturnRows(two)
+	// The completion of the fast one hangs (an hour) until shutdown cuts it.
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{1}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(1))).WillDelayFor(time.Hour)
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{1}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(1)))
+	// A renewal of the slow one may come between the two (its ticker fired
+	// while the loop waited); not expected, the mock refuses it, which the
+	// Worker logs like any failed renewal.
+	db := &signalingDB{PgxPoolIface: mock, match: "complete", started: make(chan struct{}, 1)}
+	cancelled := make(chan struct{})
+	w, err := pgsweep.NewWorkerOn(db, func(ctx context.Context, d *pgsweep.Delivery) error {
+		if string(d.Payload) == `"fast"` {
+			return nil
+		}
+		<-ctx.Done()
+		close(cancelled)
+		return ctx.Err()
+	}, pgsweep.WorkerOptions{Queue: "q", Owner: "w", Batch: 10, Lease: time.Second, PollInterval: time.Hour,
+		ShutdownTimeout: 100 * time.Millisecond, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-db.started // the loop now waits on the hanging completion
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the expired handler was not cancelled while the loop waited on the database")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after the shutdown deadline cut the hanging call")
+	}
+}
+
+// The shutdown deadline counts from the cancellation of Run's context and
+// cuts a database call in flight: Run returns though a renewal hangs.
+func TestWorkerShutdownDeadlineCutsAHangingCall(t *testing.T) {
+	mock, _ := newMockClient(t)
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Second).WillReturnRows(oneDelivery(5))
+	mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", "w", []int64{5}, time.Second).
+		WillReturnRows(pgxmock.NewRows([]string{"renew"}).AddRow(int64(5))).WillDelayFor(time.Hour)
+	db := &signalingDB{PgxPoolIface: mock, match: "renew", started: make(chan struct{}, 1)}
+	w, err := pgsweep.NewWorkerOn(db, func(ctx context.Context, _ *pgsweep.Delivery) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, pgsweep.WorkerOptions{Queue: "q", Owner: "w", Batch: 10, Lease: time.Second, PollInterval: time.Hour,
+		ShutdownTimeout: 100 * time.Millisecond, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-db.started // the renewal hangs; the loop waits on it
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return: the deadline did not cut the hanging renewal")
 	}
 }

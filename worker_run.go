@@ -3,46 +3,13 @@ package pgsweep
 import (
 	"context"
 	"errors"
-	"slices"
+	"sync"
 	"time"
 )
 
-// job is one message the Worker holds.
-type job struct {
-	d      Delivery
-	ctx    context.Context
-	cancel context.CancelFunc
-	state  jobState
-	lost   bool // the lease is gone (or given back): the result is discarded
-	// expires is when the lease surely ends if it is not renewed: the start
-	// of the claim or renewal that set it plus the lease. The database's
-	// expiry is later (it starts counting when the statement runs), so a
-	// lease past this time is presumed lost while renewals fail.
-	expires time.Time
-}
-
-type jobState int
-
-const (
-	jobQueued  jobState = iota // claimed, waiting for a free handler
-	jobRunning                 // its handler runs
-	jobDone                    // its handler returned; the result waits for a flush
-)
-
-type result struct {
-	j   *job
-	err error
-}
-
-// failKey groups failures that are sent in one fail call.
-type failKey struct {
-	msg   string
-	after time.Duration
-	fixed bool // after is the handler's RetryAfter, not the queue's backoff
-}
-
 // loop is the state of one Run. Only Run's goroutine touches it; handler
-// goroutines talk to it through results.
+// goroutines talk to it through results, and the watchdog only reads job
+// expiries and cancels handler contexts.
 type loop struct {
 	w    *Worker
 	o    WorkerOptions
@@ -57,7 +24,7 @@ type loop struct {
 	cancelHandlers context.CancelFunc
 
 	held    map[int64]*job // every message held: queued, running or done
-	queue   []*job         // claimed, not yet started, oldest first (may hold lost jobs: skipped)
+	queue   []*job         // claimed, not yet started, oldest first
 	running int            // handler goroutines, including those of lost jobs
 	zombies int            // running handlers of lost jobs: they still hold memory
 	results chan result    // one per handler; capacity Concurrency, so a send never blocks for long
@@ -69,15 +36,21 @@ type loop struct {
 	// flushBackoff is the wait before retrying a failed flush: 50ms
 	// doubling to 5s, whatever PollInterval is (results wait in memory).
 	flushBackoff time.Duration
+
+	// watched is what the watchdog checks: the held jobs without a result.
+	watchMu sync.Mutex
+	watched map[*job]struct{}
 }
 
 // Run works the queue until ctx is cancelled, then stops claiming, gives back
 // the messages it claimed but did not start (see Client.Release), waits up
 // to ShutdownTimeout for running handlers, sends their results, and returns
-// nil. Database errors are logged and retried; they do not stop Run. An
-// invalid-argument error (such as an unknown queue) does: Run returns it at
-// once. A handler that ignores its cancelled context may outlive Run; its
-// result is discarded. Run may not be called again while it runs.
+// nil. The deadline counts from the cancellation and also cuts a database
+// call in flight; the final flush and closing the LISTEN connection may add
+// up to 10 seconds. Database errors are logged and retried; they do not stop
+// Run. An invalid-argument error (such as an unknown queue) does: Run returns
+// it at once. A handler that ignores its cancelled context may outlive Run;
+// its result is discarded. Run may not be called again while it runs.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("pgsweep: worker: Run is already running; start another Worker instead")
@@ -92,28 +65,52 @@ func (w *Worker) Run(ctx context.Context) error {
 		o.Lease = lease
 	}
 	// Handlers, database calls and the final flush outlive ctx: they run
-	// on a context of their own that is cancelled only at the deadline.
+	// on contexts of their own that are cancelled only at the deadline.
 	base, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	handlers, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
+	// The deadline starts when ctx is cancelled, even while the loop waits
+	// on the database, and cancels that call too.
+	var deadlineMu sync.Mutex
+	var deadline *time.Timer
+	stopDeadline := context.AfterFunc(ctx, func() {
+		deadlineMu.Lock()
+		defer deadlineMu.Unlock()
+		deadline = time.AfterFunc(o.ShutdownTimeout, abandon)
+	})
+	defer func() {
+		stopDeadline()
+		deadlineMu.Lock()
+		defer deadlineMu.Unlock()
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
 	l := &loop{
 		w: w, o: o, base: base, abandon: abandon, handlers: handlers, cancelHandlers: cancelHandlers,
 		held:    make(map[int64]*job, o.Batch),
 		results: make(chan result, o.Concurrency),
 		fails:   map[failKey][]int64{},
+		watched: map[*job]struct{}{},
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, stopWatch := context.WithCancel(base)
+	defer stopWatch()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.watchdog(wctx)
+	}()
 	wake := make(chan struct{}, 1)
 	if w.connect != nil {
 		lctx, stopListen := context.WithCancel(base)
-		done := make(chan struct{})
+		defer stopListen()
+		wg.Add(1)
 		go func() {
-			defer close(done)
+			defer wg.Done()
 			w.listen(lctx, wake)
-		}()
-		defer func() {
-			stopListen()
-			<-done
 		}()
 	}
 	return l.run(ctx, wake)
@@ -155,28 +152,38 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 	stop := ctx.Done()
 	var deadline <-chan struct{} // base.Done(), once stopping
 	stopping := false
+	beginStop := func() {
+		stop = nil // fires once; a closed channel would spin the loop
+		stopping = true
+		deadline = l.base.Done()
+		l.w.log.Info("worker stopping", "held", len(l.held))
+		l.releaseQueued()
+	}
+	// after handles the outcome of a claim of n that brought got.
+	after := func(n, got int, err error) error {
+		switch {
+		case errors.Is(err, ErrInvalidArgument):
+			// An unknown queue or a bad option: retrying cannot help.
+			l.abandon()
+			return err
+		case err != nil:
+			l.w.log.Error("claim failed", "err", err)
+			claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), o.PollInterval)
+			idle = true
+			idleTimer.Reset(claimBackoff)
+		default:
+			claimBackoff = 0
+			if got < n {
+				idle = true
+				idleTimer.Reset(o.PollInterval)
+			}
+		}
+		return nil
+	}
 
 	for {
-		// after handles the outcome of a claim of n that brought got.
-		after := func(n, got int, err error) error {
-			switch {
-			case errors.Is(err, ErrInvalidArgument):
-				// An unknown queue or a bad option: retrying cannot help.
-				l.abandon()
-				return err
-			case err != nil:
-				l.w.log.Error("claim failed", "err", err)
-				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), o.PollInterval)
-				idle = true
-				idleTimer.Reset(claimBackoff)
-			default:
-				claimBackoff = 0
-				if got < n {
-					idle = true
-					idleTimer.Reset(o.PollInterval)
-				}
-			}
-			return nil
+		if !stopping && ctx.Err() != nil {
+			beginStop() // before claiming a batch only to give it back
 		}
 		// Claim when at most half a batch is held, so claims overlap with
 		// running handlers and memory stays within one batch.
@@ -199,7 +206,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// succeeded and the worker would claim next anyway, the completion
 		// and the next claim go in one round trip.
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			if !stopping && !idle && len(l.fails) == 0 {
+			if !stopping && !idle && len(l.fails) == 0 && ctx.Err() == nil {
 				n := o.Batch - l.zombies
 				got, err := l.completeAndClaim(n)
 				if err := after(n, got, err); err != nil {
@@ -234,15 +241,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		case <-renewTick.C:
 			l.renew()
 		case <-stop:
-			stop = nil // fires once; a closed channel would spin the loop
-			stopping = true
-			deadline = l.base.Done()
-			// The deadline cancels base even while the loop waits on the
-			// database, so no call outlives it.
-			t := time.AfterFunc(o.ShutdownTimeout, l.abandon)
-			defer t.Stop()
-			l.w.log.Info("worker stopping", "held", len(l.held))
-			l.releaseQueued()
+			beginStop()
 		case <-deadline:
 			// Abandon: send what finished, cancel the rest and leave them
 			// to lease expiry.
@@ -266,298 +265,51 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 	}
 }
 
-// callTimeout cuts a database call that hangs (a dead connection). It is
-// generous on purpose: a call cut while the server runs it leaves its outcome
-// unknown -- a completion may have committed -- so cutting early would make
-// the counts reported to Hooks wrong without saving anything.
-const callTimeout = time.Minute
+// Database calls are cut when they hang. Claims, renewals and releases are
+// cut after one lease: by then the leases they serve are gone anyway, and a
+// claim cut short only leaves rows leased to nobody until expiry. Complete
+// and fail get longer: a call cut while the server runs it leaves its
+// outcome unknown -- a completion may have committed -- and the counts
+// reported to Hooks would be wrong. Meanwhile the watchdog cancels the
+// handlers whose leases expire.
+const flushTimeout = time.Minute
 
-// call returns a context for one database call: it ends at the shutdown
-// deadline (base) or after callTimeout.
-func (l *loop) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(l.base, callTimeout)
+// leaseCall returns a context for a claim, renewal or release.
+func (l *loop) leaseCall() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(l.base, l.o.Lease)
 }
 
-// claim claims up to n messages and queues them; it returns how many came.
-func (l *loop) claim(n int) (int, error) {
-	ctx, cancel := l.call()
-	defer cancel()
-	start := time.Now()
-	ds, err := l.w.client.Claim(ctx, l.o.Queue, l.o.Owner, n, l.o.Lease)
-	if err != nil {
-		return 0, err
-	}
-	l.take(ds, start)
-	return len(ds), nil
-}
-
-// take queues claimed deliveries; start is when the claim was sent.
-func (l *loop) take(ds []Delivery, start time.Time) {
-	l.o.Hooks.call(l.o.Hooks.Claimed, l.o.Queue, len(ds))
-	lost := 0
-	for i := range ds {
-		if old := l.held[ds[i].ID]; old != nil {
-			// Our own lease on it expired and this claim took it again: the
-			// owner is the same, so only we can fence the old attempt off.
-			l.lose(old)
-			lost++
-		}
-		jctx, jcancel := context.WithCancel(l.handlers)
-		j := &job{d: ds[i], ctx: jctx, cancel: jcancel, expires: start.Add(l.o.Lease)}
-		l.held[j.d.ID] = j
-		l.queue = append(l.queue, j)
-	}
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, lost)
-	if l.w.observe != nil {
-		l.w.observe(len(l.held) + l.zombies)
-	}
-}
-
-// completeAndClaim completes every held message (all finished without
-// error) and claims up to n more in one round trip. When it fails without
-// completing anything, the completions wait for the next flush.
-func (l *loop) completeAndClaim(n int) (int, error) {
-	ctx, cancel := l.call()
-	defer cancel()
-	start := time.Now()
-	done, ds, err := l.w.client.CompleteAndClaim(ctx, l.o.Queue, l.o.Owner, l.acks, n, l.o.Lease)
-	if err != nil && done == nil {
-		l.flushErr = true
-		return 0, err
-	}
-	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(l.acks)-len(done))
-	l.settle(l.acks)
-	l.acks = l.acks[:0]
-	l.flushBackoff = 0
-	if err != nil {
-		return 0, err
-	}
-	l.take(ds, start)
-	return len(ds), nil
-}
-
-// start runs queued messages while handlers are free.
-func (l *loop) start() {
-	for l.running < l.o.Concurrency && len(l.queue) > 0 {
-		j := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
-		if j.lost {
-			continue
-		}
-		j.state = jobRunning
-		l.running++
-		go func() { l.results <- result{j, l.w.call(j)} }()
-	}
-	if len(l.queue) == 0 {
-		l.queue = nil // let the backing array go
-	}
-}
-
-// accept records a handler's result.
-func (l *loop) accept(r result) {
-	l.running--
-	j := r.j
-	j.cancel()
-	if j.lost {
-		l.zombies--
-		return
-	}
-	j.state = jobDone
-	l.pending++
-	if r.err == nil {
-		l.acks = append(l.acks, j.d.ID)
-		return
-	}
-	k := failKey{msg: r.err.Error()}
-	var ra *retryAfterError
-	if errors.As(r.err, &ra) {
-		k.after, k.fixed = ra.after, true
-	}
-	l.fails[k] = append(l.fails[k], j.d.ID)
-}
-
-// acceptReady accepts every result that is ready without waiting.
-func (l *loop) acceptReady() {
+// watchdog cancels the context of every handler whose lease expired (by the
+// local estimate, see job.expires), also while the loop waits on the
+// database. The loop counts the loss when it next looks.
+func (l *loop) watchdog(ctx context.Context) {
+	t := time.NewTicker(max(l.o.Lease/10, 10*time.Millisecond))
+	defer t.Stop()
 	for {
 		select {
-		case r := <-l.results:
-			l.accept(r)
-		default:
+		case <-ctx.Done():
 			return
+		case <-t.C:
 		}
-	}
-}
-
-// lose marks j's lease lost: its handler is cancelled and its result, now or
-// later, discarded. The caller counts it for the LeasesLost hook.
-func (l *loop) lose(j *job) {
-	if j.lost {
-		return
-	}
-	j.lost = true
-	j.cancel()
-	if l.held[j.d.ID] == j {
-		delete(l.held, j.d.ID)
-	}
-	switch j.state {
-	case jobRunning:
-		l.zombies++
-	case jobDone:
-		l.pending--
-		id := j.d.ID
-		l.acks = slices.DeleteFunc(l.acks, func(x int64) bool { return x == id })
-		for k, ids := range l.fails {
-			if ids = slices.DeleteFunc(ids, func(x int64) bool { return x == id }); len(ids) == 0 {
-				delete(l.fails, k)
-			} else {
-				l.fails[k] = ids
+		now := time.Now()
+		l.watchMu.Lock()
+		for j := range l.watched {
+			if j.expiredAt(now) {
+				j.cancel()
 			}
 		}
+		l.watchMu.Unlock()
 	}
 }
 
-// settle forgets ids whose results were sent (or dropped).
-func (l *loop) settle(ids []int64) {
-	for _, id := range ids {
-		delete(l.held, id)
-	}
-	l.pending -= len(ids)
+func (l *loop) watch(j *job) {
+	l.watchMu.Lock()
+	l.watched[j] = struct{}{}
+	l.watchMu.Unlock()
 }
 
-// flush sends the results that wait: one complete for all successes, one
-// fail per error text. A failed call is retried on the next flush (after a
-// backoff); a call
-// the database refuses as invalid is not (retrying cannot help): those
-// messages are left to lease expiry and redelivery.
-func (l *loop) flush(ctx context.Context) {
-	o := l.o
-	l.flushErr = false
-	if len(l.acks) > 0 {
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		done, err := l.w.client.Complete(cctx, o.Queue, o.Owner, l.acks)
-		cancel()
-		switch {
-		case errors.Is(err, ErrInvalidArgument):
-			l.w.log.Error("complete refused; leaving the messages to lease expiry", "err", err, "n", len(l.acks))
-			l.settle(l.acks)
-			l.acks = l.acks[:0]
-		case err != nil:
-			l.w.log.Error("complete failed; will retry", "err", err, "n", len(l.acks))
-			l.flushErr = true
-		default:
-			o.Hooks.call(o.Hooks.Completed, o.Queue, len(done))
-			o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(l.acks)-len(done))
-			l.settle(l.acks)
-			l.acks = l.acks[:0]
-		}
-	}
-	for k, ids := range l.fails {
-		var after *time.Duration
-		if k.fixed {
-			after = &k.after
-		}
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		res, err := l.w.client.fail(cctx, o.Queue, o.Owner, ids, k.msg, after)
-		cancel()
-		if err != nil && !errors.Is(err, ErrInvalidArgument) {
-			l.w.log.Error("fail failed; will retry", "err", err, "n", len(ids))
-			l.flushErr = true
-			continue
-		}
-		if err != nil {
-			l.w.log.Error("fail refused; leaving the messages to lease expiry", "err", err, "n", len(ids))
-		}
-		dead := 0
-		for _, r := range res {
-			if r.Dead {
-				dead++
-			}
-		}
-		o.Hooks.call(o.Hooks.Failed, o.Queue, len(res)-dead)
-		o.Hooks.call(o.Hooks.DeadLettered, o.Queue, dead)
-		if err == nil {
-			o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-len(res))
-		}
-		l.settle(ids)
-		delete(l.fails, k)
-	}
-	if !l.flushErr {
-		l.flushBackoff = 0
-	}
-}
-
-// renew extends the leases of held messages that have no result yet. A lease
-// the database no longer has is lost; so is one whose expiry passed while
-// renewals failed (another worker may hold it by now).
-func (l *loop) renew() {
-	o := l.o
-	var ids []int64
-	for id, j := range l.held {
-		if j.state != jobDone {
-			ids = append(ids, id)
-		}
-	}
-	lost := 0
-	if len(ids) > 0 {
-		ctx, cancel := l.call()
-		start := time.Now()
-		got, err := l.w.client.Renew(ctx, o.Queue, o.Owner, ids, o.Lease)
-		cancel()
-		if err != nil {
-			l.w.log.Error("renew failed", "err", err, "n", len(ids))
-		} else {
-			kept := make(map[int64]bool, len(got))
-			for _, id := range got {
-				kept[id] = true
-			}
-			for _, id := range ids {
-				j := l.held[id]
-				if kept[id] {
-					j.expires = start.Add(o.Lease)
-				} else {
-					l.lose(j)
-					lost++
-				}
-			}
-		}
-	}
-	now := time.Now()
-	for _, j := range l.held {
-		if j.state != jobDone && now.After(j.expires) {
-			l.w.log.Warn("lease expired while renewals failed; cancelling the handler", "id", j.d.ID)
-			l.lose(j)
-			lost++
-		}
-	}
-	o.Hooks.call(o.Hooks.LeasesLost, o.Queue, lost)
-}
-
-// releaseQueued gives back the messages claimed but not started, at the
-// start of shutdown: they are due again at once, with their attempt back.
-func (l *loop) releaseQueued() {
-	var ids []int64
-	for _, j := range l.queue {
-		if !j.lost {
-			j.lost = true
-			j.cancel()
-			delete(l.held, j.d.ID)
-			ids = append(ids, j.d.ID)
-		}
-	}
-	l.queue = nil
-	if len(ids) == 0 {
-		return
-	}
-	ctx, cancel := l.call()
-	got, err := l.w.client.Release(ctx, l.o.Queue, l.o.Owner, ids)
-	cancel()
-	if err != nil {
-		l.w.log.Warn("release failed; the messages wait for their leases to expire", "err", err, "n", len(ids))
-		return
-	}
-	l.o.Hooks.call(l.o.Hooks.Released, l.o.Queue, len(got))
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(ids)-len(got)) // taken over while they waited
-	l.w.log.Info("released messages that were not started", "n", len(got))
+func (l *loop) unwatch(j *job) {
+	l.watchMu.Lock()
+	delete(l.watched, j)
+	l.watchMu.Unlock()
 }

@@ -1,0 +1,181 @@
+package pgsweep
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// job is one message the Worker holds.
+type job struct {
+	d      Delivery // the loop's copy; the handler gets its own
+	ctx    context.Context
+	cancel context.CancelFunc
+	state  jobState
+	lost   bool // the lease is gone (or given back): the result is discarded
+	// expires is when the lease surely ends if it is not renewed, in Unix
+	// nanoseconds: the start of the claim or renewal that set it plus the
+	// lease. The database's expiry is later (it counts from when the
+	// statement runs), so a lease past this time is presumed lost. Atomic:
+	// the watchdog reads it.
+	expires atomic.Int64
+}
+
+func (j *job) setExpires(t time.Time)       { j.expires.Store(t.UnixNano()) }
+func (j *job) expiredAt(now time.Time) bool { return now.UnixNano() > j.expires.Load() }
+
+type jobState int
+
+const (
+	jobQueued  jobState = iota // claimed, waiting for a free handler
+	jobRunning                 // its handler runs
+	jobDone                    // its handler returned; the result waits for a flush
+)
+
+type result struct {
+	j   *job
+	err error
+}
+
+// failKey groups failures that are sent in one fail call.
+type failKey struct {
+	msg   string
+	after time.Duration
+	fixed bool // after is the handler's RetryAfter, not the queue's backoff
+}
+
+// claim claims up to n messages and queues them; it returns how many came.
+func (l *loop) claim(n int) (int, error) {
+	ctx, cancel := l.leaseCall()
+	defer cancel()
+	start := time.Now()
+	ds, err := l.w.client.Claim(ctx, l.o.Queue, l.o.Owner, n, l.o.Lease)
+	if err != nil {
+		return 0, err
+	}
+	l.take(ds, start)
+	return len(ds), nil
+}
+
+// take queues claimed deliveries; start is when the claim was sent.
+func (l *loop) take(ds []Delivery, start time.Time) {
+	l.o.Hooks.call(l.o.Hooks.Claimed, l.o.Queue, len(ds))
+	lost := 0
+	for i := range ds {
+		if old := l.held[ds[i].ID]; old != nil && l.lose(old) {
+			// Our own lease on it expired and this claim took it again: the
+			// owner is the same, so only we can fence the old attempt off.
+			lost++
+		}
+		jctx, jcancel := context.WithCancel(l.handlers)
+		j := &job{d: ds[i], ctx: jctx, cancel: jcancel}
+		j.setExpires(start.Add(l.o.Lease))
+		l.held[j.d.ID] = j
+		l.queue = append(l.queue, j)
+		l.watch(j)
+	}
+	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, lost)
+	if l.w.observe != nil {
+		l.w.observe(len(l.held) + l.zombies)
+	}
+}
+
+// start runs queued messages while handlers are free.
+func (l *loop) start() {
+	for l.running < l.o.Concurrency && len(l.queue) > 0 {
+		j := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		j.state = jobRunning
+		l.running++
+		d := j.d // the handler's own copy: what it does to it is no concern of the loop
+		go func() { l.results <- result{j, l.w.call(j.ctx, &d)} }()
+	}
+	if len(l.queue) == 0 {
+		l.queue = nil // let the backing array go
+	}
+}
+
+// accept records a handler's result.
+func (l *loop) accept(r result) {
+	l.running--
+	j := r.j
+	// The watchdog cancelled a handler whose lease expired: its result is
+	// most likely that cancellation, and the lease is presumed lost.
+	if !j.lost && j.ctx.Err() != nil && j.expiredAt(time.Now()) && l.lose(j) {
+		l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, 1)
+	}
+	j.cancel()
+	l.unwatch(j)
+	if j.lost {
+		l.zombies--
+		return
+	}
+	j.state = jobDone
+	l.pending++
+	if r.err == nil {
+		l.acks = append(l.acks, j.d.ID)
+		return
+	}
+	k := failKey{msg: r.err.Error()}
+	var ra *retryAfterError
+	if errors.As(r.err, &ra) {
+		k.after, k.fixed = ra.after, true
+	}
+	l.fails[k] = append(l.fails[k], j.d.ID)
+}
+
+// acceptReady accepts every result that is ready without waiting.
+func (l *loop) acceptReady() {
+	for {
+		select {
+		case r := <-l.results:
+			l.accept(r)
+		default:
+			return
+		}
+	}
+}
+
+// lose marks j's lease lost: its handler is cancelled and its result, now or
+// later, discarded. It reports whether j was not lost before; the caller
+// counts those for the LeasesLost hook.
+func (l *loop) lose(j *job) bool {
+	if j.lost {
+		return false
+	}
+	j.lost = true
+	j.cancel()
+	l.unwatch(j)
+	if l.held[j.d.ID] == j {
+		delete(l.held, j.d.ID)
+	}
+	switch j.state {
+	case jobQueued:
+		l.queue = slices.DeleteFunc(l.queue, func(x *job) bool { return x == j })
+	case jobRunning:
+		l.zombies++
+	case jobDone:
+		l.pending--
+		id := j.d.ID
+		l.acks = slices.DeleteFunc(l.acks, func(x int64) bool { return x == id })
+		for k, ids := range l.fails {
+			if ids = slices.DeleteFunc(ids, func(x int64) bool { return x == id }); len(ids) == 0 {
+				delete(l.fails, k)
+			} else {
+				l.fails[k] = ids
+			}
+		}
+	}
+	return true
+}
+
+// settle forgets ids whose results were sent (or dropped).
+func (l *loop) settle(ids []int64) {
+	for _, id := range ids {
+		delete(l.held, id)
+	}
+	l.pending -= len(ids)
+}
