@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 )
 
@@ -68,7 +69,8 @@ type Runner struct {
 	lastErr     error
 	interval    time.Duration // the last interval used, for health
 	warnedStats bool
-	interrupted bool // a pass was cancelled by a stop: its history rows are unfinished
+	interrupted bool   // a pass was cancelled by a stop: its history rows are unfinished
+	passPID     uint32 // the backend of the latest pass's connection (0: unknown)
 }
 
 const (
@@ -298,6 +300,11 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	if err != nil {
 		return nil, s, fmt.Errorf("connect: %w", err)
 	}
+	if pc, ok := conn.(interface{ PgConn() *pgconn.PgConn }); ok {
+		r.mu.Lock()
+		r.passPID = pc.PgConn().PID()
+		r.mu.Unlock()
+	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -384,6 +391,7 @@ func (r *Runner) releaseLeases() {
 		return
 	}
 	if interrupted {
+		r.awaitPassBackend(ctx, conn)
 		if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner,
 			"the runner stopped during this pass"); err != nil {
 			r.log.Warn("could not record the interrupted pass or release leases; they expire after their TTL", "error", redactErr(err))
@@ -391,6 +399,38 @@ func (r *Runner) releaseLeases() {
 		}
 	}
 	r.log.Info("released leases", "leases", names)
+}
+
+// awaitPassBackend waits until the backend of the cancelled pass is gone.
+// The pass's client saw the cancellation at once, but its backend may still
+// be running maintain() -- and commit the start of a part's run -- after
+// _maintain_fail_owner closed this owner's rows; that run would stay
+// 'running'. The backend exits once it sees the cancel request and the
+// closed socket; after a few seconds it is terminated.
+func (r *Runner) awaitPassBackend(ctx context.Context, conn Conn) {
+	r.mu.Lock()
+	pid := r.passPID
+	r.mu.Unlock()
+	if pid == 0 {
+		return
+	}
+	alive := func() bool {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int64(pid)).Scan(&n)
+		return err == nil && n > 0
+	}
+	terminate := time.Now().Add(3 * time.Second)
+	for alive() && ctx.Err() == nil {
+		if time.Now().After(terminate) {
+			r.log.Warn("the cancelled pass's backend is still running; terminating it", "pid", pid)
+			_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(pid))
+			terminate = time.Now().Add(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Health is the runner's health as /healthz reports it.
