@@ -1,0 +1,44 @@
+-- pgTAP: what a claim reads. It scans the claim index message_claim and
+-- never touches message_processed or message_dead, so its cost does not grow
+-- with the processed inbox rows and dead letters kept for retention. Counted
+-- with the statistics of this transaction (pg_stat_get_xact_*), which include
+-- the statements run inside claim().
+BEGIN;
+DELETE FROM pgsweep.message; DELETE FROM pgsweep.message_processed; DELETE FROM pgsweep.message_dead;
+DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
+SELECT plan(7);
+
+SELECT pgsweep.queue_create('in', 'inbox');
+-- 5,000 processed rows and 5,000 dead letters kept for retention, 200 live rows
+INSERT INTO pgsweep.message_processed (queue, id, key, payload, headers, attempts, created_at, processed_at)
+SELECT 'in', -g, 'p' || g, '{}', '{}', 1, now(), now() FROM generate_series(1, 5000) g;
+INSERT INTO pgsweep.message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+SELECT 'in', -5000 - g, 'd' || g, '{}', '{}', 10, 'x', now(), now() FROM generate_series(1, 5000) g;
+SELECT count(*) FROM pgsweep.send_batch('in', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 200)));
+
+-- scans of a relation: of a table, its sequential scans plus the scans of
+-- each of its indexes; of an index, its scans
+CREATE FUNCTION pg_temp.numscans(p_rel text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT pg_stat_get_xact_numscans(('pgsweep.' || p_rel)::regclass)
+         + coalesce((SELECT sum(pg_stat_get_xact_numscans(i.indexrelid)) FROM pg_index i
+                      WHERE i.indrelid = ('pgsweep.' || p_rel)::regclass), 0)::bigint
+$$;
+CREATE TEMP TABLE before AS
+SELECT r AS relname, pg_temp.numscans(r) AS scans FROM unnest(ARRAY['message_processed', 'message_dead', 'message_claim']) r;
+CREATE FUNCTION pg_temp.scans(p_rel text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT pg_temp.numscans(p_rel) - (SELECT scans FROM before WHERE relname = p_rel)
+$$;
+
+SELECT is((SELECT count(*) FROM pgsweep.claim('in', 'w1', 50, '30 seconds')), 50::bigint, 'claim 1 takes 50');
+SELECT is((SELECT count(*) FROM pgsweep.claim('in', 'w2', 50, '30 seconds')), 50::bigint, 'claim 2 takes 50');
+SELECT is((SELECT count(*) FROM pgsweep.claim('in', 'w3', 50, '30 seconds', now() + interval '2 seconds')), 50::bigint, 'claim 3 (a rescan from the head) takes 50');
+
+SELECT ok(pg_temp.scans('message_claim') >= 3, 'the claims scanned the claim index message_claim');
+SELECT is(pg_temp.scans('message_processed'), 0::bigint, 'the claims never scanned message_processed (processed inbox rows kept for retention)');
+SELECT is(pg_temp.scans('message_dead'), 0::bigint, 'the claims never scanned message_dead (dead letters kept for retention)');
+-- the counting works: an inbox send checks both tables for its key
+SELECT pgsweep.send('in', '{}', '{}', 'new-key');
+SELECT ok(pg_temp.scans('message_processed') > 0 AND pg_temp.scans('message_dead') > 0, 'a send of an inbox key does scan them: the counts above can see a scan');
+
+SELECT * FROM finish();
+ROLLBACK;
