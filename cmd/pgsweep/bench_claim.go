@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -470,6 +472,12 @@ func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
 	}
 	stopProgress := b.progress("worker", &done)
 	defer stopProgress()
+	stopHeap := b.peakHeap()
+	defer func() {
+		peak, base := stopHeap()
+		fmt.Fprintf(b.out, "worker: Go heap %.1f MiB before, peak %.1f MiB while %d Workers (batch %d) drained the queue\n",
+			float64(base)/(1<<20), float64(peak)/(1<<20), b.w, b.b)
+	}()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -483,6 +491,43 @@ func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
 		return 0, ctx.Err()
 	}
 	return d, nil
+}
+
+// peakHeap samples the Go heap (live and not yet collected objects, so the
+// peak includes garbage up to the next collection) every 10ms until the returned function is called, which reports the peak and the
+// first sample. It shows the Workers hold what their batches hold, no more.
+func (b *claimBench) peakHeap() func() (peak, base uint64) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	runtime.GC() // the base without the enqueue's garbage
+	base := read()
+	var peak atomic.Uint64
+	peak.Store(base)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v := read(); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	return func() (uint64, uint64) {
+		close(stop)
+		<-done
+		return peak.Load(), base
+	}
 }
 
 // median of xs (not empty); xs is not changed.

@@ -20,7 +20,7 @@ func TestBenchClaimSmall(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{"pop limit", "seed-003 claim CTE", "pgsweep claim + complete", "CompleteAndClaim",
-		"Go Worker", "pgsweep / seed-003", "pgsweep / pop", "Worker / pgsweep"} {
+		"Go Worker", "pgsweep / seed-003", "pgsweep / pop", "Worker / pgsweep", "worker: Go heap"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
