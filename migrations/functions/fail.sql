@@ -3,6 +3,9 @@
 -- the others wait for a retry: status 'failed', owner cleared, visible again
 -- after p_retry_after or the queue's exponential backoff:
 --     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
+-- shortened by the queue's backoff_jitter: each call draws one factor r in
+-- [1 - backoff_jitter, 1] and waits delay * r, so that messages failed at
+-- the same moment (an outage) by many workers do not all come back at once.
 -- Acts only on rows p_owner still holds (see ack.sql on fencing).
 --
 -- The retry times are computed into an array indexed by attempt before the
@@ -22,6 +25,7 @@ DECLARE
     v_due timestamptz[];
     v_k int := 1;
     v_delay interval;
+    v_jitter double precision;
     v_error text := left(p_error, 10000);
 BEGIN
     PERFORM _check_text('p_owner', p_owner);
@@ -35,9 +39,10 @@ BEGIN
     IF p_retry_after IS NOT NULL THEN
         v_due := ARRAY[v_now + p_retry_after];
     ELSE
+        v_jitter := 1 - v_q.backoff_jitter * random();
         LOOP
             v_delay := least(v_q.backoff_max, v_q.backoff_base * power(2, v_k - 1));
-            v_due[v_k] := v_now + v_delay;
+            v_due[v_k] := v_now + v_delay * v_jitter;
             EXIT WHEN v_delay >= v_q.backoff_max OR v_k >= v_q.max_attempts OR v_q.backoff_base = interval '0';
             v_k := v_k + 1;
         END LOOP;

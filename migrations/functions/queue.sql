@@ -66,6 +66,8 @@ $$;
 --   max_attempts        1..1000
 --   backoff_base        '0 seconds'..'1 day'
 --   backoff_max         backoff_base..'7 days'
+--   backoff_jitter      0..1: each fail call draws its delays from
+--                       [delay * (1 - jitter), delay]; 0 = exact
 --   lease_default       '1 second'..'1 hour'
 --   claim_rescan        '0 seconds'..'1 minute': how long claims may trust the
 --                       claim cursor (see claim.sql); 0 = exact oldest-first order
@@ -90,9 +92,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
-        IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'lease_default',
+        IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
                          'processed_retention', 'dead_retention', 'claim_rescan') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, lease_default, processed_retention, dead_retention, claim_rescan)', v_key
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -122,6 +124,14 @@ BEGIN
             v_q.backoff_max := (p_settings->>'backoff_max')::interval;
         END IF;
         PERFORM _check_interval('backoff_max', v_q.backoff_max, v_q.backoff_base, interval '7 days');
+        IF p_settings ? 'backoff_jitter' THEN
+            v_setting := 'backoff_jitter';
+            v_q.backoff_jitter := (p_settings->>'backoff_jitter')::double precision;
+            IF v_q.backoff_jitter IS NULL OR NOT v_q.backoff_jitter BETWEEN 0 AND 1 THEN
+                RAISE EXCEPTION 'backoff_jitter must be a number between 0 and 1, got %', coalesce(p_settings->>'backoff_jitter', 'null')
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
         IF p_settings ? 'lease_default' THEN
             v_setting := 'lease_default';
             v_q.lease_default := (p_settings->>'lease_default')::interval;
@@ -154,6 +164,7 @@ BEGIN
                     WHEN 'max_attempts' THEN 'an integer between 1 and 1000'
                     WHEN 'backoff_base' THEN 'an interval between 0 seconds and 1 day'
                     WHEN 'backoff_max' THEN 'an interval between backoff_base and 7 days'
+                    WHEN 'backoff_jitter' THEN 'a number between 0 and 1'
                     WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
                     WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
@@ -165,6 +176,7 @@ BEGIN
        SET max_attempts = v_q.max_attempts,
            backoff_base = v_q.backoff_base,
            backoff_max = v_q.backoff_max,
+           backoff_jitter = v_q.backoff_jitter,
            lease_default = v_q.lease_default,
            claim_rescan = v_q.claim_rescan,
            processed_retention = v_q.processed_retention,
