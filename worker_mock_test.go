@@ -24,6 +24,25 @@ func oneDelivery(id int64) *pgxmock.Rows {
 	return pgxmock.NewRows(claimCols).AddRow(id, nil, []byte(`1`), []byte(`{}`), int32(1), now, now.Add(time.Minute))
 }
 
+// startRun runs w; stop cancels Run's context and returns Run's error, or
+// fails the test when Run does not return.
+func startRun(t *testing.T, w *pgsweep.Worker) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run did not return")
+			return nil
+		}
+	}
+}
+
 // runMockWorker runs a Worker on mock until until() is true, then stops it
 // and returns Run's error.
 func runMockWorker(t *testing.T, mock pgxmock.PgxPoolIface, h pgsweep.Handler, o pgsweep.WorkerOptions, until func() bool) error {
@@ -33,18 +52,9 @@ func runMockWorker(t *testing.T, mock pgxmock.PgxPoolIface, h pgsweep.Handler, o
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := startRun(t, w)
 	waitFor(t, "the scripted calls", until)
-	cancel()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return")
-		return nil
-	}
+	return stop()
 }
 
 // A completion that fails on the way to the database is kept and sent again;
@@ -163,23 +173,15 @@ func TestWorkerCancelsExpiredHandlersWhileACallHangs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := startRun(t, w)
 	<-db.started // the loop now waits on the hanging completion
 	select {
 	case <-cancelled:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the expired handler was not cancelled while the loop waited on the database")
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return after the shutdown deadline cut the hanging call")
+	if err := stop(); err != nil { // the shutdown deadline cuts the hanging call
+		t.Fatal(err)
 	}
 }
 
@@ -199,17 +201,9 @@ func TestWorkerShutdownDeadlineCutsAHangingCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := startRun(t, w)
 	<-db.started // the renewal hangs; the loop waits on it
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return: the deadline did not cut the hanging renewal")
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
