@@ -40,9 +40,9 @@ BEGIN
                  OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
         RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at
     )
-    INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error)
+    INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error, parked_until)
     SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
-           v_visible, d.created_at, d.last_error
+           v_visible, d.created_at, d.last_error, CASE WHEN v_visible > v_now THEN v_visible END
       FROM d
     RETURNING m.id;
     IF FOUND THEN

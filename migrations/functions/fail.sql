@@ -61,7 +61,8 @@ BEGIN
 
     RETURN QUERY
     UPDATE message m
-       SET status = 'failed', owner = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error
+       SET status = 'failed', owner = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error,
+           parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN v_due[least(m.attempt, v_k)] END
      WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt < v_q.max_attempts
     RETURNING m.id, false;
 END

@@ -58,13 +58,14 @@ DECLARE
     v_id bigint;
     v_headers jsonb := coalesce(p_headers, '{}');
     v_visible timestamptz := coalesce(p_deliver_at, p_now);
+    v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
 BEGIN
     IF p_q.kind = 'inbox' AND p_key IS NOT NULL THEN
         IF _inbox_key_kept(p_q.name, p_key) THEN
             RETURN NULL;
         END IF;
-        INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at)
-        VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, p_now)
+        INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until)
+        VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, p_now, v_parked)
         ON CONFLICT (queue, key) WHERE dedup DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
@@ -75,8 +76,8 @@ BEGIN
             RETURN NULL;
         END IF;
     ELSE
-        INSERT INTO message (queue, key, payload, headers, visible_at, created_at)
-        VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, p_now)
+        INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until)
+        VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, p_now, v_parked)
         RETURNING id INTO v_id;
     END IF;
     RETURN v_id;
@@ -150,9 +151,9 @@ BEGIN
         -- Ids are drawn first so that they can be returned in input order
         -- (INSERT … RETURNING does not promise an order).
         v_ids := ARRAY(SELECT nextval('message_id_seq') FROM generate_series(1, v_n));
-        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at)
+        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until)
         SELECT v_q.name, v_ids[g], p_keys[g], p_payloads[g], coalesce(p_headers[g], '{}'),
-               coalesce(p_deliver_at[g], v_now), v_now
+               coalesce(p_deliver_at[g], v_now), v_now, CASE WHEN p_deliver_at[g] > v_now THEN p_deliver_at[g] END
           FROM generate_series(1, v_n) g;
         v_any := true;
     END IF;

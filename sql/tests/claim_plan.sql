@@ -1,12 +1,14 @@
 -- pgTAP: what a claim reads. It scans the claim index message_claim and
 -- never touches message_processed or message_dead, so its cost does not grow
--- with the processed inbox rows and dead letters kept for retention. Counted
+-- with the processed inbox rows and dead letters kept for retention; and it
+-- does not walk the rows that are not due yet (parked: scheduled messages,
+-- retries in backoff), so its cost does not grow with them either. Counted
 -- with the statistics of this transaction (pg_stat_get_xact_*), which include
 -- the statements run inside claim().
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.message_processed; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
-SELECT plan(7);
+SELECT plan(12);
 
 SELECT pgsweep.queue_create('in', 'inbox');
 -- 5,000 processed rows and 5,000 dead letters kept for retention, 200 live rows
@@ -39,6 +41,26 @@ SELECT is(pg_temp.scans('message_dead'), 0::bigint, 'the claims never scanned me
 -- the counting works: an inbox send checks both tables for its key
 SELECT pgsweep.send('in', '{}', '{}', 'new-key');
 SELECT ok(pg_temp.scans('message_processed') > 0 AND pg_temp.scans('message_dead') > 0, 'a send of an inbox key does scan them: the counts above can see a scan');
+
+-- 20,000 messages scheduled for tomorrow, 100 due now, on a queue of their own
+SELECT pgsweep.queue_create('sched');
+SELECT count(*) FROM pgsweep.send_batch('sched', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 10000)), NULL, NULL,
+                                        ARRAY(SELECT now() + interval '1 day' FROM generate_series(1, 10000)));
+SELECT count(*) FROM pgsweep.send_batch('sched', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 10000)), NULL, NULL,
+                                        ARRAY(SELECT now() + interval '1 day' FROM generate_series(1, 10000)));
+SELECT count(*) FROM pgsweep.send_batch('sched', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 100)));
+SELECT is((SELECT count(*) FROM pgsweep.message WHERE queue = 'sched' AND parked_until IS NOT NULL), 20000::bigint, 'scheduled messages are parked');
+CREATE FUNCTION pg_temp.returned(p_index text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT pg_stat_get_xact_tuples_returned(('pgsweep.' || p_index)::regclass)
+$$;
+CREATE TEMP TABLE returned_before AS SELECT pg_temp.returned('message_claim') AS claim_idx, pg_temp.returned('message_parked') AS parked_idx;
+-- claims that rescan from the head and come up short: the costly kind
+SELECT is((SELECT count(*) FROM pgsweep.claim('sched', 'w', 60, '30 seconds', now() + interval '2 seconds')), 60::bigint, 'a rescan takes 60 due messages');
+SELECT is((SELECT count(*) FROM pgsweep.claim('sched', 'w', 60, '30 seconds', now() + interval '4 seconds')), 40::bigint, 'a short claim takes the other 40');
+SELECT ok(pg_temp.returned('message_claim') - (SELECT claim_idx FROM returned_before) < 1000,
+    'the claims walked fewer than 1,000 claim-index entries past 20,000 scheduled messages');
+SELECT ok(pg_temp.returned('message_parked') - (SELECT parked_idx FROM returned_before) < 10,
+    'their promotion probes found no parked row due');
 
 SELECT * FROM finish();
 ROLLBACK;
