@@ -30,7 +30,7 @@ func (c *counters) hooks() pgsweep.Hooks {
 	}
 }
 
-func startWorker(t *testing.T, db *pgtest.DB, h pgsweep.Handler, o pgsweep.WorkerOptions) (stop func() error) {
+func startWorker(t *testing.T, db *pgtest.DB, h pgsweep.Handler, o pgsweep.WorkerOptions, configure ...func(*pgsweep.Worker)) (stop func() error) {
 	t.Helper()
 	o.Schema = db.Schema
 	if o.Logger == nil {
@@ -39,6 +39,9 @@ func startWorker(t *testing.T, db *pgtest.DB, h pgsweep.Handler, o pgsweep.Worke
 	w, err := pgsweep.NewWorker(db.Pool, h, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range configure {
+		f(w)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -98,17 +101,21 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cnt counters
+	var claims atomic.Int64
 	got := make(chan string, 10)
 	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		got <- string(d.Payload)
 		return nil
-	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: time.Hour, Hooks: cnt.hooks()})
-	// Let the worker's first claim (empty) and its LISTEN happen first.
-	waitFor(t, "LISTEN", func() bool {
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: time.Hour, Hooks: cnt.hooks()},
+		func(w *pgsweep.Worker) { pgsweep.ObserveHeld(w, func(int) { claims.Add(1) }) })
+	// Let the worker's first claim (empty), its LISTEN and the claim it
+	// makes once it listens (empty too) happen first: after them, with
+	// polling an hour away, only a notification can bring the next claim.
+	waitFor(t, "LISTEN and the claim after it", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
 			"LISTEN "+pgx.Identifier{pgsweep.NotifyChannel(db.Schema)}.Sanitize()).Scan(&n)
-		return n > 0
+		return n > 0 && claims.Load() >= 2
 	})
 	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"hello"`)}); err != nil {
 		t.Fatal(err)

@@ -61,8 +61,9 @@ SELECT throws_ok($$SELECT pgsweep.queue_create('', 'outbox')$$, '22023',
     'p_queue must be a non-empty string of at most 200 characters, got an empty string', 'empty queue name');
 SELECT set_eq('SELECT * FROM pgsweep.queue', 'SELECT * FROM q_before', 'failed queue calls changed nothing');
 
--- send: ids, defaults, notification
-LISTEN pgsweep_messages;
+-- send: ids, defaults, the notification channel's name. (Delivery of the
+-- notification needs a commit, which a pgTAP file rolls back: the Go tests
+-- TestWorkerWakesOnNotify and TestReadmeDocsQueuesFromPsql prove it.)
 SELECT ok(pgsweep.send('out', '{"n": 1}') IS NOT NULL, 'send returns an id');
 SELECT results_eq($$SELECT status, attempt, headers, key, owner FROM pgsweep.message WHERE queue = 'out'$$,
     $$VALUES ('pending'::text, 0, '{}'::jsonb, NULL::text, NULL::text)$$, 'a sent message is pending with attempt 0');
