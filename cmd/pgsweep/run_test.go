@@ -175,7 +175,10 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	}
 	for {
 		var n int
-		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'sigterm-test' AND part = 'recovery' AND status = 'running'").Scan(&n); err != nil {
+		// A running recovery run is not enough: it may be a pass that read
+		// slow before the flip and is about to finish. Wait for the sleep.
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'sigterm-test' AND part = 'recovery' AND status = 'running'"+
+			" AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgsweep run sigterm-test' AND wait_event = 'PgSleep')").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
