@@ -282,3 +282,29 @@ func TestRequeueDead(t *testing.T) {
 		t.Fatalf("RequeueDead(nil ids) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// Release gives back only what the owner holds, takes the attempt back, and
+// the message is due again at once.
+func TestClientRelease(t *testing.T) {
+	db := pgtest.New(t, 2)
+	ctx := context.Background()
+	seedQueue(t, db, 3, 2)
+	ds, err := db.Client.Claim(ctx, "q", "w", 2, time.Minute)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	if got, err := db.Client.Release(ctx, "q", "other", ids(ds)); err != nil || len(got) != 0 {
+		t.Fatalf("another owner released %v, %v", got, err)
+	}
+	got, err := db.Client.Release(ctx, "q", "w", ids(ds[:1]))
+	if err != nil || !slices.Equal(got, []int64{ds[0].ID}) {
+		t.Fatalf("Release = %v, %v; want [%d]", got, err, ds[0].ID)
+	}
+	again, err := db.Client.Claim(ctx, "q", "w2", 2, time.Minute)
+	if err != nil || len(again) != 1 || again[0].ID != ds[0].ID || again[0].Attempt != 1 {
+		t.Fatalf("after release: %+v %v; want message %d at attempt 1", again, err, ds[0].ID)
+	}
+	if _, err := db.Client.Release(ctx, "q", "", ids(ds)); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+		t.Fatalf("Release with an empty owner: %v, want ErrInvalidArgument", err)
+	}
+}
