@@ -200,3 +200,85 @@ func TestInboxDedupConcurrent(t *testing.T) {
 	}
 	t.Logf("%d keys, %d sends, %d completed and %d dead-lettered while senders raced", keys, keys*senders, completes, fails)
 }
+
+// Parked rows coming due under many claimers at once (the promotion step's
+// SKIP LOCKED path): 3,000 messages scheduled a moment ahead, 24 claimers on
+// their own connections claiming and completing in a loop. Every message is
+// claimed exactly once, none is left parked or behind, and no claimer waits
+// for another (lock_timeout would fail it).
+func TestParkedRowsComeDueUnderConcurrentClaims(t *testing.T) {
+	db := pgtest.New(t, 2)
+	ctx := context.Background()
+	const messages, claimers, batch = 3000, 24, 20
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(500 * time.Millisecond)
+	ms := make([]pgsweep.Message, messages)
+	for i := range ms {
+		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i)), DeliverAt: due.Add(time.Duration(i%10) * 10 * time.Millisecond)}
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "message", "parked_until IS NOT NULL"); n != messages {
+		t.Fatalf("%d of %d scheduled messages parked", n, messages)
+	}
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	errs := make(chan error, claimers)
+	var wg sync.WaitGroup
+	for i := range claimers {
+		conn := pgtest.Conn(t, db.URL)
+		if _, err := conn.Exec(ctx, "SET lock_timeout = '2s'"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner := fmt.Sprintf("w%d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(60 * time.Second) // liveness only
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := len(seen) == messages
+				mu.Unlock()
+				if done {
+					return
+				}
+				ds, err := c.Claim(ctx, "q", owner, batch, time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					if prev, dup := seen[d.ID]; dup {
+						mu.Unlock()
+						errs <- fmt.Errorf("message %d claimed by %s and %s", d.ID, prev, owner)
+						return
+					}
+					seen[d.ID] = owner
+				}
+				mu.Unlock()
+				if len(ds) > 0 {
+					if _, err := c.Complete(ctx, "q", owner, ids(ds)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != messages || count(t, db, "message", "true") != 0 {
+		t.Fatalf("%d of %d messages claimed, %d rows left", len(seen), messages, count(t, db, "message", "true"))
+	}
+}
