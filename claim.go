@@ -188,8 +188,10 @@ func (c *Client) QueueCreate(ctx context.Context, queue string, kind QueueKind, 
 }
 
 // QueueConfigure changes a queue's settings: keys max_attempts, backoff_base,
-// backoff_max, lease_default, processed_retention, dead_retention (intervals
-// as PostgreSQL interval text such as "30 seconds"; nil retention = forever).
+// backoff_max, backoff_jitter (a number 0..1), lease_default, claim_rescan,
+// processed_retention, dead_retention (intervals as PostgreSQL interval text
+// such as "30 seconds"; nil retention = forever). docs/queues.md has the
+// ranges; a value out of range is an ErrInvalidArgument and changes nothing.
 func (c *Client) QueueConfigure(ctx context.Context, queue string, settings map[string]any) error {
 	b, err := json.Marshal(settings)
 	if err != nil {

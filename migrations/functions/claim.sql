@@ -75,7 +75,9 @@ DECLARE
     v_to_at timestamptz;
     v_to_id bigint;
     v_tids tid[];
+    v_ids bigint[];
     v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
     v_n int := 0;
     v_at timestamptz;
     v_id bigint;
@@ -116,18 +118,25 @@ BEGIN
     -- Parked rows that came due join the claim index, where the scans below
     -- (or the next claims) find them. When none is due this is one probe of
     -- message_parked; rows other claims are promoting are skipped.
-    UPDATE message m SET parked_until = NULL
-     WHERE m.queue = p_queue
-       AND m.ctid = ANY (ARRAY(SELECT p.ctid FROM message p
-                                WHERE p.queue = p_queue AND p.parked_until <= v_now
-                                ORDER BY p.parked_until
-                                LIMIT 4 * p_batch
-                                  FOR UPDATE SKIP LOCKED));
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
     FOR pass IN 1 .. 2 LOOP
-        SELECT array_agg(c.ctid),
+        SELECT array_agg(c.ctid), array_agg(c.id),
                (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
                (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
-          INTO v_tids, v_at, v_id
+          INTO v_tids, v_ids, v_at, v_id
           FROM (SELECT s.ctid, s.created_at, s.id
                   FROM message s
                  WHERE s.queue = p_queue AND s.parked_until IS NULL
@@ -139,6 +148,7 @@ BEGIN
                    FOR UPDATE SKIP LOCKED) c;
         IF v_tids IS NOT NULL THEN
             v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
             v_n := cardinality(v_all);
             IF v_last_at IS NULL THEN -- pass 1's rows are the newest
                 v_last_at := v_at;
@@ -176,7 +186,7 @@ BEGIN
     WITH claimed AS (
         UPDATE message m
            SET status = 'processing', owner = p_owner, attempt = m.attempt + 1, visible_at = v_until
-         WHERE m.queue = p_queue AND m.ctid = ANY (v_all)
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
         RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at
     )
     SELECT * FROM claimed ORDER BY 6, 1;

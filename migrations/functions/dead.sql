@@ -5,7 +5,7 @@
 -- `message` as pending with its id, key, payload, headers and created_at, a
 -- fresh set of attempts, and its last error kept for reference. It is due at
 -- p_deliver_at (NULL = now). Being older than the claim cursor, it is taken by
--- the next rescan, within about a second (see claim.sql).
+-- the next rescan, within about the queue's claim_rescan (see claim.sql).
 --
 -- Inbox keys: a dead letter holds its key (send refuses duplicates of it), so
 -- requeueing is the way to process a dead inbox message again. A dead letter
