@@ -20,7 +20,8 @@ import (
 )
 
 // 100,000 inbox messages, 32 workers each on connections of its own, random
-// handler failures, poison messages that always fail, workers that crash
+// handler failures (retried after a 20-100ms backoff, so parked and promoted
+// again by claims), poison messages that always fail, workers that crash
 // (stop renewing, never complete or release anything: CrashWorker) and
 // workers that restart gracefully (a deploy: they release what they claimed
 // but did not start); a new incarnation with a new owner takes the slot. A
@@ -52,16 +53,16 @@ func TestWorkerStress(t *testing.T) {
 	if err := c.QueueCreate(ctx, "stress", pgsweep.Inbox, maxAttempts); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.QueueConfigure(ctx, "stress", map[string]any{"backoff_base": "0 seconds", "backoff_max": "0 seconds"}); err != nil {
+	if err := c.QueueConfigure(ctx, "stress", map[string]any{"backoff_base": "20 milliseconds", "backoff_max": "100 milliseconds"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE UNLOGGED TABLE %[1]s.grant_log (seq bigserial PRIMARY KEY, id bigint, owner text, attempt int,
-		                                      visible_at timestamptz, status text);
+		                                      visible_at timestamptz, status text, parked boolean);
 		CREATE FUNCTION %[1]s.grant_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			INSERT INTO %[1]s.grant_log (id, owner, attempt, visible_at, status)
-			VALUES (NEW.id, NEW.owner, NEW.attempt, NEW.visible_at, NEW.status);
+			INSERT INTO %[1]s.grant_log (id, owner, attempt, visible_at, status, parked)
+			VALUES (NEW.id, NEW.owner, NEW.attempt, NEW.visible_at, NEW.status, NEW.parked_until IS NOT NULL);
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER grant_log AFTER UPDATE ON %[1]s.message
@@ -348,6 +349,14 @@ func TestWorkerStress(t *testing.T) {
 			t.Fatalf("message %d attempt %d granted to %s, which never ran it, did not crash, and nobody took it over", k[0], k[1], owner)
 		}
 		skipped++
+	}
+	// Retries wait out a backoff of 20-100ms, so they are parked and come
+	// back through the claims' promotion: that path ran under all 32 workers.
+	if n := count(t, db, "grant_log", "parked"); n == 0 {
+		t.Fatal("no retry was parked: the promotion path was not exercised")
+	}
+	if n := count(t, db, "message", "true"); n != 0 {
+		t.Fatalf("%d rows left (parked or not)", n)
 	}
 	if int64(releases) != released.Load() {
 		t.Fatalf("the log shows %d releases, the workers reported %d", releases, released.Load())
