@@ -65,11 +65,18 @@ func TestWorkerRetriesAFailedCompletion(t *testing.T) {
 	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{7}).WillReturnError(errors.New("connection reset"))
 	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{7}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(7)))
+	runUntilCompleted(t, mock, 1)
+}
+
+// runUntilCompleted runs a Worker with a no-op handler (batch 10, lease a
+// minute, no polling) on mock until n messages were completed.
+func runUntilCompleted(t *testing.T, mock pgxmock.PgxPoolIface, n int64) {
+	t.Helper()
 	var completed atomic.Int64
 	err := runMockWorker(t, mock, func(context.Context, *pgsweep.Delivery) error { return nil },
 		pgsweep.WorkerOptions{Batch: 10, Lease: time.Minute, PollInterval: time.Hour,
-			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { completed.Add(int64(n)) }}},
-		func() bool { return completed.Load() == 1 })
+			Hooks: pgsweep.Hooks{Completed: func(_ string, k int) { completed.Add(int64(k)) }}},
+		func() bool { return completed.Load() == n })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,17 +87,10 @@ func TestWorkerRetriesAFailedCompletion(t *testing.T) {
 func TestWorkerRetriesAFailedClaim(t *testing.T) {
 	mock, _ := newMockClient(t)
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnError(errors.New("connection refused"))
-	var claimed atomic.Int64
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnRows(oneDelivery(8))
 	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{8}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(8)))
-	err := runMockWorker(t, mock, func(context.Context, *pgsweep.Delivery) error { return nil },
-		pgsweep.WorkerOptions{Batch: 10, Lease: time.Minute, PollInterval: time.Hour,
-			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { claimed.Add(int64(n)) }}},
-		func() bool { return claimed.Load() == 1 })
-	if err != nil {
-		t.Fatal(err)
-	}
+	runUntilCompleted(t, mock, 1)
 }
 
 // While renewals fail, a lease is presumed lost once its expiry passed:
