@@ -18,16 +18,22 @@ func (l *loop) completeAndClaim(n int) (int, error) {
 		l.flushErr = true
 		return 0, err
 	}
-	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(l.acks)-len(done))
-	l.settle(l.acks)
-	l.acks = l.acks[:0]
+	l.completed(done)
 	l.flushBackoff = 0
 	if err != nil {
 		return 0, err
 	}
 	l.take(ds, start)
 	return len(ds), nil
+}
+
+// completed settles the acks a complete call was sent for: done are the ids
+// it acted on, the rest were leases lost meanwhile.
+func (l *loop) completed(done []int64) {
+	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
+	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(l.acks)-len(done))
+	l.settle(l.acks)
+	l.acks = l.acks[:0]
 }
 
 // flush sends the results that wait: one complete for all successes, one
@@ -51,10 +57,7 @@ func (l *loop) flush(ctx context.Context) {
 			l.w.log.Error("complete failed; will retry", "err", err, "n", len(l.acks))
 			l.flushErr = true
 		default:
-			o.Hooks.call(o.Hooks.Completed, o.Queue, len(done))
-			o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(l.acks)-len(done))
-			l.settle(l.acks)
-			l.acks = l.acks[:0]
+			l.completed(done)
 		}
 	}
 	for k, ids := range l.fails {
@@ -141,13 +144,10 @@ func (l *loop) renew() {
 func (l *loop) releaseQueued() {
 	ids := make([]int64, 0, len(l.queue))
 	for _, j := range l.queue {
-		j.lost = true
-		j.cancel()
-		l.unwatch(j)
-		delete(l.held, j.d.ID)
+		l.drop(j)
 		ids = append(ids, j.d.ID)
 	}
-	l.queue = nil
+	l.queue = nil // all of it, at once (lose would take them out one by one)
 	if len(ids) == 0 {
 		return
 	}

@@ -146,12 +146,7 @@ func (l *loop) lose(j *job) bool {
 	if j.lost {
 		return false
 	}
-	j.lost = true
-	j.cancel()
-	l.unwatch(j)
-	if l.held[j.d.ID] == j {
-		delete(l.held, j.d.ID)
-	}
+	l.drop(j)
 	switch j.state {
 	case jobQueued:
 		l.queue = slices.DeleteFunc(l.queue, func(x *job) bool { return x == j })
@@ -170,6 +165,17 @@ func (l *loop) lose(j *job) bool {
 		}
 	}
 	return true
+}
+
+// drop marks j lost and lets it go: its context is cancelled and it is no
+// longer held or watched. lose also takes it out of wherever it waits.
+func (l *loop) drop(j *job) {
+	j.lost = true
+	j.cancel()
+	l.unwatch(j)
+	if l.held[j.d.ID] == j {
+		delete(l.held, j.d.ID)
+	}
 }
 
 // settle forgets ids whose results were sent (or dropped).
