@@ -92,8 +92,8 @@ func readmePsql(t *testing.T) string {
 	if _, err := os.Stat(debian); err == nil {
 		return debian
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("psql is not on PATH nor at %s (CI=true requires it)", debian)
+	if os.Getenv("CI") != "" { // as internal/pgtest: in CI nothing skips
+		t.Fatalf("psql is not on PATH nor at %s (CI=%s requires it)", debian, os.Getenv("CI"))
 	}
 	t.Skipf("psql is not on PATH nor at %s", debian)
 	return ""
