@@ -45,6 +45,20 @@ pgtap:
 gotest:
 	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...
 
+.PHONY: migration migration-sync migration-release
+## migration: NAME=what FILES="lease.sql claim.sql": a new migration carrying those sql/functions files in full
+migration:
+	@test -n "$(NAME)" || { echo 'usage: make migration NAME=what FILES="a.sql b.sql"'; exit 2; }
+	$(GO) run ./internal/migrationgen new $(NAME) $(FILES)
+
+## migration-sync: copy sql/functions into the unreleased migrations that include them; record checksums
+migration-sync:
+	$(GO) run ./internal/migrationgen sync
+
+## migration-release: freeze every migration (run when a version ships)
+migration-release:
+	$(GO) run ./internal/migrationgen release
+
 .PHONY: test-cron
 ## test-cron: opt-in: schedule maintain() with pg_cron and wait (at most 75 s) for a real run
 test-cron:

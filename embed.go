@@ -5,15 +5,15 @@ import (
 	"io/fs"
 )
 
-// migrationFiles holds the tern migrations and the function files they include
-// as templates (migrations/functions/*.sql, also reachable as sql/functions).
+// migrationFiles holds the tern migrations. Each carries the full text of
+// the functions it installs (copied from sql/functions when it was written,
+// frozen once shipped), so nothing else is needed to apply them.
 //
-//go:embed migrations/*.sql migrations/functions/*.sql
+//go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// MigrationsFS returns the embedded migrations directory: NNN_*.sql at its
-// root and the shared function templates under functions/. It is laid out the
-// way tern's LoadMigrations expects.
+// MigrationsFS returns the embedded migrations directory (NNN_*.sql), laid
+// out the way tern's LoadMigrations expects.
 func MigrationsFS() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {

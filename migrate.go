@@ -117,10 +117,8 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string) (MigrateResult,
 
 // MigrateTo is Migrate stopping at version (-1: the latest). It only moves
 // forward: a target below the installed version is an error, because down
-// migrations would drop data. It is meant for upgrade tests: every migration
-// installs the function files as they are in this release, so the functions
-// of an intermediate version may use columns that only a later migration
-// adds. Run the installed database at the latest version.
+// migrations would drop data. Migrations are frozen once shipped, so the
+// install it leaves at version N is the release at N.
 func MigrateTo(ctx context.Context, conn *pgx.Conn, schema string, version int32) (MigrateResult, error) {
 	if err := ValidateSchema(schema); err != nil {
 		return MigrateResult{}, err

@@ -8,5 +8,410 @@ SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 ALTER TABLE queue ADD COLUMN claim_rescan interval NOT NULL DEFAULT '1 second'
     CHECK (claim_rescan BETWEEN interval '0 seconds' AND interval '1 minute');
 
-{{ template "functions/queue.sql" . }}
-{{ template "functions/claim.sql" . }}
+-- pgsweep:include functions/queue.sql
+-- Queues: creation, settings, and the lookup every message function starts with.
+
+-- _queue_get returns the queue row or raises 22023 naming p_queue. Every
+-- message function calls it first: an unknown queue is the caller's error and
+-- nothing may change.
+CREATE OR REPLACE FUNCTION _queue_get(p_queue text)
+RETURNS queue
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+BEGIN
+    PERFORM _check_text('p_queue', p_queue);
+    SELECT * INTO v_q FROM queue WHERE name = p_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'p_queue must name an existing queue, got unknown queue "%"', p_queue
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v_q;
+END
+$$;
+
+-- queue_create is idempotent so that every application instance can call it
+-- at start-up. A second call with another max_attempts updates it (the code's
+-- latest word wins); changing the kind of an existing queue is refused,
+-- because outbox and inbox rows are completed differently.
+CREATE OR REPLACE FUNCTION queue_create(p_queue text, p_kind text DEFAULT 'outbox', p_max_attempts int DEFAULT 10)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kind text;
+    v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
+BEGIN
+    PERFORM _check_text('p_queue', p_queue);
+    IF p_kind IS NULL OR p_kind NOT IN ('outbox', 'inbox') THEN
+        RAISE EXCEPTION 'p_kind must be outbox or inbox, got %', coalesce(p_kind, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM _check_int('p_max_attempts', p_max_attempts, 1, 1000);
+
+    INSERT INTO queue (name, kind, max_attempts) VALUES (p_queue, p_kind, p_max_attempts)
+    ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        -- The claim cursor, at the head: otherwise the queue's first claims
+        -- would race to insert it and wait for each other once.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, '-infinity', -9223372036854775808, '-infinity')
+        ON CONFLICT (queue) DO NOTHING;
+        RETURN;
+    END IF;
+    SELECT kind INTO v_kind FROM queue WHERE name = p_queue FOR UPDATE;
+    IF v_kind <> p_kind THEN
+        RAISE EXCEPTION 'p_kind must match the existing queue "%" (%), got %', p_queue, v_kind, p_kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now
+     WHERE name = p_queue AND max_attempts <> p_max_attempts;
+END
+$$;
+
+-- queue_configure changes a queue's settings. p_settings is a JSON object
+-- whose keys are the settings to change (others stay):
+--   max_attempts        1..1000
+--   backoff_base        '0 seconds'..'1 day'
+--   backoff_max         backoff_base..'7 days'
+--   backoff_jitter      0..1: each fail call draws its delays from
+--                       [delay * (1 - jitter), delay]; 0 = exact
+--   lease_default       '1 second'..'1 hour'
+--   claim_rescan        '0 seconds'..'1 minute': how long claims may trust the
+--                       claim cursor (see claim.sql); 0 = exact oldest-first order
+--   processed_retention '1 second'..'100 years', or null = keep forever
+--   dead_retention      '1 second'..'100 years', or null = keep forever
+-- JSON rather than one parameter per setting because NULL must be a value
+-- here (keep forever), not "unchanged". Returns the queue row as it is now.
+CREATE OR REPLACE FUNCTION queue_configure(p_queue text, p_settings jsonb)
+RETURNS queue
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_key text;
+    v_setting text;
+    v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
+BEGIN
+    v_q := _queue_get(p_queue);
+    IF p_settings IS NULL OR jsonb_typeof(p_settings) <> 'object' THEN
+        RAISE EXCEPTION 'p_settings must be a JSON object, got %', coalesce(jsonb_typeof(p_settings), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
+        IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
+                         'processed_retention', 'dead_retention', 'claim_rescan') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan)', v_key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+
+    -- v_setting names the setting being read, for the error of a value that
+    -- does not convert to its type ("soon", 1.5, true, [30]): the message
+    -- names the setting and its range like the range checks do, the cast's
+    -- own error is the detail. Arrays and objects are refused before any
+    -- cast: the interval parser would read '[30]' as 30 seconds.
+    BEGIN
+        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e WHERE jsonb_typeof(e.value) IN ('array', 'object') LOOP
+            RAISE EXCEPTION 'a JSON % is not a value of %', jsonb_typeof(p_settings->v_setting), v_setting
+                USING ERRCODE = 'invalid_text_representation';
+        END LOOP;
+        IF p_settings ? 'max_attempts' THEN
+            v_setting := 'max_attempts';
+            v_q.max_attempts := (p_settings->>'max_attempts')::int;
+            PERFORM _check_int('max_attempts', v_q.max_attempts, 1, 1000);
+        END IF;
+        IF p_settings ? 'backoff_base' THEN
+            v_setting := 'backoff_base';
+            v_q.backoff_base := (p_settings->>'backoff_base')::interval;
+            PERFORM _check_interval('backoff_base', v_q.backoff_base, interval '0 seconds', interval '1 day');
+        END IF;
+        IF p_settings ? 'backoff_max' THEN
+            v_setting := 'backoff_max';
+            v_q.backoff_max := (p_settings->>'backoff_max')::interval;
+        END IF;
+        PERFORM _check_interval('backoff_max', v_q.backoff_max, v_q.backoff_base, interval '7 days');
+        IF p_settings ? 'backoff_jitter' THEN
+            v_setting := 'backoff_jitter';
+            v_q.backoff_jitter := (p_settings->>'backoff_jitter')::double precision;
+            IF v_q.backoff_jitter IS NULL OR NOT v_q.backoff_jitter BETWEEN 0 AND 1 THEN
+                RAISE EXCEPTION 'backoff_jitter must be a number between 0 and 1, got %', coalesce(p_settings->>'backoff_jitter', 'null')
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+        IF p_settings ? 'lease_default' THEN
+            v_setting := 'lease_default';
+            v_q.lease_default := (p_settings->>'lease_default')::interval;
+            PERFORM _check_interval('lease_default', v_q.lease_default, interval '1 second', interval '1 hour');
+        END IF;
+        IF p_settings ? 'claim_rescan' THEN
+            v_setting := 'claim_rescan';
+            v_q.claim_rescan := (p_settings->>'claim_rescan')::interval;
+            PERFORM _check_interval('claim_rescan', v_q.claim_rescan, interval '0 seconds', interval '1 minute');
+        END IF;
+        IF p_settings ? 'processed_retention' THEN
+            v_setting := 'processed_retention';
+            v_q.processed_retention := (p_settings->>'processed_retention')::interval;
+            IF v_q.processed_retention IS NOT NULL THEN
+                PERFORM _check_interval('processed_retention', v_q.processed_retention, interval '1 second', interval '100 years');
+            END IF;
+        END IF;
+        IF p_settings ? 'dead_retention' THEN
+            v_setting := 'dead_retention';
+            v_q.dead_retention := (p_settings->>'dead_retention')::interval;
+            IF v_q.dead_retention IS NOT NULL THEN
+                PERFORM _check_interval('dead_retention', v_q.dead_retention, interval '1 second', interval '100 years');
+            END IF;
+        END IF;
+    EXCEPTION
+        WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
+             OR numeric_value_out_of_range OR interval_field_overflow THEN
+            RAISE EXCEPTION '% must be %, got %', v_setting,
+                CASE v_setting
+                    WHEN 'max_attempts' THEN 'an integer between 1 and 1000'
+                    WHEN 'backoff_base' THEN 'an interval between 0 seconds and 1 day'
+                    WHEN 'backoff_max' THEN 'an interval between backoff_base and 7 days'
+                    WHEN 'backoff_jitter' THEN 'a number between 0 and 1'
+                    WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
+                    WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
+                    ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
+                p_settings->v_setting
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
+    END;
+
+    UPDATE queue
+       SET max_attempts = v_q.max_attempts,
+           backoff_base = v_q.backoff_base,
+           backoff_max = v_q.backoff_max,
+           backoff_jitter = v_q.backoff_jitter,
+           lease_default = v_q.lease_default,
+           claim_rescan = v_q.claim_rescan,
+           processed_retention = v_q.processed_retention,
+           dead_retention = v_q.dead_retention,
+           updated_at = v_now
+     WHERE name = p_queue
+    RETURNING * INTO v_q;
+    RETURN v_q;
+END
+$$;
+
+-- _notify_channel is the LISTEN/NOTIFY channel of this schema's queues:
+-- '<schema>_messages', the schema cut to 54 bytes so the channel stays within
+-- PostgreSQL's 63-byte limit. The payload of each notification is the queue name.
+CREATE OR REPLACE FUNCTION notify_channel()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT left(current_schema(), 54) || '_messages' $$;
+-- pgsweep:end functions/queue.sql
+-- pgsweep:include functions/claim.sql
+-- claim: lease up to p_batch due messages of one queue to p_owner.
+--
+-- Candidates: rows with visible_at <= now and attempt < max_attempts. visible_at
+-- is the delivery/retry time of pending and failed rows and the lease expiry
+-- of processing rows, so expired leases are taken by the same scan. A row that
+-- used its last attempt (attempt >= max_attempts) is never handed out again:
+-- fail dead-letters it, and queue_recover dead-letters one whose lease expired.
+--
+-- The scan walks message_claim (queue, created_at, id) in order, locks up to
+-- n rows FOR UPDATE SKIP LOCKED and stops: rows another claimer has locked
+-- are skipped, not waited for, and a row that a concurrent claim updated and
+-- committed meanwhile is re-checked against the predicate before it is
+-- locked, so two claimers never get the same row. The UPDATE then finds the
+-- locked rows by ctid (stable: we hold their locks) instead of descending the
+-- primary key once per row, and changes only columns no index holds (status,
+-- owner, attempt, visible_at), so it is a HOT update.
+--
+-- Parked rows. A row that is not due for a while -- a scheduled message, a
+-- retry waiting for its backoff, a requeued dead letter with a delivery time
+-- -- is parked: parked_until holds its due time. It is not in message_claim,
+-- whose predicate is parked_until IS NULL, but in message_parked (queue,
+-- parked_until). Without this, every scan from the head walked all of them
+-- (measured: 100,000 messages scheduled for tomorrow made a quiet queue's
+-- claims 30 times slower). Each claim first promotes the parked rows that
+-- came due (one probe of message_parked when none did). Leases are not
+-- parked, and parked_until is a column of its own rather than visible_at:
+-- claims set visible_at every time, and an indexed column they change --
+-- even one only a partial index holds -- would end their HOT updates. Rows
+-- in flight number at most the workers' batches.
+--
+-- The claim cursor (table claim_cursor, one row per queue) is why a claim
+-- does not slow down as a queue drains. Completed rows leave dead entries at
+-- the head of message_claim until VACUUM removes them, and rows in flight sit
+-- there too; a scan from the start walks all of them, on every claim, so the
+-- cost grows with the rows processed since the last vacuum (measured: from 100
+-- to 2,000 buffers per claim while 200,000 messages drained). The cursor is
+-- the newest (created_at, id) any claim has taken, and the scan starts there.
+-- Rows behind it are in flight, waiting for a retry or a schedule, or gone --
+-- except those that became due since: expired leases, retries and scheduled
+-- rows whose time came, rows of a claim that rolled back, and rows committed
+-- late by a long transaction (created_at is the send time, not the commit
+-- time). A rescan from the start finds them: the first claim more than the
+-- queue's claim_rescan (default 1 second) after the last rescan does one, and
+-- so does every claim that cannot fill its batch from the cursor on (it takes
+-- the rest from the rows before the cursor). So a due row waits behind the
+-- cursor only while claims fill whole batches with newer rows -- the queue has
+-- a backlog -- and then at most about claim_rescan: oldest first is exact when
+-- a queue keeps up, and within claim_rescan when it does not. A queue that
+-- needs the exact order always sets claim_rescan to 0: every claim then scans
+-- from the head and pays for the dead index entries there (docs/benchmarks.md).
+-- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
+-- claims never wait for each other; a skipped update only means the next
+-- claim starts a little further back.
+--
+-- The clock is read once into v_now (scale-out rule: plain values in UPDATE).
+-- p_lease NULL means the queue's lease_default. Rows come back oldest first.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rescan_every interval;
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_cursor_at timestamptz;
+    v_cursor_id bigint;
+    v_rescanned timestamptz;
+    v_rescan boolean;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_to_at timestamptz;
+    v_to_id bigint;
+    v_tids tid[];
+    v_ids bigint[];
+    v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
+    v_n int := 0;
+    v_at timestamptz;
+    v_id bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+BEGIN
+    -- Hot path: one plain expression checks every argument; only a bad
+    -- argument pays for the _check_* calls that name it in the error.
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
+       OR p_lease < interval '1 second' OR p_lease > interval '1 hour' THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_int('p_batch', p_batch, 1, 10000);
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at
+      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned
+      FROM queue q LEFT JOIN claim_cursor c ON c.queue = q.name
+     WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
+    -- the clock the caller uses (tests pin p_now in both directions).
+    -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
+    -- the cursor is not trusted or pass 1 could not fill the batch.
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
+    IF v_rescan THEN
+        v_cursor_at := '-infinity';
+        v_cursor_id := -9223372036854775808;
+    END IF;
+    v_from_at := v_cursor_at;
+    v_from_id := v_cursor_id;
+    v_to_at := 'infinity';
+    v_to_id := 9223372036854775807;
+    -- Parked rows that came due join the claim index, where the scans below
+    -- (or the next claims) find them. When none is due this is one probe of
+    -- message_parked; rows other claims are promoting are skipped.
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
+    FOR pass IN 1 .. 2 LOOP
+        SELECT array_agg(c.ctid), array_agg(c.id),
+               (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+               (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+          INTO v_tids, v_ids, v_at, v_id
+          FROM (SELECT s.ctid, s.created_at, s.id
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL
+                   AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                   AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                 ORDER BY s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+            IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                v_last_at := v_at;
+                v_last_id := v_id;
+            END IF;
+        END IF;
+        EXIT WHEN v_n = p_batch OR v_rescan;
+        v_rescan := true;
+        v_from_at := '-infinity';
+        v_from_id := -9223372036854775808;
+        v_to_at := v_cursor_at;
+        v_to_id := v_cursor_id;
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    IF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, v_last_at, v_last_id, v_now)
+        ON CONFLICT (queue) DO NOTHING;
+    ELSE
+        -- A rescan may move the cursor back (to the stragglers it found);
+        -- other claims only move it forward.
+        UPDATE claim_cursor c
+           SET created_at = v_last_at, id = v_last_id,
+               rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
+         WHERE c.queue = p_queue
+           AND (v_rescan OR (c.created_at, c.id) < (v_last_at, v_last_id))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, attempt = m.attempt + 1, visible_at = v_until
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at
+    )
+    SELECT * FROM claimed ORDER BY 6, 1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT '30 seconds')
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM claim(p_queue, p_owner, p_batch, p_lease, NULL::timestamptz);
+END
+$$;
+-- pgsweep:end functions/claim.sql

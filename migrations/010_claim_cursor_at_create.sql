@@ -8,4 +8,203 @@ INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
 SELECT q.name, '-infinity', -9223372036854775808, '-infinity' FROM queue q
 ON CONFLICT (queue) DO NOTHING;
 
-{{ template "functions/queue.sql" . }}
+-- pgsweep:include functions/queue.sql
+-- Queues: creation, settings, and the lookup every message function starts with.
+
+-- _queue_get returns the queue row or raises 22023 naming p_queue. Every
+-- message function calls it first: an unknown queue is the caller's error and
+-- nothing may change.
+CREATE OR REPLACE FUNCTION _queue_get(p_queue text)
+RETURNS queue
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+BEGIN
+    PERFORM _check_text('p_queue', p_queue);
+    SELECT * INTO v_q FROM queue WHERE name = p_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'p_queue must name an existing queue, got unknown queue "%"', p_queue
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v_q;
+END
+$$;
+
+-- queue_create is idempotent so that every application instance can call it
+-- at start-up. A second call with another max_attempts updates it (the code's
+-- latest word wins); changing the kind of an existing queue is refused,
+-- because outbox and inbox rows are completed differently.
+CREATE OR REPLACE FUNCTION queue_create(p_queue text, p_kind text DEFAULT 'outbox', p_max_attempts int DEFAULT 10)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kind text;
+    v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
+BEGIN
+    PERFORM _check_text('p_queue', p_queue);
+    IF p_kind IS NULL OR p_kind NOT IN ('outbox', 'inbox') THEN
+        RAISE EXCEPTION 'p_kind must be outbox or inbox, got %', coalesce(p_kind, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM _check_int('p_max_attempts', p_max_attempts, 1, 1000);
+
+    INSERT INTO queue (name, kind, max_attempts) VALUES (p_queue, p_kind, p_max_attempts)
+    ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        -- The claim cursor, at the head: otherwise the queue's first claims
+        -- would race to insert it and wait for each other once.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, '-infinity', -9223372036854775808, '-infinity')
+        ON CONFLICT (queue) DO NOTHING;
+        RETURN;
+    END IF;
+    SELECT kind INTO v_kind FROM queue WHERE name = p_queue FOR UPDATE;
+    IF v_kind <> p_kind THEN
+        RAISE EXCEPTION 'p_kind must match the existing queue "%" (%), got %', p_queue, v_kind, p_kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now
+     WHERE name = p_queue AND max_attempts <> p_max_attempts;
+END
+$$;
+
+-- queue_configure changes a queue's settings. p_settings is a JSON object
+-- whose keys are the settings to change (others stay):
+--   max_attempts        1..1000
+--   backoff_base        '0 seconds'..'1 day'
+--   backoff_max         backoff_base..'7 days'
+--   backoff_jitter      0..1: each fail call draws its delays from
+--                       [delay * (1 - jitter), delay]; 0 = exact
+--   lease_default       '1 second'..'1 hour'
+--   claim_rescan        '0 seconds'..'1 minute': how long claims may trust the
+--                       claim cursor (see claim.sql); 0 = exact oldest-first order
+--   processed_retention '1 second'..'100 years', or null = keep forever
+--   dead_retention      '1 second'..'100 years', or null = keep forever
+-- JSON rather than one parameter per setting because NULL must be a value
+-- here (keep forever), not "unchanged". Returns the queue row as it is now.
+CREATE OR REPLACE FUNCTION queue_configure(p_queue text, p_settings jsonb)
+RETURNS queue
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_key text;
+    v_setting text;
+    v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
+BEGIN
+    v_q := _queue_get(p_queue);
+    IF p_settings IS NULL OR jsonb_typeof(p_settings) <> 'object' THEN
+        RAISE EXCEPTION 'p_settings must be a JSON object, got %', coalesce(jsonb_typeof(p_settings), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
+        IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
+                         'processed_retention', 'dead_retention', 'claim_rescan') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan)', v_key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+
+    -- v_setting names the setting being read, for the error of a value that
+    -- does not convert to its type ("soon", 1.5, true, [30]): the message
+    -- names the setting and its range like the range checks do, the cast's
+    -- own error is the detail. Arrays and objects are refused before any
+    -- cast: the interval parser would read '[30]' as 30 seconds.
+    BEGIN
+        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e WHERE jsonb_typeof(e.value) IN ('array', 'object') LOOP
+            RAISE EXCEPTION 'a JSON % is not a value of %', jsonb_typeof(p_settings->v_setting), v_setting
+                USING ERRCODE = 'invalid_text_representation';
+        END LOOP;
+        IF p_settings ? 'max_attempts' THEN
+            v_setting := 'max_attempts';
+            v_q.max_attempts := (p_settings->>'max_attempts')::int;
+            PERFORM _check_int('max_attempts', v_q.max_attempts, 1, 1000);
+        END IF;
+        IF p_settings ? 'backoff_base' THEN
+            v_setting := 'backoff_base';
+            v_q.backoff_base := (p_settings->>'backoff_base')::interval;
+            PERFORM _check_interval('backoff_base', v_q.backoff_base, interval '0 seconds', interval '1 day');
+        END IF;
+        IF p_settings ? 'backoff_max' THEN
+            v_setting := 'backoff_max';
+            v_q.backoff_max := (p_settings->>'backoff_max')::interval;
+        END IF;
+        PERFORM _check_interval('backoff_max', v_q.backoff_max, v_q.backoff_base, interval '7 days');
+        IF p_settings ? 'backoff_jitter' THEN
+            v_setting := 'backoff_jitter';
+            v_q.backoff_jitter := (p_settings->>'backoff_jitter')::double precision;
+            IF v_q.backoff_jitter IS NULL OR NOT v_q.backoff_jitter BETWEEN 0 AND 1 THEN
+                RAISE EXCEPTION 'backoff_jitter must be a number between 0 and 1, got %', coalesce(p_settings->>'backoff_jitter', 'null')
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+        IF p_settings ? 'lease_default' THEN
+            v_setting := 'lease_default';
+            v_q.lease_default := (p_settings->>'lease_default')::interval;
+            PERFORM _check_interval('lease_default', v_q.lease_default, interval '1 second', interval '1 hour');
+        END IF;
+        IF p_settings ? 'claim_rescan' THEN
+            v_setting := 'claim_rescan';
+            v_q.claim_rescan := (p_settings->>'claim_rescan')::interval;
+            PERFORM _check_interval('claim_rescan', v_q.claim_rescan, interval '0 seconds', interval '1 minute');
+        END IF;
+        IF p_settings ? 'processed_retention' THEN
+            v_setting := 'processed_retention';
+            v_q.processed_retention := (p_settings->>'processed_retention')::interval;
+            IF v_q.processed_retention IS NOT NULL THEN
+                PERFORM _check_interval('processed_retention', v_q.processed_retention, interval '1 second', interval '100 years');
+            END IF;
+        END IF;
+        IF p_settings ? 'dead_retention' THEN
+            v_setting := 'dead_retention';
+            v_q.dead_retention := (p_settings->>'dead_retention')::interval;
+            IF v_q.dead_retention IS NOT NULL THEN
+                PERFORM _check_interval('dead_retention', v_q.dead_retention, interval '1 second', interval '100 years');
+            END IF;
+        END IF;
+    EXCEPTION
+        WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
+             OR numeric_value_out_of_range OR interval_field_overflow THEN
+            RAISE EXCEPTION '% must be %, got %', v_setting,
+                CASE v_setting
+                    WHEN 'max_attempts' THEN 'an integer between 1 and 1000'
+                    WHEN 'backoff_base' THEN 'an interval between 0 seconds and 1 day'
+                    WHEN 'backoff_max' THEN 'an interval between backoff_base and 7 days'
+                    WHEN 'backoff_jitter' THEN 'a number between 0 and 1'
+                    WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
+                    WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
+                    ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
+                p_settings->v_setting
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
+    END;
+
+    UPDATE queue
+       SET max_attempts = v_q.max_attempts,
+           backoff_base = v_q.backoff_base,
+           backoff_max = v_q.backoff_max,
+           backoff_jitter = v_q.backoff_jitter,
+           lease_default = v_q.lease_default,
+           claim_rescan = v_q.claim_rescan,
+           processed_retention = v_q.processed_retention,
+           dead_retention = v_q.dead_retention,
+           updated_at = v_now
+     WHERE name = p_queue
+    RETURNING * INTO v_q;
+    RETURN v_q;
+END
+$$;
+
+-- _notify_channel is the LISTEN/NOTIFY channel of this schema's queues:
+-- '<schema>_messages', the schema cut to 54 bytes so the channel stays within
+-- PostgreSQL's 63-byte limit. The payload of each notification is the queue name.
+CREATE OR REPLACE FUNCTION notify_channel()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT left(current_schema(), 54) || '_messages' $$;
+-- pgsweep:end functions/queue.sql

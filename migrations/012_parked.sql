@@ -19,7 +19,512 @@ CREATE INDEX message_claim ON message (queue, created_at, id) WHERE parked_until
 -- Parked rows by due time: the claim's promotion probe reads this.
 CREATE INDEX message_parked ON message (queue, parked_until) WHERE parked_until IS NOT NULL;
 
-{{ template "functions/send.sql" . }}
-{{ template "functions/claim.sql" . }}
-{{ template "functions/fail.sql" . }}
-{{ template "functions/dead.sql" . }}
+-- pgsweep:include functions/send.sql
+-- Sending: one message or a batch. Sends run inside the caller's transaction
+-- (that is the point of an outbox): the rows and the notification appear when
+-- it commits, not before.
+--
+-- Inbox de-duplication. On inbox queues the key is the message's identity: a
+-- key that is live (message), processed (message_processed) or dead
+-- (message_dead) is refused with NULL, until retention removes the record.
+-- Indexes hold it (message_inbox_key, message_processed's (queue, key),
+-- message_dead_key), and the order of the steps closes the gap between them:
+--  1. a processed or dead row with the key?   → duplicate
+--  2. INSERT … ON CONFLICT (live key) DO NOTHING → duplicate when a live row has it.
+--     If a complete or fail is moving the live row to message_processed or
+--     message_dead right now, the insert waits for that transaction (unique
+--     check) and proceeds only after it committed;
+--  3. so a processed or dead row with the key is re-checked with a fresh snapshot
+--     (READ COMMITTED: each statement sees what committed before it) and, if
+--     found, our row is deleted again: the call returns NULL, net change nothing.
+-- A concurrent duplicate send waits at step 2 for the first sender's
+-- transaction and then sees its row. Proven by TestInboxDedupConcurrent.
+
+CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'p_payload must be a JSON value, got NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_headers IS NOT NULL AND jsonb_typeof(p_headers) <> 'object' THEN
+        RAISE EXCEPTION 'p_headers must be a JSON object, got %', jsonb_typeof(p_headers)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_key IS NOT NULL THEN
+        PERFORM _check_text('p_key', p_key, 1000);
+    END IF;
+END
+$$;
+
+-- _inbox_key_kept: does a processed message or a dead letter of the queue
+-- hold the key? (Live rows are checked by the unique index instead.)
+CREATE OR REPLACE FUNCTION _inbox_key_kept(p_queue text, p_key text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = p_key)
+        OR EXISTS (SELECT 1 FROM message_dead d WHERE d.queue = p_queue AND d.key = p_key)
+$$;
+
+-- _send inserts one message into a queue already looked up and checked.
+CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+    v_headers jsonb := coalesce(p_headers, '{}');
+    v_visible timestamptz := coalesce(p_deliver_at, p_now);
+    v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
+BEGIN
+    IF p_q.kind = 'inbox' AND p_key IS NOT NULL THEN
+        IF _inbox_key_kept(p_q.name, p_key) THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until)
+        VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, p_now, v_parked)
+        ON CONFLICT (queue, key) WHERE dedup DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        IF _inbox_key_kept(p_q.name, p_key) THEN
+            DELETE FROM message WHERE queue = p_q.name AND id = v_id;
+            RETURN NULL;
+        END IF;
+    ELSE
+        INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until)
+        VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, p_now, v_parked)
+        RETURNING id INTO v_id;
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- send returns the new message's id, or NULL for an inbox duplicate.
+-- p_deliver_at in the future schedules the message; NULL or past = now.
+CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
+                                p_deliver_at timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_queue);
+    v_id bigint;
+BEGIN
+    PERFORM _check_message(p_payload, p_headers, p_key);
+    v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp());
+    IF v_id IS NOT NULL THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- send_batch sends up to 10000 messages at once and returns one id per input
+-- element, in input order (NULL for an inbox duplicate, also a duplicate
+-- within the batch). p_headers, p_keys and p_deliver_at are NULL or arrays of
+-- the same length as p_payloads. One notification per batch.
+CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
+                                      p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_queue);
+    v_n int := coalesce(cardinality(p_payloads), 0);
+    v_now timestamptz;
+    v_ids bigint[];
+    v_any boolean := false;
+    i int;
+BEGIN
+    PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
+    IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
+        RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_keys IS NOT NULL AND cardinality(p_keys) <> v_n THEN
+        RAISE EXCEPTION 'p_keys must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_keys)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_deliver_at IS NOT NULL AND cardinality(p_deliver_at) <> v_n THEN
+        RAISE EXCEPTION 'p_deliver_at must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_deliver_at)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        PERFORM _check_message(p_payloads[i], p_headers[i], p_keys[i]);
+    END LOOP;
+    v_now := clock_timestamp();
+
+    IF v_q.kind = 'inbox' AND p_keys IS NOT NULL THEN
+        -- De-duplication needs the per-message steps of _send.
+        FOR i IN 1 .. v_n LOOP
+            v_ids[i] := _send(v_q, p_payloads[i], p_headers[i], p_keys[i], p_deliver_at[i], v_now);
+            v_any := v_any OR v_ids[i] IS NOT NULL;
+        END LOOP;
+    ELSE
+        -- Ids are drawn first so that they can be returned in input order
+        -- (INSERT … RETURNING does not promise an order).
+        v_ids := ARRAY(SELECT nextval('message_id_seq') FROM generate_series(1, v_n));
+        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until)
+        SELECT v_q.name, v_ids[g], p_keys[g], p_payloads[g], coalesce(p_headers[g], '{}'),
+               coalesce(p_deliver_at[g], v_now), v_now, CASE WHEN p_deliver_at[g] > v_now THEN p_deliver_at[g] END
+          FROM generate_series(1, v_n) g;
+        v_any := true;
+    END IF;
+    IF v_any THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;
+-- pgsweep:end functions/send.sql
+-- pgsweep:include functions/claim.sql
+-- claim: lease up to p_batch due messages of one queue to p_owner.
+--
+-- Candidates: rows with visible_at <= now and attempt < max_attempts. visible_at
+-- is the delivery/retry time of pending and failed rows and the lease expiry
+-- of processing rows, so expired leases are taken by the same scan. A row that
+-- used its last attempt (attempt >= max_attempts) is never handed out again:
+-- fail dead-letters it, and queue_recover dead-letters one whose lease expired.
+--
+-- The scan walks message_claim (queue, created_at, id) in order, locks up to
+-- n rows FOR UPDATE SKIP LOCKED and stops: rows another claimer has locked
+-- are skipped, not waited for, and a row that a concurrent claim updated and
+-- committed meanwhile is re-checked against the predicate before it is
+-- locked, so two claimers never get the same row. The UPDATE then finds the
+-- locked rows by ctid (stable: we hold their locks) instead of descending the
+-- primary key once per row, and changes only columns no index holds (status,
+-- owner, attempt, visible_at), so it is a HOT update.
+--
+-- Parked rows. A row that is not due for a while -- a scheduled message, a
+-- retry waiting for its backoff, a requeued dead letter with a delivery time
+-- -- is parked: parked_until holds its due time. It is not in message_claim,
+-- whose predicate is parked_until IS NULL, but in message_parked (queue,
+-- parked_until). Without this, every scan from the head walked all of them
+-- (measured: 100,000 messages scheduled for tomorrow made a quiet queue's
+-- claims 30 times slower). Each claim first promotes the parked rows that
+-- came due (one probe of message_parked when none did). Leases are not
+-- parked, and parked_until is a column of its own rather than visible_at:
+-- claims set visible_at every time, and an indexed column they change --
+-- even one only a partial index holds -- would end their HOT updates. Rows
+-- in flight number at most the workers' batches.
+--
+-- The claim cursor (table claim_cursor, one row per queue) is why a claim
+-- does not slow down as a queue drains. Completed rows leave dead entries at
+-- the head of message_claim until VACUUM removes them, and rows in flight sit
+-- there too; a scan from the start walks all of them, on every claim, so the
+-- cost grows with the rows processed since the last vacuum (measured: from 100
+-- to 2,000 buffers per claim while 200,000 messages drained). The cursor is
+-- the newest (created_at, id) any claim has taken, and the scan starts there.
+-- Rows behind it are in flight, waiting for a retry or a schedule, or gone --
+-- except those that became due since: expired leases, retries and scheduled
+-- rows whose time came, rows of a claim that rolled back, and rows committed
+-- late by a long transaction (created_at is the send time, not the commit
+-- time). A rescan from the start finds them: the first claim more than the
+-- queue's claim_rescan (default 1 second) after the last rescan does one, and
+-- so does every claim that cannot fill its batch from the cursor on (it takes
+-- the rest from the rows before the cursor). So a due row waits behind the
+-- cursor only while claims fill whole batches with newer rows -- the queue has
+-- a backlog -- and then at most about claim_rescan: oldest first is exact when
+-- a queue keeps up, and within claim_rescan when it does not. A queue that
+-- needs the exact order always sets claim_rescan to 0: every claim then scans
+-- from the head and pays for the dead index entries there (docs/benchmarks.md).
+-- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
+-- claims never wait for each other; a skipped update only means the next
+-- claim starts a little further back.
+--
+-- The clock is read once into v_now (scale-out rule: plain values in UPDATE).
+-- p_lease NULL means the queue's lease_default. Rows come back oldest first.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rescan_every interval;
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_cursor_at timestamptz;
+    v_cursor_id bigint;
+    v_rescanned timestamptz;
+    v_rescan boolean;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_to_at timestamptz;
+    v_to_id bigint;
+    v_tids tid[];
+    v_ids bigint[];
+    v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
+    v_n int := 0;
+    v_at timestamptz;
+    v_id bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+BEGIN
+    -- Hot path: one plain expression checks every argument; only a bad
+    -- argument pays for the _check_* calls that name it in the error.
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
+       OR p_lease < interval '1 second' OR p_lease > interval '1 hour' THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_int('p_batch', p_batch, 1, 10000);
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at
+      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned
+      FROM queue q LEFT JOIN claim_cursor c ON c.queue = q.name
+     WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
+    -- the clock the caller uses (tests pin p_now in both directions).
+    -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
+    -- the cursor is not trusted or pass 1 could not fill the batch.
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
+    IF v_rescan THEN
+        v_cursor_at := '-infinity';
+        v_cursor_id := -9223372036854775808;
+    END IF;
+    v_from_at := v_cursor_at;
+    v_from_id := v_cursor_id;
+    v_to_at := 'infinity';
+    v_to_id := 9223372036854775807;
+    -- Parked rows that came due join the claim index, where the scans below
+    -- (or the next claims) find them. When none is due this is one probe of
+    -- message_parked; rows other claims are promoting are skipped.
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
+    FOR pass IN 1 .. 2 LOOP
+        SELECT array_agg(c.ctid), array_agg(c.id),
+               (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+               (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+          INTO v_tids, v_ids, v_at, v_id
+          FROM (SELECT s.ctid, s.created_at, s.id
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL
+                   AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                   AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                 ORDER BY s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+            IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                v_last_at := v_at;
+                v_last_id := v_id;
+            END IF;
+        END IF;
+        EXIT WHEN v_n = p_batch OR v_rescan;
+        v_rescan := true;
+        v_from_at := '-infinity';
+        v_from_id := -9223372036854775808;
+        v_to_at := v_cursor_at;
+        v_to_id := v_cursor_id;
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    IF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, v_last_at, v_last_id, v_now)
+        ON CONFLICT (queue) DO NOTHING;
+    ELSE
+        -- A rescan may move the cursor back (to the stragglers it found);
+        -- other claims only move it forward.
+        UPDATE claim_cursor c
+           SET created_at = v_last_at, id = v_last_id,
+               rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
+         WHERE c.queue = p_queue
+           AND (v_rescan OR (c.created_at, c.id) < (v_last_at, v_last_id))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, attempt = m.attempt + 1, visible_at = v_until
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at
+    )
+    SELECT * FROM claimed ORDER BY 6, 1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT '30 seconds')
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM claim(p_queue, p_owner, p_batch, p_lease, NULL::timestamptz);
+END
+$$;
+-- pgsweep:end functions/claim.sql
+-- pgsweep:include functions/fail.sql
+-- fail: the handler failed. Rows that used their last attempt move to
+-- message_dead (payload, headers, attempts, last error and timestamps kept);
+-- the others wait for a retry: status 'failed', owner cleared, visible again
+-- after p_retry_after or the queue's exponential backoff:
+--     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
+-- shortened by the queue's backoff_jitter: each call draws one factor r in
+-- [1 - backoff_jitter, 1] and waits delay * r, so that messages failed at
+-- the same moment (an outage) by many workers do not all come back at once.
+-- Acts only on rows p_owner still holds (see ack.sql on fencing).
+--
+-- The retry times are computed into an array indexed by attempt before the
+-- UPDATE (scale-out rule: no timestamptz arithmetic applied to columns in
+-- SET); delays stop growing at backoff_max, so the array has at most ~40
+-- entries and attempt is capped to its length.
+
+CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_owner text, p_ids bigint[], p_error text,
+                                        p_retry_after interval DEFAULT NULL, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (id bigint, dead boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_due timestamptz[];
+    v_k int := 1;
+    v_delay interval;
+    v_jitter double precision;
+    v_error text := left(p_error, 10000);
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    IF p_retry_after IS NOT NULL THEN
+        PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
+    END IF;
+    v_q := _queue_get(p_queue);
+    v_now := coalesce(p_now, clock_timestamp());
+
+    IF p_retry_after IS NOT NULL THEN
+        v_due := ARRAY[v_now + p_retry_after];
+    ELSE
+        v_jitter := 1 - v_q.backoff_jitter * random();
+        LOOP
+            v_delay := least(v_q.backoff_max, v_q.backoff_base * power(2, v_k - 1));
+            v_due[v_k] := v_now + v_delay * v_jitter;
+            EXIT WHEN v_delay >= v_q.backoff_max OR v_k >= v_q.max_attempts OR v_q.backoff_base = interval '0';
+            v_k := v_k + 1;
+        END LOOP;
+    END IF;
+    v_k := cardinality(v_due);
+
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt >= v_q.max_attempts
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+    )
+    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now FROM d
+    RETURNING x.id, true;
+
+    RETURN QUERY
+    UPDATE message m
+       SET status = 'failed', owner = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error,
+           parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN v_due[least(m.attempt, v_k)] END
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt < v_q.max_attempts
+    RETURNING m.id, false;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION fail(p_queue text, p_owner text, p_ids bigint[], p_error text, p_retry_after interval DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT f.id FROM fail_details(p_queue, p_owner, p_ids, p_error, p_retry_after, NULL) f;
+END
+$$;
+-- pgsweep:end functions/fail.sql
+-- pgsweep:include functions/dead.sql
+-- Dead letters: sending them back to their queue.
+--
+-- A dead letter is a message that used its last attempt. Once the cause is
+-- fixed, an operator sends it back with dead_requeue: the row returns to
+-- `message` as pending with its id, key, payload, headers and created_at, a
+-- fresh set of attempts, and its last error kept for reference. It is due at
+-- p_deliver_at (NULL = now). Being older than the claim cursor, it is taken by
+-- the next rescan, within about the queue's claim_rescan (see claim.sql).
+--
+-- Inbox keys: a dead letter holds its key (send refuses duplicates of it), so
+-- requeueing is the way to process a dead inbox message again. A dead letter
+-- whose key a live or processed row holds meanwhile (possible only for rows
+-- that died before pgsweep 0.6 refused such duplicates) is left where it is
+-- and not returned: requeueing it would process the message a second time.
+--
+-- Returns the ids that were requeued. Ids that are not dead letters of the
+-- queue (never were, already requeued, removed by retention) are ignored, so
+-- a repeated call is harmless.
+CREATE OR REPLACE FUNCTION dead_requeue(p_queue text, p_ids bigint[], p_deliver_at timestamptz DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_visible timestamptz;
+BEGIN
+    PERFORM _check_ids(p_ids);
+    v_q := _queue_get(p_queue);
+    v_now := clock_timestamp();
+    v_visible := coalesce(p_deliver_at, v_now);
+
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message_dead x
+         WHERE x.queue = p_queue AND x.id = ANY (p_ids)
+           AND NOT (v_q.kind = 'inbox' AND x.key IS NOT NULL AND (
+                    EXISTS (SELECT 1 FROM message l WHERE l.queue = p_queue AND l.key = x.key AND l.dedup)
+                 OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
+        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at
+    )
+    INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error, parked_until)
+    SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
+           v_visible, d.created_at, d.last_error, CASE WHEN v_visible > v_now THEN v_visible END
+      FROM d
+    RETURNING m.id;
+    IF FOUND THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
+$$;
+-- pgsweep:end functions/dead.sql
