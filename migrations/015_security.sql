@@ -1,0 +1,465 @@
+-- pgsweep 0.15: the security model (docs/security.md).
+--
+-- * Roles: <schema>_owner owns the schema and everything in it;
+--   <schema>_admin, <schema>_worker and <schema>_monitor are what DBAs grant
+--   to login roles. PUBLIC gets nothing.
+-- * Queue and lease verbs are SECURITY DEFINER functions owned by
+--   <schema>_owner, search_path pinned with pg_temp last; worker and monitor
+--   hold no privilege on any table, so no fence can be bypassed by a direct
+--   UPDATE.
+-- * Claims are fenced by a token: claim returns a fresh uuid per call and
+--   renew/complete/fail/release take it instead of the owner label. Rows in
+--   flight during the upgrade get a token nobody knows: their old workers'
+--   calls fail (the old signatures are gone), their leases expire and the rows
+--   are claimed again (at-least-once, as after a crash).
+-- * Retention policies belong to the role that registered them and every
+--   run deletes as that role; no SQL text is stored.
+-- * Procedures qualify every operator and function (they cannot pin
+--   search_path).
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+-- Claim tokens.
+ALTER TABLE message ADD COLUMN token uuid;
+UPDATE message SET token = gen_random_uuid() WHERE owner IS NOT NULL;
+
+-- The verbs' signatures change (token instead of owner; claim returns the
+-- token): the old ones go.
+DROP FUNCTION IF EXISTS claim(text, text, int, interval, timestamptz);
+DROP FUNCTION IF EXISTS claim(text, text, int, interval);
+DROP FUNCTION IF EXISTS renew(text, text, bigint[], interval, timestamptz);
+DROP FUNCTION IF EXISTS renew(text, text, bigint[], interval);
+DROP FUNCTION IF EXISTS complete(text, text, bigint[], timestamptz);
+DROP FUNCTION IF EXISTS complete(text, text, bigint[]);
+DROP FUNCTION IF EXISTS release(text, text, bigint[]);
+DROP FUNCTION IF EXISTS fail_details(text, text, bigint[], text, interval, timestamptz);
+DROP FUNCTION IF EXISTS fail(text, text, bigint[], text, interval);
+
+-- pgsweep:include functions/claim.sql
+-- claim: lease up to p_batch due messages of one queue to p_owner.
+--
+-- Candidates: rows with visible_at <= now and attempt < max_attempts. visible_at
+-- is the delivery/retry time of pending and failed rows and the lease expiry
+-- of processing rows, so expired leases are taken by the same scan. A row that
+-- used its last attempt (attempt >= max_attempts) is never handed out again:
+-- fail dead-letters it, and queue_recover dead-letters one whose lease expired.
+--
+-- The scan walks message_claim (queue, created_at, id) in order, locks up to
+-- n rows FOR UPDATE SKIP LOCKED and stops: rows another claimer has locked
+-- are skipped, not waited for, and a row that a concurrent claim updated and
+-- committed meanwhile is re-checked against the predicate before it is
+-- locked, so two claimers never get the same row. The UPDATE then finds the
+-- locked rows by ctid (stable: we hold their locks) instead of descending the
+-- primary key once per row, and changes only columns no index holds (status,
+-- owner, attempt, visible_at), so it is a HOT update.
+--
+-- Parked rows. A row that is not due for a while -- a scheduled message, a
+-- retry waiting for its backoff, a requeued dead letter with a delivery time
+-- -- is parked: parked_until holds its due time. It is not in message_claim,
+-- whose predicate is parked_until IS NULL, but in message_parked (queue,
+-- parked_until). Without this, every scan from the head walked all of them
+-- (measured: 100,000 messages scheduled for tomorrow made a quiet queue's
+-- claims 30 times slower). Each claim first promotes the parked rows that
+-- came due (one probe of message_parked when none did). Leases are not
+-- parked, and parked_until is a column of its own rather than visible_at:
+-- claims set visible_at every time, and an indexed column they change --
+-- even one only a partial index holds -- would end their HOT updates. Rows
+-- in flight number at most the workers' batches.
+--
+-- The claim cursor (table claim_cursor, one row per queue) is why a claim
+-- does not slow down as a queue drains. Completed rows leave dead entries at
+-- the head of message_claim until VACUUM removes them, and rows in flight sit
+-- there too; a scan from the start walks all of them, on every claim, so the
+-- cost grows with the rows processed since the last vacuum (measured: from 100
+-- to 2,000 buffers per claim while 200,000 messages drained). The cursor is
+-- the newest (created_at, id) any claim has taken, and the scan starts there.
+-- Rows behind it are in flight, waiting for a retry or a schedule, or gone --
+-- except those that became due since: expired leases, retries and scheduled
+-- rows whose time came, rows of a claim that rolled back, and rows committed
+-- late by a long transaction (created_at is the send time, not the commit
+-- time). A rescan from the start finds them: the first claim more than the
+-- queue's claim_rescan (default 1 second) after the last rescan does one, and
+-- so does every claim that cannot fill its batch from the cursor on (it takes
+-- the rest from the rows before the cursor). So a due row waits behind the
+-- cursor only while claims fill whole batches with newer rows -- the queue has
+-- a backlog -- and then at most about claim_rescan: oldest first is exact when
+-- a queue keeps up, and within claim_rescan when it does not. A queue that
+-- needs the exact order always sets claim_rescan to 0: every claim then scans
+-- from the head and pays for the dead index entries there (docs/benchmarks.md).
+-- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
+-- claims never wait for each other; a skipped update only means the next
+-- claim starts a little further back.
+--
+-- The clock is read once into v_now (scale-out rule: plain values in UPDATE).
+-- p_lease NULL means the queue's lease_default. Rows come back oldest first.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rescan_every interval;
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_cursor_at timestamptz;
+    v_cursor_id bigint;
+    v_rescanned timestamptz;
+    v_rescan boolean;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_to_at timestamptz;
+    v_to_id bigint;
+    v_tids tid[];
+    v_ids bigint[];
+    v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
+    v_n int := 0;
+    v_at timestamptz;
+    v_id bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+BEGIN
+    -- Hot path: one plain expression checks every argument; only a bad
+    -- argument pays for the _check_* calls that name it in the error.
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
+       OR p_lease < interval '1 second' OR p_lease > interval '1 hour' THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_int('p_batch', p_batch, 1, 10000);
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at
+      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned
+      FROM queue q LEFT JOIN claim_cursor c ON c.queue = q.name
+     WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
+    -- the clock the caller uses (tests pin p_now in both directions).
+    -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
+    -- the cursor is not trusted or pass 1 could not fill the batch.
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
+    IF v_rescan THEN
+        v_cursor_at := '-infinity';
+        v_cursor_id := -9223372036854775808;
+    END IF;
+    v_from_at := v_cursor_at;
+    v_from_id := v_cursor_id;
+    v_to_at := 'infinity';
+    v_to_id := 9223372036854775807;
+    -- Parked rows that came due join the claim index, where the scans below
+    -- (or the next claims) find them. When none is due this is one probe of
+    -- message_parked; rows other claims are promoting are skipped.
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
+    FOR pass IN 1 .. 2 LOOP
+        SELECT array_agg(c.ctid), array_agg(c.id),
+               (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+               (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+          INTO v_tids, v_ids, v_at, v_id
+          FROM (SELECT s.ctid, s.created_at, s.id
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL
+                   AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                   AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                 ORDER BY s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+            IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                v_last_at := v_at;
+                v_last_id := v_id;
+            END IF;
+        END IF;
+        EXIT WHEN v_n = p_batch OR v_rescan;
+        v_rescan := true;
+        v_from_at := '-infinity';
+        v_from_id := -9223372036854775808;
+        v_to_at := v_cursor_at;
+        v_to_id := v_cursor_id;
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    IF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, v_last_at, v_last_id, v_now)
+        ON CONFLICT (queue) DO NOTHING;
+    ELSE
+        -- A rescan may move the cursor back (to the stragglers it found);
+        -- other claims only move it forward.
+        UPDATE claim_cursor c
+           SET created_at = v_last_at, id = v_last_id,
+               rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
+         WHERE c.queue = p_queue
+           AND (v_rescan OR (c.created_at, c.id) < (v_last_at, v_last_id))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, attempt = m.attempt + 1, visible_at = v_until
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at
+    )
+    SELECT * FROM claimed ORDER BY 6, 1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT '30 seconds')
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM claim(p_queue, p_owner, p_batch, p_lease, NULL::timestamptz);
+END
+$$;
+-- pgsweep:end functions/claim.sql
+
+-- pgsweep:include functions/ack.sql
+-- renew and complete: act only on rows p_owner still holds, return their ids.
+--
+-- Fencing is by the owner column: a claim that takes over an expired lease
+-- writes its own owner, and fail/queue_recover clear it, so a stale owner's
+-- call matches nothing and the caller learns exactly which leases it lost.
+-- A lease that expired but was not taken over is still the owner's: completing
+-- it then is the best outcome (no redelivery), and nobody else held it meanwhile.
+-- Owners must be unique per worker process (the Go Worker draws a random one).
+
+CREATE OR REPLACE FUNCTION _check_ids(p_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'p_ids must hold 1 to 10000 ids, got %',
+            CASE WHEN p_ids IS NULL THEN 'NULL' ELSE cardinality(p_ids)::text END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+-- renew extends the leases to p_lease from now (NULL: the queue's lease_default).
+CREATE OR REPLACE FUNCTION renew(p_queue text, p_owner text, p_ids bigint[], p_lease interval, p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_until timestamptz;
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    IF p_lease IS NOT NULL THEN
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    v_q := _queue_get(p_queue);
+    v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
+    RETURN QUERY
+    UPDATE message m SET visible_at = v_until
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+    RETURNING m.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION renew(p_queue text, p_owner text, p_ids bigint[], p_lease interval)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT renew(p_queue, p_owner, p_ids, p_lease, NULL::timestamptz);
+END
+$$;
+
+-- complete: outbox rows are deleted; inbox rows move to message_processed,
+-- where they keep de-duplicating their key until retention removes them.
+CREATE OR REPLACE FUNCTION complete(p_queue text, p_owner text, p_ids bigint[], p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kind text;
+    v_now timestamptz;
+BEGIN
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_ids IS NULL
+       OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_ids(p_ids);
+    END IF;
+    SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue);
+    END IF;
+    IF v_kind = 'outbox' THEN
+        RETURN QUERY
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+        RETURNING m.id;
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+    )
+    INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, d.created_at, v_now FROM d
+    RETURNING p.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION complete(p_queue text, p_owner text, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT complete(p_queue, p_owner, p_ids, NULL::timestamptz);
+END
+$$;
+
+-- release: give messages back unprocessed, as if the claim had not happened:
+-- the attempt is taken back, the owner cleared, and the row is due at once
+-- (status 'pending' again, or 'failed' when an earlier attempt had failed).
+-- For messages claimed but never started -- a worker shutting down releases
+-- what it has not begun -- so a restart or a deploy neither waits for their
+-- leases to expire nor spends an attempt on them. A message whose handler ran
+-- must be completed or failed instead: releasing it would hide that attempt.
+CREATE OR REPLACE FUNCTION release(p_queue text, p_owner text, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    PERFORM _queue_get(p_queue);
+    v_now := clock_timestamp();
+    RETURN QUERY
+    UPDATE message m
+       SET status = CASE WHEN m.attempt > 1 THEN 'failed' ELSE 'pending' END,
+           owner = NULL, attempt = m.attempt - 1, visible_at = v_now
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+    RETURNING m.id;
+    IF FOUND THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
+$$;
+-- pgsweep:end functions/ack.sql
+
+-- pgsweep:include functions/fail.sql
+-- fail: the handler failed. Rows that used their last attempt move to
+-- message_dead (payload, headers, attempts, last error and timestamps kept);
+-- the others wait for a retry: status 'failed', owner cleared, visible again
+-- after p_retry_after or the queue's exponential backoff:
+--     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
+-- shortened by the queue's backoff_jitter: each call draws one factor r in
+-- [1 - backoff_jitter, 1] and waits delay * r, so that messages failed at
+-- the same moment (an outage) by many workers do not all come back at once.
+-- Acts only on rows p_owner still holds (see ack.sql on fencing).
+--
+-- The retry times are computed into an array indexed by attempt before the
+-- UPDATE (scale-out rule: no timestamptz arithmetic applied to columns in
+-- SET); delays stop growing at backoff_max, so the array has at most ~40
+-- entries and attempt is capped to its length.
+
+CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_owner text, p_ids bigint[], p_error text,
+                                        p_retry_after interval DEFAULT NULL, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (id bigint, dead boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_due timestamptz[];
+    v_k int := 1;
+    v_delay interval;
+    v_jitter double precision;
+    v_error text := left(p_error, 10000);
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    IF p_retry_after IS NOT NULL THEN
+        PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
+    END IF;
+    v_q := _queue_get(p_queue);
+    v_now := coalesce(p_now, clock_timestamp());
+
+    IF p_retry_after IS NOT NULL THEN
+        v_due := ARRAY[v_now + p_retry_after];
+    ELSE
+        v_jitter := 1 - v_q.backoff_jitter * random();
+        LOOP
+            v_delay := least(v_q.backoff_max, v_q.backoff_base * power(2, v_k - 1));
+            v_due[v_k] := v_now + v_delay * v_jitter;
+            EXIT WHEN v_delay >= v_q.backoff_max OR v_k >= v_q.max_attempts OR v_q.backoff_base = interval '0';
+            v_k := v_k + 1;
+        END LOOP;
+    END IF;
+    v_k := cardinality(v_due);
+
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt >= v_q.max_attempts
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+    )
+    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now FROM d
+    RETURNING x.id, true;
+
+    RETURN QUERY
+    UPDATE message m
+       SET status = 'failed', owner = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error,
+           parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN v_due[least(m.attempt, v_k)] END
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt < v_q.max_attempts
+    RETURNING m.id, false;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION fail(p_queue text, p_owner text, p_ids bigint[], p_error text, p_retry_after interval DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT f.id FROM fail_details(p_queue, p_owner, p_ids, p_error, p_retry_after, NULL) f;
+END
+$$;
+-- pgsweep:end functions/fail.sql
