@@ -2,18 +2,52 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
+
+	"github.com/pgsweep/pgsweep/internal/bench"
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 )
 
-// benchCommands are the `pgsweep bench` workloads. Each prints, in one run on
-// one database, pgsweep's rate side by side with the baselines it competes
-// with.
+// benchCommands are the `pgsweep bench` workloads (package internal/bench).
+// Each prints, in one run on one database, pgsweep's rate side by side with
+// the baselines it competes with. Their --database-url never falls back to
+// PGSWEEP_DATABASE_URL (the runner's database), only to the PG* variables.
 var benchCommands = map[string]command{
-	"claim":   {"claim + complete vs the seed-003 claim CTE and a plain SKIP LOCKED pop", runBenchClaim},
-	"cleanup": benchCleanup,
-	"mixed":   benchMixed,
+	"claim": {"claim + complete vs the seed-003 claim CTE and a plain SKIP LOCKED pop",
+		benchWorkload("claim", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+			var o bench.ClaimOptions
+			o.RegisterFlags(fs)
+			return func(ctx context.Context, out io.Writer) error { return bench.Claim(ctx, o, out) }
+		})},
+	"cleanup": {"retention: CAP's collector loop vs retention_run vs one DELETE",
+		benchWorkload("cleanup", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+			var o bench.CleanupOptions
+			o.RegisterFlags(fs)
+			return func(ctx context.Context, out io.Writer) error { return bench.Cleanup(ctx, o, out) }
+		})},
+	"mixed": {"claim latency of live traffic with and without a retention drain running",
+		benchWorkload("mixed", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+			var o bench.MixedOptions
+			o.RegisterFlags(fs)
+			return func(ctx context.Context, out io.Writer) error { return bench.Mixed(ctx, o, out) }
+		})},
+}
+
+// benchWorkload is the CLI side of a workload: setup registers the
+// workload's flags and returns the function that runs it with their values.
+func benchWorkload(name string, setup func(*flag.FlagSet) func(context.Context, io.Writer) error) func(context.Context, []string, io.Writer) error {
+	return func(ctx context.Context, args []string, out io.Writer) error {
+		fs := newFlagSet("bench " + name)
+		run := setup(fs)
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		return scratchErr(run(ctx, out))
+	}
 }
 
 func runBench(ctx context.Context, args []string, out io.Writer) error {
@@ -38,3 +72,17 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	return cmd.run(ctx, args[1:], out)
 }
+
+// scratchErr makes the usage errors of the bench and demo packages the CLI's
+// (exit status 2), keeping their text.
+func scratchErr(err error) error {
+	if err != nil && errors.Is(err, scratch.ErrUsage) {
+		return usageError{err}
+	}
+	return err
+}
+
+type usageError struct{ error }
+
+// Unwrap returns the package's error and errUsage, so that errors.Is finds both.
+func (u usageError) Unwrap() []error { return []error{u.error, errUsage} }

@@ -1,8 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -13,16 +14,44 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 )
 
-var benchMixed = command{"claim latency of live traffic with and without a retention drain running", runBenchMixed}
+// mixedCommand names the mixed workload in its scratch schema's marker.
+const mixedCommand = "bench mixed"
+
+// MixedOptions are the flags of `pgsweep bench mixed`.
+type MixedOptions struct {
+	// DB is where to run; DB.Schema is the scratch schema the workload
+	// installs pgsweep into (dropped and re-created; only one it created).
+	DB           scratch.DB
+	Rows         int           // rows in the retention backlog (90% expired), 1000..100000000
+	Workers      int           // workers claiming and completing, 1..128
+	Batch        int           // claim batch size, 1..10000
+	Rate         int           // messages per second the producer sends, 10..1000000
+	CleanupBatch int           // batch size of the backlog's retention policy, 1..10000
+	DutyCycle    int           // retention_duty_cycle for the run, 1..100 (0: the default)
+	Phase        time.Duration // length of each quiet window, at least 1s
+}
+
+// RegisterFlags registers the flags of `pgsweep bench mixed` on fs, with their defaults.
+func (o *MixedOptions) RegisterFlags(fs *flag.FlagSet) {
+	o.DB.RegisterFlags(fs, scratch.URLUsage, "pgsweep_mixed", "scratch schema the benchmark installs into; dropped and re-created (only one this command created)")
+	fs.IntVar(&o.Rows, "rows", 1_000_000, "rows in the retention backlog (90% expired)")
+	fs.IntVar(&o.Workers, "workers", 4, "workers claiming and completing")
+	fs.IntVar(&o.Batch, "batch", 10, "claim batch size")
+	fs.IntVar(&o.Rate, "rate", 2000, "messages per second the producer sends")
+	fs.IntVar(&o.CleanupBatch, "cleanup-batch", 1000, "batch size of the backlog's retention policy, 1..10000 (1000: retention_register's default)")
+	fs.IntVar(&o.DutyCycle, "duty-cycle", 0, "retention_duty_cycle setting for the run, 1..100 (0: leave the default)")
+	fs.DurationVar(&o.Phase, "phase", 10*time.Second, "length of each quiet window, before and after the cleanup (which lasts until the backlog is drained)")
+}
 
 // mixedBench measures what cleanup costs live traffic: W workers claim and
 // complete a steady stream of messages; the claim latency is recorded first
 // with nothing else running, then while maintain() drains a retention
 // backlog on the same database.
 type mixedBench struct {
-	db         dbFlags
+	db         scratch.DB
 	rows       int
 	workers    int
 	batch      int
@@ -36,45 +65,39 @@ type mixedBench struct {
 	q          string
 }
 
-func runBenchMixed(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("bench mixed")
-	b := &mixedBench{out: out}
-	b.db.registerWithSchema(fs, "pgsweep_mixed", "schema the benchmark installs into; dropped and re-created")
-	fs.IntVar(&b.rows, "rows", 1_000_000, "rows in the retention backlog (90% expired)")
-	fs.IntVar(&b.workers, "workers", 4, "workers claiming and completing")
-	fs.IntVar(&b.batch, "batch", 10, "claim batch size")
-	fs.IntVar(&b.rate, "rate", 2000, "messages per second the producer sends")
-	fs.IntVar(&b.cleanBatch, "cleanup-batch", 1000, "batch size of the backlog's retention policy, 1..10000 (1000: retention_register's default)")
-	fs.IntVar(&b.duty, "duty-cycle", 0, "retention_duty_cycle setting for the run, 1..100 (0: leave the default)")
-	fs.DurationVar(&b.phase, "phase", 10*time.Second, "length of each quiet window, before and after the cleanup (which lasts until the backlog is drained)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := b.db.validate(); err != nil {
+// Mixed runs `pgsweep bench mixed`: it installs pgsweep into the scratch
+// schema o.DB.Schema (a schema that exists and that this workload did not
+// create is refused before anything changes), loads a retention backlog,
+// and prints to out the claim latency of a steady stream of messages without
+// and while maintain() drains the backlog.
+func Mixed(ctx context.Context, o MixedOptions, out io.Writer) error {
+	b := &mixedBench{db: o.DB, rows: o.Rows, workers: o.Workers, batch: o.Batch, rate: o.Rate, phase: o.Phase,
+		duty: o.DutyCycle, cleanBatch: o.CleanupBatch, out: out}
+	if err := b.db.Validate(); err != nil {
 		return err
 	}
 	switch {
 	case b.rows < 1000 || b.rows > 100_000_000:
-		return fmt.Errorf("%w: --rows must be 1000..100000000, got %d", errUsage, b.rows)
+		return fmt.Errorf("%w: --rows must be 1000..100000000, got %d", ErrUsage, b.rows)
 	case b.workers < 1 || b.workers > 128:
-		return fmt.Errorf("%w: --workers must be 1..128, got %d", errUsage, b.workers)
+		return fmt.Errorf("%w: --workers must be 1..128, got %d", ErrUsage, b.workers)
 	case b.batch < 1 || b.batch > 10000:
-		return fmt.Errorf("%w: --batch must be 1..10000, got %d", errUsage, b.batch)
+		return fmt.Errorf("%w: --batch must be 1..10000, got %d", ErrUsage, b.batch)
 	case b.rate < 10 || b.rate > 1_000_000:
-		return fmt.Errorf("%w: --rate must be 10..1000000, got %d", errUsage, b.rate)
+		return fmt.Errorf("%w: --rate must be 10..1000000, got %d", ErrUsage, b.rate)
 	case b.cleanBatch < 1 || b.cleanBatch > 10000:
-		return fmt.Errorf("%w: --cleanup-batch must be 1..10000, got %d", errUsage, b.cleanBatch)
+		return fmt.Errorf("%w: --cleanup-batch must be 1..10000, got %d", ErrUsage, b.cleanBatch)
 	case b.duty < 0 || b.duty > 100:
-		return fmt.Errorf("%w: --duty-cycle must be 1..100 (0: the default), got %d", errUsage, b.duty)
+		return fmt.Errorf("%w: --duty-cycle must be 1..100 (0: the default), got %d", ErrUsage, b.duty)
 	case b.phase < time.Second:
-		return fmt.Errorf("%w: --phase must be at least 1s, got %v", errUsage, b.phase)
+		return fmt.Errorf("%w: --phase must be at least 1s, got %v", ErrUsage, b.phase)
 	}
 	return b.run(ctx)
 }
 
 func (b *mixedBench) run(ctx context.Context) error {
 	var err error
-	if b.pool, err = b.db.pool(ctx, int32(b.workers+8)); err != nil {
+	if b.pool, err = b.db.Pool(ctx, int32(b.workers+8)); err != nil {
 		return err
 	}
 	defer b.pool.Close()
@@ -146,12 +169,12 @@ func (b *mixedBench) run(ctx context.Context) error {
 
 // setup re-creates the schema, a queue and the retention backlog.
 func (b *mixedBench) setup(ctx context.Context) error {
-	b.q = pgx.Identifier{b.db.schema}.Sanitize()
-	_, err := reinstall(ctx, b.pool, b.db.schema)
+	b.q = pgx.Identifier{b.db.Schema}.Sanitize()
+	_, err := scratch.Reinstall(ctx, b.pool, b.db.Schema, mixedCommand)
 	if err != nil {
 		return err
 	}
-	if b.client, err = pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.db.schema}); err != nil {
+	if b.client, err = pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.db.Schema}); err != nil {
 		return err
 	}
 	fmt.Fprintf(b.out, "loading %d backlog rows...\n", b.rows)
@@ -294,7 +317,7 @@ func (b *mixedBench) work(ctx context.Context, owner string, done *atomic.Int64)
 	var lat []claimSample
 	for ctx.Err() == nil {
 		t0 := time.Now()
-		ds, err := b.client.Claim(ctx, "bench", owner, b.batch, 30*time.Second)
+		cl, err := claim(ctx, b.client, "bench", owner, b.batch)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -302,15 +325,11 @@ func (b *mixedBench) work(ctx context.Context, owner string, done *atomic.Int64)
 			return lat, err
 		}
 		lat = append(lat, claimSample{at: t0, lat: time.Since(t0)})
-		if len(ds) == 0 {
+		if len(cl.ids) == 0 {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		ids := make([]int64, len(ds))
-		for i, d := range ds {
-			ids[i] = d.ID
-		}
-		n, err := b.client.Complete(ctx, "bench", owner, ids)
+		n, err := cl.complete(ctx, b.client, "bench")
 		if err != nil {
 			if ctx.Err() != nil {
 				break

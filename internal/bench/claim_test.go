@@ -1,8 +1,12 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -14,7 +18,7 @@ import (
 func TestBenchClaimSmall(t *testing.T) {
 	db := pgtest.New(t, 2)
 	var out bytes.Buffer
-	err := runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
+	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
 		"--messages", "2000", "--workers", "3", "--batch", "50"}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -27,7 +31,7 @@ func TestBenchClaimSmall(t *testing.T) {
 	}
 	var left int
 	if err := db.Pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'pgsweep_bench_%'").Scan(&left); err != nil || left != 0 {
+		"SELECT count(*) FROM pg_namespace WHERE nspname = $1", fmt.Sprintf("pgsweep_bench_%d", os.Getpid())).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch schemas left behind: %d %v", left, err)
 	}
 }
@@ -37,7 +41,7 @@ func TestBenchClaimSmall(t *testing.T) {
 func TestBenchClaimRounds(t *testing.T) {
 	db := pgtest.New(t, 2)
 	var out bytes.Buffer
-	err := runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
+	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
 		"--messages", "500", "--workers", "2", "--batch", "50", "--rounds", "2"}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -48,7 +52,7 @@ func TestBenchClaimRounds(t *testing.T) {
 		}
 	}
 	out.Reset()
-	err = runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema, "--rounds", "0"}, &out)
+	err = runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema, "--rounds", "0"}, &out)
 	if err == nil || !strings.Contains(err.Error(), "--rounds 1..100") {
 		t.Fatalf("--rounds 0: %v", err)
 	}
@@ -70,7 +74,7 @@ func TestMedian(t *testing.T) {
 func TestBenchClaimOnlyAndRescan(t *testing.T) {
 	db := pgtest.New(t, 2)
 	var out bytes.Buffer
-	err := runBench(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
+	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
 		"--messages", "500", "--workers", "2", "--batch", "50", "--only", "pgsweep,worker", "--claim-rescan", "0s"}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -89,9 +93,40 @@ func TestBenchClaimOnlyAndRescan(t *testing.T) {
 		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got "bogus"`},
 		{"--claim-rescan 2m", "--claim-rescan 0s..1m"},
 	} {
-		err := runBench(context.Background(), append([]string{"claim", "--database-url", db.URL}, strings.Fields(tc.args)...), &out)
+		err := runWorkload(context.Background(), append([]string{"claim", "--database-url", db.URL}, strings.Fields(tc.args)...), &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// runWorkload parses args[1:] with the flags the workload args[0] registers
+// and runs it, as the CLI's `pgsweep bench` does.
+func runWorkload(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var run func() error
+	switch args[0] {
+	case "claim":
+		var o ClaimOptions
+		o.RegisterFlags(fs)
+		run = func() error { return Claim(ctx, o, out) }
+	case "cleanup":
+		var o CleanupOptions
+		o.RegisterFlags(fs)
+		run = func() error { return Cleanup(ctx, o, out) }
+	case "mixed":
+		var o MixedOptions
+		o.RegisterFlags(fs)
+		run = func() error { return Mixed(ctx, o, out) }
+	default:
+		return fmt.Errorf("unknown workload %q", args[0])
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return run()
 }

@@ -1,9 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 )
 
 // bench claim: W workers drain N messages, claiming B at a time, and we print
@@ -33,79 +35,105 @@ import (
 //
 // Baseline tables live in a scratch schema (pgsweep_bench_<pid>) dropped at the end.
 
-func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("bench claim")
-	var db dbFlags
-	db.register(fs)
-	n := fs.Int("messages", 200000, "messages to enqueue and drain per contender")
-	workers := fs.Int("workers", 8, "concurrent workers, one connection each")
-	batch := fs.Int("batch", 100, "messages claimed per call (1..10000)")
-	only := fs.String("only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker (default all)")
-	rounds := fs.Int("rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
-	rescan := fs.Duration("claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
-	if err := parseFlags(fs, args); err != nil {
+// claimCommand names the claim workload in its scratch schema's marker.
+const claimCommand = "bench claim"
+
+// ClaimOptions are the flags of `pgsweep bench claim`.
+type ClaimOptions struct {
+	// DB is where to run; DB.Schema is the schema pgsweep is installed in
+	// (migrated first), where the bench queue is created and removed again.
+	DB          scratch.DB
+	Messages    int           // messages to enqueue and drain per contender
+	Workers     int           // concurrent workers, one connection each
+	Batch       int           // messages claimed per call (1..10000)
+	Only        string        // contenders to run, comma-separated ("": all)
+	Rounds      int           // times every contender runs, in turn (1..100)
+	ClaimRescan time.Duration // the bench queue's claim_rescan, 0s..1m
+
+	scratch string // the baselines' scratch schema ("": pgsweep_bench_<pid>)
+}
+
+// RegisterFlags registers the flags of `pgsweep bench claim` on fs, with their defaults.
+func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
+	o.DB.RegisterFlags(fs, scratch.URLUsage, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+	fs.IntVar(&o.Messages, "messages", 200000, "messages to enqueue and drain per contender")
+	fs.IntVar(&o.Workers, "workers", 8, "concurrent workers, one connection each")
+	fs.IntVar(&o.Batch, "batch", 100, "messages claimed per call (1..10000)")
+	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker (default all)")
+	fs.IntVar(&o.Rounds, "rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
+	fs.DurationVar(&o.ClaimRescan, "claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
+}
+
+// Claim runs `pgsweep bench claim`: W workers drain N messages, B at a
+// time, for each contender in turn (the pop limit, seed 003's claim CTE,
+// pgsweep's claim + complete, its pipelined CompleteAndClaim, its Go Worker),
+// and it prints each rate and the ratios to out. The baselines' tables live
+// in the scratch schema pgsweep_bench_<pid>, dropped at the end; a schema of
+// that name that the workload did not create is refused before anything runs.
+func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
+	if err := o.DB.Validate(); err != nil {
 		return err
 	}
-	if err := db.validate(); err != nil {
-		return err
+	n, workers, batch, rounds, only, rescan := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan
+	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute {
+		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m", ErrUsage)
 	}
-	if *n < 1 || *workers < 1 || *batch < 1 || *batch > 10000 || *rounds < 1 || *rounds > 100 || *rescan < 0 || *rescan > time.Minute {
-		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m", errUsage)
-	}
-	if *only != "" {
-		for _, name := range strings.Split(*only, ",") {
+	if only != "" {
+		for _, name := range strings.Split(only, ",") {
 			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker"}, name) {
-				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q", errUsage, name)
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q", ErrUsage, name)
 			}
 		}
 	}
-	conn, err := db.connect(ctx)
-	if err != nil {
-		return err
+	if o.scratch == "" {
+		o.scratch = fmt.Sprintf("pgsweep_bench_%d", os.Getpid())
 	}
-	if _, err := pgsweep.Migrate(ctx, conn, db.schema); err != nil {
-		conn.Close(ctx)
-		return err
-	}
-	conn.Close(ctx)
-	pool, err := db.pool(ctx, int32(*workers+2))
+	pool, err := o.DB.Pool(ctx, int32(workers+2))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	b := &claimBench{scratch: fmt.Sprintf("pgsweep_bench_%d", os.Getpid()), queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: db.schema, n: *n, w: *workers, b: *batch, rescan: *rescan, out: out}
-	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d, claim_rescan %v (schema %s)\n", *n, *workers, *batch, *rescan, db.schema)
+	// The scratch schema first: a schema of that name that is not ours stops
+	// the bench before it changes anything.
+	if err := scratch.Create(ctx, pool, o.scratch, claimCommand); err != nil {
+		return err
+	}
+	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch, rescan: rescan, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
+	if err := b.migrate(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d, claim_rescan %v (schema %s)\n", n, workers, batch, rescan, o.DB.Schema)
 
 	// Rounds interleave the contenders, so that a machine whose speed drifts
 	// (a shared VM) slows every contender alike; medians and the per-round
 	// ratios then say more than one run.
 	runs := map[string][]float64{}
-	for round := 1; round <= *rounds; round++ {
+	for round := 1; round <= rounds; round++ {
 		for _, c := range []struct {
 			name string
 			run  func(context.Context) (time.Duration, error)
 		}{
 			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
 		} {
-			if *only != "" && !slices.Contains(strings.Split(*only, ","), c.name) {
+			if only != "" && !slices.Contains(strings.Split(only, ","), c.name) {
 				continue
 			}
 			d, err := c.run(ctx)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			r := float64(*n) / d.Seconds()
+			r := float64(n) / d.Seconds()
 			runs[c.name] = append(runs[c.name], r)
-			fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s (round %d of %d)\n", c.name, *n, d.Seconds(), r, round, *rounds)
+			fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s (round %d of %d)\n", c.name, n, d.Seconds(), r, round, rounds)
 		}
 	}
 	rates := map[string]float64{}
 	for k, rs := range runs {
 		rates[k] = median(rs)
 	}
-	if *rounds > 1 {
-		fmt.Fprintf(out, "\nresults (medians of %d rounds; per-round ratios in brackets):\n", *rounds)
+	if rounds > 1 {
+		fmt.Fprintf(out, "\nresults (medians of %d rounds; per-round ratios in brackets):\n", rounds)
 	} else {
 		fmt.Fprintln(out, "\nresults:")
 	}
@@ -126,7 +154,7 @@ func runBenchClaim(ctx context.Context, args []string, out io.Writer) error {
 			return
 		}
 		fmt.Fprintf(out, "  %-48s %8.2fx", label, rates[a]/rates[b])
-		if *rounds > 1 {
+		if rounds > 1 {
 			rs := make([]float64, len(runs[a]))
 			for i := range rs {
 				rs[i] = runs[a][i] / runs[b][i]
@@ -168,8 +196,19 @@ func (b *claimBench) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+// migrate installs or upgrades pgsweep in the schema the bench queue lives in.
+func (b *claimBench) migrate(ctx context.Context) error {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	_, err = pgsweep.Migrate(ctx, conn.Conn(), b.schema)
+	return err
+}
+
 func (b *claimBench) cleanup(ctx context.Context) {
-	_ = b.exec(ctx, "DROP SCHEMA IF EXISTS "+b.scratch+" CASCADE")
+	_ = scratch.Drop(ctx, b.pool, b.scratch, claimCommand)
 	s := pgx.Identifier{b.schema}.Sanitize()
 	_ = b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", b.queue)
 	_ = b.exec(ctx, "DELETE FROM "+s+".queue_recovery WHERE queue = $1", b.queue)
@@ -257,7 +296,7 @@ func (b *claimBench) progress(name string, done *atomic.Int64) func() {
 
 func (b *claimBench) prepare(ctx context.Context, name, ddl, fill, table string) error {
 	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
-	if err := b.exec(ctx, "DROP SCHEMA IF EXISTS "+b.scratch+" CASCADE; CREATE SCHEMA "+b.scratch); err != nil {
+	if err := scratch.Create(ctx, b.pool, b.scratch, claimCommand); err != nil {
 		return err
 	}
 	if err := b.exec(ctx, ddl); err != nil {
@@ -342,7 +381,7 @@ func (b *claimBench) seed003(ctx context.Context) (time.Duration, error) {
 func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.Client, error) {
 	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
 	// The baselines' tables go first: their dead rows would draw autovacuum.
-	if err := b.exec(ctx, "DROP SCHEMA IF EXISTS "+b.scratch+" CASCADE"); err != nil {
+	if err := scratch.Drop(ctx, b.pool, b.scratch, claimCommand); err != nil {
 		return nil, err
 	}
 	c, err := pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.schema})
@@ -385,19 +424,15 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
-		ds, err := c.Claim(ctx, b.queue, owner, b.b, 30*time.Second)
-		if err != nil || len(ds) == 0 {
+		cl, err := claim(ctx, c, b.queue, owner, b.b)
+		if err != nil || len(cl.ids) == 0 {
 			return 0, err
 		}
-		ids := make([]int64, len(ds))
-		for i, d := range ds {
-			ids[i] = d.ID
+		done, err := cl.complete(ctx, c, b.queue)
+		if err == nil && len(done) != len(cl.ids) {
+			err = fmt.Errorf("completed %d of %d claimed", len(done), len(cl.ids))
 		}
-		done, err := c.Complete(ctx, b.queue, owner, ids)
-		if err == nil && len(done) != len(ids) {
-			err = fmt.Errorf("completed %d of %d claimed", len(done), len(ids))
-		}
-		return len(ids), err
+		return len(cl.ids), err
 	})
 }
 
@@ -528,42 +563,4 @@ func (b *claimBench) peakHeap() func() (peak, base uint64) {
 		<-done
 		return peak.Load(), base
 	}
-}
-
-// median of xs (not empty); xs is not changed.
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func countRows(rows pgx.Rows, err error) (int, error) {
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	return n, rows.Err()
-}
-
-func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
-	if err != nil {
-		return nil, err
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		var p []byte
-		if err := rows.Scan(&id, &p); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }

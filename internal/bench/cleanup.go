@@ -1,8 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,13 +17,93 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 )
 
-// benchCleanup compares, on one CAP-shaped table in one database, one plain
-// DELETE (the speed limit), CAP 10.0.1's PostgreSQL collector loop in K
-// sessions, and pgsweep's retention_run in K sessions in each mode, while a
-// re-queuer keeps moving random Failed rows back to Scheduled.
-var benchCleanup = command{"retention: CAP's collector loop vs retention_run vs one DELETE", runBenchCleanup}
+// cleanupCommand names the cleanup workload in its scratch schema's marker.
+const cleanupCommand = "bench cleanup"
+
+// CleanupOptions are the flags of `pgsweep bench cleanup`.
+type CleanupOptions struct {
+	// DB is where to run; DB.Schema is the schema pgsweep is installed in
+	// (migrated first), where the bench's retention policy is registered
+	// and unregistered again.
+	DB          scratch.DB
+	Rows        int    // rows in the CAP-shaped table
+	Cleaners    int    // sessions per contender (the single DELETE always uses one)
+	Batch       int    // CAP's batch count and the policy's batch size, 1..10000
+	Eligible    string // percent of rows eligible for deletion, e.g. "1%" ("": 90%)
+	Modes       string // contenders, comma-separated: single, cap, exclusive, parallel
+	Repeat      int    // runs per contender; the median run is reported
+	Requeue     int    // re-queues of random Failed rows per second (0: none)
+	BenchSchema string // the scratch schema of the benchmark's tables
+}
+
+// RegisterFlags registers the flags of `pgsweep bench cleanup` on fs, with their defaults.
+func (o *CleanupOptions) RegisterFlags(fs *flag.FlagSet) {
+	o.DB.RegisterFlags(fs, scratch.URLUsage, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+	fs.IntVar(&o.Rows, "rows", 1_000_000, "rows in the CAP-shaped table")
+	fs.IntVar(&o.Cleaners, "cleaners", 8, "sessions per contender (the single DELETE always uses one)")
+	fs.IntVar(&o.Batch, "batch", 10000, "batch size (CAP's batch count, the policy's batch size)")
+	fs.StringVar(&o.Eligible, "eligible", "", "percent of rows eligible for deletion, e.g. 1% (default: 90%, a mostly expired table)")
+	fs.StringVar(&o.Modes, "mode", "single,cap,exclusive,parallel", "contenders to run, comma-separated")
+	fs.IntVar(&o.Repeat, "repeat", 1, "runs per contender; the median run is reported")
+	fs.IntVar(&o.Requeue, "requeue", 200, "re-queues of random Failed rows per second during each run (0: none)")
+	fs.StringVar(&o.BenchSchema, "bench-schema", "pgsweep_bench", "scratch schema for the benchmark's tables (dropped and recreated; only one this command created)")
+}
+
+// Cleanup runs `pgsweep bench cleanup`: on one CAP-shaped table in one
+// database it compares one plain DELETE (the speed limit), CAP 10.0.1's
+// PostgreSQL collector loop in K sessions, and pgsweep's retention_run in K
+// sessions in each mode, while a re-queuer keeps moving random Failed rows
+// back to Scheduled, and prints a table of the results to out. The tables
+// live in the scratch schema BenchSchema: one that exists and that this
+// workload did not create is refused before anything changes.
+func Cleanup(ctx context.Context, opts CleanupOptions, out io.Writer) error {
+	db := opts.DB
+	if err := db.Validate(); err != nil {
+		return err
+	}
+	o := cleanupOpts{rows: opts.Rows, cleaners: opts.Cleaners, batch: opts.Batch, repeat: opts.Repeat,
+		requeue: opts.Requeue, bench: opts.BenchSchema}
+	if opts.Eligible != "" {
+		v, err := parsePercent(opts.Eligible)
+		if err != nil {
+			return fmt.Errorf("%w: --eligible: %v", ErrUsage, err)
+		}
+		o.eligible = v
+	}
+	o.modes = strings.Split(opts.Modes, ",")
+	for _, m := range o.modes {
+		if m != "single" && m != "cap" && m != "exclusive" && m != "parallel" {
+			return fmt.Errorf("%w: --mode: unknown contender %q (single, cap, exclusive, parallel)", ErrUsage, m)
+		}
+	}
+	if o.rows < 1 || o.cleaners < 1 || o.batch < 1 || o.batch > 10000 || o.repeat < 1 || o.requeue < 0 {
+		return fmt.Errorf("%w: --rows, --cleaners, --repeat must be positive, --batch 1..10000, --requeue >= 0", ErrUsage)
+	}
+	if err := pgsweep.ValidateSchema(o.bench); err != nil {
+		return fmt.Errorf("%w: --bench-schema: %v", ErrUsage, err)
+	}
+
+	conn, err := db.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// The scratch schema first: one that is not ours stops the bench before
+	// it changes anything.
+	if err := scratch.Create(ctx, conn, o.bench, cleanupCommand); err != nil {
+		return err
+	}
+	if _, err := pgsweep.Migrate(ctx, conn, db.Schema); err != nil {
+		return err
+	}
+	b := &cleanupBench{o: o, db: &db, conn: conn, out: out,
+		tbl: pgx.Identifier{o.bench, "published"}.Sanitize(), tpl: pgx.Identifier{o.bench, "template"}.Sanitize(),
+		truth: pgx.Identifier{o.bench, "truth"}.Sanitize(), requeued: pgx.Identifier{o.bench, "requeued"}.Sanitize()}
+	return b.run(ctx)
+}
 
 type cleanupOpts struct {
 	rows     int
@@ -41,60 +122,6 @@ const capDeleteSQL = `DELETE FROM %[1]s WHERE "Id" IN (SELECT "Id" FROM %[1]s
 
 const benchPredicate = `"ExpiresAt" < $1 AND "StatusName" IN ('Succeeded', 'Failed')`
 
-func runBenchCleanup(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("bench cleanup")
-	var db dbFlags
-	db.register(fs)
-	var o cleanupOpts
-	var eligible, modes string
-	fs.IntVar(&o.rows, "rows", 1_000_000, "rows in the CAP-shaped table")
-	fs.IntVar(&o.cleaners, "cleaners", 8, "sessions per contender (the single DELETE always uses one)")
-	fs.IntVar(&o.batch, "batch", 10000, "batch size (CAP's batch count, the policy's batch size)")
-	fs.StringVar(&eligible, "eligible", "", "percent of rows eligible for deletion, e.g. 1% (default: 90%, a mostly expired table)")
-	fs.StringVar(&modes, "mode", "single,cap,exclusive,parallel", "contenders to run, comma-separated")
-	fs.IntVar(&o.repeat, "repeat", 1, "runs per contender; the median run is reported")
-	fs.IntVar(&o.requeue, "requeue", 200, "re-queues of random Failed rows per second during each run (0: none)")
-	fs.StringVar(&o.bench, "bench-schema", "pgsweep_bench", "schema for the benchmark's tables (dropped and recreated)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := db.validate(); err != nil {
-		return err
-	}
-	if eligible != "" {
-		v, err := parsePercent(eligible)
-		if err != nil {
-			return fmt.Errorf("%w: --eligible: %v", errUsage, err)
-		}
-		o.eligible = v
-	}
-	o.modes = strings.Split(modes, ",")
-	for _, m := range o.modes {
-		if m != "single" && m != "cap" && m != "exclusive" && m != "parallel" {
-			return fmt.Errorf("%w: --mode: unknown contender %q (single, cap, exclusive, parallel)", errUsage, m)
-		}
-	}
-	if o.rows < 1 || o.cleaners < 1 || o.batch < 1 || o.batch > 10000 || o.repeat < 1 || o.requeue < 0 {
-		return fmt.Errorf("%w: --rows, --cleaners, --repeat must be positive, --batch 1..10000, --requeue >= 0", errUsage)
-	}
-	if err := pgsweep.ValidateSchema(o.bench); err != nil {
-		return fmt.Errorf("%w: --bench-schema: %v", errUsage, err)
-	}
-
-	conn, err := db.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := pgsweep.Migrate(ctx, conn, db.schema); err != nil {
-		return err
-	}
-	b := &cleanupBench{o: o, db: &db, conn: conn, out: out,
-		tbl: pgx.Identifier{o.bench, "published"}.Sanitize(), tpl: pgx.Identifier{o.bench, "template"}.Sanitize(),
-		truth: pgx.Identifier{o.bench, "truth"}.Sanitize(), requeued: pgx.Identifier{o.bench, "requeued"}.Sanitize()}
-	return b.run(ctx)
-}
-
 func parsePercent(s string) (float64, error) {
 	var v float64
 	if _, err := fmt.Sscanf(strings.TrimSuffix(s, "%"), "%g", &v); err != nil || v <= 0 || v > 100 {
@@ -105,7 +132,7 @@ func parsePercent(s string) (float64, error) {
 
 type cleanupBench struct {
 	o                         cleanupOpts
-	db                        *dbFlags
+	db                        *scratch.DB
 	conn                      *pgx.Conn
 	out                       io.Writer
 	tbl, tpl, truth, requeued string
@@ -155,7 +182,7 @@ func (b *cleanupBench) run(ctx context.Context) error {
 		results = append(results, runs[len(runs)/2])
 	}
 	// Leave no policy behind in the schema: the tables stay for inspection.
-	if _, err := b.conn.Exec(ctx, `SELECT `+pgx.Identifier{b.db.schema}.Sanitize()+`.retention_unregister('bench.published')`); err != nil {
+	if _, err := b.conn.Exec(ctx, `SELECT `+pgx.Identifier{b.db.Schema}.Sanitize()+`.retention_unregister('bench.published')`); err != nil {
 		return err
 	}
 	b.report(results)
@@ -181,23 +208,21 @@ func (b *cleanupBench) makeTemplate(ctx context.Context) error {
 	}
 	b.cutoff = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	sql := fmt.Sprintf(`
-		DROP SCHEMA IF EXISTS %[1]s CASCADE;
-		CREATE SCHEMA %[1]s;
 		SELECT setseed(0.42);
-		CREATE UNLOGGED TABLE %[2]s AS
+		CREATE UNLOGGED TABLE %[1]s AS
 		SELECT i AS "Id", 'v1'::varchar(20) AS "Version", ('sample.topic.' || (i %% 50))::varchar(200) AS "Name",
 		       rpad(md5(i::text), 200, md5((i * 7)::text))::text AS "Content", (i %% 3)::int AS "Retries",
 		       ts AS "Added",
-		       CASE WHEN r < %[3]g THEN ts + interval '1 day'
-		            WHEN r < %[3]g + (1 - %[3]g) * 0.7 THEN timestamp '2999-01-01'
-		            WHEN r < %[3]g + (1 - %[3]g) * 0.85 THEN NULL
+		       CASE WHEN r < %[2]g THEN ts + interval '1 day'
+		            WHEN r < %[2]g + (1 - %[2]g) * 0.7 THEN timestamp '2999-01-01'
+		            WHEN r < %[2]g + (1 - %[2]g) * 0.85 THEN NULL
 		            ELSE ts + interval '1 day' END AS "ExpiresAt",
-		       (CASE WHEN r < %[3]g * 0.95 THEN 'Succeeded' WHEN r < %[3]g THEN 'Failed'
-		             WHEN r < %[3]g + (1 - %[3]g) * 0.7 THEN 'Succeeded'
-		             WHEN r < %[3]g + (1 - %[3]g) * 0.85 THEN 'Scheduled' ELSE 'Queued' END)::varchar(50) AS "StatusName"
+		       (CASE WHEN r < %[2]g * 0.95 THEN 'Succeeded' WHEN r < %[2]g THEN 'Failed'
+		             WHEN r < %[2]g + (1 - %[2]g) * 0.7 THEN 'Succeeded'
+		             WHEN r < %[2]g + (1 - %[2]g) * 0.85 THEN 'Scheduled' ELSE 'Queued' END)::varchar(50) AS "StatusName"
 		  FROM (SELECT i, timestamp '2024-01-01' + i * interval '10 seconds' AS ts, random() AS r
-		          FROM generate_series(1, %[4]d) i) s;`,
-		pgx.Identifier{b.o.bench}.Sanitize(), b.tpl, p, b.o.rows)
+		          FROM generate_series(1, %[3]d) i) s;`,
+		b.tpl, p, b.o.rows)
 	if _, err := b.conn.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("template: %w", err)
 	}
@@ -236,7 +261,7 @@ func (b *cleanupBench) reset(ctx context.Context) (eligible int64, err error) {
 func (b *cleanupBench) sessions(ctx context.Context, n int) ([]*pgx.Conn, error) {
 	conns := make([]*pgx.Conn, 0, n)
 	for range n {
-		c, err := b.db.connect(ctx)
+		c, err := b.db.Connect(ctx)
 		if err != nil {
 			for _, c := range conns {
 				_ = c.Close(ctx)
@@ -262,7 +287,7 @@ func (b *cleanupBench) runOne(ctx context.Context, mode string) (cleanupResult, 
 	}
 	policy := "bench.published"
 	if mode == "exclusive" || mode == "parallel" {
-		client, err := pgsweep.NewClient(b.conn, &pgsweep.ClientOptions{Schema: b.db.schema})
+		client, err := pgsweep.NewClient(b.conn, &pgsweep.ClientOptions{Schema: b.db.Schema})
 		if err != nil {
 			return r, err
 		}
@@ -295,7 +320,7 @@ func (b *cleanupBench) runOne(ctx context.Context, mode string) (cleanupResult, 
 	progress := b.startProgress(ctx, name, eligible, func() int64 {
 		if mode == "exclusive" || mode == "parallel" {
 			var n int64
-			_ = b.conn.QueryRow(ctx, `SELECT coalesce(sum(rows_deleted), 0) FROM `+pgx.Identifier{b.db.schema}.Sanitize()+
+			_ = b.conn.QueryRow(ctx, `SELECT coalesce(sum(rows_deleted), 0) FROM `+pgx.Identifier{b.db.Schema}.Sanitize()+
 				`.retention_pass WHERE policy = $1 AND started_at >= now() - interval '1 hour'`, policy).Scan(&n)
 			return n
 		}
@@ -322,11 +347,11 @@ func (b *cleanupBench) runOne(ctx context.Context, mode string) (cleanupResult, 
 				n, deadlocks, firstErr, err = b.capLoop(ctx, c, &deleted)
 			default:
 				var id *int64
-				err = c.QueryRow(ctx, `CALL `+pgx.Identifier{b.db.schema}.Sanitize()+`.retention_run($1, $2, $3, NULL, NULL)`,
+				err = c.QueryRow(ctx, `CALL `+pgx.Identifier{b.db.Schema}.Sanitize()+`.retention_run($1, $2, $3, NULL, NULL)`,
 					policy, fmt.Sprintf("bench-%d", i), time.Hour).Scan(&id)
 				if err == nil && id != nil {
 					err = c.QueryRow(ctx, `SELECT rows_deleted, coalesce(strategy, '') FROM `+
-						pgx.Identifier{b.db.schema}.Sanitize()+`.retention_pass WHERE id = $1`, *id).Scan(&n, &strategy)
+						pgx.Identifier{b.db.Schema}.Sanitize()+`.retention_pass WHERE id = $1`, *id).Scan(&n, &strategy)
 				}
 			}
 			mu.Lock()
@@ -405,7 +430,7 @@ func (b *cleanupBench) capLoop(ctx context.Context, c *pgx.Conn, total *atomic.I
 // seen and the longest. Waits shorter than the 5 ms sampling period can go
 // unseen; each one seen is counted once, by its waitstart.
 func (b *cleanupBench) startLockSampler(ctx context.Context, pids []uint32) func() (int, time.Duration) {
-	conn, err := b.db.connect(ctx)
+	conn, err := b.db.Connect(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	seen := map[string]time.Duration{}
@@ -466,7 +491,7 @@ func (b *cleanupBench) startRequeuer(ctx context.Context) func() int64 {
 	if b.o.requeue == 0 {
 		return func() int64 { return 0 }
 	}
-	conn, err := b.db.connect(ctx)
+	conn, err := b.db.Connect(ctx)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	var n atomic.Int64

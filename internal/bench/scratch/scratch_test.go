@@ -1,0 +1,140 @@
+package scratch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// state describes a schema for before/after comparisons: whether it exists,
+// its comment, and the rows of its table t (-1: no such table).
+func state(t *testing.T, conn *pgx.Conn, schema string) string {
+	t.Helper()
+	ctx := context.Background()
+	var exists bool
+	var comment *string
+	err := conn.QueryRow(ctx, `SELECT true, obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1`, schema).Scan(&exists, &comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "absent"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := int64(-1)
+	var reg *string
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::text", pgx.Identifier{schema, "t"}.Sanitize()).Scan(&reg); err != nil {
+		t.Fatal(err)
+	}
+	if reg != nil {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "t"}.Sanitize()).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := "<none>"
+	if comment != nil {
+		c = *comment
+	}
+	return fmt.Sprintf("comment=%s rows=%d", c, rows)
+}
+
+func exec(t *testing.T, conn *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// A foreign schema (no comment, public's comment, another command's marker)
+// is refused by Create and Drop with an error naming it and saying why, and
+// stays exactly as it was.
+func TestForeignSchemaIsRefused(t *testing.T) {
+	url := pgtest.URL(t)
+	conn := pgtest.Conn(t, url)
+	ctx := context.Background()
+	for _, tc := range []struct{ name, comment, why string }{
+		{"no comment", "", "it has no comment"},
+		{"public's comment", "'standard public schema'", `its comment is "standard public schema"`},
+		{"another command's", "'" + Marker("demo") + "'", "it is the scratch schema of pgsweep demo"},
+		{"marker with a suffix", "'" + Marker("bench claim") + " (not really)'", "its comment is"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := pgtest.SchemaName(t)
+			t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+			id := pgx.Identifier{schema}.Sanitize()
+			exec(t, conn, "CREATE SCHEMA "+id+"; CREATE TABLE "+id+".t (id int); INSERT INTO "+id+".t SELECT generate_series(1, 3)")
+			if tc.comment != "" {
+				exec(t, conn, "COMMENT ON SCHEMA "+id+" IS "+tc.comment)
+			}
+			before := state(t, conn, schema)
+			for op, f := range map[string]func() error{
+				"Create": func() error { return Create(ctx, conn, schema, "bench claim") },
+				"Drop":   func() error { return Drop(ctx, conn, schema, "bench claim") },
+			} {
+				err := f()
+				if !errors.Is(err, ErrNotScratch) {
+					t.Fatalf("%s: %v, want ErrNotScratch", op, err)
+				}
+				for _, want := range []string{`refusing to use schema "` + schema + `"`, tc.why, "nothing was dropped or changed", "DROP SCHEMA " + id + " CASCADE"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("%s: error lacks %q: %v", op, want, err)
+					}
+				}
+				if after := state(t, conn, schema); after != before {
+					t.Fatalf("%s changed the schema: %s, was %s", op, after, before)
+				}
+			}
+		})
+	}
+}
+
+// A command creates and marks its schema in one go, drops and re-creates it
+// when it runs again, and drops it; an absent schema is no error for Drop.
+func TestOwnSchema(t *testing.T) {
+	url := pgtest.URL(t)
+	conn := pgtest.Conn(t, url)
+	ctx := context.Background()
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+	id := pgx.Identifier{schema}.Sanitize()
+
+	if err := Drop(ctx, conn, schema, "demo"); err != nil {
+		t.Fatalf("Drop of an absent schema: %v", err)
+	}
+	if err := Create(ctx, conn, schema, "demo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := state(t, conn, schema), "comment="+Marker("demo")+" rows=-1"; got != want {
+		t.Fatalf("after Create: %s, want %s", got, want)
+	}
+	exec(t, conn, "CREATE TABLE "+id+".t (id int); INSERT INTO "+id+".t VALUES (1)")
+	if err := Create(ctx, conn, schema, "demo"); err != nil {
+		t.Fatalf("Create again on its own schema: %v", err)
+	}
+	if got, want := state(t, conn, schema), "comment="+Marker("demo")+" rows=-1"; got != want {
+		t.Fatalf("after the second Create: %s, want %s (empty again)", got, want)
+	}
+	if err := Create(ctx, conn, schema, "bench mixed"); !errors.Is(err, ErrNotScratch) {
+		t.Fatalf("another command's Create: %v", err)
+	}
+	if err := Drop(ctx, conn, schema, "demo"); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, conn, schema); got != "absent" {
+		t.Fatalf("after Drop: %s", got)
+	}
+	if Marker("demo") != "pgsweep scratch schema (created by pgsweep demo); safe to drop" {
+		t.Fatalf("marker %q", Marker("demo"))
+	}
+}
+
+// A marker with a quote in it is stored as it is (COMMENT takes a literal).
+func TestQuoteLiteral(t *testing.T) {
+	if got := quoteLiteral("it's"); got != "'it''s'" {
+		t.Fatal(got)
+	}
+}

@@ -1,0 +1,55 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// bench cleanup runs end to end on a small table, twice: the second run
+// re-creates the scratch schema the first one created and marked.
+func TestBenchCleanupSmall(t *testing.T) {
+	db := pgtest.New(t, 2)
+	bench := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, db.URL, bench) })
+	for run := 1; run <= 2; run++ {
+		var out bytes.Buffer
+		err := runWorkload(context.Background(), []string{"cleanup", "--database-url", db.URL, "--schema", db.Schema,
+			"--bench-schema", bench, "--rows", "3000", "--cleaners", "2", "--batch", "500", "--requeue", "20"}, &out)
+		if err != nil {
+			t.Fatalf("run %d: %v\n%s", run, err, out.String())
+		}
+		for _, want := range []string{"single DELETE", "CAP collector loop", "pgsweep exclusive", "pgsweep parallel", "wrongly deleted"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("run %d: output lacks %q:\n%s", run, want, out.String())
+			}
+		}
+	}
+	var comment string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT obj_description($1::regnamespace, 'pg_namespace')", bench).Scan(&comment); err != nil ||
+		comment != scratch.Marker("bench cleanup") {
+		t.Fatalf("bench schema comment %q %v", comment, err)
+	}
+}
+
+// bench mixed runs end to end on a small backlog in a fresh scratch schema.
+func TestBenchMixedSmall(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+	var out bytes.Buffer
+	err := runWorkload(context.Background(), []string{"mixed", "--database-url", url, "--schema", schema,
+		"--rows", "2000", "--workers", "2", "--rate", "200", "--phase", "1s"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"without cleanup (before+after)", "while cleanup ran", "p99 during cleanup / p99 without", "rows deleted"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
