@@ -3,10 +3,12 @@
 // with the baselines it competes with. The CLI (cmd/pgsweep) only parses the
 // flags each workload registers and calls it.
 //
-// A workload writes only to schemas it created and marked itself (package
-// scratch refuses any other), and connects only where --database-url or the
-// standard PG* variables say: never to PGSWEEP_DATABASE_URL, the runner's
-// database.
+// A workload creates, fills and drops only schemas it created and marked
+// itself (package scratch refuses any other, before anything changes); claim
+// and cleanup also migrate --schema, the pgsweep they measure, and add a
+// queue or a retention policy there that they remove again. A workload
+// connects only where --database-url or the standard PG* variables say:
+// never to PGSWEEP_DATABASE_URL, the runner's database.
 package bench
 
 import (
