@@ -2,7 +2,12 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,27 +26,114 @@ type Conn interface {
 // pass ends, so nothing is held between passes.
 type Connector func(ctx context.Context) (Conn, error)
 
+// DefaultConnectionCheckInterval is the client_connection_check_interval
+// that ConnectConfig and ConnectURL ask the server for on every connection
+// they open. PostgreSQL does not notice a client that died (kill -9, OOM)
+// while a statement runs -- it notices only when it next writes to the
+// socket -- so without it the backend of a killed runner would go on with
+// its CALL maintain() to the end of the budget and commit. With it, the
+// server polls the socket at this interval while a statement runs and ends
+// the orphaned session (rolling back the step in flight) within about this
+// long after the client's socket closed.
+//
+// It is exported so that other long-running callers (the Worker) can use the
+// same default; SetConnectionCheckInterval applies it to a pgx.ConnConfig.
+const DefaultConnectionCheckInterval = time.Second
+
+// ConnectionCheckParam is the PostgreSQL setting (14 and later) behind
+// DefaultConnectionCheckInterval.
+const ConnectionCheckParam = "client_connection_check_interval"
+
+// SetConnectionCheckInterval asks the server, through cfg's startup
+// parameters, to check every d while a statement runs whether the client is
+// still there (client_connection_check_interval, in whole milliseconds,
+// rounded up). d <= 0 leaves the server's setting (off by default). A value
+// the connection string already sets (…?client_connection_check_interval=…)
+// is kept: the operator's word wins.
+func SetConnectionCheckInterval(cfg *pgx.ConnConfig, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	if _, set := cfg.RuntimeParams[ConnectionCheckParam]; set {
+		return
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	cfg.RuntimeParams[ConnectionCheckParam] = strconv.FormatInt(int64(ms), 10)
+}
+
+// ConnectOption changes how the connections of ConnectConfig and ConnectURL
+// are opened.
+type ConnectOption func(*connectSettings)
+
+type connectSettings struct {
+	checkInterval time.Duration
+}
+
+// WithConnectionCheckInterval sets the client_connection_check_interval the
+// connections ask for (DefaultConnectionCheckInterval when this option is not
+// given); 0 leaves the server's setting.
+func WithConnectionCheckInterval(d time.Duration) ConnectOption {
+	return func(s *connectSettings) { s.checkInterval = d }
+}
+
 // ConnectConfig returns a Connector that opens a new connection with cfg for
-// every pass, named applicationName in pg_stat_activity (when not empty).
-func ConnectConfig(cfg *pgx.ConnConfig, applicationName string) Connector {
+// every pass, named applicationName in pg_stat_activity (when not empty), with
+// client_connection_check_interval set to DefaultConnectionCheckInterval
+// unless an option or cfg says otherwise.
+//
+// A server or pooler that refuses the parameter at startup (PgBouncer does,
+// unless it is listed in its ignore_startup_parameters) fails the first
+// connection: the Connector then connects again without it, and leaves it out
+// from then on.
+func ConnectConfig(cfg *pgx.ConnConfig, applicationName string, opts ...ConnectOption) Connector {
+	s := connectSettings{checkInterval: DefaultConnectionCheckInterval}
+	for _, o := range opts {
+		o(&s)
+	}
+	var refused atomic.Bool // the server refused the check interval at startup
 	return func(ctx context.Context) (Conn, error) {
 		c := cfg.Copy()
+		if c.RuntimeParams == nil {
+			c.RuntimeParams = map[string]string{}
+		}
 		if applicationName != "" {
 			if len(applicationName) > 63 {
 				applicationName = applicationName[:63]
 			}
 			c.RuntimeParams["application_name"] = applicationName
 		}
-		return pgx.ConnectConfig(ctx, c)
+		_, userSet := c.RuntimeParams[ConnectionCheckParam]
+		if !refused.Load() {
+			SetConnectionCheckInterval(c, s.checkInterval)
+		}
+		conn, err := pgx.ConnectConfig(ctx, c)
+		if err != nil && !userSet && refusedParam(err) {
+			refused.Store(true)
+			c = c.Copy()
+			delete(c.RuntimeParams, ConnectionCheckParam)
+			return pgx.ConnectConfig(ctx, c)
+		}
+		return conn, err
 	}
+}
+
+// refusedParam tells whether a connect error is the server (or a pooler in
+// front of it) refusing the client_connection_check_interval startup
+// parameter.
+func refusedParam(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, ConnectionCheckParam)
 }
 
 // ConnectURL is ConnectConfig for a connection string (URL or key=value DSN;
 // empty: the PG* environment variables). The error never quotes a password.
-func ConnectURL(connString, applicationName string) (Connector, error) {
+func ConnectURL(connString, applicationName string, opts ...ConnectOption) (Connector, error) {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("runner: parse connection string: %s", redactErr(err))
 	}
-	return ConnectConfig(cfg, applicationName), nil
+	return ConnectConfig(cfg, applicationName, opts...), nil
 }

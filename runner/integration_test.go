@@ -188,7 +188,9 @@ func waitFor(t *testing.T, db *pgtest.DB, what string, timeout time.Duration, sq
 	}
 }
 
-// A runner whose backend is terminated mid-pass: the part stays blocked by
+// A caller whose backend is terminated mid-pass and who cannot record it (a
+// crashed process; a runner records it, see
+// TestTerminatedPassIsRecordedOnAFreshConnection): the part stays blocked by
 // its lease until the TTL, then another runner takes over with a higher
 // token and the dead run is marked abandoned.
 func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
@@ -197,9 +199,21 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	s := pgx.Identifier{db.Schema}.Sanitize()
 	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
 
-	victim := newRunner(t, db, "victim", Options{})
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "pgsweep run victim"
+	victimConn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victimConn.Close(context.Background())
 	victimDone := make(chan error, 1)
-	go func() { _, _, err := victim.RunOnce(context.Background()); victimDone <- err }()
+	go func() {
+		_, err := victimConn.Exec(context.Background(), "CALL "+s+".maintain('victim', '30 seconds')")
+		victimDone <- err
+	}()
 	waitFor(t, db, "the victim to run recovery", 10*time.Second,
 		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'")
 	var victimToken int64

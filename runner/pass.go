@@ -72,22 +72,55 @@ func (r *Runner) fn(name string) string { return r.q + "." + name }
 // callMaintain runs one pass. A database error raised by maintain() (the
 // connection still works) is recorded against this owner's unfinished
 // history rows, which releases its leases too: maintain() cannot record an
-// error that escaped a part that commits (see maintain_retention.sql).
+// error that escaped a part that commits (see maintain_retention.sql). When
+// the error left the connection dead (the backend was terminated, 57P01, or
+// the network failed), nothing more can be said on it: the record is left
+// pending, for a fresh connection once the pass's backend is gone (RunOnce).
 func (r *Runner) callMaintain(ctx context.Context, conn Conn) error {
 	_, err := conn.Exec(ctx, "CALL "+r.fn("maintain")+"($1, $2)", r.owner, r.opts.Budget)
 	if err == nil {
 		return nil
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("CALL maintain: %w", err) // a stop: RunOnce records it
+	}
 	var pgErr *pgconn.PgError
+	isPg := errors.As(err, &pgErr)
+	if connDead(conn, err) {
+		msg := "the pass's connection was lost: " + redactErr(err)
+		if isPg {
+			msg = fmt.Sprintf("the pass's connection was lost: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+		}
+		r.mu.Lock()
+		r.addPending(msg, r.passPID)
+		r.mu.Unlock()
+		return fmt.Errorf("CALL maintain: %w", err)
+	}
 	// Missing objects (pgsweep not installed or not migrated) leave nothing to
 	// record; anything else raised by maintain() is recorded.
-	if errors.As(err, &pgErr) && ctx.Err() == nil && pgErr.Code != "3F000" && pgErr.Code != "42883" && pgErr.Code != "42P01" {
+	if isPg && pgErr.Code != "3F000" && pgErr.Code != "42883" && pgErr.Code != "42P01" {
 		msg := fmt.Sprintf("maintain raised: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 		if _, ferr := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, msg); ferr != nil {
 			r.log.Warn("could not record the failed pass", "error", redactErr(ferr))
 		}
 	}
 	return fmt.Errorf("CALL maintain: %w", err)
+}
+
+// connDead tells whether err left conn unusable: a FATAL or PANIC error from
+// the server (which closes the session, e.g. 57P01 after
+// pg_terminate_backend), a closed connection, or -- for a connection that
+// cannot say whether it is closed -- any error that did not come from the
+// server.
+func connDead(conn Conn, err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC") {
+		return true
+	}
+	if c, ok := conn.(interface{ IsClosed() bool }); ok {
+		return c.IsClosed()
+	}
+	return !errors.As(err, &pgErr)
 }
 
 // readPass reads back this owner's latest pass.

@@ -59,18 +59,45 @@ type Runner struct {
 	sleep func(ctx context.Context, d time.Duration) error
 	rand  func() float64
 
-	mu          sync.Mutex
-	running     bool
-	cancel      context.CancelFunc
-	done        chan struct{}
-	failures    int
-	lastAttempt time.Time
-	lastSuccess time.Time
-	lastErr     error
-	interval    time.Duration // the last interval used, for health
-	warnedStats bool
-	interrupted bool   // a pass was cancelled by a stop: its history rows are unfinished
-	passPID     uint32 // the backend of the latest pass's connection (0: unknown)
+	mu           sync.Mutex
+	running      bool
+	cancel       context.CancelFunc
+	done         chan struct{}
+	failures     int
+	lastAttempt  time.Time
+	lastSuccess  time.Time
+	lastErr      error
+	interval     time.Duration // the last interval used, for health
+	warnedStats  bool
+	passPID      uint32         // the backend of the latest pass's connection (0: unknown)
+	pending      *pendingRecord // history rows of an ended pass that still have to be closed
+	inPass       bool           // a pass is in flight
+	lastProgress time.Time      // when the pass in flight was last seen to commit a step
+
+	// progressEvery is how often a pass in flight is checked for progress
+	// (committed steps), on a second connection opened only for passes that
+	// last longer than that.
+	progressEvery time.Duration
+}
+
+// pendingRecord is a pass whose history rows maintain() could not close and
+// this runner must (with _maintain_fail_owner), once the pass's backend is
+// gone: a pass cancelled by a stop, or one whose connection died.
+type pendingRecord struct {
+	msg  string   // recorded as the error of the pass and of its running parts
+	pids []uint32 // the backends of the passes concerned (0: unknown)
+}
+
+// addPending notes that the pass on backend pid ended with its history rows
+// open; an earlier pending record (and its message) is kept and extended.
+// The caller holds r.mu.
+func (r *Runner) addPending(msg string, pid uint32) {
+	if r.pending == nil {
+		r.pending = &pendingRecord{msg: msg}
+	} else {
+		r.pending = &pendingRecord{msg: r.pending.msg, pids: append([]uint32(nil), r.pending.pids...)}
+	}
+	r.pending.pids = append(r.pending.pids, pid)
 }
 
 const (
@@ -79,6 +106,10 @@ const (
 	defaultBackoffMax = time.Minute
 	defaultInterval   = 10 * time.Second
 	releaseTimeout    = 10 * time.Second
+	// defaultProgressEvery is how often the runner looks for committed steps
+	// of a pass in flight (see Health).
+	defaultProgressEvery = 5 * time.Second
+	stoppedMsg           = "the runner stopped during this pass"
 )
 
 // New returns a Runner that opens a connection with connect for every pass.
@@ -134,6 +165,8 @@ func New(connect Connector, opts Options) (*Runner, error) {
 		now:     time.Now,
 		sleep:   sleepCtx,
 		rand:    rand.Float64,
+
+		progressEvery: defaultProgressEvery,
 	}, nil
 }
 
@@ -266,11 +299,18 @@ func (r *Runner) nextWait(s Settings) time.Duration {
 // settings read after it. Most callers use Run.
 func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 	start := r.now()
+	r.mu.Lock()
+	r.inPass = true
+	r.lastProgress = time.Time{}
+	r.passPID = 0
+	pendingBefore := r.pending
+	r.mu.Unlock()
 	p, s, err := r.pass(ctx)
 	elapsed := r.now().Sub(start)
 	r.metrics.passes.Inc()
 	r.metrics.passDuration.Observe(elapsed.Seconds())
 	r.mu.Lock()
+	r.inPass = false
 	r.lastAttempt = r.now()
 	r.lastErr = err
 	if err == nil {
@@ -279,11 +319,18 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 	} else if ctx.Err() == nil { // a cancelled pass is a stop, not a failure
 		r.failures++
 	} else {
-		r.interrupted = true
+		r.addPending(stoppedMsg, r.passPID)
 	}
 	failures := r.failures
+	lost := r.pending != nil && r.pending != pendingBefore && ctx.Err() == nil
 	r.mu.Unlock()
 	r.metrics.consecutiveFail.Set(float64(failures))
+	if lost {
+		// The pass's connection died (the server terminated it, or the
+		// network): close its history rows on a fresh connection now, or at
+		// the start of the next pass, or at the stop, whichever works first.
+		r.recordPendingFresh(ctx)
+	}
 	if err != nil {
 		r.metrics.passErrors.Inc()
 		return nil, s, err
@@ -300,16 +347,25 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	if err != nil {
 		return nil, s, fmt.Errorf("connect: %w", err)
 	}
-	if pc, ok := conn.(interface{ PgConn() *pgconn.PgConn }); ok {
-		r.mu.Lock()
-		r.passPID = pc.PgConn().PID()
-		r.mu.Unlock()
-	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	// An earlier pass whose history could not be closed yet is closed first.
+	if err := r.recordPending(ctx, conn); err != nil && ctx.Err() == nil {
+		r.log.Warn("could not record an earlier failed pass", "error", redactErr(err))
+	}
+	if pc, ok := conn.(interface{ PgConn() *pgconn.PgConn }); ok {
+		r.mu.Lock()
+		r.passPID = pc.PgConn().PID()
+		r.mu.Unlock()
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); r.watchProgress(wctx) }()
+	defer func() { stopWatch(); <-watched }()
+
 	if err := r.callMaintain(ctx, conn); err != nil {
 		return nil, s, err
 	}
@@ -360,8 +416,9 @@ func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
 
 // releaseLeases gives up every lease this owner holds, on a new connection
 // (the pass's connection may have been cancelled). When a pass was cancelled
-// by the stop, _maintain_fail_owner closes its unfinished history rows ("the
-// runner stopped during this pass") and releases the leases in one statement:
+// by the stop (or its connection died and its history is not closed yet),
+// _maintain_fail_owner closes its unfinished history rows ("the runner
+// stopped during this pass") and releases the leases in one statement:
 // releasing first would let another holder take a part's lease and mark the
 // still-open run 'abandoned' before it was closed.
 func (r *Runner) releaseLeases() {
@@ -374,10 +431,10 @@ func (r *Runner) releaseLeases() {
 	}
 	defer func() { _ = conn.Close(ctx) }()
 	r.mu.Lock()
-	interrupted := r.interrupted
+	pending := r.pending != nil
 	r.mu.Unlock()
 	release := "SELECT " + r.fn("lease_release_owner") + "($1)"
-	if interrupted {
+	if pending {
 		release = "SELECT name FROM " + r.q + ".leases WHERE owner = $1 ORDER BY name"
 	}
 	rows, err := conn.Query(ctx, release, r.owner)
@@ -390,10 +447,8 @@ func (r *Runner) releaseLeases() {
 		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
 		return
 	}
-	if interrupted {
-		r.awaitPassBackend(ctx, conn)
-		if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner,
-			"the runner stopped during this pass"); err != nil {
+	if pending {
+		if err := r.recordPending(ctx, conn); err != nil {
 			r.log.Warn("could not record the interrupted pass or release leases; they expire after their TTL", "error", redactErr(err))
 			return
 		}
@@ -401,16 +456,57 @@ func (r *Runner) releaseLeases() {
 	r.log.Info("released leases", "leases", names)
 }
 
-// awaitPassBackend waits until the backend of the cancelled pass is gone.
-// The pass's client saw the cancellation at once, but its backend may still
-// be running maintain() -- and commit the start of a part's run -- after
-// _maintain_fail_owner closed this owner's rows; that run would stay
-// 'running'. The backend exits once it sees the cancel request and the
-// closed socket; after a few seconds it is terminated.
-func (r *Runner) awaitPassBackend(ctx context.Context, conn Conn) {
+// recordPending closes the history rows of the pending pass, if any, on conn
+// (a working connection other than the pass's own): it waits until the
+// pass's backend is gone, then records the error with _maintain_fail_owner,
+// which also releases this owner's leases.
+func (r *Runner) recordPending(ctx context.Context, conn Conn) error {
 	r.mu.Lock()
-	pid := r.passPID
+	p := r.pending
 	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	for _, pid := range p.pids {
+		r.awaitBackend(ctx, conn, pid)
+	}
+	if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, p.msg); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.pending == p {
+		r.pending = nil
+	}
+	r.mu.Unlock()
+	r.log.Info("recorded the failed pass", "error", p.msg)
+	return nil
+}
+
+// recordPendingFresh runs recordPending on a connection of its own. When the
+// database cannot be reached, the record stays pending for the next pass (or
+// the stop).
+func (r *Runner) recordPendingFresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	conn, err := r.connect(ctx)
+	if err != nil {
+		r.log.Warn("could not record the failed pass yet; retrying with the next pass", "error", redactErr(err))
+		return
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if err := r.recordPending(ctx, conn); err != nil {
+		r.log.Warn("could not record the failed pass yet; retrying with the next pass", "error", redactErr(err))
+	}
+}
+
+// awaitBackend waits until the backend pid of an ended pass is gone. The
+// pass's client saw the cancellation (or the broken connection) at once, but
+// its backend may still be running maintain() -- and commit the start of a
+// part's run -- after _maintain_fail_owner closed this owner's rows; that run
+// would stay 'running'. The backend exits once it sees the cancel request or
+// the closed socket (client_connection_check_interval); after a few seconds
+// it is terminated.
+func (r *Runner) awaitBackend(ctx context.Context, conn Conn, pid uint32) {
 	if pid == 0 {
 		return
 	}
@@ -422,7 +518,7 @@ func (r *Runner) awaitPassBackend(ctx context.Context, conn Conn) {
 	terminate := time.Now().Add(3 * time.Second)
 	for alive() && ctx.Err() == nil {
 		if time.Now().After(terminate) {
-			r.log.Warn("the cancelled pass's backend is still running; terminating it", "pid", pid)
+			r.log.Warn("the ended pass's backend is still running; terminating it", "pid", pid)
 			_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(pid))
 			terminate = time.Now().Add(time.Hour)
 		}
@@ -436,7 +532,10 @@ func (r *Runner) awaitPassBackend(ctx context.Context, conn Conn) {
 // Health is the runner's health as /healthz reports it.
 type Health struct {
 	// Healthy is true when the last pass succeeded and ended within
-	// Options.HealthyWithin of now; false before the first success.
+	// Options.HealthyWithin of now, or when a pass is in flight and was seen
+	// to commit a step within Options.HealthyWithin of now (a long pass that
+	// makes progress is alive, even after failed passes); false before the
+	// first success or sign of progress.
 	Healthy bool `json:"healthy"`
 	// Owner is the runner's lease owner identity (Runner.Owner).
 	Owner string `json:"owner"`
@@ -446,6 +545,12 @@ type Health struct {
 	// LastSuccess is when the last successful pass ended (local clock); zero
 	// before the first success.
 	LastSuccess time.Time `json:"last_success,omitzero"`
+	// PassInFlight is true while a pass runs.
+	PassInFlight bool `json:"pass_in_flight"`
+	// LastProgress is when the pass in flight was last seen to commit a step
+	// (local clock; the database is looked at every few seconds while a pass
+	// runs); zero when no pass runs or none was seen yet.
+	LastProgress time.Time `json:"last_progress,omitzero"`
 	// LastError is the last pass's error, passwords removed; empty when that
 	// pass succeeded. A pass cancelled by a stop (Stop, or Run's context)
 	// sets it too.
@@ -455,11 +560,16 @@ type Health struct {
 	Failures int `json:"consecutive_failures"`
 }
 
-// Health reports whether the last pass succeeded, recently enough.
+// Health reports whether the last pass succeeded, recently enough, or the
+// pass in flight recently committed a step.
 func (r *Runner) Health() Health {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := Health{Owner: r.owner, LastAttempt: r.lastAttempt, LastSuccess: r.lastSuccess, Failures: r.failures}
+	h := Health{Owner: r.owner, LastAttempt: r.lastAttempt, LastSuccess: r.lastSuccess, Failures: r.failures,
+		PassInFlight: r.inPass}
+	if r.inPass {
+		h.LastProgress = r.lastProgress
+	}
 	if r.lastErr != nil {
 		h.LastError = pgsweep.RedactSecrets(r.lastErr.Error())
 	}
@@ -471,7 +581,10 @@ func (r *Runner) Health() Health {
 		}
 		within = 2*iv + r.opts.Budget + 30*time.Second
 	}
-	h.Healthy = r.lastErr == nil && !r.lastSuccess.IsZero() && r.now().Sub(r.lastSuccess) <= within
+	now := r.now()
+	succeeded := r.lastErr == nil && !r.lastSuccess.IsZero() && now.Sub(r.lastSuccess) <= within
+	progressing := !h.LastProgress.IsZero() && now.Sub(h.LastProgress) <= within
+	h.Healthy = succeeded || progressing
 	return h
 }
 

@@ -1,0 +1,98 @@
+package runner
+
+import (
+	"context"
+	"time"
+)
+
+// progressMark is what the database shows of a pass's progress; it changes
+// only when the pass commits something: a step of a part (maintain_run.steps),
+// the end of a part (maintain_run.finished_at), a retention batch
+// (retention_passes.batches), or a lease renewal (leases.expires_at), which
+// maintain() does after every step and retention during a long policy.
+type progressMark struct {
+	pass, steps, batches int64
+	leaseExpiry          int64 // Unix microseconds; 0: no lease
+}
+
+// readProgress reads the progress of this owner's latest pass.
+func (r *Runner) readProgress(ctx context.Context, conn Conn) (progressMark, error) {
+	var m progressMark
+	var expiry *time.Time
+	err := conn.QueryRow(ctx, `WITH p AS (SELECT id, started_at FROM `+r.q+`.maintenance_passes
+		 WHERE owner = $1 ORDER BY id DESC LIMIT 1)
+		SELECT coalesce((SELECT id FROM p), 0),
+		       (SELECT coalesce(sum(steps), 0) + count(finished_at) FROM `+r.q+`.maintenance_runs
+		         WHERE pass_id = (SELECT id FROM p))::bigint,
+		       (SELECT coalesce(sum(batches), 0) FROM `+r.q+`.retention_passes
+		         WHERE owner = $1 AND started_at >= (SELECT started_at FROM p))::bigint,
+		       (SELECT max(expires_at) FROM `+r.q+`.leases WHERE owner = $1)`, r.owner).
+		Scan(&m.pass, &m.steps, &m.batches, &expiry)
+	if expiry != nil {
+		m.leaseExpiry = expiry.UnixMicro()
+	}
+	return m, err
+}
+
+// watchProgress runs beside a pass until ctx ends. Every progressEvery it
+// reads the pass's progress on a connection of its own (opened at the first
+// look, so a pass shorter than progressEvery never opens it), and notes the
+// time whenever the progress changed since the look before: Health counts a
+// recently committed step as a sign of life, so a long pass (a backlog after
+// an outage) does not look dead.
+func (r *Runner) watchProgress(ctx context.Context) {
+	every := r.progressEvery
+	if every <= 0 {
+		return
+	}
+	var (
+		conn Conn
+		last *progressMark
+	)
+	defer func() {
+		if conn != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = conn.Close(cctx)
+		}
+	}()
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(every)
+		if conn == nil {
+			c, err := r.connect(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Debug("cannot watch the pass's progress", "error", redactErr(err))
+				}
+				continue
+			}
+			conn = c
+		}
+		m, err := r.readProgress(ctx, conn)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Debug("cannot read the pass's progress", "error", redactErr(err))
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = conn.Close(cctx)
+				cancel()
+				conn, last = nil, nil
+			}
+			continue
+		}
+		if last != nil && m != *last {
+			r.mu.Lock()
+			if r.inPass {
+				r.lastProgress = r.now()
+			}
+			r.mu.Unlock()
+		}
+		last = &m
+	}
+}
