@@ -29,11 +29,16 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	budget := fs.Duration("budget", 30*time.Second, "time budget of one pass, 1s to 1h")
 	owner := fs.String("owner", "", "lease owner identity, unique per replica (default: host:pid:random)")
 	once := fs.Bool("once", false, "run one pass, print what it did and exit")
+	checkInterval := fs.Duration("connection-check-interval", runner.DefaultConnectionCheckInterval,
+		"client_connection_check_interval of the runner's connections: how soon the server stops the work of a runner that died (0: the server's setting)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := db.validate(); err != nil {
 		return err
+	}
+	if *checkInterval < 0 || *checkInterval > 24*time.Hour {
+		return fmt.Errorf("%w: --connection-check-interval must be between 0 (the server's setting) and 24h, got %v", errUsage, *checkInterval)
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -50,7 +55,7 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	if *owner == "" {
 		*owner = runner.DefaultOwner()
 	}
-	r, err := runner.New(runner.ConnectConfig(cfg, "pgsweep run "+*owner), runner.Options{
+	r, err := runner.New(runner.ConnectConfig(cfg, "pgsweep run "+*owner, runner.WithConnectionCheckInterval(*checkInterval)), runner.Options{
 		Schema:   db.schema,
 		Owner:    *owner,
 		Budget:   *budget,

@@ -83,6 +83,10 @@ func TestRunOnceStatusAndCron(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "--log-format") {
 		t.Fatalf("bad --log-format: code %d: %s", code, errOut)
 	}
+	_, errOut, code = runCLI(t, "run", "--database-url", db.URL, "--connection-check-interval", "-1s")
+	if code != 2 || !strings.Contains(errOut, "--connection-check-interval must be between 0") {
+		t.Fatalf("bad --connection-check-interval: code %d: %s", code, errOut)
+	}
 }
 
 func freeAddr(t *testing.T) string {
@@ -106,6 +110,97 @@ func get(url string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
+// buildBinary builds pgsweep into the test's temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "pgsweep")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// kill -9 of the real binary in the middle of a step: PostgreSQL notices the
+// dead client within about client_connection_check_interval (1 s by
+// default), ends the orphaned session and rolls the step back. Without the
+// check the backend would sleep on for 5 minutes and then commit its work.
+func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
+	db := pgtest.New(t, 2)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+		CREATE TABLE %[1]s.work (at timestamptz NOT NULL);
+		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+		LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO %[1]s.work VALUES (clock_timestamp());
+			PERFORM pg_sleep(300);
+			RETURN '{"recovered": 1}';
+		END $$;
+		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s)); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinary(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "run", "--schema", db.Schema, "--owner", "kill9-test", "--http-addr", "", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "PGSWEEP_DATABASE_URL="+db.URL)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		// a backend that outlived the test must not block the schema's drop
+		_, _ = db.Pool.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pgsweep run kill9-test'")
+	})
+
+	var pid int32
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := db.Pool.QueryRow(ctx, "SELECT a.pid FROM pg_stat_activity a JOIN "+s+".maintain_run r ON r.owner = 'kill9-test' AND r.status = 'running'"+
+			" WHERE a.application_name = 'pgsweep run kill9-test' AND a.wait_event = 'PgSleep'").Scan(&pid)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner never got stuck in its step\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		var n int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed runner's backend %d still runs 15 s after the kill: client_connection_check_interval not in effect", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the orphaned backend was gone %v after the kill", time.Since(killed).Round(10*time.Millisecond))
+	var work, steps int64
+	if err := db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+s+".work), (SELECT coalesce(sum(steps), 0) FROM "+s+
+		".maintain_run WHERE owner = 'kill9-test')").Scan(&work, &steps); err != nil {
+		t.Fatal(err)
+	}
+	if work != 0 || steps != 0 {
+		t.Fatalf("%d rows of the step's work and %d steps committed: the orphaned step was not rolled back", work, steps)
+	}
+}
+
 // The real binary: serves /healthz and /metrics, and on SIGTERM in the middle
 // of a pass awaits it, releases its leases at once and exits 0.
 func TestRunBinarySIGTERM(t *testing.T) {
@@ -126,10 +221,7 @@ func TestRunBinarySIGTERM(t *testing.T) {
 		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s)); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "pgsweep")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	addr := freeAddr(t)
 	var logs bytes.Buffer
 	cmd := exec.Command(bin, "run", "--schema", db.Schema, "--owner", "sigterm-test", "--http-addr", addr,

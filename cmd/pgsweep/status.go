@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/runner"
 )
@@ -172,6 +173,8 @@ func formatValue(v any) string {
 		return x.UTC().Format("2006-01-02 15:04:05Z")
 	case time.Duration:
 		return x.String()
+	case pgtype.Interval:
+		return formatInterval(x)
 	case []byte:
 		return string(x)
 	case map[string]any, []any:
@@ -180,6 +183,56 @@ func formatValue(v any) string {
 	default:
 		return fmt.Sprint(x)
 	}
+}
+
+// formatInterval writes an interval as PostgreSQL does (IntervalStyle
+// postgres, its default): "7 days", "00:01:00", "1 year 2 mons -3 days
+// +04:05:06.5"; "" for NULL.
+func formatInterval(iv pgtype.Interval) string {
+	if !iv.Valid {
+		return ""
+	}
+	var b strings.Builder
+	zero, before := true, false // nothing written yet; the last part written was negative
+	part := func(v int64, unit string) {
+		if v == 0 {
+			return
+		}
+		if !zero {
+			b.WriteByte(' ')
+		}
+		if before && v > 0 {
+			b.WriteByte('+')
+		}
+		fmt.Fprintf(&b, "%d %s", v, unit)
+		if v != 1 {
+			b.WriteByte('s')
+		}
+		before, zero = v < 0, false
+	}
+	part(int64(iv.Months/12), "year")
+	part(int64(iv.Months%12), "mon")
+	part(int64(iv.Days), "day")
+	us := iv.Microseconds
+	if zero || us != 0 {
+		if !zero {
+			b.WriteByte(' ')
+		}
+		switch {
+		case us < 0:
+			b.WriteByte('-')
+			us = -us
+		case before:
+			b.WriteByte('+')
+		}
+		const usPerSec = int64(time.Second / time.Microsecond)
+		h, m, sec, frac := us/(3600*usPerSec), us/(60*usPerSec)%60, us/usPerSec%60, us%usPerSec
+		fmt.Fprintf(&b, "%02d:%02d:%02d", h, m, sec)
+		if frac != 0 {
+			b.WriteString(strings.TrimRight(fmt.Sprintf(".%06d", frac), "0"))
+		}
+	}
+	return b.String()
 }
 
 func printStatus(out io.Writer, rep *statusReport) {
