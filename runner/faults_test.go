@@ -169,7 +169,7 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 		"SELECT count(*) FROM "+s+".maintain_run r JOIN pg_stat_activity a ON a.application_name = 'pgsweep run victim'"+
 			" AND a.wait_event = 'PgSleep' WHERE r.owner = 'victim' AND r.status = 'running'")
 	r.mu.Lock()
-	pid := r.passPID
+	pid := r.passBackend.pid
 	r.mu.Unlock()
 	var ok bool
 	if err := db.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&ok); err != nil || !ok {
@@ -307,5 +307,29 @@ func TestFatalErrorIsRecordedOnAFreshConnection(t *testing.T) {
 	defer h.r.mu.Unlock()
 	if h.r.pending != nil {
 		t.Fatalf("still pending: %+v", h.r.pending)
+	}
+}
+
+// The backend of an ended pass is recognised by pid and start time: after a
+// restart of the server its pid may belong to another session, which must
+// not be waited for, let alone terminated; nor is the recording session itself.
+func TestRecordingSparesAReusedPid(t *testing.T) {
+	db := pgtest.New(t, 2)
+	r := newRunner(t, db, "reused", Options{})
+	bystander := pgtest.Conn(t, db.URL)
+	recorder := pgtest.Conn(t, db.URL)
+	ctx := context.Background()
+	r.pending = &pendingRecord{msg: "the pass's connection was lost: test", backends: []backend{
+		{pid: bystander.PgConn().PID(), start: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{pid: recorder.PgConn().PID()},
+	}}
+	if err := r.recordPending(ctx, recorder); err != nil {
+		t.Fatal(err)
+	}
+	if err := bystander.Ping(ctx); err != nil {
+		t.Fatalf("a session that reused the pid was terminated: %v", err)
+	}
+	if r.pending != nil {
+		t.Fatal("the record is still pending")
 	}
 }

@@ -92,7 +92,7 @@ func (r *Runner) callMaintain(ctx context.Context, conn Conn) error {
 			msg = fmt.Sprintf("the pass's connection was lost: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 		}
 		r.mu.Lock()
-		r.addPending(msg, r.passPID)
+		r.addPending(msg, r.passBackend)
 		r.mu.Unlock()
 		return fmt.Errorf("CALL maintain: %w", err)
 	}

@@ -69,7 +69,7 @@ type Runner struct {
 	lastErr      error
 	interval     time.Duration // the last interval used, for health
 	warnedStats  bool
-	passPID      uint32         // the backend of the latest pass's connection (0: unknown)
+	passBackend  backend        // the backend of the latest pass's connection (zero: unknown)
 	pending      *pendingRecord // history rows of an ended pass that still have to be closed
 	inPass       bool           // a pass is in flight
 	lastProgress time.Time      // when the pass in flight was last seen to commit a step
@@ -84,20 +84,27 @@ type Runner struct {
 // this runner must (with _maintain_fail_owner), once the pass's backend is
 // gone: a pass cancelled by a stop, or one whose connection died.
 type pendingRecord struct {
-	msg  string   // recorded as the error of the pass and of its running parts
-	pids []uint32 // the backends of the passes concerned (0: unknown)
+	msg      string    // recorded as the error of the pass and of its running parts
+	backends []backend // the backends of the passes concerned
 }
 
-// addPending notes that the pass on backend pid ended with its history rows
+// backend identifies a server process: its pid, and its start time, since a
+// pid is reused (at once after a restart of the server).
+type backend struct {
+	pid   uint32    // 0: unknown
+	start time.Time // zero: unknown
+}
+
+// addPending notes that the pass on backend b ended with its history rows
 // open; an earlier pending record (and its message) is kept and extended.
 // The caller holds r.mu.
-func (r *Runner) addPending(msg string, pid uint32) {
+func (r *Runner) addPending(msg string, b backend) {
 	if r.pending == nil {
 		r.pending = &pendingRecord{msg: msg}
 	} else {
-		r.pending = &pendingRecord{msg: r.pending.msg, pids: append([]uint32(nil), r.pending.pids...)}
+		r.pending = &pendingRecord{msg: r.pending.msg, backends: append([]backend(nil), r.pending.backends...)}
 	}
-	r.pending.pids = append(r.pending.pids, pid)
+	r.pending.backends = append(r.pending.backends, b)
 }
 
 const (
@@ -302,7 +309,7 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 	r.mu.Lock()
 	r.inPass = true
 	r.lastProgress = time.Time{}
-	r.passPID = 0
+	r.passBackend = backend{}
 	pendingBefore := r.pending
 	r.mu.Unlock()
 	p, s, err := r.pass(ctx)
@@ -319,7 +326,7 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 	} else if ctx.Err() == nil { // a cancelled pass is a stop, not a failure
 		r.failures++
 	} else {
-		r.addPending(stoppedMsg, r.passPID)
+		r.addPending(stoppedMsg, r.passBackend)
 	}
 	failures := r.failures
 	lost := r.pending != nil && r.pending != pendingBefore && ctx.Err() == nil
@@ -357,8 +364,12 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 		r.log.Warn("could not record an earlier failed pass", "error", redactErr(err))
 	}
 	if pc, ok := conn.(interface{ PgConn() *pgconn.PgConn }); ok {
+		b := backend{pid: pc.PgConn().PID()}
+		if err := conn.QueryRow(ctx, "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&b.start); err != nil {
+			b.start = time.Time{}
+		}
 		r.mu.Lock()
-		r.passPID = pc.PgConn().PID()
+		r.passBackend = b
 		r.mu.Unlock()
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -467,8 +478,8 @@ func (r *Runner) recordPending(ctx context.Context, conn Conn) error {
 	if p == nil {
 		return nil
 	}
-	for _, pid := range p.pids {
-		r.awaitBackend(ctx, conn, pid)
+	for _, b := range p.backends {
+		r.awaitBackend(ctx, conn, b)
 	}
 	if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, p.msg); err != nil {
 		return err
@@ -499,27 +510,34 @@ func (r *Runner) recordPendingFresh(ctx context.Context) {
 	}
 }
 
-// awaitBackend waits until the backend pid of an ended pass is gone. The
-// pass's client saw the cancellation (or the broken connection) at once, but
-// its backend may still be running maintain() -- and commit the start of a
+// awaitBackend waits until the backend of an ended pass is gone. The pass's
+// client saw the cancellation (or the broken connection) at once, but its
+// backend may still be running maintain() -- and commit the start of a
 // part's run -- after _maintain_fail_owner closed this owner's rows; that run
 // would stay 'running'. The backend exits once it sees the cancel request or
 // the closed socket (client_connection_check_interval); after a few seconds
-// it is terminated.
-func (r *Runner) awaitBackend(ctx context.Context, conn Conn, pid uint32) {
-	if pid == 0 {
+// it is terminated. The backend is recognised by its pid and start time: a
+// server that restarted may have given the pid to another session (this one
+// included).
+func (r *Runner) awaitBackend(ctx context.Context, conn Conn, b backend) {
+	if b.pid == 0 {
 		return
+	}
+	const match = " FROM pg_stat_activity WHERE pid = $1 AND pid <> pg_backend_pid() AND ($2::timestamptz IS NULL OR backend_start = $2)"
+	var start *time.Time
+	if !b.start.IsZero() {
+		start = &b.start
 	}
 	alive := func() bool {
 		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int64(pid)).Scan(&n)
+		err := conn.QueryRow(ctx, "SELECT count(*)"+match, int64(b.pid), start).Scan(&n)
 		return err == nil && n > 0
 	}
 	terminate := time.Now().Add(3 * time.Second)
 	for alive() && ctx.Err() == nil {
 		if time.Now().After(terminate) {
-			r.log.Warn("the ended pass's backend is still running; terminating it", "pid", pid)
-			_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(pid))
+			r.log.Warn("the ended pass's backend is still running; terminating it", "pid", b.pid)
+			_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend(pid)"+match, int64(b.pid), start)
 			terminate = time.Now().Add(time.Hour)
 		}
 		select {
