@@ -35,8 +35,9 @@ type Options struct {
 	// BackoffMin and BackoffMax bound the exponential backoff after failed
 	// passes (1 second and 1 minute when zero).
 	BackoffMin, BackoffMax time.Duration
-	// HealthyWithin is how recent the last successful pass must be for
-	// Healthy to report true; when zero, 2 intervals + the budget + 30s.
+	// HealthyWithin is how recent the last successful pass (or the last
+	// step seen committed by the pass in flight) must be for Healthy to
+	// report true; when zero, 2 intervals + the budget + 30s.
 	HealthyWithin time.Duration
 	// Logger receives the runner's log lines; nothing is logged when nil.
 	Logger *slog.Logger
