@@ -1,11 +1,18 @@
--- renew and complete: act only on rows p_owner still holds, return their ids.
+-- renew and complete: act only on rows whose current claim carries p_token,
+-- return their ids.
 --
--- Fencing is by the owner column: a claim that takes over an expired lease
--- writes its own owner, and fail/queue_recover clear it, so a stale owner's
--- call matches nothing and the caller learns exactly which leases it lost.
--- A lease that expired but was not taken over is still the owner's: completing
--- it then is the best outcome (no redelivery), and nobody else held it meanwhile.
--- Owners must be unique per worker process (the Go Worker draws a random one).
+-- Fencing is by the claim token (claim.sql): every claim call stores a fresh
+-- token in the rows it takes, and fail, release and queue_recover end the
+-- claim (status no longer 'processing'), so a call with the token of an
+-- earlier claim matches nothing and the caller learns exactly which leases it
+-- lost -- also when the row was taken again by the same owner, which the
+-- owner label could not tell apart. A lease that expired but was not taken
+-- over still carries its token: completing it then is the best outcome (no
+-- redelivery), and nobody else held it meanwhile.
+--
+-- The verbs (renew, complete, fail, release without p_now) are SECURITY
+-- DEFINER: workers hold no privilege on the tables, so the token is the only
+-- way to a row. The p_now overloads are for tests.
 
 CREATE OR REPLACE FUNCTION _check_ids(p_ids bigint[])
 RETURNS void
@@ -21,8 +28,21 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _check_token(p_token uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_token IS NULL THEN
+        RAISE EXCEPTION 'p_token must be the token claim returned, got NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 -- renew extends the leases to p_lease from now (NULL: the queue's lease_default).
-CREATE OR REPLACE FUNCTION renew(p_queue text, p_owner text, p_ids bigint[], p_lease interval, p_now timestamptz)
+CREATE OR REPLACE FUNCTION renew(p_queue text, p_token uuid, p_ids bigint[], p_lease interval, p_now timestamptz)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -31,7 +51,7 @@ DECLARE
     v_q queue;
     v_until timestamptz;
 BEGIN
-    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
@@ -40,24 +60,25 @@ BEGIN
     v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
     RETURN QUERY
     UPDATE message m SET visible_at = v_until
-     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
     RETURNING m.id;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION renew(p_queue text, p_owner text, p_ids bigint[], p_lease interval)
+CREATE OR REPLACE FUNCTION renew(p_queue text, p_token uuid, p_ids bigint[], p_lease interval)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    RETURN QUERY SELECT renew(p_queue, p_owner, p_ids, p_lease, NULL::timestamptz);
+    RETURN QUERY SELECT renew(p_queue, p_token, p_ids, p_lease, NULL::timestamptz);
 END
 $$;
 
 -- complete: outbox rows are deleted; inbox rows move to message_processed,
 -- where they keep de-duplicating their key until retention removes them.
-CREATE OR REPLACE FUNCTION complete(p_queue text, p_owner text, p_ids bigint[], p_now timestamptz)
+CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[], p_now timestamptz)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -66,9 +87,8 @@ DECLARE
     v_kind text;
     v_now timestamptz;
 BEGIN
-    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_ids IS NULL
-       OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
-        PERFORM _check_text('p_owner', p_owner);
+    IF p_token IS NULL OR p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
+        PERFORM _check_token(p_token);
         PERFORM _check_ids(p_ids);
     END IF;
     SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
@@ -78,7 +98,7 @@ BEGIN
     IF v_kind = 'outbox' THEN
         RETURN QUERY
         DELETE FROM message m
-         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id;
         RETURN;
     END IF;
@@ -86,7 +106,7 @@ BEGIN
     RETURN QUERY
     WITH d AS (
         DELETE FROM message m
-         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
     )
     INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
@@ -95,40 +115,43 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION complete(p_queue text, p_owner text, p_ids bigint[])
+CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    RETURN QUERY SELECT complete(p_queue, p_owner, p_ids, NULL::timestamptz);
+    RETURN QUERY SELECT complete(p_queue, p_token, p_ids, NULL::timestamptz);
 END
 $$;
 
 -- release: give messages back unprocessed, as if the claim had not happened:
--- the attempt is taken back, the owner cleared, and the row is due at once
--- (status 'pending' again, or 'failed' when an earlier attempt had failed).
--- For messages claimed but never started -- a worker shutting down releases
--- what it has not begun -- so a restart or a deploy neither waits for their
--- leases to expire nor spends an attempt on them. A message whose handler ran
--- must be completed or failed instead: releasing it would hide that attempt.
-CREATE OR REPLACE FUNCTION release(p_queue text, p_owner text, p_ids bigint[])
+-- the attempt is taken back, owner and token cleared, and the row is due at
+-- once (status 'pending' again, or 'failed' when an earlier attempt had
+-- failed). For messages claimed but never started -- a worker shutting down
+-- releases what it has not begun -- so a restart or a deploy neither waits
+-- for their leases to expire nor spends an attempt on them. A message whose
+-- handler ran must be completed or failed instead: releasing it would hide
+-- that attempt.
+CREATE OR REPLACE FUNCTION release(p_queue text, p_token uuid, p_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz;
 BEGIN
-    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     PERFORM _queue_get(p_queue);
     v_now := clock_timestamp();
     RETURN QUERY
     UPDATE message m
        SET status = CASE WHEN m.attempt > 1 THEN 'failed' ELSE 'pending' END,
-           owner = NULL, attempt = m.attempt - 1, visible_at = v_now
-     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner
+           owner = NULL, token = NULL, attempt = m.attempt - 1, visible_at = v_now
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
     RETURNING m.id;
     IF FOUND THEN
         PERFORM pg_notify(notify_channel(), p_queue);

@@ -1,5 +1,13 @@
 -- claim: lease up to p_batch due messages of one queue to p_owner.
 --
+-- The token. Every claim call draws a fresh, unguessable token
+-- (gen_random_uuid()), stores it in message.token of every row it takes and
+-- returns it with each of them: renew, complete, fail and release act only on
+-- rows whose current claim carries their p_token (ack.sql). p_owner is only a
+-- label -- who holds the row, for people and metrics -- so an owner that takes
+-- its own expired lease back gets a new token and its old token acts on
+-- nothing. token is in no index: claims stay HOT updates.
+--
 -- Candidates: rows with visible_at <= now and attempt < max_attempts. visible_at
 -- is the delivery/retry time of pending and failed rows and the lease expiry
 -- of processing rows, so expired leases are taken by the same scan. A row that
@@ -13,7 +21,7 @@
 -- locked, so two claimers never get the same row. The UPDATE then finds the
 -- locked rows by ctid (stable: we hold their locks) instead of descending the
 -- primary key once per row, and changes only columns no index holds (status,
--- owner, attempt, visible_at), so it is a HOT update.
+-- owner, token, attempt, visible_at), so it is a HOT update.
 --
 -- Parked rows. A row that is not due for a while -- a scheduled message, a
 -- retry waiting for its backoff, a requeued dead letter with a delivery time
@@ -52,11 +60,15 @@
 -- claims never wait for each other; a skipped update only means the next
 -- claim starts a little further back.
 --
--- The clock is read once into v_now (scale-out rule: plain values in UPDATE).
--- p_lease NULL means the queue's lease_default. Rows come back oldest first.
+-- The clock is read once into v_now and the token drawn once into v_token
+-- (scale-out rule: plain values in UPDATE). p_lease NULL means the queue's
+-- lease_default. Rows come back oldest first.
+--
+-- This overload takes the time from its caller (p_now, NULL = the clock): for
+-- tests only. claim(p_queue, p_owner, p_batch, p_lease) below is the verb.
 CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
-               created_at timestamptz, lease_expires_at timestamptz)
+               created_at timestamptz, lease_expires_at timestamptz, token uuid)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -83,6 +95,7 @@ DECLARE
     v_id bigint;
     v_last_at timestamptz;
     v_last_id bigint;
+    v_token uuid;
 BEGIN
     -- Hot path: one plain expression checks every argument; only a bad
     -- argument pays for the _check_* calls that name it in the error.
@@ -182,21 +195,25 @@ BEGIN
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 
+    v_token := gen_random_uuid();
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m
-           SET status = 'processing', owner = p_owner, attempt = m.attempt + 1, visible_at = v_until
+           SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until
          WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
-        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token
     )
     SELECT * FROM claimed ORDER BY 6, 1;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT '30 seconds')
+-- The verb: the database clock; p_lease left out or NULL is the queue's
+-- lease_default.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
-               created_at timestamptz, lease_expires_at timestamptz)
+               created_at timestamptz, lease_expires_at timestamptz, token uuid)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN

@@ -1,20 +1,25 @@
 -- fail: the handler failed. Rows that used their last attempt move to
 -- message_dead (payload, headers, attempts, last error and timestamps kept);
--- the others wait for a retry: status 'failed', owner cleared, visible again
+-- the others wait for a retry: status 'failed', owner and token cleared, visible again
 -- after p_retry_after or the queue's exponential backoff:
 --     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
 -- shortened by the queue's backoff_jitter: each call draws one factor r in
 -- [1 - backoff_jitter, 1] and waits delay * r, so that messages failed at
 -- the same moment (an outage) by many workers do not all come back at once.
--- Acts only on rows p_owner still holds (see ack.sql on fencing).
+-- Acts only on rows whose current claim carries p_token (see ack.sql on
+-- fencing).
 --
 -- The retry times are computed into an array indexed by attempt before the
 -- UPDATE (scale-out rule: no timestamptz arithmetic applied to columns in
 -- SET); delays stop growing at backoff_max, so the array has at most ~40
 -- entries and attempt is capped to its length.
-
-CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_owner text, p_ids bigint[], p_error text,
-                                        p_retry_after interval DEFAULT NULL, p_now timestamptz DEFAULT NULL)
+--
+-- fail_details says what it did with each id (dead: moved to message_dead);
+-- this overload takes the time from its caller (p_now, NULL = the clock) and
+-- is for tests. The verbs below -- fail, and fail_details without p_now for
+-- callers that count dead letters (the Go Worker) -- use the clock.
+CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_token uuid, p_ids bigint[], p_error text,
+                                        p_retry_after interval, p_now timestamptz)
 RETURNS TABLE (id bigint, dead boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -28,7 +33,7 @@ DECLARE
     v_jitter double precision;
     v_error text := left(p_error, 10000);
 BEGIN
-    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_retry_after IS NOT NULL THEN
         PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
@@ -52,7 +57,8 @@ BEGIN
     RETURN QUERY
     WITH d AS (
         DELETE FROM message m
-         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt >= v_q.max_attempts
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+           AND m.attempt >= v_q.max_attempts
         RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
     )
     INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
@@ -61,19 +67,33 @@ BEGIN
 
     RETURN QUERY
     UPDATE message m
-       SET status = 'failed', owner = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error,
+       SET status = 'failed', owner = NULL, token = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error,
            parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN v_due[least(m.attempt, v_k)] END
-     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.owner = p_owner AND m.attempt < v_q.max_attempts
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+       AND m.attempt < v_q.max_attempts
     RETURNING m.id, false;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION fail(p_queue text, p_owner text, p_ids bigint[], p_error text, p_retry_after interval DEFAULT NULL)
-RETURNS SETOF bigint
+CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_token uuid, p_ids bigint[], p_error text,
+                                        p_retry_after interval DEFAULT NULL)
+RETURNS TABLE (id bigint, dead boolean)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    RETURN QUERY SELECT f.id FROM fail_details(p_queue, p_owner, p_ids, p_error, p_retry_after, NULL) f;
+    RETURN QUERY SELECT * FROM fail_details(p_queue, p_token, p_ids, p_error, p_retry_after, NULL::timestamptz);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION fail(p_queue text, p_token uuid, p_ids bigint[], p_error text, p_retry_after interval DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT f.id FROM fail_details(p_queue, p_token, p_ids, p_error, p_retry_after, NULL::timestamptz) f;
 END
 $$;

@@ -14,7 +14,7 @@ SELECT count(*) FROM pgsweep.send_batch('j', ARRAY(SELECT '{}'::jsonb FROM gener
 SELECT count(*) FROM pgsweep.claim('j', 'w', 40, '1 minute', '2030-01-01 00:00:00+00');
 -- 40 fail calls, one message each, all at T: attempt 1, delay 10 s, jittered into [5 s, 10 s]
 CREATE TEMP TABLE due AS
-SELECT f.id FROM pgsweep.message m, LATERAL pgsweep.fail_details('j', 'w', ARRAY[m.id], 'boom', NULL, '2030-01-01 00:00:00+00') f
+SELECT f.id FROM pgsweep.message m, LATERAL pgsweep.fail_details('j', m.token, ARRAY[m.id], 'boom', NULL, '2030-01-01 00:00:00+00') f
  WHERE m.queue = 'j';
 SELECT is((SELECT count(*) FROM due), 40::bigint, 'forty messages failed in forty calls');
 SELECT ok((SELECT bool_and(visible_at BETWEEN '2030-01-01 00:00:05+00' AND '2030-01-01 00:00:10+00') FROM pgsweep.message WHERE queue = 'j'),
@@ -23,9 +23,9 @@ SELECT ok((SELECT count(DISTINCT visible_at) FROM pgsweep.message WHERE queue = 
     'the retries are spread out, not all at one moment');
 
 -- an explicit retry_after is the caller's choice: not jittered
-SELECT count(*) FROM pgsweep.claim('j', 'w', 1, '1 minute', '2030-01-01 00:00:20+00');
+CREATE TEMP TABLE c2 AS SELECT * FROM pgsweep.claim('j', 'w', 1, '1 minute', '2030-01-01 00:00:20+00');
 SELECT results_eq($$SELECT m.visible_at FROM pgsweep.message m
-                     JOIN pgsweep.fail_details('j', 'w', (SELECT array_agg(id) FROM pgsweep.message WHERE queue = 'j' AND owner = 'w'),
+                     JOIN pgsweep.fail_details('j', (SELECT token FROM c2), (SELECT array_agg(id) FROM c2),
                                                'later', '1 minute', '2030-01-01 00:00:20+00') f ON f.id = m.id$$,
     $$VALUES ('2030-01-01 00:01:20+00'::timestamptz)$$, 'p_retry_after is exact');
 

@@ -9,12 +9,16 @@ SELECT plan(25);
 SELECT has_function('pgsweep', 'dead_requeue', ARRAY['text', 'bigint[]', 'timestamp with time zone'], 'dead_requeue(text, bigint[], timestamptz)');
 SELECT has_index('pgsweep', 'message_dead', 'message_dead_key', ARRAY['queue', 'key'], 'dead letters are found by key');
 
+-- the token of the claim that holds the rows p_ids of p_queue
+CREATE FUNCTION pg_temp.tok(p_queue text, p_ids bigint[]) RETURNS uuid LANGUAGE sql AS $$
+    SELECT DISTINCT token FROM pgsweep.message WHERE queue = p_queue AND id = ANY (p_ids) $$;
+
 -- an inbox message with one attempt dies on its first failure
 SELECT pgsweep.queue_create('in', 'inbox', 1);
 CREATE TEMP TABLE ids AS SELECT pgsweep.send('in', '{"v": 1}', '{"h": "x"}', 'k-1') AS id;
 SELECT results_eq($$SELECT id FROM pgsweep.claim('in', 'w1', 10, '30 seconds', '2030-01-01 00:00:00+00')$$,
     $$SELECT id FROM ids$$, 'claimed');
-SELECT results_eq($$SELECT id, dead FROM pgsweep.fail_details('in', 'w1', (SELECT array_agg(id) FROM ids), 'broken', NULL, '2030-01-01 00:00:01+00')$$,
+SELECT results_eq($$SELECT id, dead FROM pgsweep.fail_details('in', pg_temp.tok('in', (SELECT array_agg(id) FROM ids)), (SELECT array_agg(id) FROM ids), 'broken', NULL, '2030-01-01 00:00:01+00')$$,
     $$SELECT id, true FROM ids$$, 'the only attempt failed: dead');
 
 -- the dead letter holds its key
@@ -37,14 +41,14 @@ SELECT is(pgsweep.send('in', '{"v": 3}', '{}', 'k-1'), NULL, 'the requeued live 
 SELECT results_eq($$SELECT id, attempt FROM pgsweep.claim('in', 'w2', 10, '30 seconds', '2030-01-01 00:01:00+00') WHERE key = 'k-1'$$,
     $$SELECT id, 1 FROM ids$$, 'the requeued message is claimed again, attempt 1');
 SELECT is_empty($$SELECT * FROM pgsweep.dead_requeue('in', (SELECT array_agg(id) FROM ids))$$, 'requeueing a live message does nothing');
-SELECT results_eq($$SELECT * FROM pgsweep.complete('in', 'w2', (SELECT array_agg(id) FROM ids), '2030-01-01 00:01:01+00')$$,
+SELECT results_eq($$SELECT * FROM pgsweep.complete('in', pg_temp.tok('in', (SELECT array_agg(id) FROM ids)), (SELECT array_agg(id) FROM ids), '2030-01-01 00:01:01+00')$$,
     $$SELECT id FROM ids$$, 'and completed');
 
 -- p_deliver_at schedules the requeued message
 SELECT pgsweep.queue_create('o1', 'outbox', 1);
 CREATE TEMP TABLE oid AS SELECT pgsweep.send('o1', '"x"') AS id;
 SELECT count(*) FROM pgsweep.claim('o1', 'w', 1, '30 seconds', '2030-01-01 00:00:00+00');
-SELECT count(*) FROM pgsweep.fail('o1', 'w', (SELECT array_agg(id) FROM oid), 'e');
+SELECT count(*) FROM pgsweep.fail('o1', pg_temp.tok('o1', (SELECT array_agg(id) FROM oid)), (SELECT array_agg(id) FROM oid), 'e');
 SELECT results_eq($$SELECT * FROM pgsweep.dead_requeue('o1', (SELECT array_agg(id) FROM oid), '2030-01-01 01:00:00+00')$$,
     $$SELECT id FROM oid$$, 'outbox dead letter requeued for later');
 SELECT is_empty($$SELECT * FROM pgsweep.claim('o1', 'w', 10, '30 seconds', '2030-01-01 00:59:59+00')$$, 'not due before p_deliver_at');

@@ -23,23 +23,29 @@ SELECT pgsweep.send('p2', '"later"', '{}', NULL, now() + interval '1 hour');
 SELECT ok((SELECT parked_until > now() FROM pgsweep.message WHERE queue = 'p2'), 'send with p_deliver_at in the future parks');
 
 -- claims at T: the scheduled one is promoted and claimed with the others
-SELECT results_eq($$SELECT id FROM pgsweep.claim('p', 'w', 10, '30 seconds', '2030-01-01 00:00:00+00') ORDER BY id$$,
+CREATE TEMP TABLE claims (label text, id bigint, token uuid);
+CREATE FUNCTION pg_temp.tok(p_label text) RETURNS uuid LANGUAGE sql AS $$ SELECT DISTINCT token FROM claims WHERE label = p_label $$;
+SELECT results_eq($$WITH c AS (SELECT * FROM pgsweep.claim('p', 'w', 10, '30 seconds', '2030-01-01 00:00:00+00')),
+                          i AS (INSERT INTO claims SELECT 'w', c.id, c.token FROM c)
+                     SELECT id FROM c ORDER BY id$$,
     $$SELECT id FROM ids ORDER BY id$$, 'the claim at its time promotes the scheduled message and takes it');
 SELECT is((SELECT count(*) FROM pgsweep.message WHERE queue = 'p' AND owner = 'w' AND parked_until IS NOT NULL), 0::bigint, 'leases are never parked');
 
 -- fail with a backoff parks; a retry due at once does not
-SELECT count(*) FROM pgsweep.fail_details('p', 'w', ARRAY[pg_temp.id(1)], 'boom', NULL, '2030-01-01 00:00:01+00');
+SELECT count(*) FROM pgsweep.fail_details('p', pg_temp.tok('w'), ARRAY[pg_temp.id(1)], 'boom', NULL, '2030-01-01 00:00:01+00');
 SELECT is(pg_temp.parked(1), '2030-01-01 00:00:11+00'::timestamptz, 'a retry in backoff is parked until it is due');
-SELECT count(*) FROM pgsweep.fail_details('p', 'w', ARRAY[pg_temp.id(3)], 'boom', '0 seconds', '2030-01-01 00:00:01+00');
+SELECT count(*) FROM pgsweep.fail_details('p', pg_temp.tok('w'), ARRAY[pg_temp.id(3)], 'boom', '0 seconds', '2030-01-01 00:00:01+00');
 SELECT is(pg_temp.parked(3), NULL, 'a retry due at once is not parked');
 SELECT is_empty($$SELECT * FROM pgsweep.claim('p', 'w2', 10, '30 seconds', '2030-01-01 00:00:10+00') WHERE id = pg_temp.id(1)$$,
     'not claimed (nor promoted) before its due time');
 SELECT is(pg_temp.parked(1), '2030-01-01 00:00:11+00'::timestamptz, 'still parked');
-SELECT results_eq($$SELECT id FROM pgsweep.claim('p', 'w2', 10, '30 seconds', '2030-01-01 00:00:11+00') WHERE id = pg_temp.id(1)$$,
+SELECT results_eq($$WITH c AS (SELECT * FROM pgsweep.claim('p', 'w2', 10, '30 seconds', '2030-01-01 00:00:11+00')),
+                          i AS (INSERT INTO claims SELECT 'w2', c.id, c.token FROM c)
+                     SELECT id FROM c WHERE id = pg_temp.id(1)$$,
     $$VALUES (pg_temp.id(1))$$, 'promoted and claimed once due');
 
 -- a dead letter requeued for later is parked
-SELECT count(*) FROM pgsweep.fail_details('p', 'w2', ARRAY[pg_temp.id(1)], 'final', NULL, '2030-01-01 00:00:12+00');
+SELECT count(*) FROM pgsweep.fail_details('p', pg_temp.tok('w2'), ARRAY[pg_temp.id(1)], 'final', NULL, '2030-01-01 00:00:12+00');
 SELECT results_eq($$SELECT * FROM pgsweep.dead_requeue('p', ARRAY[pg_temp.id(1)], now() + interval '1 day')$$,
     $$VALUES (pg_temp.id(1))$$, 'requeued for tomorrow');
 SELECT ok(pg_temp.parked(1) > now(), 'a dead letter requeued for later is parked');

@@ -8,7 +8,7 @@
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.message_processed; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
-SELECT plan(111);
+SELECT plan(108);
 
 -- seed
 SELECT pgsweep.queue_create('o', 'outbox', 3);
@@ -19,12 +19,14 @@ INSERT INTO ids SELECT 1, pgsweep.send('o', '1', '{"h": 1}');
 INSERT INTO ids SELECT 1 + row_number() OVER (), s FROM pgsweep.send_batch('o', ARRAY['2', '3']::jsonb[]) s;
 CREATE FUNCTION pg_temp.id(n int) RETURNS bigint LANGUAGE sql AS $$ SELECT id FROM ids WHERE ids.n = $1 $$;
 SELECT pgsweep.send('o', '"later"', '{}', 'k', '2031-01-01 00:00:00+00');
-SELECT pgsweep.claim('o', 'w1', 1, '30 seconds', '2030-01-01 00:00:00+00');
+CREATE TEMP TABLE toks (q text, token uuid);
+CREATE FUNCTION pg_temp.t(p_q text) RETURNS uuid LANGUAGE sql AS $$ SELECT token FROM toks WHERE q = p_q $$;
+INSERT INTO toks SELECT DISTINCT 'o', token FROM pgsweep.claim('o', 'w1', 1, '30 seconds', '2030-01-01 00:00:00+00');
 INSERT INTO ids SELECT 4, pgsweep.send('i', '{"k": 1}', '{}', 'k-1');
 INSERT INTO ids SELECT 5, pgsweep.send('i', '{"k": 2}', '{}', 'k-2');
-SELECT pgsweep.claim('i', 'w2', 2, '30 seconds', '2030-01-01 00:00:00+00');
-SELECT pgsweep.complete('i', 'w2', ARRAY[pg_temp.id(4)], '2030-01-01 00:00:01+00');
-SELECT pgsweep.fail_details('i', 'w2', ARRAY[pg_temp.id(5)], 'boom', NULL, '2030-01-01 00:00:02+00');
+INSERT INTO toks SELECT DISTINCT 'i', token FROM pgsweep.claim('i', 'w2', 2, '30 seconds', '2030-01-01 00:00:00+00');
+SELECT pgsweep.complete('i', pg_temp.t('i'), ARRAY[pg_temp.id(4)], '2030-01-01 00:00:01+00');
+SELECT pgsweep.fail_details('i', pg_temp.t('i'), ARRAY[pg_temp.id(5)], 'boom', NULL, '2030-01-01 00:00:02+00');
 SELECT pgsweep.queue_recover('o', 10, '2030-01-01 00:00:03+00');
 
 SELECT results_eq($$SELECT queue, kind, pending, processing, failed, processed, dead FROM pgsweep.queue_stats ORDER BY queue$$,
@@ -48,63 +50,57 @@ CREATE TEMP TABLE many AS SELECT ARRAY(SELECT g::bigint FROM generate_series(1, 
                                  ARRAY(SELECT '1'::jsonb FROM generate_series(1, 10001)) AS payloads;
 
 -- renew
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('nope', 'w1', '{1}', '1 minute')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('nope', pg_temp.t('o'), '{1}', '1 minute')$$, '22023',
     'p_queue must name an existing queue, got unknown queue "nope"', 'renew: unknown queue');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew(NULL, 'w1', '{1}', '1 minute')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew(NULL, pg_temp.t('o'), '{1}', '1 minute')$$, '22023',
     'p_queue must be a non-empty string of at most 200 characters, got NULL', 'renew: NULL queue');
 SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', NULL, '{1}', '1 minute')$$, '22023',
-    'p_owner must be a non-empty string of at most 200 characters, got NULL', 'renew: NULL owner');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', '', '{1}', '1 minute')$$, '22023',
-    'p_owner must be a non-empty string of at most 200 characters, got an empty string', 'renew: empty owner');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', 'w1', ARRAY[pg_temp.id(1)], '999 milliseconds')$$, '22023',
+    'p_token must be the token claim returned, got NULL', 'renew: NULL token');
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', pg_temp.t('o'), ARRAY[pg_temp.id(1)], '999 milliseconds')$$, '22023',
     'p_lease must be between 1 second and 1 hour, got 0.999 seconds', 'renew: lease below 1 second');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', 'w1', ARRAY[pg_temp.id(1)], '61 minutes')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', pg_temp.t('o'), ARRAY[pg_temp.id(1)], '61 minutes')$$, '22023',
     'p_lease must be between 1 second and 1 hour, got 61 minutes', 'renew: lease above 1 hour');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', 'w1', ARRAY[pg_temp.id(1)], '-1 minute', '2030-01-01 00:00:04+00')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', pg_temp.t('o'), ARRAY[pg_temp.id(1)], '-1 minute', '2030-01-01 00:00:04+00')$$, '22023',
     'p_lease must be between 1 second and 1 hour, got -1 minute', 'renew (p_now): negative lease');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', 'w1', NULL, NULL)$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', pg_temp.t('o'), NULL, NULL)$$, '22023',
     'p_ids must hold 1 to 10000 ids, got NULL', 'renew: NULL ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', 'w1', '{}', '1 minute')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', pg_temp.t('o'), '{}', '1 minute')$$, '22023',
     'p_ids must hold 1 to 10000 ids, got 0', 'renew: empty ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', 'w1', (SELECT ids FROM many), '1 minute')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.renew('o', pg_temp.t('o'), (SELECT ids FROM many), '1 minute')$$, '22023',
     'p_ids must hold 1 to 10000 ids, got 10001', 'renew: 10001 ids');
 
 -- complete
-SELECT throws_ok($$SELECT * FROM pgsweep.complete('nope', 'w1', '{1}')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.complete('nope', pg_temp.t('o'), '{1}')$$, '22023',
     'p_queue must name an existing queue, got unknown queue "nope"', 'complete: unknown queue');
-SELECT throws_ok($$SELECT * FROM pgsweep.complete(NULL, 'w1', '{1}')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.complete(NULL, pg_temp.t('o'), '{1}')$$, '22023',
     'p_queue must be a non-empty string of at most 200 characters, got NULL', 'complete: NULL queue');
 SELECT throws_ok($$SELECT * FROM pgsweep.complete('o', NULL, ARRAY[pg_temp.id(1)])$$, '22023',
-    'p_owner must be a non-empty string of at most 200 characters, got NULL', 'complete: NULL owner');
-SELECT throws_ok($$SELECT * FROM pgsweep.complete('o', repeat('w', 201), ARRAY[pg_temp.id(1)])$$, '22023',
-    'p_owner must be a non-empty string of at most 200 characters, got 201 characters', 'complete: owner of 201 characters');
-SELECT throws_ok($$SELECT * FROM pgsweep.complete('o', 'w1', NULL)$$, '22023',
+    'p_token must be the token claim returned, got NULL', 'complete: NULL token');
+SELECT throws_ok($$SELECT * FROM pgsweep.complete('o', pg_temp.t('o'), NULL)$$, '22023',
     'p_ids must hold 1 to 10000 ids, got NULL', 'complete: NULL ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.complete('i', 'w2', '{}', '2030-01-01 00:00:04+00')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.complete('i', pg_temp.t('i'), '{}', '2030-01-01 00:00:04+00')$$, '22023',
     'p_ids must hold 1 to 10000 ids, got 0', 'complete (p_now, inbox): empty ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.complete('o', 'w1', (SELECT ids FROM many))$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.complete('o', pg_temp.t('o'), (SELECT ids FROM many))$$, '22023',
     'p_ids must hold 1 to 10000 ids, got 10001', 'complete: 10001 ids');
 
 -- fail
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('nope', 'w1', ARRAY[pg_temp.id(1)], 'e', '1 second')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail('nope', pg_temp.t('o'), ARRAY[pg_temp.id(1)], 'e', '1 second')$$, '22023',
     'p_queue must name an existing queue, got unknown queue "nope"', 'fail: unknown queue (with a valid retry_after)');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail(NULL, 'w1', ARRAY[pg_temp.id(1)], 'e')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail(NULL, pg_temp.t('o'), ARRAY[pg_temp.id(1)], 'e')$$, '22023',
     'p_queue must be a non-empty string of at most 200 characters, got NULL', 'fail: NULL queue');
 SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', NULL, ARRAY[pg_temp.id(1)], 'e')$$, '22023',
-    'p_owner must be a non-empty string of at most 200 characters, got NULL', 'fail: NULL owner');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', '', ARRAY[pg_temp.id(1)], 'e')$$, '22023',
-    'p_owner must be a non-empty string of at most 200 characters, got an empty string', 'fail: empty owner');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', 'w1', NULL, 'e')$$, '22023',
+    'p_token must be the token claim returned, got NULL', 'fail: NULL token');
+SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', pg_temp.t('o'), NULL, 'e')$$, '22023',
     'p_ids must hold 1 to 10000 ids, got NULL', 'fail: NULL ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', 'w1', '{}', 'e')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', pg_temp.t('o'), '{}', 'e')$$, '22023',
     'p_ids must hold 1 to 10000 ids, got 0', 'fail: empty ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', 'w1', (SELECT ids FROM many), 'e')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', pg_temp.t('o'), (SELECT ids FROM many), 'e')$$, '22023',
     'p_ids must hold 1 to 10000 ids, got 10001', 'fail: 10001 ids');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', 'w1', ARRAY[pg_temp.id(1)], 'e', '-1 millisecond')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', pg_temp.t('o'), ARRAY[pg_temp.id(1)], 'e', '-1 millisecond')$$, '22023',
     'p_retry_after must be between 0 seconds and 30 days, got -0.001 seconds', 'fail: retry_after just below 0');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', 'w1', ARRAY[pg_temp.id(1)], 'e', '31 days')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail('o', pg_temp.t('o'), ARRAY[pg_temp.id(1)], 'e', '31 days')$$, '22023',
     'p_retry_after must be between 0 seconds and 30 days, got 31 days', 'fail: retry_after above 30 days');
-SELECT throws_ok($$SELECT * FROM pgsweep.fail_details('o', 'w1', ARRAY[pg_temp.id(1)], 'e', '2 months', '2030-01-01 00:00:04+00')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.fail_details('o', pg_temp.t('o'), ARRAY[pg_temp.id(1)], 'e', '2 months', '2030-01-01 00:00:04+00')$$, '22023',
     'p_retry_after must be between 0 seconds and 30 days, got 2 months', 'fail_details: retry_after in months');
 
 -- claim
