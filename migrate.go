@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -83,6 +86,36 @@ func loadMigrator(ctx context.Context, conn *pgx.Conn, schema string) (*migrate.
 	}
 	return m, nil
 }
+
+// migrationName is how tern names a migration file: its sequence number, an
+// underscore, a name, ".sql".
+var migrationName = regexp.MustCompile(`^(\d+)_.+\.sql$`)
+
+// LatestVersion returns the schema version the embedded migrations install:
+// the number of the last migration (tern numbers them 1, 2, … without gaps).
+// A database at this version is current for this binary; `pgsweep migrate
+// --check` compares with it.
+func LatestVersion() int32 { return latestVersion() }
+
+var latestVersion = sync.OnceValue(func() int32 {
+	entries, err := fs.ReadDir(MigrationsFS(), ".")
+	if err != nil {
+		panic(err) // embedded: cannot fail
+	}
+	var latest int32
+	for _, e := range entries {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(m[1], 10, 32)
+		if err != nil {
+			panic(fmt.Sprintf("migration %s: %v", e.Name(), err))
+		}
+		latest = max(latest, int32(n))
+	}
+	return latest
+})
 
 // CurrentVersion returns the migration version installed in schema, 0 when
 // pgsweep is not installed there. It changes nothing.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -83,7 +84,13 @@ func Conn(t testing.TB, url string) *pgx.Conn {
 	return conn
 }
 
-// DropSchema removes a test schema and everything in it.
+// DropSchema removes a test schema, everything in it, and the roles its
+// install created (every install creates four, cluster-wide): it uninstalls
+// with pgsweep.Uninstall (Force). A schema that is not a complete install
+// (a migration failed half way, or it never was one) falls back to DROP
+// SCHEMA … CASCADE and dropping whichever of <schema>_owner, _admin, _worker
+// and _monitor exist: test schema names are unique, so those roles are the
+// test's.
 func DropSchema(t testing.TB, url, schema string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -94,7 +101,31 @@ func DropSchema(t testing.TB, url, schema string) {
 		return
 	}
 	defer conn.Close(ctx)
+	if _, err := pgsweep.Uninstall(ctx, conn, schema, pgsweep.UninstallOptions{Force: true}); err == nil {
+		return
+	} else if !errors.Is(err, pgsweep.ErrNotInstalled) {
+		t.Logf("drop schema %s: uninstall failed, dropping schema and roles by name: %v", schema, err)
+	}
 	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Errorf("drop schema %s: %v", schema, err)
 	}
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname = ANY ($1) ORDER BY 1", pgsweep.RoleNames(schema))
+	roles, err := collectStrings(rows, err)
+	if err != nil {
+		t.Errorf("drop roles of %s: %v", schema, err)
+		return
+	}
+	for _, r := range roles {
+		id := pgx.Identifier{r}.Sanitize()
+		if _, err := conn.Exec(ctx, "DROP OWNED BY "+id+"; DROP ROLE "+id); err != nil {
+			t.Errorf("drop role %s: %v", r, err)
+		}
+	}
+}
+
+func collectStrings(rows pgx.Rows, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
