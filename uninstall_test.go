@@ -57,8 +57,8 @@ func newUninstallFixture(t *testing.T, busy bool) *uninstallFixture {
 	if busy {
 		for _, q := range []string{
 			"SELECT " + s + ".queue_create('orders')",
-			"SELECT " + s + ".send('orders', '{\"n\": 1}')",                                     // pending
-			"SELECT " + s + ".send('orders', '{\"n\": 2}')",                                     // claimed below: in flight
+			"SELECT " + s + ".send('orders', '{\"n\": 1}')",                                       // pending
+			"SELECT " + s + ".send('orders', '{\"n\": 2}')",                                       // claimed below: in flight
 			"SELECT " + s + ".send('orders', '{\"n\": 3}', '{}', NULL, now() + interval '1 day')", // scheduled
 			"SELECT count(*) FROM " + s + ".claim('orders', 'w1', 1)",
 		} {
