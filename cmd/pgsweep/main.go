@@ -1,10 +1,21 @@
 // Command pgsweep installs pgsweep into PostgreSQL and runs its maintenance.
 //
-//	pgsweep migrate   install or upgrade the SQL (tern migrations, embedded)
-//	pgsweep demo      show pgsweep at work on a throwaway or given database
+//	pgsweep migrate    install or upgrade the SQL (tern migrations, embedded);
+//	                   --check: exit 0 current, 1 behind, 2 newer than the binary
+//	pgsweep version    the binary's version and, given a database, the database's
+//	pgsweep run        run maintenance in a loop (any number of replicas)
+//	pgsweep status     queues, leases, retention policies, recent passes
+//	pgsweep cron       schedule or unschedule maintain() with pg_cron
+//	pgsweep uninstall  remove pgsweep from a database (schema, cron job, roles)
+//	pgsweep demo       show pgsweep at work in a scratch schema
+//	pgsweep bench      measure pgsweep against its baselines in scratch schemas
 //
-// Every command takes --database-url; PGSWEEP_DATABASE_URL and the standard
-// PG* environment variables are used when it is not given.
+// migrate, version, run, status and cron take --database-url;
+// PGSWEEP_DATABASE_URL and then the standard PG* variables are used when it
+// is not given. uninstall needs --database-url (it never falls back to
+// PGSWEEP_DATABASE_URL). demo and bench never read PGSWEEP_DATABASE_URL, the
+// runner's (often the production) database: without --database-url they
+// use the PG* variables only, and they work only in schemas they created.
 package main
 
 import (
@@ -27,16 +38,34 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"migrate": {"install or upgrade pgsweep's SQL in a database", runMigrate},
-	"demo":    {"show leases, queues and retention at work", runDemo},
-	"bench":   {"measure pgsweep against its baselines", runBench},
-	"run":     {"run maintenance (recovery, retention) in a loop; any number of replicas", runRun},
-	"status":  {"show queues, leases, retention policies and recent maintenance passes", runStatus},
-	"cron":    {"schedule or unschedule maintain() with pg_cron", runCron},
+	"migrate":   {"install or upgrade pgsweep's SQL in a database", runMigrate},
+	"demo":      {"show leases, queues and retention at work", runDemo},
+	"bench":     {"measure pgsweep against its baselines", runBench},
+	"run":       {"run maintenance (recovery, retention) in a loop; any number of replicas", runRun},
+	"status":    {"show queues, leases, retention policies and recent maintenance passes", runStatus},
+	"cron":      {"schedule or unschedule maintain() with pg_cron", runCron},
+	"version":   {"print the binary's version and, given a database, the database's", runVersion},
+	"uninstall": {"remove pgsweep from a database: cron job, schema, the roles it created", runUninstall},
 }
 
 // errUsage marks errors that are the caller's: exit 2 instead of 1.
 var errUsage = errors.New("usage")
+
+// exitError ends a command with an exit status of its own (migrate --check's
+// 1, 2 and 3); err, when not nil, is printed first.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+func (e exitError) Unwrap() error { return e.err }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,6 +90,13 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	if err := cmd.run(ctx, args[1:], out); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
+		}
+		var ee exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintf(errOut, "pgsweep %s: %v\n", args[0], ee.err)
+			}
+			return ee.code
 		}
 		fmt.Fprintf(errOut, "pgsweep %s: %v\n", args[0], err)
 		if errors.Is(err, errUsage) {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/pgsweep/pgsweep"
 )
@@ -13,11 +16,24 @@ func runMigrate(ctx context.Context, args []string, out io.Writer) error {
 	var db dbFlags
 	db.register(fs)
 	dryRun := fs.Bool("dry-run", false, "print the SQL that would run and change nothing")
-	if err := parseFlags(fs, args); err != nil {
+	check := fs.Bool("check", false, "change nothing; exit 0 when the database is current, 1 when it is behind or not installed, "+
+		"2 when it is newer than this binary, 3 when it cannot tell (an error)")
+	err := parseFlags(fs, args)
+	if err == nil && *check && *dryRun {
+		err = fmt.Errorf("%w: --check and --dry-run exclude each other", errUsage)
+	}
+	if err == nil {
+		err = db.validate()
+	}
+	if err != nil {
+		if hasCheckFlag(args) && !errors.Is(err, flag.ErrHelp) {
+			// 2 means "the database is newer" under --check.
+			return exitError{3, err}
+		}
 		return err
 	}
-	if err := db.validate(); err != nil {
-		return err
+	if *check {
+		return migrateCheck(ctx, &db, out)
 	}
 	if *dryRun {
 		return migrateDryRun(ctx, &db, out)
@@ -69,4 +85,52 @@ func migrateDryRun(ctx context.Context, db *dbFlags, out io.Writer) error {
 	}
 	fmt.Fprint(out, pgsweep.RenderMigrations(pending))
 	return nil
+}
+
+// migrateCheck is `pgsweep migrate --check`, for deploy pipelines and init
+// containers: it changes nothing, prints one line and exits 0 when the
+// database is current, 1 when it is behind or pgsweep is not installed, 2
+// when it is newer than this binary (which lacks its newest migrations), 3
+// when it cannot tell (cannot connect, cannot read the version).
+func migrateCheck(ctx context.Context, db *dbFlags, out io.Writer) error {
+	conn, err := db.connect(ctx)
+	if err != nil {
+		return exitError{3, err}
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	v, err := pgsweep.DatabaseVersion(ctx, conn, db.schema)
+	if err != nil {
+		return exitError{3, err}
+	}
+	switch v.Status() {
+	case pgsweep.Current:
+		fmt.Fprintf(out, "current: schema %s is at %s, this binary's version\n", db.schema, v.Version())
+		return nil
+	case pgsweep.Behind:
+		fmt.Fprintf(out, "behind: schema %s is at %s, this binary is %s: %d migration(s) to apply (pgsweep migrate)\n",
+			db.schema, v.Version(), pgsweep.Version, v.Pending())
+		return exitError{code: 1}
+	case pgsweep.Ahead:
+		fmt.Fprintf(out, "ahead: schema %s is at %s, newer than this binary (%s): upgrade the pgsweep binary\n",
+			db.schema, v.Version(), pgsweep.Version)
+		return exitError{code: 2}
+	default:
+		fmt.Fprintf(out, "not installed: schema %s holds no pgsweep; this binary installs %s (pgsweep migrate)\n", db.schema, pgsweep.Version)
+		return exitError{code: 1}
+	}
+}
+
+// hasCheckFlag reports whether args ask for --check, also when parsing them
+// failed before it was reached.
+func hasCheckFlag(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "check" && (!hasValue || value != "false" && value != "0") {
+			return true
+		}
+	}
+	return false
 }
