@@ -156,8 +156,9 @@ func TestBenchIgnoresPgsweepDatabaseURL(t *testing.T) {
 	}
 	t.Run("claim with --database-url", func(t *testing.T) {
 		t.Setenv("PGSWEEP_DATABASE_URL", bogus)
-		db := pgtest.New(t, 2)
-		out, errOut, code := runCLI(t, "bench", "claim", "--database-url", db.URL, "--schema", db.Schema,
+		schema := pgtest.SchemaName(t) // a scratch install of its own
+		t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+		out, errOut, code := runCLI(t, "bench", "claim", "--database-url", url, "--schema", schema,
 			"--messages", "200", "--workers", "2", "--batch", "50", "--only", "pgsweep")
 		if code != 0 || !strings.Contains(out, "pgsweep claim + complete") {
 			t.Fatalf("exit %d\n%s\n%s", code, out, errOut)

@@ -4,11 +4,16 @@
 // flags each workload registers and calls it.
 //
 // A workload creates, fills and drops only schemas it created and marked
-// itself (package scratch refuses any other, before anything changes); claim
-// and cleanup also migrate --schema, the pgsweep they measure, and add a
-// queue or a retention policy there that they remove again. A workload
-// connects only where --database-url or the standard PG* variables say:
-// never to PGSWEEP_DATABASE_URL, the runner's database.
+// itself (package scratch refuses any other, before anything changes). The
+// pgsweep a workload measures is installed into such a scratch schema too,
+// --schema (claim: pgsweep_bench_<pid>_pgsweep, cleanup:
+// pgsweep_bench_cleanup, mixed: pgsweep_mixed); claim and cleanup drop it at
+// the end, every workload when it re-creates it, with the roles the install
+// created (scratch.Drop uninstalls): a workload never installs into, upgrades or
+// adds a queue or a retention policy to a real install (until 0.15, claim
+// and cleanup migrated --schema, default pgsweep, and worked in it). A
+// workload connects only where --database-url or the standard PG* variables
+// say: never to PGSWEEP_DATABASE_URL, the runner's database.
 package bench
 
 import (

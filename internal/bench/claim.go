@@ -33,15 +33,20 @@ import (
 //	pop:      the speed limit — DELETE … WHERE id IN (SELECT … LIMIT B FOR
 //	          UPDATE SKIP LOCKED) RETURNING; no leases, no retries.
 //
-// Baseline tables live in a scratch schema (pgsweep_bench_<pid>) dropped at the end.
+// Baseline tables live in a scratch schema (pgsweep_bench_<pid>), pgsweep in
+// another (--schema, default pgsweep_bench_<pid>_pgsweep); both are created
+// and marked by the workload and dropped at the end.
 
 // claimCommand names the claim workload in its scratch schema's marker.
 const claimCommand = "bench claim"
 
 // ClaimOptions are the flags of `pgsweep bench claim`.
 type ClaimOptions struct {
-	// DB is where to run; DB.Schema is the schema pgsweep is installed in
-	// (migrated first), where the bench queue is created and removed again.
+	// DB is where to run; DB.Schema is the scratch schema pgsweep is
+	// installed into for the run ("": pgsweep_bench_<pid>_pgsweep): created
+	// and marked by the workload, dropped at the end (with the roles the
+	// install created). A schema of that name that the workload did not
+	// create, such as a real install, is refused and left alone.
 	DB          scratch.DB
 	Messages    int           // messages to enqueue and drain per contender
 	Workers     int           // concurrent workers, one connection each
@@ -55,7 +60,8 @@ type ClaimOptions struct {
 
 // RegisterFlags registers the flags of `pgsweep bench claim` on fs, with their defaults.
 func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
-	o.DB.RegisterFlags(fs, scratch.URLUsage, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+	o.DB.RegisterFlags(fs, scratch.URLUsage, "", "scratch schema pgsweep is installed into for the run, created and dropped by it "+
+		"(default pgsweep_bench_<pid>_pgsweep); any other schema that exists, a real install included, is refused")
 	fs.IntVar(&o.Messages, "messages", 200000, "messages to enqueue and drain per contender")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent workers, one connection each")
 	fs.IntVar(&o.Batch, "batch", 100, "messages claimed per call (1..10000)")
@@ -68,9 +74,14 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 // time, for each contender in turn (the pop limit, seed 003's claim CTE,
 // pgsweep's claim + complete, its pipelined CompleteAndClaim, its Go Worker),
 // and it prints each rate and the ratios to out. The baselines' tables live
-// in the scratch schema pgsweep_bench_<pid>, dropped at the end; a schema of
-// that name that the workload did not create is refused before anything runs.
+// in the scratch schema pgsweep_bench_<pid>, and pgsweep is installed into
+// the scratch schema o.DB.Schema; both are dropped at the end. A schema of
+// either name that the workload did not create is refused before anything
+// changes: bench claim never touches a real install.
 func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
+	if o.DB.Schema == "" {
+		o.DB.Schema = fmt.Sprintf("pgsweep_bench_%d_pgsweep", os.Getpid())
+	}
 	if err := o.DB.Validate(); err != nil {
 		return err
 	}
@@ -88,6 +99,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if o.scratch == "" {
 		o.scratch = fmt.Sprintf("pgsweep_bench_%d", os.Getpid())
 	}
+	if o.DB.Schema == o.scratch {
+		return fmt.Errorf("%w: --schema %s is the baselines' scratch schema; choose another", ErrUsage, o.DB.Schema)
+	}
 	pool, err := o.DB.Pool(ctx, int32(workers+2))
 	if err != nil {
 		return err
@@ -100,7 +114,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch, rescan: rescan, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
-	if err := b.migrate(ctx); err != nil {
+	// pgsweep into its own scratch schema: refused, before anything is
+	// installed, when the schema exists and is not ours.
+	if _, err := scratch.Reinstall(ctx, pool, b.schema, claimCommand); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d, claim_rescan %v (schema %s)\n", n, workers, batch, rescan, o.DB.Schema)
@@ -196,23 +212,10 @@ func (b *claimBench) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-// migrate installs or upgrades pgsweep in the schema the bench queue lives in.
-func (b *claimBench) migrate(ctx context.Context) error {
-	conn, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	_, err = pgsweep.Migrate(ctx, conn.Conn(), b.schema)
-	return err
-}
-
+// cleanup drops both scratch schemas (each only if it is the workload's own).
 func (b *claimBench) cleanup(ctx context.Context) {
 	_ = scratch.Drop(ctx, b.pool, b.scratch, claimCommand)
-	s := pgx.Identifier{b.schema}.Sanitize()
-	_ = b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", b.queue)
-	_ = b.exec(ctx, "DELETE FROM "+s+".queue_recovery WHERE queue = $1", b.queue)
-	_ = b.exec(ctx, "DELETE FROM "+s+".queue WHERE name = $1", b.queue)
+	_ = scratch.Drop(ctx, b.pool, b.schema, claimCommand)
 }
 
 // drain runs w workers, each calling step (on its own connection) until it

@@ -10,13 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // The claim benchmark runs end to end on a small queue, drains every
 // contender completely (it fails otherwise) and prints every rate and ratio.
 func TestBenchClaimSmall(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := scratchDB(t)
 	var out bytes.Buffer
 	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
 		"--messages", "2000", "--workers", "3", "--batch", "50"}, &out)
@@ -30,8 +31,8 @@ func TestBenchClaimSmall(t *testing.T) {
 		}
 	}
 	var left int
-	if err := db.Pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM pg_namespace WHERE nspname = $1", fmt.Sprintf("pgsweep_bench_%d", os.Getpid())).Scan(&left); err != nil || left != 0 {
+	if err := pgtest.Conn(t, db.URL).QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_namespace WHERE nspname IN ($1, $2)", fmt.Sprintf("pgsweep_bench_%d", os.Getpid()), db.Schema).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch schemas left behind: %d %v", left, err)
 	}
 }
@@ -39,7 +40,7 @@ func TestBenchClaimSmall(t *testing.T) {
 // --rounds interleaves the contenders and reports medians and the spread of
 // the per-round ratios; out of range it is a usage error that names it.
 func TestBenchClaimRounds(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := scratchDB(t)
 	var out bytes.Buffer
 	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
 		"--messages", "500", "--workers", "2", "--batch", "50", "--rounds", "2"}, &out)
@@ -72,7 +73,7 @@ func TestMedian(t *testing.T) {
 // --claim-rescan sets the bench queue's claim_rescan. Bad values are usage
 // errors that name the flag and what it takes, before anything runs.
 func TestBenchClaimOnlyAndRescan(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := scratchDB(t)
 	var out bytes.Buffer
 	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
 		"--messages", "500", "--workers", "2", "--batch", "50", "--only", "pgsweep,worker", "--claim-rescan", "0s"}, &out)
@@ -98,6 +99,16 @@ func TestBenchClaimOnlyAndRescan(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// scratchDB is the test database and a fresh name for the scratch schema a
+// workload installs pgsweep into (dropped when the test ends, should the
+// workload fail to).
+func scratchDB(t *testing.T) scratch.DB {
+	t.Helper()
+	db := scratch.DB{URL: pgtest.URL(t), Schema: pgtest.SchemaName(t)}
+	t.Cleanup(func() { pgtest.DropSchema(t, db.URL, db.Schema) })
+	return db
 }
 
 // runWorkload parses args[1:] with the flags the workload args[0] registers

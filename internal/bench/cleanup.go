@@ -25,9 +25,12 @@ const cleanupCommand = "bench cleanup"
 
 // CleanupOptions are the flags of `pgsweep bench cleanup`.
 type CleanupOptions struct {
-	// DB is where to run; DB.Schema is the schema pgsweep is installed in
-	// (migrated first), where the bench's retention policy is registered
-	// and unregistered again.
+	// DB is where to run; DB.Schema is the scratch schema pgsweep is
+	// installed into for the run, where the bench's retention policy is
+	// registered: created and marked by the workload and dropped at the end
+	// (with the roles the install created). A schema of that name that the
+	// workload did not create, such as a real install, is refused and left
+	// alone.
 	DB          scratch.DB
 	Rows        int    // rows in the CAP-shaped table
 	Cleaners    int    // sessions per contender (the single DELETE always uses one)
@@ -41,7 +44,8 @@ type CleanupOptions struct {
 
 // RegisterFlags registers the flags of `pgsweep bench cleanup` on fs, with their defaults.
 func (o *CleanupOptions) RegisterFlags(fs *flag.FlagSet) {
-	o.DB.RegisterFlags(fs, scratch.URLUsage, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+	o.DB.RegisterFlags(fs, scratch.URLUsage, "pgsweep_bench_cleanup", "scratch schema pgsweep is installed into for the run, "+
+		"created and dropped by it (only one this command created; a real install is refused)")
 	fs.IntVar(&o.Rows, "rows", 1_000_000, "rows in the CAP-shaped table")
 	fs.IntVar(&o.Cleaners, "cleaners", 8, "sessions per contender (the single DELETE always uses one)")
 	fs.IntVar(&o.Batch, "batch", 10000, "batch size (CAP's batch count, the policy's batch size)")
@@ -57,8 +61,11 @@ func (o *CleanupOptions) RegisterFlags(fs *flag.FlagSet) {
 // PostgreSQL collector loop in K sessions, and pgsweep's retention_run in K
 // sessions in each mode, while a re-queuer keeps moving random Failed rows
 // back to Scheduled, and prints a table of the results to out. The tables
-// live in the scratch schema BenchSchema: one that exists and that this
-// workload did not create is refused before anything changes.
+// live in the scratch schema BenchSchema (kept for inspection), pgsweep in
+// the scratch schema DB.Schema (dropped at the end): a schema of either name
+// that exists and that this workload did not create is refused before
+// anything changes, so bench cleanup never touches a real install or its
+// policies.
 func Cleanup(ctx context.Context, opts CleanupOptions, out io.Writer) error {
 	db := opts.DB
 	if err := db.Validate(); err != nil {
@@ -85,6 +92,9 @@ func Cleanup(ctx context.Context, opts CleanupOptions, out io.Writer) error {
 	if err := pgsweep.ValidateSchema(o.bench); err != nil {
 		return fmt.Errorf("%w: --bench-schema: %v", ErrUsage, err)
 	}
+	if o.bench == db.Schema {
+		return fmt.Errorf("%w: --schema and --bench-schema must differ (both are %s)", ErrUsage, o.bench)
+	}
 
 	conn, err := db.Connect(ctx)
 	if err != nil {
@@ -96,6 +106,11 @@ func Cleanup(ctx context.Context, opts CleanupOptions, out io.Writer) error {
 	if err := scratch.Create(ctx, conn, o.bench, cleanupCommand); err != nil {
 		return err
 	}
+	// pgsweep into its own scratch schema, refused likewise.
+	if err := scratch.Create(ctx, conn, db.Schema, cleanupCommand); err != nil {
+		return err
+	}
+	defer func() { _ = scratch.Drop(context.WithoutCancel(ctx), conn, db.Schema, cleanupCommand) }()
 	if _, err := pgsweep.Migrate(ctx, conn, db.Schema); err != nil {
 		return err
 	}
@@ -181,10 +196,8 @@ func (b *cleanupBench) run(ctx context.Context) error {
 		sort.Slice(runs, func(i, j int) bool { return runs[i].rate() < runs[j].rate() })
 		results = append(results, runs[len(runs)/2])
 	}
-	// Leave no policy behind in the schema: the tables stay for inspection.
-	if _, err := b.conn.Exec(ctx, `SELECT `+pgx.Identifier{b.db.Schema}.Sanitize()+`.retention_unregister('bench.published')`); err != nil {
-		return err
-	}
+	// The policy goes with the scratch install (dropped by Cleanup); the
+	// tables stay for inspection.
 	b.report(results)
 	for _, r := range results {
 		if r.firstErr != nil {

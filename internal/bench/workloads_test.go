@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -13,7 +14,7 @@ import (
 // bench cleanup runs end to end on a small table, twice: the second run
 // re-creates the scratch schema the first one created and marked.
 func TestBenchCleanupSmall(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := scratchDB(t)
 	bench := pgtest.SchemaName(t)
 	t.Cleanup(func() { pgtest.DropSchema(t, db.URL, bench) })
 	for run := 1; run <= 2; run++ {
@@ -30,9 +31,15 @@ func TestBenchCleanupSmall(t *testing.T) {
 		}
 	}
 	var comment string
-	if err := db.Pool.QueryRow(context.Background(), "SELECT obj_description($1::regnamespace, 'pg_namespace')", bench).Scan(&comment); err != nil ||
+	conn := pgtest.Conn(t, db.URL)
+	if err := conn.QueryRow(context.Background(), "SELECT obj_description($1::regnamespace, 'pg_namespace')", bench).Scan(&comment); err != nil ||
 		comment != scratch.Marker("bench cleanup") {
 		t.Fatalf("bench schema comment %q %v", comment, err)
+	}
+	var left int
+	if err := conn.QueryRow(context.Background(), "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = $1) + "+
+		"(SELECT count(*) FROM pg_roles WHERE rolname = ANY ($2))", db.Schema, pgsweep.RoleNames(db.Schema)).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("the scratch install %s or its roles left behind: %d %v", db.Schema, left, err)
 	}
 }
 

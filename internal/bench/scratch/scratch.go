@@ -48,8 +48,9 @@ type Beginner interface {
 
 // Create makes schema an empty scratch schema of command, in one
 // transaction: it creates the schema and sets its marker when the schema does
-// not exist, and drops it with everything in it and creates it afresh when it
-// is already command's marked scratch schema. Any other schema that exists is
+// not exist, and drops it with everything in it (the roles its pgsweep
+// install created too) and creates it afresh when it is already command's
+// marked scratch schema. Any other schema that exists is
 // refused with an error that wraps ErrNotScratch and says why; then nothing is
 // changed.
 func Create(ctx context.Context, db Beginner, schema, command string) error {
@@ -60,8 +61,8 @@ func Create(ctx context.Context, db Beginner, schema, command string) error {
 		}
 		id := pgx.Identifier{schema}.Sanitize()
 		if exists {
-			if _, err := tx.Exec(ctx, "DROP SCHEMA "+id+" CASCADE"); err != nil {
-				return fmt.Errorf("drop scratch schema %q: %w", schema, err)
+			if err := dropOwn(ctx, tx, schema); err != nil {
+				return err
 			}
 		}
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+id); err != nil {
@@ -75,7 +76,8 @@ func Create(ctx context.Context, db Beginner, schema, command string) error {
 	})
 }
 
-// Drop drops command's scratch schema with everything in it. A schema that
+// Drop drops command's scratch schema with everything in it (and, when it
+// holds a pgsweep install, the roles the install created). A schema that
 // does not exist is not an error; one that exists without command's marker is
 // refused (ErrNotScratch) and left as it was.
 func Drop(ctx context.Context, db Beginner, schema, command string) error {
@@ -84,11 +86,27 @@ func Drop(ctx context.Context, db Beginner, schema, command string) error {
 		if err != nil || !exists {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			return fmt.Errorf("drop scratch schema %q: %w", schema, err)
-		}
-		return nil
+		return dropOwn(ctx, tx, schema)
 	})
+}
+
+// dropOwn drops a scratch schema that check found to be the command's own.
+// One that holds a pgsweep install is uninstalled (pgsweep.Uninstall with
+// Force, in a savepoint of tx), so that the roles the install created
+// (<schema>_owner, …: cluster-wide) go with it; any other is dropped with
+// everything in it.
+func dropOwn(ctx context.Context, tx pgx.Tx, schema string) error {
+	_, err := pgsweep.Uninstall(ctx, tx, schema, pgsweep.UninstallOptions{Force: true})
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgsweep.ErrNotInstalled) {
+		return fmt.Errorf("drop scratch schema %q: %w", schema, err)
+	}
+	if _, err := tx.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("drop scratch schema %q: %w", schema, err)
+	}
+	return nil
 }
 
 // Reinstall makes schema a fresh scratch schema of command (Create) and

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
@@ -130,6 +132,72 @@ func TestOwnSchema(t *testing.T) {
 	if Marker("demo") != "pgsweep scratch schema (created by pgsweep demo); safe to drop" {
 		t.Fatalf("marker %q", Marker("demo"))
 	}
+}
+
+// A scratch schema that holds a pgsweep install goes with the roles the
+// install created, when the command re-creates it and when it drops it: a
+// re-install creates (and records) them afresh instead of finding them left
+// over, and none outlives the scratch schema.
+func TestOwnInstallGoesWithItsRoles(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+	roles := func() string {
+		t.Helper()
+		var existing, recorded string
+		if err := pool.QueryRow(ctx, "SELECT coalesce(string_agg(rolname, ' ' ORDER BY rolname), '') FROM pg_roles WHERE rolname = ANY ($1)",
+			pgsweep.RoleNames(schema)).Scan(&existing); err != nil {
+			t.Fatal(err)
+		}
+		var hasTable bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, "installed_role"}.Sanitize()).Scan(&hasTable); err != nil {
+			t.Fatal(err)
+		}
+		if hasTable {
+			if err := pool.QueryRow(ctx, "SELECT coalesce(string_agg(role_name, ' ' ORDER BY role_name), '') FROM "+
+				pgx.Identifier{schema, "installed_role"}.Sanitize()).Scan(&recorded); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return strings.ReplaceAll("existing: "+existing+"; recorded: "+recorded, schema, "S")
+	}
+	if _, err := pgsweep.Migrate(ctx, mustConn(t, pool), schema); err != nil { // learn what an install records
+		t.Fatal(err)
+	}
+	want := roles()
+	if _, err := pgsweep.Uninstall(ctx, pool, schema, pgsweep.UninstallOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 2; run++ {
+		if _, err := Reinstall(ctx, pool, schema, "bench claim"); err != nil {
+			t.Fatalf("Reinstall %d: %v", run, err)
+		}
+		if got := roles(); got != want {
+			t.Fatalf("after Reinstall %d: %s, want %s (as a fresh install)", run, got, want)
+		}
+	}
+	if err := Drop(ctx, pool, schema, "bench claim"); err != nil {
+		t.Fatal(err)
+	}
+	if got := roles(); got != "existing: ; recorded: " {
+		t.Fatalf("after Drop: %s", got)
+	}
+}
+
+func mustConn(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	c, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Release)
+	return c.Conn()
 }
 
 // A marker with a quote in it is stored as it is (COMMENT takes a literal).
