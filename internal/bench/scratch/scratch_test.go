@@ -138,7 +138,7 @@ func TestOwnSchema(t *testing.T) {
 // install created, when the command re-creates it and when it drops it: a
 // re-install creates (and records) them afresh instead of finding them left
 // over, and none outlives the scratch schema.
-func TestOwnInstallGoesWithItsRoles(t *testing.T) {
+func TestScratchInstallGoesWithItsRoles(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
