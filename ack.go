@@ -8,13 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Release gives ids that owner holds back to the queue unprocessed, as if
-// they had never been claimed: the attempt is taken back and they are due at
-// once. It returns the ids it acted on. Use it for messages claimed but never
-// started, such as those a worker still holds when it shuts down; a message
-// whose handler ran should be completed or failed instead.
-func (c *Client) Release(ctx context.Context, queue, owner string, ids []int64) ([]int64, error) {
-	return c.ids(ctx, "release", "SELECT "+c.fn("release")+"($1, $2, $3)", queue, owner, ids)
+// Release gives ids that the claim whose token is token holds back to the
+// queue unprocessed, as if they had never been claimed: the attempt is taken
+// back and they are due at once. It returns the ids it acted on. Use it for
+// messages claimed but never started, such as those a worker still holds
+// when it shuts down; a message whose handler ran should be completed or
+// failed instead.
+func (c *Client) Release(ctx context.Context, queue string, token Token, ids []int64) ([]int64, error) {
+	return c.ids(ctx, "release", "SELECT "+c.fn("release")+"($1, $2, $3)", queue, token, ids)
 }
 
 // RequeueDead sends dead letters of queue back to it as pending messages with
@@ -29,19 +30,16 @@ func (c *Client) RequeueDead(ctx context.Context, queue string, ids []int64, del
 	return c.ids(ctx, "dead_requeue", "SELECT "+c.fn("dead_requeue")+"($1, $2, $3)", queue, ids, at)
 }
 
-// maxRetryAfter is the longest p_retry_after fail accepts.
-const maxRetryAfter = 30 * 24 * time.Hour
-
 // fail is Fail with the retry delay as an optional value: nil means the
-// queue's backoff, a value (also 0: at once) is used as is, capped to what
-// the SQL accepts. errText is made valid for a PostgreSQL text value.
-func (c *Client) fail(ctx context.Context, queue, owner string, ids []int64, errText string, retryAfter *time.Duration) ([]FailResult, error) {
+// queue's backoff, a value (also 0: at once) is used as is: the SQL says
+// which delays it accepts. errText is made valid for a PostgreSQL text value.
+func (c *Client) fail(ctx context.Context, queue string, token Token, ids []int64, errText string, retryAfter *time.Duration) ([]FailResult, error) {
 	var ra any
 	if retryAfter != nil {
-		ra = min(max(*retryAfter, 0), maxRetryAfter)
+		ra = *retryAfter
 	}
 	rows, err := c.db.Query(ctx, "SELECT id, dead FROM "+c.fn("fail_details")+"($1, $2, $3, $4, $5)",
-		queue, owner, ids, cleanText(errText), ra)
+		queue, token, ids, cleanText(errText), ra)
 	if err != nil {
 		return nil, wrapErr("fail", err)
 	}

@@ -9,10 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Claim leases up to batch (1..10000) due messages of queue to owner for
-// lease (1 second..1 hour; 0 means the queue's lease_default), oldest first.
-// Rows other claimers hold are skipped, never waited for. Owner must be
-// unique to the calling process: it is the fence renew/complete/fail check.
+// Claim leases up to batch (1..10000) due messages of queue for lease (1
+// second..1 hour; 0 means the queue's lease_default), oldest first. Rows
+// other claimers hold are skipped, never waited for. Owner is a label (who
+// holds the messages, for people and metrics); the fence is the Token every
+// returned Delivery carries, the same for all of them and new for every
+// call: pass it to Renew, Complete, Fail and Release. The SQL checks the
+// arguments (ErrInvalidArgument).
 func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, lease time.Duration) ([]Delivery, error) {
 	rows, err := c.db.Query(ctx, c.claimSQL(), queue, owner, batch, leaseArg(lease))
 	if err != nil {
@@ -23,8 +26,8 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 }
 
 func (c *Client) claimSQL() string {
-	return "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at FROM " +
-		c.fn("claim") + "($1, $2, $3, $4, NULL)"
+	return "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token FROM " +
+		c.fn("claim") + "($1, $2, $3, $4)"
 }
 
 // batchSender is implemented by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
@@ -32,43 +35,83 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// CompleteAndClaim completes done (ids owner holds) and claims up to batch
-// more messages, in one round trip and one transaction when the client's DBTX
-// can pipeline (a pool, connection or transaction can): the loop of a worker
-// that finished a batch and wants the next. It returns the ids completed and
-// the new deliveries. With no done ids it is Claim. On an error from a
-// pipelined call nothing was done (one transaction) and the ids are nil;
-// without pipelining the completion is committed first, and its ids are
-// returned even when the claim then fails.
-func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, done []int64, batch int, lease time.Duration) ([]int64, []Delivery, error) {
-	if len(done) == 0 {
+// CompleteAndClaim completes done (ids of the claim whose token is token)
+// and claims up to batch more messages for owner, in one round trip and one
+// transaction when the client's DBTX can pipeline (a pool, connection or
+// transaction can): the loop of a worker that finished a batch and wants
+// the next. It returns the ids completed and the new deliveries (with their
+// new token). With no done ids it is Claim. On an error from a pipelined
+// call nothing was done (one transaction) and the ids are nil; without
+// pipelining the completion is committed first, and its ids are returned
+// even when the claim then fails.
+func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, token Token, done []int64, batch int, lease time.Duration) ([]int64, []Delivery, error) {
+	var acks []ackGroup
+	if len(done) > 0 {
+		acks = []ackGroup{{token: token, ids: done}}
+	}
+	return c.completeAndClaim(ctx, queue, owner, acks, batch, lease)
+}
+
+// ackGroup is ids of one claim, to complete under its token.
+type ackGroup struct {
+	token Token
+	ids   []int64
+}
+
+// canPipeline reports whether CompleteAndClaim runs in one round trip.
+func (c *Client) canPipeline() bool {
+	_, ok := c.db.(batchSender)
+	return ok
+}
+
+// completeAndClaim is CompleteAndClaim for the ids of several claims: one
+// complete per token, then the claim, pipelined in one transaction. It
+// returns the ids completed, over all the groups.
+func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks []ackGroup, batch int, lease time.Duration) ([]int64, []Delivery, error) {
+	if len(acks) == 0 {
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
 		return nil, ds, err
 	}
 	bs, ok := c.db.(batchSender)
 	if !ok {
-		completed, err := c.Complete(ctx, queue, owner, done)
-		if err != nil {
-			return nil, nil, err
+		var completed []int64
+		for i, a := range acks {
+			done, err := c.Complete(ctx, queue, a.token, a.ids)
+			if err != nil {
+				if i == 0 {
+					return nil, nil, err
+				}
+				return completed, nil, err // the earlier completions stand
+			}
+			completed = append(completed, done...)
 		}
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
 		return completed, ds, err // the completion stands even if the claim failed
 	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT "+c.fn("complete")+"($1, $2, $3, NULL)", queue, owner, done)
+	for _, a := range acks {
+		b.Queue("SELECT "+c.fn("complete")+"($1, $2, $3)", queue, a.token, a.ids)
+	}
 	b.Queue(c.claimSQL(), queue, owner, batch, leaseArg(lease))
 	br := bs.SendBatch(ctx, b)
+	var completed []int64
+	for range acks {
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return nil, nil, wrapErr("complete", err)
+		}
+		done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			_ = br.Close()
+			return nil, nil, wrapErr("complete", err)
+		}
+		completed = append(completed, done...)
+	}
+	if completed == nil {
+		completed = []int64{}
+	}
 	rows, err := br.Query()
-	if err != nil {
-		_ = br.Close()
-		return nil, nil, wrapErr("complete", err)
-	}
-	completed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		_ = br.Close()
-		return nil, nil, wrapErr("complete", err)
-	}
-	rows, err = br.Query()
 	if err != nil {
 		_ = br.Close()
 		return nil, nil, wrapErr("claim", err)
@@ -87,7 +130,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, done
 // scanDeliveries reads claim's rows, which the SQL returns oldest first.
 func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) {
 	defer rows.Close()
-	out := make([]Delivery, 0, batch)
+	out := make([]Delivery, 0, min(max(batch, 0), 1000))
 	var (
 		key      *string
 		payload  []byte
@@ -96,13 +139,14 @@ func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) 
 		created  time.Time
 		expireAt time.Time
 		id       int64
+		token    Token
 	)
 	for rows.Next() {
-		if err := rows.Scan(&id, &key, &payload, &headers, &attempt, &created, &expireAt); err != nil {
+		if err := rows.Scan(&id, &key, &payload, &headers, &attempt, &created, &expireAt, &token); err != nil {
 			return nil, err
 		}
 		d := Delivery{Queue: queue, ID: id, Payload: json.RawMessage(append([]byte(nil), payload...)),
-			Attempt: int(attempt), CreatedAt: created, LeaseExpiresAt: expireAt}
+			Attempt: int(attempt), CreatedAt: created, LeaseExpiresAt: expireAt, Token: token}
 		if key != nil {
 			d.Key = *key
 		}
@@ -118,29 +162,32 @@ func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) 
 	return out, nil
 }
 
-// Renew extends owner's leases on ids to lease from now (0: the queue's
-// lease_default) and returns the ids it still held: an id missing from the
-// result is a lost lease (taken over or recovered).
-func (c *Client) Renew(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]int64, error) {
-	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4, NULL)", queue, owner, ids, leaseArg(lease))
+// Renew extends the leases of the claim whose token is token on ids to
+// lease from now (0: the queue's lease_default) and returns the ids it still
+// held: an id missing from the result is a lost lease (claimed again, by
+// anyone, or recovered).
+func (c *Client) Renew(ctx context.Context, queue string, token Token, ids []int64, lease time.Duration) ([]int64, error) {
+	return c.ids(ctx, "renew", "SELECT "+c.fn("renew")+"($1, $2, $3, $4)", queue, token, ids, leaseArg(lease))
 }
 
-// Complete acknowledges ids that owner holds and returns those it acted on.
-// Outbox messages are deleted; inbox messages are kept as processed.
-func (c *Client) Complete(ctx context.Context, queue, owner string, ids []int64) ([]int64, error) {
-	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3, NULL)", queue, owner, ids)
+// Complete acknowledges ids that the claim whose token is token holds and
+// returns those it acted on. Outbox messages are deleted; inbox messages are
+// kept as processed.
+func (c *Client) Complete(ctx context.Context, queue string, token Token, ids []int64) ([]int64, error) {
+	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3)", queue, token, ids)
 }
 
 // Fail reports that processing ids failed with errText. Messages with
 // attempts left are retried after retryAfter (0: the queue's exponential
-// backoff; at most 30 days); those that used their last attempt move to the
-// dead letters. It acts only on ids owner holds and returns what it did with
-// each.
-func (c *Client) Fail(ctx context.Context, queue, owner string, ids []int64, errText string, retryAfter time.Duration) ([]FailResult, error) {
-	if retryAfter > 0 {
-		return c.fail(ctx, queue, owner, ids, errText, &retryAfter)
+// backoff; the SQL refuses a delay out of its range with
+// ErrInvalidArgument); those that used their last attempt move to the dead
+// letters. It acts only on ids the claim whose token is token holds and
+// returns what it did with each.
+func (c *Client) Fail(ctx context.Context, queue string, token Token, ids []int64, errText string, retryAfter time.Duration) ([]FailResult, error) {
+	if retryAfter != 0 {
+		return c.fail(ctx, queue, token, ids, errText, &retryAfter)
 	}
-	return c.fail(ctx, queue, owner, ids, errText, nil)
+	return c.fail(ctx, queue, token, ids, errText, nil)
 }
 
 func (c *Client) ids(ctx context.Context, op, sql string, args ...any) ([]int64, error) {
@@ -229,11 +276,11 @@ func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
 	return st, wrapErr("queue_stats", err)
 }
 
-// NotifyChannel returns the LISTEN channel on which send announces new
-// messages in schema (the payload is the queue name).
-func NotifyChannel(schema string) string {
-	if len(schema) > 54 {
-		schema = schema[:54]
-	}
-	return fmt.Sprintf("%s_messages", schema)
+// NotifyChannel asks the database for the LISTEN channel on which send
+// announces new messages in the client's schema (the payload is the queue
+// name): SELECT <schema>.notify_channel().
+func (c *Client) NotifyChannel(ctx context.Context) (string, error) {
+	var ch string
+	err := c.db.QueryRow(ctx, "SELECT "+c.fn("notify_channel")+"()").Scan(&ch)
+	return ch, wrapErr("notify_channel", err)
 }

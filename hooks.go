@@ -17,7 +17,8 @@ type Hooks struct {
 	// DeadLettered: n messages failed on their last attempt and moved to the dead letters.
 	DeadLettered func(queue string, n int)
 	// LeasesLost: n leases were found taken over or recovered (renew,
-	// complete or fail did not act on them); their results were discarded.
+	// complete or fail did not act on them: their claim's token no longer
+	// holds them); their results were discarded.
 	LeasesLost func(queue string, n int)
 	// Released: n messages claimed but never started were given back to the
 	// queue at shutdown (due at once, attempt not spent).
@@ -43,8 +44,11 @@ func (e *retryAfterError) Error() string { return e.err.Error() }
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter wraps a handler's error so that the message is retried after d
-// (0: at once; at most 30 days) instead of after the queue's exponential
-// backoff. On its last attempt it is dead-lettered all the same.
+// (0: at once) instead of after the queue's exponential backoff. On its last
+// attempt it is dead-lettered all the same. d is passed to fail as it is: a
+// delay fail refuses (negative, or above its p_retry_after maximum) gets
+// ErrInvalidArgument, which the Worker logs, leaving the message to lease
+// expiry and redelivery.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("retry requested")

@@ -1,8 +1,12 @@
 package pgsweep
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Message is what Send puts on a queue.
@@ -41,12 +45,84 @@ type Delivery struct {
 	// database clock. A Worker's renewals move the lease on without updating
 	// this field.
 	LeaseExpiresAt time.Time
+	// Token is the fence of the claim that delivered the message: Renew,
+	// Complete, Fail and Release act on the message only with this token and
+	// only while that claim holds it. Every claim call draws a new token
+	// (shared by all the deliveries it returns), so once the lease expired
+	// and the message was claimed again -- by anyone, the same owner
+	// included -- this token acts on nothing.
+	Token Token
+}
+
+// Token is the fence of one claim call: a random UUID (version 4) that
+// claim stores in the rows it takes and returns with each of them. The zero
+// Token is no token: the SQL refuses it (ErrInvalidArgument).
+type Token [16]byte
+
+// ParseToken reads a token in the UUID text form claim returns in psql
+// (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx).
+func ParseToken(s string) (Token, error) {
+	var t Token
+	err := t.UnmarshalText([]byte(s))
+	return t, err
+}
+
+// IsZero reports whether t is the zero Token (no token).
+func (t Token) IsZero() bool { return t == Token{} }
+
+// String returns the token's UUID text form.
+func (t Token) String() string {
+	var b [36]byte
+	hex.Encode(b[0:8], t[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], t[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], t[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], t[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], t[10:])
+	return string(b[:])
+}
+
+// MarshalText returns the UUID text form (so a token survives JSON).
+func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText reads the UUID text form.
+func (t *Token) UnmarshalText(b []byte) error {
+	if len(b) != 36 || b[8] != '-' || b[13] != '-' || b[18] != '-' || b[23] != '-' {
+		return fmt.Errorf("pgsweep: token %q is not a UUID", b)
+	}
+	var h [32]byte
+	copy(h[0:8], b[0:8])
+	copy(h[8:12], b[9:13])
+	copy(h[12:16], b[14:18])
+	copy(h[16:20], b[19:23])
+	copy(h[20:], b[24:])
+	if _, err := hex.Decode(t[:], h[:]); err != nil {
+		return fmt.Errorf("pgsweep: token %q is not a UUID", b)
+	}
+	return nil
+}
+
+// ScanUUID lets pgx scan a uuid column into a Token (NULL: the zero Token).
+func (t *Token) ScanUUID(v pgtype.UUID) error {
+	*t = Token(v.Bytes)
+	if !v.Valid {
+		*t = Token{}
+	}
+	return nil
+}
+
+// UUIDValue lets pgx send a Token as a uuid; the zero Token is sent as NULL.
+func (t Token) UUIDValue() (pgtype.UUID, error) {
+	return pgtype.UUID{Bytes: t, Valid: !t.IsZero()}, nil
 }
 
 // FailResult tells what Fail did with one message.
 type FailResult struct {
 	// ID is the message's id. Fail returns a result only for the ids it
-	// acted on (those owner held).
+	// acted on (those the token's claim held).
 	ID   int64
 	Dead bool // true: it used its last attempt and moved to the dead letters
 }

@@ -120,7 +120,7 @@ func TestInboxDedupConcurrent(t *testing.T) {
 					return
 				}
 				if len(ds) > 0 && i%2 == 1 {
-					res, err := c.Fail(ctx, "in", owner, ids(ds), "refused", 0)
+					res, err := c.Fail(ctx, "in", tok(ds), ids(ds), "refused", 0)
 					if err != nil {
 						t.Error(err)
 						return
@@ -129,7 +129,7 @@ func TestInboxDedupConcurrent(t *testing.T) {
 					continue
 				}
 				if len(ds) > 0 {
-					done, err := c.Complete(ctx, "in", owner, ids(ds))
+					done, err := c.Complete(ctx, "in", tok(ds), ids(ds))
 					if err != nil {
 						t.Error(err)
 						return
@@ -265,7 +265,7 @@ func TestParkedRowsComeDueUnderConcurrentClaims(t *testing.T) {
 				}
 				mu.Unlock()
 				if len(ds) > 0 {
-					if _, err := c.Complete(ctx, "q", owner, ids(ds)); err != nil {
+					if _, err := c.Complete(ctx, "q", tok(ds), ids(ds)); err != nil {
 						errs <- err
 						return
 					}

@@ -26,16 +26,21 @@ type WorkerOptions struct {
 	Schema string
 	// Queue is the queue to work. Required.
 	Queue string
-	// Owner identifies this worker's leases; it must be unique per running
-	// worker. Default: host name, process id and random bytes.
+	// Owner labels this worker's claims (who holds a message, for people
+	// and metrics). Each claim's token fences it, so a label shared by
+	// several workers is no danger, only confusing. Default: host name,
+	// process id and random bytes.
 	Owner string
-	// Batch is the most messages claimed at once and held in memory (1..10000, default 100).
+	// Batch is the most messages claimed at once and held in memory
+	// (default 100). claim accepts 1..10000: otherwise Run returns its
+	// ErrInvalidArgument.
 	Batch int
 	// Concurrency is the number of handlers running at once (default 10).
 	Concurrency int
-	// Lease is the lease taken per claim and per renewal (1s..1h). Zero
-	// means the queue's lease_default, read when Run starts. Leases of held
-	// messages are renewed every Lease/3.
+	// Lease is the lease taken per claim and per renewal. Zero means the
+	// queue's lease_default, read when Run starts. Leases of held messages
+	// are renewed every Lease/3. claim accepts 1s..1h: otherwise Run
+	// returns its ErrInvalidArgument.
 	Lease time.Duration
 	// PollInterval is how long an idle worker waits for a notification before
 	// it claims anyway (default 1s): the fallback when NOTIFY is lost or off.
@@ -110,9 +115,6 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 			*d = v
 		}
 	}
-	if opts.Batch < 0 || opts.Batch > 10000 {
-		return nil, fmt.Errorf("pgsweep: new worker: Batch must be 1..10000 (0: 100), got %d", opts.Batch)
-	}
 	if opts.Batch == 0 {
 		opts.Batch = 100
 	}
@@ -121,9 +123,6 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 10
-	}
-	if opts.Lease != 0 && (opts.Lease < time.Second || opts.Lease > time.Hour) {
-		return nil, fmt.Errorf("pgsweep: new worker: Lease must be 1s..1h (0: the queue's lease_default), got %v", opts.Lease)
 	}
 	def(&opts.PollInterval, time.Second)
 	def(&opts.FlushInterval, 20*time.Millisecond)
@@ -139,7 +138,7 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 	return &Worker{client: c, connect: connect, h: h, o: opts, log: log, crash: make(chan struct{})}, nil
 }
 
-// NewOwnerID returns a lease owner id unique to this call: host, pid and
+// NewOwnerID returns an owner label unique to this call: host, pid and
 // random bytes.
 func NewOwnerID() string {
 	host, _ := os.Hostname()
@@ -148,5 +147,5 @@ func NewOwnerID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Owner returns the worker's lease owner id.
+// Owner returns the worker's owner label.
 func (w *Worker) Owner() string { return w.o.Owner }

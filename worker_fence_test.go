@@ -1,9 +1,11 @@
 package pgsweep_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -17,9 +19,9 @@ import (
 )
 
 // A Worker whose own lease expired and whose next claim took the message
-// again (same owner, so the database cannot tell the attempts apart) fences
-// the old attempt itself: its handler is cancelled, its result discarded,
-// and only the new attempt completes the message.
+// again (same owner, new token) drops the old attempt at once: its handler
+// is cancelled, its result discarded (its token is stale anyway), and only
+// the new attempt completes the message.
 func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	db := pgtest.New(t, 6)
 	seedQueue(t, db, 5, 1)
@@ -169,8 +171,9 @@ func TestWorkerShutdownReleasesWhatItDidNotStart(t *testing.T) {
 
 // A handler's error text that PostgreSQL cannot store (a NUL byte, invalid
 // UTF-8) and a RetryAfter beyond what fail accepts do not wedge the Worker:
-// the text is cleaned and the delay capped. RetryAfter(err, 0) retries at
-// once, not after the queue's backoff.
+// the text is cleaned; the delay is passed as it is, fail refuses it (22023,
+// logged) and the message is left to its lease, neither capped nor failed.
+// RetryAfter(err, 0) retries at once, not after the queue's backoff.
 func TestWorkerFailureEdges(t *testing.T) {
 	db := pgtest.New(t, 6)
 	ctx := context.Background()
@@ -187,6 +190,7 @@ func TestWorkerFailureEdges(t *testing.T) {
 	}
 	var cnt counters
 	var nowCalls atomic.Int64
+	var logs syncBuffer
 	stop := startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		switch string(d.Payload) {
 		case `"bad text"`:
@@ -199,9 +203,10 @@ func TestWorkerFailureEdges(t *testing.T) {
 			}
 			return nil
 		}
-	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, DisableNotify: true, Hooks: cnt.hooks()})
-	waitFor(t, "two failures and the immediate retry's completion", func() bool {
-		return cnt.failed.Load() == 3 && cnt.completed.Load() == 1
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, DisableNotify: true, Hooks: cnt.hooks(),
+		Lease: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	waitFor(t, "two failures, the immediate retry's completion and the refused fail", func() bool {
+		return cnt.failed.Load() == 2 && cnt.completed.Load() == 1 && strings.Contains(logs.String(), "fail refused")
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -214,8 +219,11 @@ func TestWorkerFailureEdges(t *testing.T) {
 	if text != "nul and \uFFFD invalid" || strings.ContainsRune(text, 0) {
 		t.Fatalf("last_error %q", text)
 	}
-	if n := count(t, db, "message", "payload = '\"far\"' AND status = 'failed' AND visible_at BETWEEN now() + interval '29 days' AND now() + interval '31 days'"); n != 1 {
-		t.Fatal("RetryAfter of a year was not capped to 30 days")
+	if n := count(t, db, "message", "payload = '\"far\"' AND status = 'processing' AND attempt = 1 AND last_error IS NULL"); n != 1 {
+		t.Fatal("RetryAfter of a year was not refused: the message must stay leased (not failed, not capped)")
+	}
+	if l := logs.String(); !strings.Contains(l, "p_retry_after must be between") || !strings.Contains(l, "365 days") {
+		t.Fatalf("the log does not say why fail was refused:\n%s", l)
 	}
 	if nowCalls.Load() != 2 {
 		t.Fatalf("the RetryAfter(err, 0) message ran %d times, want 2 (retried at once despite the 1-hour backoff)", nowCalls.Load())
@@ -287,4 +295,23 @@ func TestWorkerHandlerGetsACopy(t *testing.T) {
 	if n := count(t, db, "message", "true"); n != 0 || cnt.lost.Load() != 0 {
 		t.Fatalf("%d rows left, %d leases lost", n, cnt.lost.Load())
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written by the Worker's
+// goroutines and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -7,18 +7,33 @@ import (
 )
 
 // completeAndClaim completes every held message (all finished without
-// error) and claims up to n more in one round trip. When it fails without
-// completing anything, the completions wait for the next flush.
+// error) and claims up to n more in one round trip: one complete per claim
+// token, then the claim, pipelined in one transaction. When it fails, the
+// completions wait for the next flush.
 func (l *loop) completeAndClaim(n int) (int, error) {
 	ctx, cancel := context.WithTimeout(l.base, flushTimeout)
 	defer cancel()
+	acks := make([]ackGroup, 0, len(l.acks))
+	sent := 0
+	for tok, ids := range l.acks {
+		acks = append(acks, ackGroup{token: tok, ids: ids})
+		sent += len(ids)
+	}
 	start := time.Now()
-	done, ds, err := l.w.client.CompleteAndClaim(ctx, l.o.Queue, l.o.Owner, l.acks, n, l.o.Lease)
+	done, ds, err := l.w.client.completeAndClaim(ctx, l.o.Queue, l.o.Owner, acks, n, l.o.Lease)
 	if err != nil && done == nil {
 		l.flushErr = true
 		return 0, err
 	}
-	l.completed(done)
+	// Pipelined (the loop uses this only then), the completions and the
+	// claim commit together: done is every id completed, the others' leases
+	// were lost meanwhile.
+	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
+	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, sent-len(done))
+	for tok, ids := range l.acks {
+		l.settle(ids)
+		delete(l.acks, tok)
+	}
 	l.flushBackoff = 0
 	if err != nil {
 		return 0, err
@@ -27,45 +42,38 @@ func (l *loop) completeAndClaim(n int) (int, error) {
 	return len(ds), nil
 }
 
-// completed settles the acks a complete call was sent for: done are the ids
-// it acted on, the rest were leases lost meanwhile.
-func (l *loop) completed(done []int64) {
-	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(l.acks)-len(done))
-	l.settle(l.acks)
-	l.acks = l.acks[:0]
-}
-
-// flush sends the results that wait: one complete for all successes, one
-// fail per error text, all within one flushTimeout. A failed call is retried
-// on a later flush (after a backoff); a call the database refuses as invalid
-// is not (retrying cannot help): those messages are left to lease expiry and
-// redelivery.
+// flush sends the results that wait: one complete per claim token for the
+// successes, one fail per token and error text, all within one
+// flushTimeout. A failed call is retried on a later flush (after a backoff);
+// a call the database refuses as invalid is not (retrying cannot help):
+// those messages are left to lease expiry and redelivery.
 func (l *loop) flush(ctx context.Context) {
 	o := l.o
 	l.flushErr = false
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
-	if len(l.acks) > 0 {
-		done, err := l.w.client.Complete(ctx, o.Queue, o.Owner, l.acks)
+	for tok, ids := range l.acks {
+		done, err := l.w.client.Complete(ctx, o.Queue, tok, ids)
 		switch {
 		case errors.Is(err, ErrInvalidArgument):
-			l.w.log.Error("complete refused; leaving the messages to lease expiry", "err", err, "n", len(l.acks))
-			l.settle(l.acks)
-			l.acks = l.acks[:0]
+			l.w.log.Error("complete refused; leaving the messages to lease expiry", "err", err, "n", len(ids))
 		case err != nil:
-			l.w.log.Error("complete failed; will retry", "err", err, "n", len(l.acks))
+			l.w.log.Error("complete failed; will retry", "err", err, "n", len(ids))
 			l.flushErr = true
+			continue
 		default:
-			l.completed(done)
+			o.Hooks.call(o.Hooks.Completed, o.Queue, len(done))
+			o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-len(done))
 		}
+		l.settle(ids)
+		delete(l.acks, tok)
 	}
 	for k, ids := range l.fails {
 		var after *time.Duration
 		if k.fixed {
 			after = &k.after
 		}
-		res, err := l.w.client.fail(ctx, o.Queue, o.Owner, ids, k.msg, after)
+		res, err := l.w.client.fail(ctx, o.Queue, k.token, ids, k.msg, after)
 		if err != nil && !errors.Is(err, ErrInvalidArgument) {
 			l.w.log.Error("fail failed; will retry", "err", err, "n", len(ids))
 			l.flushErr = true
@@ -93,26 +101,28 @@ func (l *loop) flush(ctx context.Context) {
 	}
 }
 
-// renew extends the leases of held messages that have no result yet. A lease
-// the database no longer has is lost; so is one whose expiry passed while
-// renewals failed (another worker may hold it by now).
+// renew extends the leases of held messages that have no result yet, one
+// call per claim token. A lease the database no longer has is lost; so is
+// one whose expiry passed while renewals failed (another worker may hold it
+// by now).
 func (l *loop) renew() {
 	o := l.o
-	var ids []int64
+	byToken := map[Token][]int64{}
 	for id, j := range l.held {
 		if j.state != jobDone {
-			ids = append(ids, id)
+			byToken[j.d.Token] = append(byToken[j.d.Token], id)
 		}
 	}
 	lost := 0
-	if len(ids) > 0 {
+	if len(byToken) > 0 {
 		ctx, cancel := l.leaseCall()
-		start := time.Now()
-		got, err := l.w.client.Renew(ctx, o.Queue, o.Owner, ids, o.Lease)
-		cancel()
-		if err != nil {
-			l.w.log.Error("renew failed", "err", err, "n", len(ids))
-		} else {
+		for tok, ids := range byToken {
+			start := time.Now()
+			got, err := l.w.client.Renew(ctx, o.Queue, tok, ids, o.Lease)
+			if err != nil {
+				l.w.log.Error("renew failed", "err", err, "n", len(ids))
+				continue
+			}
 			kept := make(map[int64]bool, len(got))
 			for _, id := range got {
 				kept[id] = true
@@ -120,7 +130,7 @@ func (l *loop) renew() {
 			for _, id := range ids {
 				j := l.held[id]
 				switch {
-				case j == nil: // lost meanwhile: nothing to do
+				case j == nil || j.d.Token != tok: // lost meanwhile: nothing to do
 				case kept[id]:
 					j.setExpires(start.Add(o.Lease))
 				case l.lose(j):
@@ -128,6 +138,7 @@ func (l *loop) renew() {
 				}
 			}
 		}
+		cancel()
 	}
 	now := time.Now()
 	for _, j := range l.held {
@@ -141,24 +152,32 @@ func (l *loop) renew() {
 
 // releaseQueued gives back the messages claimed but not started, at the
 // start of shutdown: they are due again at once, with their attempt back.
+// One call per claim token.
 func (l *loop) releaseQueued() {
-	ids := make([]int64, 0, len(l.queue))
+	byToken := map[Token][]int64{}
 	for _, j := range l.queue {
 		l.drop(j)
-		ids = append(ids, j.d.ID)
+		byToken[j.d.Token] = append(byToken[j.d.Token], j.d.ID)
 	}
 	l.queue = nil // all of it, at once (lose would take them out one by one)
-	if len(ids) == 0 {
+	if len(byToken) == 0 {
 		return
 	}
 	ctx, cancel := l.leaseCall()
-	got, err := l.w.client.Release(ctx, l.o.Queue, l.o.Owner, ids)
-	cancel()
-	if err != nil {
-		l.w.log.Warn("release failed; the messages wait for their leases to expire", "err", err, "n", len(ids))
-		return
+	defer cancel()
+	released, lost := 0, 0
+	for tok, ids := range byToken {
+		got, err := l.w.client.Release(ctx, l.o.Queue, tok, ids)
+		if err != nil {
+			l.w.log.Warn("release failed; the messages wait for their leases to expire", "err", err, "n", len(ids))
+			continue
+		}
+		released += len(got)
+		lost += len(ids) - len(got) // taken over while they waited
 	}
-	l.o.Hooks.call(l.o.Hooks.Released, l.o.Queue, len(got))
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(ids)-len(got)) // taken over while they waited
-	l.w.log.Info("released messages that were not started", "n", len(got))
+	l.o.Hooks.call(l.o.Hooks.Released, l.o.Queue, released)
+	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, lost)
+	if released > 0 {
+		l.w.log.Info("released messages that were not started", "n", released)
+	}
 }

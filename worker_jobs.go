@@ -41,6 +41,7 @@ type result struct {
 
 // failKey groups failures that are sent in one fail call.
 type failKey struct {
+	token Token // the claim's token: one call per claim
 	msg   string
 	after time.Duration
 	fixed bool // after is the handler's RetryAfter, not the queue's backoff
@@ -65,8 +66,10 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 	lost := 0
 	for i := range ds {
 		if old := l.held[ds[i].ID]; old != nil && l.lose(old) {
-			// Our own lease on it expired and this claim took it again: the
-			// owner is the same, so only we can fence the old attempt off.
+			// Our own lease on it expired and this claim took it again. The
+			// old attempt's token is stale: whatever it sends acts on
+			// nothing. Losing it here cancels its handler now rather than at
+			// the next renewal, and keeps one job per message.
 			lost++
 		}
 		jctx, jcancel := context.WithCancel(l.handlers)
@@ -116,10 +119,10 @@ func (l *loop) accept(r result) {
 	j.state = jobDone
 	l.pending++
 	if r.err == nil {
-		l.acks = append(l.acks, j.d.ID)
+		l.acks[j.d.Token] = append(l.acks[j.d.Token], j.d.ID)
 		return
 	}
-	k := failKey{msg: r.err.Error()}
+	k := failKey{token: j.d.Token, msg: r.err.Error()}
 	var ra *retryAfterError
 	if errors.As(r.err, &ra) {
 		k.after, k.fixed = ra.after, true
@@ -153,10 +156,19 @@ func (l *loop) lose(j *job) bool {
 	case jobRunning:
 		l.zombies++
 	case jobDone:
+		// Its result waits for a flush: it is not sent (and not counted
+		// twice as lost).
 		l.pending--
-		id := j.d.ID
-		l.acks = slices.DeleteFunc(l.acks, func(x int64) bool { return x == id })
+		id, tok := j.d.ID, j.d.Token
+		if ids := slices.DeleteFunc(l.acks[tok], func(x int64) bool { return x == id }); len(ids) == 0 {
+			delete(l.acks, tok)
+		} else {
+			l.acks[tok] = ids
+		}
 		for k, ids := range l.fails {
+			if k.token != tok {
+				continue
+			}
 			if ids = slices.DeleteFunc(ids, func(x int64) bool { return x == id }); len(ids) == 0 {
 				delete(l.fails, k)
 			} else {

@@ -29,7 +29,6 @@ func (w *Worker) listen(ctx context.Context, wake chan<- struct{}) {
 		default:
 		}
 	}
-	channel := pgx.Identifier{NotifyChannel(w.client.schema)}.Sanitize()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		listening := false
@@ -43,7 +42,12 @@ func (w *Worker) listen(ctx context.Context, wake chan<- struct{}) {
 				defer cancel()
 				_ = conn.Close(cctx)
 			}()
-			if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+			// The channel is the SQL's to name (notify_channel).
+			channel, err := w.client.WithDB(conn).NotifyChannel(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 				return err
 			}
 			listening = true

@@ -17,11 +17,14 @@ import (
 // calls the Worker must make, and the mock fails the test on any other call
 // (such as a completion it must not send) or on a call that never came.
 
-var claimCols = []string{"id", "key", "payload", "headers", "attempt", "created_at", "lease_expires_at"}
+var claimCols = []string{"id", "key", "payload", "headers", "attempt", "created_at", "lease_expires_at", "token"}
+
+// mockToken is the token of every mocked claim.
+var mockToken = pgsweep.Token{0x8f, 0x6f, 0x1c, 0x52, 0x3a, 0x5e, 0x4d, 0x3c, 0x9d, 0x61, 0x0a, 0x4b, 0x2c, 0x1e, 0x7f, 0x90}
 
 func oneDelivery(id int64) *pgxmock.Rows {
 	now := time.Now()
-	return pgxmock.NewRows(claimCols).AddRow(id, nil, []byte(`1`), []byte(`{}`), int32(1), now, now.Add(time.Minute))
+	return pgxmock.NewRows(claimCols).AddRow(id, nil, []byte(`1`), []byte(`{}`), int32(1), now, now.Add(time.Minute), mockToken)
 }
 
 // startRun runs w; stop cancels Run's context and returns Run's error, or
@@ -62,8 +65,8 @@ func runMockWorker(t *testing.T, mock pgxmock.PgxPoolIface, h pgsweep.Handler, o
 func TestWorkerRetriesAFailedCompletion(t *testing.T) {
 	mock, _ := newMockClient(t)
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnRows(oneDelivery(7))
-	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{7}).WillReturnError(errors.New("connection reset"))
-	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{7}).
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{7}).WillReturnError(errors.New("connection reset"))
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{7}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(7)))
 	runUntilCompleted(t, mock, 1)
 }
@@ -88,7 +91,7 @@ func TestWorkerRetriesAFailedClaim(t *testing.T) {
 	mock, _ := newMockClient(t)
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnError(errors.New("connection refused"))
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Minute).WillReturnRows(oneDelivery(8))
-	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{8}).
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{8}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(8)))
 	runUntilCompleted(t, mock, 1)
 }
@@ -102,9 +105,9 @@ func TestWorkerPresumesALeaseLostWhileRenewalsFail(t *testing.T) {
 	down := errors.New("connection refused")
 	// Renewals every 333ms: the one that finds the lease past its expiry is
 	// the 4th, or fewer when the ticker skipped a beat under load.
-	mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", "w", []int64{9}, time.Second).WillReturnError(down)
+	mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", mockToken, []int64{9}, time.Second).WillReturnError(down)
 	for range 3 {
-		mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", "w", []int64{9}, time.Second).Maybe().WillReturnError(down)
+		mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", mockToken, []int64{9}, time.Second).Maybe().WillReturnError(down)
 	}
 	var lost atomic.Int64
 	cancelled := make(chan struct{})
@@ -148,13 +151,13 @@ func TestWorkerCancelsExpiredHandlersWhileACallHangs(t *testing.T) {
 	mock, _ := newMockClient(t)
 	now := time.Now()
 	two := pgxmock.NewRows(claimCols).
-		AddRow(int64(1), nil, []byte(`"fast"`), []byte(`{}`), int32(1), now, now.Add(time.Second)).
-		AddRow(int64(2), nil, []byte(`"slow"`), []byte(`{}`), int32(1), now, now.Add(time.Second))
+		AddRow(int64(1), nil, []byte(`"fast"`), []byte(`{}`), int32(1), now, now.Add(time.Second), mockToken).
+		AddRow(int64(2), nil, []byte(`"slow"`), []byte(`{}`), int32(1), now, now.Add(time.Second), mockToken)
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Second).WillReturnRows(two)
 	// The completion of the fast one hangs (an hour) until shutdown cuts it.
-	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{1}).
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{1}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(1))).WillDelayFor(time.Hour)
-	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", "w", []int64{1}).
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{1}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(1)))
 	// A renewal of the slow one may come between the two (its ticker fired
 	// while the loop waited); not expected, the mock refuses it, which the
@@ -190,7 +193,7 @@ func TestWorkerCancelsExpiredHandlersWhileACallHangs(t *testing.T) {
 func TestWorkerShutdownDeadlineCutsAHangingCall(t *testing.T) {
 	mock, _ := newMockClient(t)
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Second).WillReturnRows(oneDelivery(5))
-	mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", "w", []int64{5}, time.Second).
+	mock.ExpectQuery(`SELECT "pgsweep".renew`).WithArgs("q", mockToken, []int64{5}, time.Second).
 		WillReturnRows(pgxmock.NewRows([]string{"renew"}).AddRow(int64(5))).WillDelayFor(time.Hour)
 	db := &signalingDB{PgxPoolIface: mock, match: "renew", started: make(chan struct{}, 1)}
 	w, err := pgsweep.NewWorkerOn(db, func(ctx context.Context, _ *pgsweep.Delivery) error {

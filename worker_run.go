@@ -29,8 +29,9 @@ type loop struct {
 	zombies int            // running handlers of lost jobs: they still hold memory
 	results chan result    // one per handler; capacity Concurrency, so a send never blocks for long
 
-	acks     []int64
+	acks     map[Token][]int64 // successes waiting for a flush, by claim token
 	fails    map[failKey][]int64
+	pipeline bool // the client can complete and claim in one round trip
 	pending  int  // results waiting for a flush
 	flushErr bool // the last flush failed: retry on the timer, not at once
 	// flushBackoff is the wait before retrying a failed flush: 50ms
@@ -89,10 +90,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	l := &loop{
 		w: w, o: o, base: base, abandon: abandon, handlers: handlers, cancelHandlers: cancelHandlers,
-		held:    make(map[int64]*job, o.Batch),
-		results: make(chan result, o.Concurrency),
-		fails:   map[failKey][]int64{},
-		watched: map[*job]struct{}{},
+		held:     map[int64]*job{},
+		results:  make(chan result, o.Concurrency),
+		acks:     map[Token][]int64{},
+		fails:    map[failKey][]int64{},
+		pipeline: w.client.canPipeline(),
+		watched:  map[*job]struct{}{},
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -140,7 +143,10 @@ func (w *Worker) queueLease(ctx context.Context) (time.Duration, error) {
 
 func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 	o := l.o
-	renewTick := time.NewTicker(o.Lease / 3)
+	// Lease and Batch are checked by the SQL: the first claim returns its
+	// ErrInvalidArgument, and Run returns it. Until then (a database that
+	// is down at the start), a lease out of range must not break the timers.
+	renewTick := time.NewTicker(max(o.Lease/3, 100*time.Millisecond))
 	defer renewTick.Stop()
 	flushTimer := time.NewTimer(time.Hour)
 	flushTimer.Stop()
@@ -186,8 +192,9 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 			beginStop() // before claiming a batch only to give it back
 		}
 		// Claim when at most half a batch is held, so claims overlap with
-		// running handlers and memory stays within one batch.
-		if !stopping && !idle && len(l.held)+l.zombies <= o.Batch/2 {
+		// running handlers and memory stays within one batch (and when
+		// nothing is held: a Batch the SQL refuses is refused at once).
+		if held := len(l.held) + l.zombies; !stopping && !idle && (held == 0 || held <= o.Batch/2) {
 			n := o.Batch - len(l.held) - l.zombies
 			got, err := l.claim(n)
 			if err := after(n, got, err); err != nil {
@@ -206,7 +213,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// succeeded and the worker would claim next anyway, the completion
 		// and the next claim go in one round trip.
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			if !stopping && !idle && len(l.fails) == 0 && ctx.Err() == nil {
+			if !stopping && !idle && len(l.fails) == 0 && ctx.Err() == nil && l.pipeline {
 				n := o.Batch - l.zombies
 				got, err := l.completeAndClaim(n)
 				if err := after(n, got, err); err != nil {
@@ -274,9 +281,10 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 // handlers whose leases expire.
 const flushTimeout = time.Minute
 
-// leaseCall returns a context for a claim, renewal or release.
+// leaseCall returns a context for a claim, renewal or release (at least a
+// second: a Lease the SQL refuses must reach the SQL).
 func (l *loop) leaseCall() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(l.base, l.o.Lease)
+	return context.WithTimeout(l.base, max(l.o.Lease, time.Second))
 }
 
 // watchdog cancels the context of every handler whose lease expired (by the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,10 +112,14 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 	// Let the worker's first claim (empty), its LISTEN and the claim it
 	// makes once it listens (empty too) happen first: after them, with
 	// polling an hour away, only a notification can bring the next claim.
+	channel, err := db.Client.NotifyChannel(ctx) // the SQL names the channel
+	if err != nil || channel != db.Schema+"_messages" {
+		t.Fatalf("notify_channel() = %q, %v", channel, err)
+	}
 	waitFor(t, "LISTEN and the claim after it", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
-			"LISTEN "+pgx.Identifier{pgsweep.NotifyChannel(db.Schema)}.Sanitize()).Scan(&n)
+			"LISTEN "+pgx.Identifier{channel}.Sanitize()).Scan(&n)
 		return n > 0 && claims.Load() >= 2
 	})
 	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"hello"`)}); err != nil {
@@ -259,6 +264,43 @@ func TestWorkerUnknownQueueStops(t *testing.T) {
 	}
 }
 
+// Batch and Lease are checked by the SQL, not by a copy of its ranges in
+// Go: NewWorker accepts them, and Run returns the claim's
+// ErrInvalidArgument at once, naming the SQL argument, with nothing claimed.
+func TestWorkerOptionsOutOfRangeAreTheSQLs(t *testing.T) {
+	db := pgtest.New(t, 4)
+	seedQueue(t, db, 3, 1)
+	for _, tc := range []struct {
+		name  string
+		batch int
+		lease time.Duration
+		arg   string
+	}{
+		{"batch -1", -1, time.Minute, "p_batch"},
+		{"batch 10001", 10001, time.Minute, "p_batch"},
+		{"lease 500ms", 10, 500 * time.Millisecond, "p_lease"},
+		{"lease -1s", 10, -time.Second, "p_lease"},
+		{"lease 2h", 10, 2 * time.Hour, "p_lease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := pgsweep.NewWorker(db.Pool, func(context.Context, *pgsweep.Delivery) error { return nil },
+				pgsweep.WorkerOptions{Schema: db.Schema, Queue: "q", Batch: tc.batch, Lease: tc.lease, DisableNotify: true, Logger: quietLog})
+			if err != nil {
+				t.Fatalf("NewWorker: %v (the SQL checks the ranges)", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = w.Run(ctx)
+			if !errors.Is(err, pgsweep.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.arg) {
+				t.Fatalf("Run: got %v, want ErrInvalidArgument naming %s", err, tc.arg)
+			}
+			if n := count(t, db, "message", "status = 'pending' AND attempt = 0"); n != 1 {
+				t.Fatal("the refused claim changed the message")
+			}
+		})
+	}
+}
+
 // A lease taken over while the handler runs: the renewal finds it lost, the
 // handler's context is cancelled, its result is discarded, and the new
 // owner's row is untouched.
@@ -275,7 +317,7 @@ func TestWorkerLeaseLost(t *testing.T) {
 	}, pgsweep.WorkerOptions{Queue: "q", Lease: 3 * time.Second, Hooks: cnt.hooks()})
 	<-started
 	// Another owner takes the row over (as a claim after expiry would).
-	mustExec(t, db, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET owner = 'thief', attempt = attempt + 1")
+	mustExec(t, db, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET owner = 'thief', token = gen_random_uuid(), attempt = attempt + 1")
 	select {
 	case <-cancelled:
 	case <-time.After(20 * time.Second):
