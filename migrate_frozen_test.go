@@ -77,6 +77,8 @@ func TestFunctionFilesMatchFreshInstall(t *testing.T) {
 		all.Write(b)
 		all.WriteString("\n")
 	}
+	// Every migration ends by applying the role model (privileges.sql).
+	all.WriteString("SELECT _grant_all();\n")
 	sql := renderForSchema(t, all.String(), db.Schema)
 	tx, err := conn.Begin(ctx)
 	if err != nil {

@@ -96,6 +96,7 @@ func newMigration(root, name string, files []string) error {
 		f = strings.TrimPrefix(strings.TrimPrefix(f, "sql/functions/"), "functions/")
 		fmt.Fprintf(&b, "%s functions/%s\n%s functions/%s\n\n", migrationfile.IncludeMarker, f, migrationfile.EndMarker, f)
 	}
+	b.WriteString("-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).\nSELECT _grant_all();\n")
 	path := filepath.Join(root, "migrations", fmt.Sprintf("%03d_%s.sql", next, name))
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err

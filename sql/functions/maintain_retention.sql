@@ -12,11 +12,102 @@
 -- next policy.
 --
 -- A PROCEDURE without a SET clause (it COMMITs after every batch), so every
--- name below is qualified with the install schema.
+-- name below is qualified with the install schema and the body uses no
+-- operator: comparisons, arithmetic and JSON building live in the pinned
+-- functions _maintain_ret_* below, so nothing on the caller's search_path
+-- (pg_cron's superuser's included) can stand in for them.
 --
 -- Returns in p_result {"deleted": {"<policy>": rows}, "errors": {"<policy>":
 -- "message"}, "more": bool}; "more" means a policy stopped on the budget with
 -- rows left, or due policies were not reached, so the part is due again at once.
+-- _maintain_ret_go: whether the part may start another policy (the
+-- deadline has not passed and the part's lease was renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_go(p_owner text, p_deadline timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF clock_timestamp() >= p_deadline THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_renew('retention', p_owner);
+END
+$$;
+
+-- _maintain_ret_budget: what is left of the part's budget.
+CREATE OR REPLACE FUNCTION _maintain_ret_budget(p_deadline timestamptz)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$ SELECT greatest(p_deadline - clock_timestamp(), interval '0') $$;
+
+-- _maintain_ret_error: an error's text as the history records it.
+CREATE OR REPLACE FUNCTION _maintain_ret_error(p_message text, p_state text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT format('%s (SQLSTATE %s)', p_message, p_state) $$;
+
+-- _maintain_ret_put: p_obj with p_key set to p_value.
+CREATE OR REPLACE FUNCTION _maintain_ret_put(p_obj jsonb, p_key text, p_value jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
+
+-- _maintain_ret_pace sleeps after a batch in proportion to its duration
+-- (retention_duty_cycle percent of the time deleting), never past the
+-- deadline, and says whether the part's lease is due for renewal (every
+-- third of maintain_lease_ttl since p_renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_batch_start timestamptz, p_deadline timestamptz, p_renewed timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_duty int := setting_int('retention_duty_cycle');
+BEGIN
+    IF v_duty < 100 THEN
+        PERFORM pg_catalog.pg_sleep(least(
+            extract(epoch FROM clock_timestamp() - p_batch_start) * (100 - v_duty) / v_duty,
+            greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+    END IF;
+    RETURN clock_timestamp() - p_renewed > setting_interval('maintain_lease_ttl') / 3;
+END
+$$;
+
+-- _maintain_ret_tally adds a finished pass to the part's result: its rows
+-- under "deleted", and "more" when it stopped on the budget.
+CREATE OR REPLACE FUNCTION _maintain_ret_tally(p_result jsonb, p_name text, p_pass bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_outcome text;
+    v_rows bigint;
+BEGIN
+    SELECT p.outcome, p.rows_deleted INTO v_outcome, v_rows FROM retention_pass p WHERE p.id = p_pass;
+    p_result := jsonb_set(p_result, ARRAY['deleted', p_name], to_jsonb(coalesce(v_rows, 0)));
+    IF v_outcome = 'budget' THEN
+        p_result := jsonb_set(p_result, '{more}', 'true');
+    END IF;
+    RETURN p_result;
+END
+$$;
+
+-- _maintain_ret_result: the part's result, errors included when there are any.
+CREATE OR REPLACE FUNCTION _maintain_ret_result(p_result jsonb, p_more boolean, p_errors jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT jsonb_build_object('deleted', p_result -> 'deleted',
+                              'more', p_more OR coalesce((p_result ->> 'more')::boolean, false))
+           || CASE WHEN p_errors <> '{}' THEN jsonb_build_object('errors', p_errors) ELSE '{}' END
+$$;
+
 CREATE OR REPLACE PROCEDURE _maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
 LANGUAGE plpgsql
 AS $$
@@ -26,30 +117,26 @@ DECLARE
     v_pass bigint;
     v_step_more boolean;
     v_error text;
-    v_deleted jsonb := '{}';
     v_errors jsonb := '{}';
+    v_tally jsonb := '{"deleted": {}}';
     v_more boolean := false;
-    v_outcome text;
-    v_rows bigint;
-    v_renewed timestamptz := clock_timestamp();
-    v_duty int := {{ $s }}.setting_int('retention_duty_cycle');
+    v_renewed timestamptz := pg_catalog.clock_timestamp();
     v_batch_start timestamptz;
+    v_go boolean;
+    v_renew boolean;
 BEGIN
     BEGIN
         PERFORM {{ $s }}.retention_builtin_sync();
     EXCEPTION WHEN OTHERS THEN
-        v_errors := v_errors || jsonb_build_object('builtin_sync', format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE));
+        v_errors := {{ $s }}._maintain_ret_put(v_errors, 'builtin_sync', pg_catalog.to_jsonb({{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE)));
     END;
     COMMIT;
 
     v_due := ARRAY(SELECT {{ $s }}.retention_due());
     FOREACH v_name IN ARRAY v_due LOOP
-        IF clock_timestamp() >= p_deadline THEN
-            v_more := true;
-            EXIT;
-        END IF;
-        IF NOT {{ $s }}._maintain_renew('retention', p_owner) THEN
-            v_more := true; -- lost the part's lease: another owner goes on
+        v_go := {{ $s }}._maintain_ret_go(p_owner, p_deadline);
+        IF NOT v_go THEN
+            v_more := true; -- out of budget, or lost the part's lease: another owner goes on
             EXIT;
         END IF;
         COMMIT;
@@ -57,67 +144,54 @@ BEGIN
         v_error := NULL;
         v_pass := NULL;
         BEGIN
-            v_pass := {{ $s }}._retention_begin(v_name, p_owner, greatest(p_deadline - clock_timestamp(), interval '0'), NULL);
+            v_pass := {{ $s }}._retention_begin(v_name, p_owner, {{ $s }}._maintain_ret_budget(p_deadline), NULL);
         EXCEPTION WHEN OTHERS THEN
-            v_error := format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+            v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
         END;
         IF v_error IS NOT NULL THEN
             PERFORM {{ $s }}._retention_unlock(v_name);
             COMMIT;
-            v_errors := v_errors || jsonb_build_object(v_name, v_error);
+            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
             CONTINUE;
         END IF;
         COMMIT;
         CONTINUE WHEN v_pass IS NULL; -- busy elsewhere, or keeps rows forever
 
         LOOP
-            v_batch_start := clock_timestamp();
+            v_batch_start := pg_catalog.clock_timestamp();
             BEGIN
                 v_step_more := {{ $s }}._retention_step(v_pass);
             EXCEPTION WHEN OTHERS THEN
-                v_error := format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+                v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
             END;
             EXIT WHEN v_error IS NOT NULL;
             COMMIT;
             EXIT WHEN NOT v_step_more;
-            -- Background work yields to live traffic: pause in proportion to
-            -- the batch just done (retention_duty_cycle), never past the deadline.
-            IF v_duty < 100 THEN
-                PERFORM pg_catalog.pg_sleep(least(
-                    extract(epoch FROM clock_timestamp() - v_batch_start) * (100 - v_duty) / v_duty,
-                    greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
-            END IF;
-            -- keep the part's lease alive through a long policy, at a
-            -- third of its TTL so a renewal is never late
-            IF clock_timestamp() - v_renewed > {{ $s }}.setting_interval('maintain_lease_ttl') / 3 THEN
-                IF NOT {{ $s }}._maintain_renew('retention', p_owner) THEN
+            -- Background work yields to live traffic (retention_duty_cycle);
+            -- keep the part's lease alive through a long policy.
+            v_renew := {{ $s }}._maintain_ret_pace(v_batch_start, p_deadline, v_renewed);
+            IF v_renew THEN
+                v_go := {{ $s }}._maintain_renew('retention', p_owner);
+                IF NOT v_go THEN
                     v_error := 'lost the maintain:retention lease during the pass';
                     EXIT;
                 END IF;
-                v_renewed := clock_timestamp();
+                v_renewed := pg_catalog.clock_timestamp();
                 COMMIT;
             END IF;
         END LOOP;
 
         IF v_error IS NOT NULL THEN
             PERFORM {{ $s }}._retention_finish(v_pass, 'error', v_error);
-            v_errors := v_errors || jsonb_build_object(v_name, v_error);
+            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
         ELSE
             PERFORM {{ $s }}._retention_finish(v_pass, NULL, NULL);
         END IF;
         COMMIT;
         PERFORM {{ $s }}._retention_unlock(v_name);
-
-        SELECT p.outcome, p.rows_deleted INTO v_outcome, v_rows FROM {{ $s }}.retention_passes p WHERE p.id = v_pass;
-        v_deleted := v_deleted || jsonb_build_object(v_name, coalesce(v_rows, 0));
-        IF v_outcome = 'budget' THEN
-            v_more := true;
-        END IF;
+        v_tally := {{ $s }}._maintain_ret_tally(v_tally, v_name, v_pass);
     END LOOP;
 
-    p_result := jsonb_build_object('deleted', v_deleted, 'more', v_more);
-    IF v_errors <> '{}' THEN
-        p_result := p_result || jsonb_build_object('errors', v_errors);
-    END IF;
+    p_result := {{ $s }}._maintain_ret_result(v_tally, v_more, v_errors);
 END
 $$;

@@ -41,7 +41,28 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 0.05::double precision $$;
 
-CREATE OR REPLACE FUNCTION _retention_plan(p_pol retention_policy, p_now timestamptz, p_owner text)
+-- _retention_sample_pct: the share of the table's blocks the planning
+-- sample reads (about 400 blocks), NULL for an empty table.
+CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
+RETURNS double precision
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_blocks bigint := pg_catalog.pg_relation_size(_retention_table(p_pol.table_schema, p_pol.table_name))
+                       / current_setting('block_size')::int;
+BEGIN
+    IF v_blocks > 0 THEN
+        RETURN least(100, 400 * 100.0 / v_blocks);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- _retention_plan plans a sweep from the sample the caller took as the
+-- policy's owner (p_pct NULL: the table was empty, no sample).
+CREATE OR REPLACE FUNCTION _retention_plan(p_pol retention_policy, p_now timestamptz, p_owner text,
+    p_pct double precision, p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -51,10 +72,10 @@ DECLARE
     v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
     v_strategy text := p_pol.strategy;
     v_block_size int := current_setting('block_size')::int;
-    v_pct double precision;
-    v_fraction double precision;
-    v_sampled bigint;
-    v_times timestamptz[];
+    v_pct double precision := p_pct;
+    v_fraction double precision := p_fraction;
+    v_sampled bigint := p_sampled;
+    v_times timestamptz[] := p_times;
     v_bounds timestamptz[];
     v_eligible double precision;
     v_tuples double precision;
@@ -70,17 +91,10 @@ DECLARE
 BEGIN
     SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
-    -- The sample: the eligible fraction, and the eligible rows' times in order
-    -- (the keyset walk cuts its windows at their quantiles).
-    IF v_blocks > 0 THEN
-        v_pct := least(100, 400 * 100.0 / v_blocks);
-        EXECUTE format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
-                       'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
-                       _retention_predicate(p_pol, v_rel), _retention_encode(p_pol, quote_ident(p_pol.time_column)),
-                       p_pol.time_column, p_pol.table_schema, p_pol.table_name, v_pct)
-          INTO v_fraction, v_sampled, v_times
-          USING NULL::tid, NULL::tid, v_cutoff, p_pol.statuses, p_pol.filter_values;
-    END IF;
+    -- The sample (taken by the caller, as the policy's owner, over
+    -- p_pct percent of the blocks; _retention_sample_sql): the eligible
+    -- fraction, and the eligible rows' times in order (the keyset walk cuts
+    -- its windows at their quantiles).
     IF v_strategy = 'auto' THEN
         -- No index, or a sample of empty blocks: walk the heap.
         v_strategy := CASE
@@ -113,9 +127,8 @@ BEGIN
 
     v_at := clock_timestamp();
     INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
-                                 eligible_fraction, delete_sql)
-    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, v_fraction,
-            _retention_sweep_sql(p_pol, v_strategy))
+                                 eligible_fraction)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, v_fraction)
     RETURNING id INTO v_sweep;
 
     IF v_strategy = 'tid_range' THEN

@@ -16,9 +16,32 @@ BEGIN
 END
 $$;
 
+-- Ownership: a policy belongs to the role that registers it, and every
+-- run deletes as that role (retention_sql.sql, _retention_as_owner).
+-- retention_register runs as its caller and passes current_user on to
+-- _retention_register (SECURITY DEFINER), which accepts an owner only when
+-- the session's login role can act as it (pg_has_role(session_user, owner,
+-- 'MEMBER'): what SET ROLE itself requires), so calling it directly cannot
+-- forge another role's policy. The owner needs SELECT and DELETE on the
+-- table (42501 otherwise); pgsweep's own tables cannot be registered (the
+-- built-in policies cover them). Registering a name again re-points it,
+-- under the new caller's name and rights.
 CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_register(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                p_batch_size, p_mode, p_interval, current_user::regrole, false);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
+    p_owner regrole, p_builtin boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -50,6 +73,27 @@ BEGIN
         PERFORM _retention_invalid('p_table must be an ordinary, non-temporary table, got %s (relkind %s)',
             p_table::text, v_kind::text);
     END IF;
+    IF p_builtin THEN
+        IF p_owner <> _owner_role() OR v_schema <> pg_catalog.current_schema() THEN
+            RAISE EXCEPTION 'built-in retention policies belong to % and cover pgsweep''s own tables', _owner_role()
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    ELSE
+        IF v_schema = pg_catalog.current_schema() THEN
+            PERFORM _retention_invalid('p_table must not be one of pgsweep''s own tables (their built-in policies '
+                'cover them: queue_configure processed_retention/dead_retention), got %s', p_table::text);
+        END IF;
+        IF p_owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, p_owner, 'MEMBER') THEN
+            RAISE EXCEPTION 'retention_register: % cannot register a policy as %', session_user, coalesce(p_owner::text, 'NULL')
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF NOT pg_catalog.has_table_privilege(p_owner, p_table, 'SELECT')
+           OR NOT pg_catalog.has_table_privilege(p_owner, p_table, 'DELETE') THEN
+            RAISE EXCEPTION 'retention_register: role % needs SELECT and DELETE on % to register a policy for it', p_owner, p_table
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Every run deletes as the role that registered the policy.';
+        END IF;
+    END IF;
 
     PERFORM _check_text('p_time_column', p_time_column, 63);
     v_time := _retention_column(p_table, p_time_column);
@@ -65,8 +109,11 @@ BEGIN
             quote_ident(p_time_column), v_time.base_type::text);
     END IF;
 
-    IF p_older_than IS NOT NULL AND p_older_than <= interval '0' THEN
-        PERFORM _retention_invalid('p_older_than must be greater than 0, or NULL to keep rows forever, got %s',
+    -- 0 is allowed: for an expiry column (CAP's ExpiresAt) the cutoff is now.
+    -- At most 100 years, so that now() - p_older_than is a valid moment.
+    IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
+                                     OR NOT pg_catalog.isfinite(p_older_than)) THEN
+        PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
             _interval_text(p_older_than));
     END IF;
 
@@ -100,19 +147,19 @@ BEGIN
     -- Checks done: from here on the call succeeds.
     SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
-                  v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode)
+                  v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode, v_old.owner)
                  IS DISTINCT FROM
                  (v_schema, v_table, p_time_column, v_time_type, p_older_than,
-                  p_status_column, p_statuses, p_batch_size, p_mode) THEN
+                  p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
         DELETE FROM retention_unit WHERE policy = p_name;
     END IF;
     INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
                                        status_column, statuses, batch_size, mode, run_interval,
-                                       registered_at, updated_at)
+                                       registered_at, updated_at, owner)
     VALUES (p_name, v_schema, v_table, p_time_column, v_time_type, p_older_than,
-            p_status_column, p_statuses, p_batch_size, p_mode, p_interval, v_now, v_now)
+            p_status_column, p_statuses, p_batch_size, p_mode, p_interval, v_now, v_now, p_owner)
     ON CONFLICT (name) DO UPDATE
-       SET table_schema = excluded.table_schema, table_name = excluded.table_name,
+       SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
            time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
            status_column = excluded.status_column, statuses = excluded.statuses,
            batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
@@ -132,32 +179,51 @@ BEGIN
 END
 $$;
 
--- The same, for a table given by name: a name that resolves to no table is a
--- 22023 naming p_table instead of the cast's "relation does not exist". A
--- string literal argument resolves to this overload.
-CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
-    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
-    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
-RETURNS void
+-- _retention_resolve resolves a table name on the given search_path (the
+-- caller's), or raises 22023 naming p_table.
+CREATE OR REPLACE FUNCTION _retention_resolve(p_name text, p_table text, p_search_path text)
+RETURNS regclass
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_rel regclass;
+    v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
     PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
     PERFORM _check_text('p_table', p_table, 300);
     BEGIN
+        PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
         v_rel := pg_catalog.to_regclass(p_table);
+        PERFORM pg_catalog.set_config('search_path', v_pinned, true);
     EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
         v_rel := NULL;
     END;
+    PERFORM pg_catalog.set_config('search_path', v_pinned, true);
     IF v_rel IS NULL THEN
         PERFORM _retention_invalid('p_table must be an existing table, got %s', quote_literal(p_table));
     END IF;
-    PERFORM retention_register(p_name, v_rel, p_time_column, p_older_than, p_status_column, p_statuses,
-                               p_batch_size, p_mode, p_interval);
+    RETURN v_rel;
 END
+$$;
+
+-- The same, for a table given by name, resolved on the CALLER's
+-- search_path like every PostgreSQL command (retention_register('x',
+-- 'orders_archive', ...) finds public.orders_archive). This overload pins no
+-- search_path so that it can read the caller's; its body is one call with
+-- every name schema-qualified, and the lookup itself runs in
+-- _retention_resolve, which pins its own path and only resolves the name. A
+-- name that resolves to no table is a 22023 naming p_table. A string literal
+-- argument resolves to this overload.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT {{ .schema | default "pgsweep" }}.retention_register(p_name,
+        {{ .schema | default "pgsweep" }}._retention_resolve(p_name, p_table, pg_catalog.current_setting('search_path')),
+        p_time_column, p_older_than, p_status_column, p_statuses, p_batch_size, p_mode, p_interval)
 $$;
 
 CREATE OR REPLACE FUNCTION retention_unregister(p_name text)

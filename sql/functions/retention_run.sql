@@ -7,14 +7,24 @@
 --
 -- Must be called outside a transaction block (it commits). Procedures cannot
 -- pin search_path (a SET clause forbids COMMIT inside), so these bodies call
--- only schema-qualified functions that pin theirs; the schema comes from the
--- migration's template data like everywhere else.
+-- only schema-qualified functions that pin theirs and use no operator at
+-- all (every comparison, concatenation and arithmetic happens inside those
+-- functions): an operator or function that the caller's search_path puts
+-- before pg_catalog changes nothing. The schema comes from the migration's
+-- template data like everywhere else.
 --
 -- Errors: a step that fails is recorded on the pass (outcome 'error'), its
 -- lease and advisory lock are released, and the error is raised again. A
 -- cleaner that is killed records nothing more: its last batch is committed or
 -- rolled back whole, its unit stays open for the next cleaner, its lease
 -- expires after the policy's TTL and the view shows the pass as abandoned.
+
+-- _retention_finish_error records a failed step (for the procedures).
+CREATE OR REPLACE FUNCTION _retention_finish_error(p_pass bigint, p_state text, p_message text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_finish(p_pass, 'error', p_state || ': ' || p_message) $$;
 
 CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text, p_budget interval, p_now timestamptz,
     INOUT p_pass_id bigint)
@@ -50,7 +60,7 @@ BEGIN
             v_failed := true;
         END;
         IF v_failed THEN
-            PERFORM {{ .schema | default "pgsweep" }}._retention_finish(p_pass_id, 'error', v_state || ': ' || v_msg);
+            PERFORM {{ .schema | default "pgsweep" }}._retention_finish_error(p_pass_id, v_state, v_msg);
             COMMIT;
             PERFORM {{ .schema | default "pgsweep" }}._retention_unlock(p_name);
             RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),

@@ -112,51 +112,143 @@ BEGIN
 END
 $$;
 
--- _retention_delete_range deletes the eligible rows in heap blocks
--- [p_block_lo, p_block_hi) (to the end when p_block_hi is NULL): one Tid Range
--- Scan over those blocks, no index, nothing else read. The planner settings
--- pin that plan; a sweep picks this strategy only where most rows of the
--- blocks are eligible, and there an index walk would cost more. JIT off: the
--- disabled plan types' penalty costs would otherwise trigger JIT compilation
--- of every statement here (measured: 100+ ms per batch), and a batch is far
--- too short to gain from it.
-CREATE OR REPLACE FUNCTION _retention_delete_range(p_sweep retention_sweep, p_pol retention_policy,
-    p_block_lo bigint, p_block_hi bigint)
-RETURNS bigint
-LANGUAGE plpgsql
+-- _retention_sample_sql builds the planning sample (see retention_plan.sql):
+-- the eligible fraction, the sample size and the eligible rows' encoded
+-- times in order, over about p_pct percent of the table's blocks.
+CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
+RETURNS text
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
-SET enable_seqscan = off
-SET enable_indexscan = off
-SET enable_bitmapscan = off
-SET jit = off
 AS $$
 DECLARE
-    v_n bigint;
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
 BEGIN
-    -- An open-ended unit runs to the largest block number there can be.
-    EXECUTE p_sweep.delete_sql
-      USING format('(%s,0)', p_block_lo)::tid, format('(%s,0)', coalesce(p_block_hi, 4294967295))::tid,
-            p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    RETURN format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
+                  'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
+                  _retention_predicate(p_pol, v_rel), _retention_encode(p_pol, quote_ident(p_pol.time_column)),
+                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct);
 END
 $$;
 
--- _retention_delete_window deletes the eligible rows whose time is in
--- [p_time_lo, p_time_hi); the planner picks the plan (an index on the time
--- column, for the small windows this strategy is chosen for).
-CREATE OR REPLACE FUNCTION _retention_delete_window(p_sweep retention_sweep, p_pol retention_policy,
-    p_time_lo timestamptz, p_time_hi timestamptz)
-RETURNS bigint
+-- Running a policy's statements as its owner.
+--
+-- A policy belongs to the role that registered it, and every statement a
+-- run makes on the policy's table (the planning sample, each batch's
+-- DELETE) runs as that role: the table's privileges, row-level security and
+-- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
+-- superuser included). A plain SET ROLE is not enough: a trigger of the
+-- owner's could RESET ROLE back to a superuser session user. So the
+-- statement runs inside a SECURITY DEFINER function owned by the policy's
+-- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
+-- _retention_as_owner creates it in this session's pg_temp (built now from
+-- validated policy fields; no stored SQL), hands it to the owner, calls it
+-- once and drops it, all in the caller's transaction, so no other session
+-- ever sees it and it is never called twice. Creating and dropping costs
+-- about 0.2 ms a batch. The caller (maintain's or retention_run's session
+-- role) must be able to act as the owner (be a member of it, or a
+-- superuser); otherwise the run of that policy fails with 42501 and says
+-- which GRANT is missing, and other policies still run.
+--
+-- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
+-- _retention_builtin_exec instead, a SECURITY DEFINER function of
+-- <schema>_owner that builds the statement from the policy itself.
+
+-- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
+CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_kind
+        WHEN 'delete' THEN pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
+        ELSE pg_catalog.format(
+            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
+$$;
+
+-- _retention_exec_settings: the planner settings a statement kind runs with
+-- (see retention_plan.sql: a tid_range DELETE is pinned to its Tid Range
+-- Scan; JIT off everywhere, batches are too short to gain from it).
+CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_strategy
+        WHEN 'tid_range' THEN ' SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off SET jit = off'
+        ELSE ' SET jit = off' END
+$$;
+
+-- _retention_as_owner runs one statement of a policy as its owner and
+-- returns the DELETE's row count or the sample's three values. It runs as
+-- its caller (SECURITY INVOKER): the caller must be able to act as the owner.
+CREATE OR REPLACE FUNCTION _retention_as_owner(p_pol retention_policy, p_kind text, p_strategy text,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
+    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_sql text;
+    v_type text := pg_catalog.format_type(pg_catalog.pg_typeof(p_lo), NULL);
+    v_sig text;
+BEGIN
+    IF p_pol.owner = _owner_role() THEN
+        SELECT * INTO deleted, fraction, sampled, times
+          FROM _retention_builtin_exec(p_pol.name, p_kind, p_strategy, p_lo, p_hi, p_cutoff);
+        RETURN;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, p_pol.owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'retention policy %: % cannot act as the policy''s owner %', p_pol.name, current_user, p_pol.owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
+                                           p_pol.owner, p_pol.owner::text, current_user);
+    END IF;
+    IF p_kind = 'delete' THEN
+        v_sql := (_retention_sweep_sql(p_pol, p_strategy));
+    ELSE
+        v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
+    END IF;
+    v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v_type, v_type);
+    EXECUTE pg_catalog.format(
+        'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
+        'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
+        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' THEN p_strategy END), _retention_exec_body(v_sql, p_kind));
+    EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
+    EXECUTE pg_catalog.format('SELECT * FROM %s', pg_catalog.replace(v_sig,
+            pg_catalog.format('(%s, %s, timestamptz, text[], text[])', v_type, v_type), '($1, $2, $3, $4, $5)'))
+       INTO deleted, fraction, sampled, times
+      USING p_lo, p_hi, p_cutoff, p_pol.statuses, p_pol.filter_values;
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+END
+$$;
+
+-- _retention_builtin_exec runs one statement of a built-in policy (owned by
+-- <schema>_owner, on pgsweep's own tables) as <schema>_owner. It takes no
+-- SQL: it builds the statement from the policy, and refuses any other policy.
+CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
+    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 SET jit = off
 AS $$
 DECLARE
-    v_n bigint;
+    v_pol retention_policy;
 BEGIN
-    EXECUTE p_sweep.delete_sql USING p_time_lo, p_time_hi, p_sweep.cutoff, p_pol.statuses, p_pol.filter_values;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    IF NOT FOUND OR v_pol.owner <> _owner_role() OR v_pol.table_schema <> pg_catalog.current_schema()
+       OR v_pol.table_name NOT IN ('message_processed', 'message_dead') THEN
+        RAISE EXCEPTION 'retention policy %: not a built-in policy', p_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_kind = 'delete' THEN
+        EXECUTE _retention_sweep_sql(v_pol, p_strategy) USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+    ELSE
+        EXECUTE _retention_sample_sql(v_pol, p_lo::text::double precision) INTO fraction, sampled, times
+          USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+    END IF;
 END
 $$;

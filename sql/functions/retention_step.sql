@@ -103,10 +103,15 @@ BEGIN
 END
 $$;
 
--- _retention_step does one step of a pass: at most one batch. It returns
--- false when the pass is over (outcome recorded), true to be called again.
-CREATE OR REPLACE FUNCTION _retention_step(p_pass bigint)
-RETURNS boolean
+-- _retention_step_claim does the bookkeeping of one step (as <schema>_owner)
+-- and tells _retention_step what to run as the policy's owner: o_action
+-- 'plan' (take the planning sample, then _retention_plan_from_sample),
+-- 'delete' (the unit o_unit is locked for this transaction), or NULL with
+-- o_more false when the pass is over (outcome recorded) and true to be
+-- called again.
+CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint, OUT o_action text, OUT o_more boolean,
+    OUT o_pol retention_policy, OUT o_strategy text, OUT o_unit retention_unit, OUT o_cutoff timestamptz,
+    OUT o_now timestamptz, OUT o_pct double precision)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -116,33 +121,32 @@ DECLARE
     v_unit retention_unit;
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
-    v_n bigint;
-    v_sweep_id bigint;
 BEGIN
+    o_more := false;
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     IF NOT FOUND THEN
-        RETURN false; -- the policy was unregistered during the pass
+        RETURN; -- the policy was unregistered during the pass
     END IF;
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
     -- The budget bounds the pass; a pass always gets its first batch.
     IF v_now >= v_pass.deadline AND v_pass.batches > 0 THEN
         UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
-        RETURN false;
+        RETURN;
     END IF;
 
     IF v_pass.mode = 'exclusive' THEN
         IF v_now >= v_pass.renewed_at + v_pol.lease_ttl / 3 THEN
             IF NOT lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl) THEN
                 UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
-                RETURN false;
+                RETURN;
             END IF;
             v_now := clock_timestamp();
             UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
         ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
                              AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
             UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
-            RETURN false;
+            RETURN;
         END IF;
     END IF;
 
@@ -158,7 +162,7 @@ BEGIN
         IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
-            RETURN false;
+            RETURN;
         END IF;
         -- Plan under the policy row's lock, taken without waiting; a cleaner
         -- that finds it taken polls briefly for the units being planned.
@@ -166,37 +170,111 @@ BEGIN
         IF NOT FOUND THEN
             IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
                 UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
-                RETURN false;
+                RETURN;
             END IF;
             PERFORM pg_catalog.pg_sleep(0.005);
-            RETURN true;
+            o_more := true;
+            RETURN;
         END IF;
         IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
-            RETURN true; -- planned and committed by another cleaner just now
+            o_more := true; -- planned and committed by another cleaner just now
+            RETURN;
         END IF;
         IF EXISTS (SELECT 1 FROM retention_sweep s WHERE s.policy = v_pol.name AND s.planned_at >= v_pass.started_at) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
-            RETURN false;
+            RETURN;
         END IF;
-        v_sweep_id := _retention_plan(v_pol, coalesce(v_pass.now_override, clock_timestamp()), v_pass.owner);
-        UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
-        RETURN true;
+        o_action := 'plan';
+        o_more := true;
+        o_pol := v_pol;
+        o_now := coalesce(v_pass.now_override, clock_timestamp());
+        o_cutoff := _retention_cutoff(v_pol, o_now);
+        o_pct := _retention_sample_pct(v_pol);
+        RETURN;
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    IF v_sweep.strategy = 'tid_range' THEN
-        v_n := _retention_delete_range(v_sweep, v_pol, v_unit.block_lo, v_unit.block_hi);
-    ELSE
-        v_n := _retention_delete_window(v_sweep, v_pol, v_unit.time_lo, v_unit.time_hi);
-    END IF;
+    o_action := 'delete';
+    o_more := true;
+    o_pol := v_pol;
+    o_strategy := v_sweep.strategy;
+    o_unit := v_unit;
+    o_cutoff := v_sweep.cutoff;
+END
+$$;
+
+-- _retention_step_done records a unit's batch: the unit is done.
+CREATE OR REPLACE FUNCTION _retention_step_done(p_pass bigint, p_unit retention_unit, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
     DELETE FROM retention_unit
-     WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
     v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
     UPDATE retention_pass
-       SET rows_deleted = rows_deleted + v_n, batches = batches + 1, units = units + 1,
-           last_batch_at = v_now, strategy = v_sweep.strategy
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
+           last_batch_at = v_now, strategy = p_strategy
      WHERE id = p_pass;
-    RETURN true;
+END
+$$;
+
+-- _retention_plan_from_sample plans the pass's sweep from the sample.
+CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_pol retention_policy;
+    v_sweep_id bigint;
+BEGIN
+    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_sweep_id := _retention_plan(v_pol, p_now, v_pass.owner, p_pct, p_fraction, p_sampled, p_times);
+    UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step does one step of a pass: at most one batch. It returns
+-- false when the pass is over (outcome recorded), true to be called again.
+-- It runs as its caller: the bookkeeping runs as <schema>_owner
+-- (_retention_step_claim, _retention_step_done), the statements on the
+-- policy's table as the policy's owner (_retention_as_owner).
+CREATE OR REPLACE FUNCTION _retention_step(p_pass bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+    v_run record;
+BEGIN
+    v := _retention_step_claim(p_pass);
+    IF v.o_action = 'plan' THEN
+        IF v.o_pct IS NOT NULL THEN
+            v_run := _retention_as_owner(v.o_pol, 'sample', NULL, v.o_pct, NULL::double precision, v.o_cutoff);
+        END IF;
+        PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
+    ELSIF v.o_action = 'delete' THEN
+        IF v.o_strategy = 'tid_range' THEN
+            v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
+                pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
+                pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff);
+        ELSE
+            v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi, v.o_cutoff);
+        END IF;
+        PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+    END IF;
+    RETURN v.o_more;
 END
 $$;
 

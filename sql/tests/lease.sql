@@ -12,7 +12,10 @@ SELECT has_function('pgsweep', 'lease_release', ARRAY['text', 'text'], 'lease_re
 SELECT function_returns('pgsweep', 'lease_acquire', ARRAY['text', 'text', 'interval'], 'bigint', 'lease_acquire returns bigint');
 SELECT is(
     -- Procedures are exempt: one with a SET clause cannot COMMIT (retention.sql checks them).
+    -- So is retention_register's text overload: it reads the caller's search_path to
+    -- resolve the table name, and its body is one schema-qualified call.
     (SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgsweep'::regnamespace AND prokind <> 'p'
+        AND oid <> 'pgsweep.retention_register(text, text, text, interval, text, text[], int, text, interval)'::regprocedure
         AND NOT coalesce(proconfig, '{}') @> ARRAY['search_path=pgsweep, pg_temp']),
     0::bigint, 'every pgsweep function pins search_path');
 

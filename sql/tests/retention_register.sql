@@ -4,7 +4,7 @@ BEGIN;
 DELETE FROM pgsweep.retention_policy;
 -- The NOTICEs registrations raise (no index) are expected here.
 SET LOCAL client_min_messages = warning;
-SELECT plan(67);
+SELECT plan(69);
 
 -- Fixtures: a CAP-shaped table, a timestamptz table without a usable index,
 -- and tables of the wrong kinds.
@@ -82,8 +82,8 @@ SELECT is((SELECT time_type FROM pgsweep.retention_policy WHERE name = 'days'), 
 SELECT lives_ok($$SELECT pgsweep.retention_register('forever', 'rt.bare', 'at', NULL)$$, 'NULL p_older_than is accepted');
 
 -- re-registering: same definition keeps the open sweep, a change drops it
-INSERT INTO pgsweep.retention_sweep (id, policy, strategy, cutoff, planned_at, planned_by, units, delete_sql)
-VALUES (-1, 'cap.published', 'tid_range', now(), now(), 'tap', 1, 'SELECT');
+INSERT INTO pgsweep.retention_sweep (id, policy, strategy, cutoff, planned_at, planned_by, units)
+VALUES (-1, 'cap.published', 'tid_range', now(), now(), 'tap', 1);
 INSERT INTO pgsweep.retention_unit (policy, sweep_id, unit_no, block_lo) VALUES ('cap.published', -1, 1, 0);
 SELECT pgsweep.retention_register('cap.published', 'rt.published', 'ExpiresAt', '1 day', 'StatusName',
     ARRAY['Succeeded', 'Failed']);
@@ -130,10 +130,12 @@ SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'Retri
     'p_time_column must be of type timestamptz, timestamp or date, got "Retries" of type integer', 'integer time column');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', NULL, '1 day')$$, '22023',
     'p_time_column must be a non-empty string of at most 63 characters, got NULL', 'NULL time column');
-SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'ExpiresAt', '0 seconds')$$, '22023',
-    'p_older_than must be greater than 0, or NULL to keep rows forever, got 0 seconds', 'zero age');
+SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'ExpiresAt', '101 years')$$, '22023',
+    'p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got 101 years', 'age beyond 100 years');
+SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'ExpiresAt', '200000 years')$$, '22023',
+    'p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got 200000 years', 'an age no run could use');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'ExpiresAt', '-1 day')$$, '22023',
-    'p_older_than must be greater than 0, or NULL to keep rows forever, got -1 day', 'negative age');
+    'p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got -1 day', 'negative age');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'ExpiresAt', '1 day', 'Status', ARRAY['a'])$$,
     '22023', 'p_status_column must name a column of rt.published, got "Status"', 'missing status column');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'ExpiresAt', '1 day', 'Retries', ARRAY['1'])$$,
@@ -171,6 +173,10 @@ SELECT throws_ok($$SELECT pgsweep.retention_set_strategy('cap.published', 'fast'
 SELECT throws_ok($$SELECT pgsweep.retention_set_lease_ttl('cap.published', '2 hours')$$, '22023',
     'p_ttl must be between 1 second and 1 hour, got 2 hours', 'TTL out of range');
 SELECT set_eq('SELECT * FROM pgsweep.retention_policy', 'SELECT * FROM before', 'failed calls changed nothing');
+-- An expiry column (CAP's ExpiresAt) is registered with age 0: rows whose
+-- expiry has passed.
+SELECT lives_ok($$SELECT pgsweep.retention_register('expiry', 'rt.published', 'ExpiresAt', '0 seconds')$$,
+    'zero age: an expiry column');
 
 -- unregister
 SELECT ok(pgsweep.retention_unregister('forever'), 'unregister an existing policy');

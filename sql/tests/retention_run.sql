@@ -64,8 +64,8 @@ SELECT results_eq($$SELECT outcome, rows_deleted, strategy FROM pgsweep.retentio
 SELECT is((SELECT count(*) FROM pgsweep.retention_unit), 0::bigint, 'tid_range: the sweep left no open unit');
 SELECT cmp_ok((SELECT units FROM pgsweep.retention_sweep ORDER BY id DESC LIMIT 1), '>=', 1, 'tid_range: planned units');
 
--- the stored DELETE of a tid_range unit runs as a Tid Range Scan under the
--- settings _retention_delete_range pins
+-- a tid_range unit's DELETE (built when it runs, never stored) is a Tid
+-- Range Scan under the settings _retention_exec_settings pins
 CREATE FUNCTION pg_temp.unit_plan(p_sql text) RETURNS text LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off AS $$
 DECLARE v json;
@@ -74,7 +74,7 @@ BEGIN
       USING '(0,0)'::tid, '(10,0)'::tid, now(), ARRAY['Succeeded'], NULL::text[];
     RETURN v -> 0 -> 'Plan' -> 'Plans' -> 0 ->> 'Node Type';
 END $$;
-SELECT is(pg_temp.unit_plan((SELECT delete_sql FROM pgsweep.retention_sweep ORDER BY id DESC LIMIT 1)),
+SELECT is(pg_temp.unit_plan(pgsweep._retention_sweep_sql((SELECT p FROM pgsweep.retention_policy p WHERE name = 'cap'), 'tid_range')),
     'Tid Range Scan', 'tid_range: a unit''s DELETE is a Tid Range Scan');
 
 -- keyset, forced: batches of 7 in time order

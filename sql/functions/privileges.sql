@@ -1,0 +1,168 @@
+-- The role model, in one place (docs/security.md).
+--
+-- Installing into schema S uses four NOLOGIN roles (created by the
+-- migration when missing, see _ensure_roles):
+--   S_owner    owns the schema and every object in it; never a superuser
+--   S_admin    queues, settings, retention policies, cron, maintenance (and S_monitor)
+--   S_worker   send, claim, renew, complete, fail, release, leases
+--   S_monitor  the stats views; never payloads
+-- DBAs grant one of them to an application's own login role. PUBLIC gets
+-- nothing: not the schema, not a table, not a function.
+--
+-- Every function is SECURITY DEFINER (runs as S_owner, search_path pinned
+-- with pg_temp last) except the few that must run as their caller
+-- (_invoker_routines): the retention_register wrappers, which pass the
+-- caller's role on as the policy owner, the retention steps that delete as
+-- the policy's owner, and the pg_cron functions (the job runs as the role
+-- that scheduled it, which needs pg_cron's own grants). Worker and monitor roles hold no privilege on any
+-- table, so a fence cannot be bypassed with a direct UPDATE, and payloads
+-- are reachable only through the verbs. Procedures (maintain, retention_run)
+-- cannot be SECURITY DEFINER (they commit): they run as their caller and
+-- call only schema-qualified functions.
+--
+-- Every migration ends with SELECT _grant_all(): ownership, security and
+-- grants are re-applied from this file, so an upgraded install's ACLs equal
+-- a fresh one's.
+
+-- _role_names: the four role names of this install.
+CREATE OR REPLACE FUNCTION _role_names(OUT owner_role text, OUT admin_role text, OUT worker_role text, OUT monitor_role text)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.current_schema() || '_owner', pg_catalog.current_schema() || '_admin',
+           pg_catalog.current_schema() || '_worker', pg_catalog.current_schema() || '_monitor'
+$$;
+
+-- _owner_role: S_owner as a regrole (built-in retention policies belong to it).
+CREATE OR REPLACE FUNCTION _owner_role()
+RETURNS regrole
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (pg_catalog.current_schema() || '_owner')::pg_catalog.regrole $$;
+
+-- Routines that run as their caller; every other function is SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION _invoker_routines()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY['retention_register', '_retention_resolve', '_retention_step', '_retention_as_owner', '_grant_all',
+                 -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+                 'cron_schedule', 'cron_unschedule', 'cron_job', '_cron_available', '_cron_require']::text[]
+$$;
+
+-- The grant matrix: which role may execute which routine. Routines not
+-- listed are callable by S_owner only (internal helpers, the p_now test
+-- overloads: a routine is listed by name, so a p_now overload is excluded by
+-- its argument count in _grant_all).
+CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'release',
+        'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
+    UNION ALL
+    SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
+        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
+        'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
+        'notify_channel', 'version',
+        -- what the procedures (running as their caller) call
+        '_maintain_pass_begin', '_maintain_pass_end', '_maintain_part_begin', '_maintain_part_step',
+        '_maintain_part_end', '_maintain_recovery', '_maintain_retention', '_maintain_renew',
+        '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
+        '_retention_step_claim', '_retention_step_done', '_retention_sample_done', '_retention_builtin_exec',
+        '_retention_as_owner', '_retention_finish_error', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
+        '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
+        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_tally', '_maintain_ret_result',
+        '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
+    UNION ALL
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'version']) r
+$$;
+
+-- The views each role may read (all run as S_owner, their owner).
+CREATE OR REPLACE FUNCTION _view_grants(OUT role_kind text, OUT view_name text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'monitor', v FROM pg_catalog.unnest(ARRAY[
+        'queue_stats', 'leases', 'retention_policies', 'retention_passes', 'maintenance_passes',
+        'maintenance_runs', 'settings']) v
+$$;
+
+-- _grant_all applies the model to everything in the schema. It runs as the
+-- migrating role (which must be S_owner's member or a superuser), at the end
+-- of every migration; it is idempotent.
+CREATE OR REPLACE FUNCTION _grant_all()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_roles record := _role_names();
+    v_owner text := v_roles.owner_role;
+    r record;
+    v_role text;
+BEGIN
+    IF (SELECT ro.rolsuper FROM pg_catalog.pg_roles ro WHERE ro.rolname = v_owner) THEN
+        RAISE EXCEPTION 'role % is a superuser: pgsweep''s objects must not be owned by one', v_owner
+            USING ERRCODE = 'insufficient_privilege', HINT = pg_catalog.format('ALTER ROLE %I NOSUPERUSER', v_owner);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER SCHEMA %I OWNER TO %I', v_schema, v_owner);
+    EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', v_schema);
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %I, %I, %I', v_schema,
+                              v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    EXECUTE pg_catalog.format('GRANT %I TO %I', v_roles.monitor_role, v_roles.admin_role);
+
+    -- Relations: owned by S_owner, nobody else holds a privilege. A sequence
+    -- owned by a column follows its table.
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                 WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                                   AND d.deptype IN ('a', 'i') AND c.relkind = 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('ALTER %s %I.%I OWNER TO %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+            v_schema, r.relname, v_owner);
+    END LOOP;
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %I.%I FROM PUBLIC, %I, %I, %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, v_schema, r.relname,
+            v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    END LOOP;
+    FOR r IN SELECT g.role_kind, g.view_name FROM _view_grants() g LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, r.view_name)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON %I.%I TO %I', v_schema, r.view_name, v_schema || '_' || r.role_kind);
+        END IF;
+    END LOOP;
+
+    -- Routines: owned by S_owner, SECURITY DEFINER unless listed as
+    -- invoker, executable by nobody but the roles the matrix names.
+    FOR r IN SELECT p.proname, p.prokind, p.pronargs,
+                    pg_catalog.format('%I.%I(%s)', v_schema, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)) AS sig,
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a = 'p_now') AS has_now
+               FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_schema::regnamespace ORDER BY 4 LOOP
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', r.sig, v_owner);
+        EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, %I, %I, %I', r.sig,
+                                  v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+        IF r.prokind = 'f' THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s %s', r.sig,
+                CASE WHEN r.proname = ANY (_invoker_routines()) THEN 'SECURITY INVOKER' ELSE 'SECURITY DEFINER' END);
+        END IF;
+        -- p_now overloads are for tests: S_owner alone.
+        CONTINUE WHEN r.has_now AND r.proname NOT IN ('_queue_stats', '_retention_begin');
+        FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
+        END LOOP;
+    END LOOP;
+END
+$$;
