@@ -41,8 +41,13 @@ type RetentionPolicy struct {
 	// TimeColumn is the name of the column whose age decides, as stored
 	// (not quoted); it must be of type timestamptz, timestamp or date.
 	TimeColumn string
-	// OlderThan is the retention period; 0 keeps rows forever (SQL NULL).
-	OlderThan    time.Duration
+	// OlderThan is the retention period; 0 keeps rows forever (SQL NULL)
+	// unless AtExpiry is set.
+	OlderThan time.Duration
+	// AtExpiry says TimeColumn holds an expiry moment (CAP's ExpiresAt):
+	// rows are deleted once it has passed, OlderThan later (SQL p_older_than
+	// OlderThan, which may then be 0).
+	AtExpiry     bool
 	StatusColumn string   // empty: no status condition
 	Statuses     []string // the statuses that may be deleted
 	BatchSize    int      // 1..10000; 0: 1000
@@ -152,7 +157,7 @@ func nullIfEmpty(s string) *string {
 // nothing.
 func (c *Client) RetentionRegister(ctx context.Context, p RetentionPolicy) error {
 	var olderThan *time.Duration
-	if p.OlderThan != 0 {
+	if p.OlderThan != 0 || p.AtExpiry {
 		olderThan = &p.OlderThan
 	}
 	batch, mode, interval := p.BatchSize, p.Mode, p.Interval

@@ -117,17 +117,17 @@ func TestRetentionInvalidArgumentsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]func(p *pgsweep.RetentionPolicy){
-		"p_table must be an existing table":                func(p *pgsweep.RetentionPolicy) { p.Table = "nosuch" },
-		"p_time_column must name a column":                 func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "expiresat" },
-		"p_time_column must be of type timestamptz":        func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "Retries" },
-		"p_status_column must be text-like":                func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "Retries" },
-		"p_batch_size must be between 1 and 10000":         func(p *pgsweep.RetentionPolicy) { p.BatchSize = 10001 },
-		"p_mode must be 'exclusive' or 'parallel'":         func(p *pgsweep.RetentionPolicy) { p.Mode = "both" },
-		"p_older_than must be greater than 0":              func(p *pgsweep.RetentionPolicy) { p.OlderThan = -time.Second },
-		"p_interval must be greater than 0":                func(p *pgsweep.RetentionPolicy) { p.Interval = -time.Second },
-		"p_statuses must be a non-empty array":             func(p *pgsweep.RetentionPolicy) { p.Statuses = []string{} },
-		"p_statuses needs p_status_column":                 func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "" },
-		"p_name must be a non-empty string of at most 190": func(p *pgsweep.RetentionPolicy) { p.Name = "" },
+		"p_table must be an existing table":                    func(p *pgsweep.RetentionPolicy) { p.Table = "nosuch" },
+		"p_time_column must name a column":                     func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "expiresat" },
+		"p_time_column must be of type timestamptz":            func(p *pgsweep.RetentionPolicy) { p.TimeColumn = "Retries" },
+		"p_status_column must be text-like":                    func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "Retries" },
+		"p_batch_size must be between 1 and 10000":             func(p *pgsweep.RetentionPolicy) { p.BatchSize = 10001 },
+		"p_mode must be 'exclusive' or 'parallel'":             func(p *pgsweep.RetentionPolicy) { p.Mode = "both" },
+		"p_older_than must be between 0 seconds and 100 years": func(p *pgsweep.RetentionPolicy) { p.OlderThan = -time.Second },
+		"p_interval must be greater than 0":                    func(p *pgsweep.RetentionPolicy) { p.Interval = -time.Second },
+		"p_statuses must be a non-empty array":                 func(p *pgsweep.RetentionPolicy) { p.Statuses = []string{} },
+		"p_statuses needs p_status_column":                     func(p *pgsweep.RetentionPolicy) { p.StatusColumn = "" },
+		"p_name must be a non-empty string of at most 190":     func(p *pgsweep.RetentionPolicy) { p.Name = "" },
 	}
 	for msg, mutate := range bad {
 		p := good

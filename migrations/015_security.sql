@@ -1918,7 +1918,7 @@ BEGIN
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
     ELSE
-        IF v_schema = pg_catalog.current_schema() THEN
+        IF (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_table) = _owner_role() THEN
             PERFORM _retention_invalid('p_table must not be one of pgsweep''s own tables (their built-in policies '
                 'cover them: queue_configure processed_retention/dead_retention), got %s', p_table::text);
         END IF;
