@@ -110,7 +110,7 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 				for j, d := range ds {
 					ids[j] = d.ID
 				}
-				done, err := db.Client.Complete(ctx, "jobs", owner, ids)
+				done, err := db.Client.Complete(ctx, "jobs", ds[0].Token, ids)
 				if err != nil {
 					workErr <- err
 					return

@@ -34,7 +34,7 @@ var ErrUsage = scratch.ErrUsage
 // pgsweep's claim and complete (CompleteAndClaim aside), so that a change
 // of that contract is made here once.
 type claimed struct {
-	owner string
+	token pgsweep.Token
 	ids   []int64
 }
 
@@ -44,16 +44,17 @@ func claim(ctx context.Context, c *pgsweep.Client, queue, owner string, batch in
 	if err != nil {
 		return claimed{}, err
 	}
-	cl := claimed{owner: owner, ids: make([]int64, len(ds))}
+	cl := claimed{ids: make([]int64, len(ds))}
 	for i, d := range ds {
 		cl.ids[i] = d.ID
+		cl.token = d.Token // one token per claim call
 	}
 	return cl, nil
 }
 
 // complete completes the claimed messages and returns the ids it acted on.
 func (cl claimed) complete(ctx context.Context, c *pgsweep.Client, queue string) ([]int64, error) {
-	return c.Complete(ctx, queue, cl.owner, cl.ids)
+	return c.Complete(ctx, queue, cl.token, cl.ids)
 }
 
 // median of xs (not empty); xs is not changed.

@@ -447,13 +447,14 @@ func (b *claimBench) pgsweepPipelined(ctx context.Context) (time.Duration, error
 		return 0, err
 	}
 	prev := make([][]int64, b.w)
+	prevToken := make([]pgsweep.Token, b.w)
 	return b.drain(ctx, "pgsweep1rt", func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
 		c, err := pgsweep.NewClient(conn.Conn(), &pgsweep.ClientOptions{Schema: b.schema})
 		if err != nil {
 			return 0, err
 		}
 		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
-		done, ds, err := c.CompleteAndClaim(ctx, b.queue, owner, prev[w], b.b, 30*time.Second)
+		done, ds, err := c.CompleteAndClaim(ctx, b.queue, owner, prevToken[w], prev[w], b.b, 30*time.Second)
 		if err != nil {
 			return 0, err
 		}
@@ -463,6 +464,7 @@ func (b *claimBench) pgsweepPipelined(ctx context.Context) (time.Duration, error
 		prev[w] = prev[w][:0]
 		for _, d := range ds {
 			prev[w] = append(prev[w], d.ID)
+			prevToken[w] = d.Token
 		}
 		if len(done) == 0 && len(ds) > 0 {
 			return 0, errKeepGoing

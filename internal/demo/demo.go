@@ -250,12 +250,12 @@ func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoC
 		for _, d := range ds {
 			if handle(ctx, &d) == nil {
 				ids = append(ids, d.ID)
-			} else if _, err := c.Fail(ctx, "orders", owner, []int64{d.ID}, "doomed worker failed it", 0); err != nil {
+			} else if _, err := c.Fail(ctx, "orders", d.Token, []int64{d.ID}, "doomed worker failed it", 0); err != nil {
 				return err
 			}
 		}
 		if len(ids) > 0 {
-			acted, err := c.Complete(ctx, "orders", owner, ids)
+			acted, err := c.Complete(ctx, "orders", ds[0].Token, ids) // one token per claim call
 			if err != nil {
 				return err
 			}
