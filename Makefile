@@ -8,7 +8,7 @@ DATABASE_URL ?=
 
 db_url = $(if $(DATABASE_URL),$(DATABASE_URL),$$(scripts/db.sh dsn 2>/dev/null || scripts/db.sh start))
 
-.PHONY: db db-stop migrate demo test vet fmt-check pgtap gotest bench-claim build
+.PHONY: db db-stop migrate demo test vet fmt-check pgtap isolation gotest bench-claim build
 
 ## db: install what is missing, start the throwaway cluster, print its DSN
 db:
@@ -29,8 +29,8 @@ migrate:
 demo:
 	@url=$(db_url); $(GO) run ./cmd/pgsweep demo --database-url "$$url"
 
-## test: vet, gofmt, the pgTAP suite and the Go tests (with -race)
-test: vet fmt-check pgtap gotest
+## test: vet, gofmt, the pgTAP suite, the isolation specs and the Go tests (with -race)
+test: vet fmt-check pgtap isolation gotest
 
 vet:
 	$(GO) vet ./...
@@ -41,6 +41,10 @@ fmt-check:
 
 pgtap:
 	@url=$(db_url); DATABASE_URL="$$url" pgtap/run.sh
+
+## isolation: deterministic interleavings (pg_isolation_regress; after pgtap, which installs schema pgsweep)
+isolation:
+	@url=$(db_url); DATABASE_URL="$$url" sql/isolation/run.sh
 
 gotest:
 	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...

@@ -42,11 +42,20 @@ install_missing() {
 	[ -f "/usr/share/postgresql/$pgver/extension/pg_cron.control" ] || want+=("postgresql-$pgver-cron")
 	[ -f "/usr/share/postgresql/$pgver/extension/pgtap.control" ] || want+=("postgresql-$pgver-pgtap")
 	command -v pg_prove >/dev/null 2>&1 || want+=("libtap-parser-sourcehandler-pgtap-perl")
+	# the isolationtester (make isolation); pinned to the server's version below
+	[ -x "/usr/lib/postgresql/$pgver/lib/pgxs/src/test/isolation/pg_isolation_regress" ] || want+=("postgresql-server-dev-$pgver")
 	[ ${#want[@]} -eq 0 ] && return 0
 	if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
 		log "installing ${want[*]}"
 		apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null
+		local plain=() dev=0
+		for pkg in "${want[@]}"; do
+			if [ "$pkg" = "postgresql-server-dev-$pgver" ]; then dev=1; else plain+=("$pkg"); fi
+		done
+		[ ${#plain[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade "${plain[@]}" >/dev/null
+		# unpinned, apt would upgrade the server under a running cluster
+		[ $dev = 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade \
+			"postgresql-server-dev-$pgver=$(dpkg-query -W -f='${Version}' "postgresql-$pgver")" >/dev/null
 		return 0
 	fi
 	for pkg in "${want[@]}"; do

@@ -61,20 +61,32 @@ func List(dir string) ([]string, error) {
 // Expand replaces the text between every include marker pair of migration
 // with read(path), path being the marker's argument (functions/x.sql).
 func Expand(migration string, read func(path string) (string, error)) (string, error) {
+	return ExpandOnly(migration, func(string) bool { return true }, read)
+}
+
+// ExpandOnly is Expand for the includes whose path refresh accepts; the
+// others keep their text.
+func ExpandOnly(migration string, refresh func(path string) bool, read func(path string) (string, error)) (string, error) {
 	var out strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(migration))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	inside := ""
+	keep := false
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case inside == "" && strings.HasPrefix(line, IncludeMarker+" "):
 			inside = strings.TrimSpace(strings.TrimPrefix(line, IncludeMarker))
+			out.WriteString(line + "\n")
+			if !refresh(inside) {
+				keep = true
+				continue
+			}
+			keep = false
 			text, err := read(inside)
 			if err != nil {
 				return "", err
 			}
-			out.WriteString(line + "\n")
 			out.WriteString(strings.TrimRight(text, "\n") + "\n")
 		case inside != "" && strings.HasPrefix(line, EndMarker+" "):
 			if got := strings.TrimSpace(strings.TrimPrefix(line, EndMarker)); got != inside {
@@ -82,6 +94,8 @@ func Expand(migration string, read func(path string) (string, error)) (string, e
 			}
 			out.WriteString(line + "\n")
 			inside = ""
+		case inside != "" && keep:
+			out.WriteString(line + "\n")
 		case inside != "":
 			// the old included text: replaced
 		default:

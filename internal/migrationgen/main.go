@@ -119,16 +119,29 @@ func sync(root string) error {
 	if err != nil {
 		return err
 	}
+	// A file is refreshed only in the newest migration that includes it: an
+	// older unreleased migration keeps the text it had when the newer one
+	// was written, so that it matches its own DDL (a view over a column
+	// that only the newer migration adds must not be created before it).
+	texts := make([]string, len(names))
+	newest := map[string]int{}
+	for i, n := range names {
+		b, err := os.ReadFile(filepath.Join(root, "migrations", n))
+		if err != nil {
+			return err
+		}
+		texts[i] = string(b)
+		for _, f := range migrationfile.Includes(texts[i]) {
+			newest[f] = i
+		}
+	}
 	for i, n := range names {
 		if i+1 <= sums.Released {
 			continue
 		}
 		path := filepath.Join(root, "migrations", n)
-		text, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		out, err := migrationfile.Expand(string(text), func(f string) (string, error) {
+		text := []byte(texts[i])
+		out, err := migrationfile.ExpandOnly(string(text), func(f string) bool { return newest[f] == i }, func(f string) (string, error) {
 			b, err := os.ReadFile(filepath.Join(root, "sql", f))
 			return string(b), err
 		})

@@ -90,8 +90,15 @@ DECLARE
     v_n bigint;
 BEGIN
     PERFORM _check_text('p_owner', p_owner);
-    UPDATE maintain_run SET status = 'failed', finished_at = v_now, error = coalesce(error, p_error)
-     WHERE owner = p_owner AND status = 'running';
+    -- Its runs stopped with their work unfinished: their parts are due
+    -- again at once (backlog), whoever runs next.
+    WITH failed AS (
+        UPDATE maintain_run SET status = 'failed', finished_at = v_now, error = coalesce(error, p_error)
+         WHERE owner = p_owner AND status = 'running'
+        RETURNING part)
+    UPDATE maintain_state s SET backlog = true FROM failed WHERE s.part = failed.part;
+    UPDATE maintain_run SET finished_at = v_now
+     WHERE owner = p_owner AND status = 'abandoned' AND finished_at IS NULL;
     UPDATE maintain_pass SET finished_at = v_now, error = coalesce(error || '; ', '') || p_error
      WHERE owner = p_owner AND finished_at IS NULL;
     GET DIAGNOSTICS v_n = ROW_COUNT;

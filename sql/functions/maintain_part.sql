@@ -127,8 +127,13 @@ BEGIN
                 PERFORM pg_advisory_unlock(v_key);
                 o_status := 'not due';
             ELSE
+                -- An abandoned run ended before now: give it that end (the
+                -- no-overlap query needs one) and treat its part as a
+                -- backlog (it stopped with its work unfinished; we run it
+                -- now). Its pass is not closed here: a pass whose part
+                -- raised goes on with its next part.
                 UPDATE maintain_run
-                   SET status = 'abandoned',
+                   SET status = 'abandoned', finished_at = v_now,
                        error = coalesce(error, 'the pass ended before this part finished: its session died or the part raised an error (see the caller''s log or cron.job_run_details)')
                  WHERE part = p_part AND status = 'running';
                 INSERT INTO maintain_run (pass_id, part, owner, token, status, started_at)
@@ -240,7 +245,7 @@ BEGIN
         RETURN NULL;
     END IF;
     UPDATE maintain_state
-       SET last_finished_at = v_now, last_status = v_run.status, backlog = v_run.more AND v_run.status = 'done'
+       SET last_finished_at = v_now, last_status = v_run.status, backlog = v_run.more
      WHERE part = v_run.part;
     PERFORM _maintain_note(v_run.pass_id, v_run.part, v_run.status, v_run.error);
     PERFORM lease_release('maintain:' || v_run.part, v_run.owner, p_now);

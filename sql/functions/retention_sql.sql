@@ -168,17 +168,21 @@ AS $$
             'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
 $$;
 
--- _retention_exec_settings: the planner settings a statement kind runs with
--- (see retention_plan.sql: a tid_range DELETE is pinned to its Tid Range
--- Scan; JIT off everywhere, batches are too short to gain from it).
+-- _retention_exec_settings: the settings a statement runs with: a
+-- tid_range DELETE is pinned to its Tid Range Scan (see retention_plan.sql);
+-- JIT off everywhere, batches are too short to gain from it; and it waits
+-- for no lock longer than retention_lock_timeout (a row an application holds
+-- locked defers the unit to a later pass, _retention_step).
 CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_strategy
         WHEN 'tid_range' THEN ' SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off SET jit = off'
         ELSE ' SET jit = off' END
+        || pg_catalog.format(' SET lock_timeout = %L',
+                             (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
 $$;
 
 -- _retention_as_owner runs one statement of a policy as its owner and
@@ -207,7 +211,7 @@ BEGIN
                                            p_pol.owner, p_pol.owner::text, current_user);
     END IF;
     IF p_kind = 'delete' THEN
-        v_sql := (_retention_sweep_sql(p_pol, p_strategy));
+        v_sql := _retention_sweep_sql(p_pol, p_strategy);
     ELSE
         v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
     END IF;
@@ -237,6 +241,7 @@ SET jit = off
 AS $$
 DECLARE
     v_pol retention_policy;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
 BEGIN
     SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
     IF NOT FOUND OR v_pol.owner <> _owner_role() OR v_pol.table_schema <> pg_catalog.current_schema()
@@ -244,8 +249,12 @@ BEGIN
         RAISE EXCEPTION 'retention policy %: not a built-in policy', p_name USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF p_kind = 'delete' THEN
+        -- as _retention_exec_settings: wait on no lock longer than retention_lock_timeout
+        PERFORM pg_catalog.set_config('lock_timeout',
+            (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms', true);
         EXECUTE _retention_sweep_sql(v_pol, p_strategy) USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
         GET DIAGNOSTICS deleted = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
     ELSE
         EXECUTE _retention_sample_sql(v_pol, p_lo::text::double precision) INTO fraction, sampled, times
           USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;

@@ -150,15 +150,21 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped, never waited for.
+    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
+    -- never waited for; a unit this pass deferred (a row of it was locked by
+    -- another transaction past retention_lock_timeout) waits for a later pass.
     SELECT * INTO v_unit FROM retention_unit u
-     WHERE u.policy = v_pol.name
+     WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
      ORDER BY u.sweep_id, u.unit_no
      LIMIT 1
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         -- A pass works one sweep: it joins the open one or plans one. Units
         -- left but locked belong to cleaners that will finish them.
+        IF v_pass.deferred > 0 THEN
+            UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
+            RETURN;
+        END IF;
         IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
@@ -222,6 +228,23 @@ BEGIN
 END
 $$;
 
+-- _retention_step_deferred leaves a unit to a later pass: one of its rows
+-- was locked by another transaction for longer than retention_lock_timeout.
+-- The cleaner never waits longer than that on anyone (an idle-in-transaction
+-- session cannot stall a policy) and never deletes a row it could not lock,
+-- so it cannot delete a row that is no longer eligible.
+CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    UPDATE retention_unit SET deferred_pass = p_pass
+     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
+    UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
+END
+$$;
+
 -- _retention_plan_from_sample plans the pass's sweep from the sample.
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
@@ -265,13 +288,20 @@ BEGIN
         END IF;
         PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
     ELSIF v.o_action = 'delete' THEN
-        IF v.o_strategy = 'tid_range' THEN
-            v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
-                pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
-                pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff);
-        ELSE
-            v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi, v.o_cutoff);
-        END IF;
+        BEGIN
+            IF v.o_strategy = 'tid_range' THEN
+                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
+                    pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
+                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff);
+            ELSE
+                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi, v.o_cutoff);
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            -- A row of the unit stayed locked past retention_lock_timeout:
+            -- the batch rolled back whole; a later pass takes the unit.
+            PERFORM _retention_step_deferred(p_pass, v.o_unit);
+            RETURN true;
+        END;
         PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
     END IF;
     RETURN v.o_more;

@@ -21,7 +21,8 @@ SELECT p.id,
        p.units,
        p.lease_token,
        p.planned_sweep,
-       p.error
+       p.error,
+       p.deferred
   FROM retention_pass p;
 
 -- retention_policies: every policy with its last pass.
@@ -55,9 +56,15 @@ SELECT r.name,
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
 
--- retention_due lists the policies whose interval has passed since their last
--- pass began (or that never ran), oldest first: what maintain() runs. Policies
--- that keep rows forever are never due.
+-- retention_due lists the policies that are due, oldest first: what
+-- maintain() runs. A policy is due when its interval has passed since its
+-- last pass began (or it never ran), and at once when its last pass left
+-- work behind: it stopped on its budget ('budget'), lost its lease
+-- ('lease_lost'), skipped units a transaction held locked ('deferred'), or
+-- its session died mid-pass (still 'running' with the session gone:
+-- abandoned, e.g. a runner stopped by SIGTERM or kill -9). A pass that ended
+-- in an error waits for the interval (a persistent error would otherwise
+-- repeat every pass). Policies that keep rows forever are never due.
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz DEFAULT NULL)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
@@ -69,9 +76,14 @@ BEGIN
     RETURN QUERY
     SELECT r.name
       FROM retention_policy r
-      LEFT JOIN LATERAL (SELECT max(p.started_at) AS at FROM retention_pass p WHERE p.policy = r.name) lp ON true
+      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome, p.pid, p.backend_start
+                           FROM retention_pass p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true
      WHERE r.older_than IS NOT NULL
-       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now)
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
+            OR lp.outcome IN ('budget', 'lease_lost', 'deferred')
+            OR (lp.outcome = 'running' AND NOT EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_stat_activity a
+                     WHERE a.pid = lp.pid AND (a.backend_start IS NULL OR a.backend_start = lp.backend_start))))
      ORDER BY lp.at NULLS FIRST, r.name;
 END
 $$;

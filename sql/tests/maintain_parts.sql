@@ -96,7 +96,7 @@ SELECT is((SELECT o_status FROM pgsweep._maintain_part_begin((SELECT o_pass FROM
 CREATE TEMP TABLE r5 AS SELECT * FROM pgsweep._maintain_part_begin((SELECT o_pass FROM pb), 'recovery', 'b', '2026-01-01 01:00:00+00', '2026-01-01 00:01:20+00');
 SELECT is((SELECT o_status FROM r5), 'running', 'after the TTL another owner takes over');
 SELECT results_eq($$SELECT status, finished_at FROM pgsweep.maintain_run WHERE id = (SELECT o_run FROM r4)$$,
-    $$VALUES ('abandoned'::text, NULL::timestamptz)$$, 'the dead run is marked abandoned');
+    $$VALUES ('abandoned'::text, '2026-01-01 00:01:20+00'::timestamptz)$$, 'the dead run is marked abandoned, ended at the takeover');
 SELECT matches((SELECT error FROM pgsweep.maintain_run WHERE id = (SELECT o_run FROM r4)), '^the pass ended before this part finished', 'with an explanation');
 
 -- backlog: a run stopped by the deadline with work left is due again at once
