@@ -80,10 +80,11 @@ func newRunner(t *testing.T, db *pgtest.DB, owner string, opts Options) *Runner 
 	return r
 }
 
-// overlaps counts pairs of runs of the same part whose [start, end] overlap.
+// overlaps counts pairs of runs of the same part whose [start, end) overlap
+// (docs/operations.md's proof query; an abandoned run ends when it is taken over).
 const overlapsSQL = `SELECT count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
 	ON a.part = b.part AND a.id < b.id
-	AND tstzrange(a.started_at, a.finished_at, '[]') && tstzrange(b.started_at, b.finished_at, '[]')`
+	AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')`
 
 // Five runners and a pg_cron-style caller hammer one database: from the
 // history and from the parts' own log, no part ever ran twice at once.

@@ -3,7 +3,7 @@
 -- is only a loop over the functions tested here (the Go tests run it for real).
 -- Time is pinned through p_now, so nothing sleeps.
 BEGIN;
-SELECT plan(70);
+SELECT plan(71);
 
 DELETE FROM pgsweep.maintain_pass;
 DELETE FROM pgsweep.lease WHERE name LIKE 'maintain:%';
@@ -98,6 +98,10 @@ SELECT is((SELECT o_status FROM r5), 'running', 'after the TTL another owner tak
 SELECT results_eq($$SELECT status, finished_at FROM pgsweep.maintain_run WHERE id = (SELECT o_run FROM r4)$$,
     $$VALUES ('abandoned'::text, '2026-01-01 00:01:20+00'::timestamptz)$$, 'the dead run is marked abandoned, ended at the takeover');
 SELECT matches((SELECT error FROM pgsweep.maintain_run WHERE id = (SELECT o_run FROM r4)), '^the pass ended before this part finished', 'with an explanation');
+SELECT is((SELECT count(*) FROM pgsweep.maintain_run a JOIN pgsweep.maintain_run b
+             ON a.part = b.part AND a.id < b.id
+            AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')),
+    0::bigint, 'the documented no-overlap query: the abandoned run ends where its successor starts');
 
 -- backlog: a run stopped by the deadline with work left is due again at once
 SELECT ok(NOT pgsweep._maintain_part_step((SELECT o_run FROM r5), '{"recovered": 1000, "more": true}', NULL, '2026-01-01 00:01:21+00', '2026-01-01 00:01:21+00'),
