@@ -187,6 +187,92 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Times. The bounds are relative to the database clock (clock_timestamp(),
+-- read when the check runs) and are the same for every function:
+--
+--   p_now        NULL (the database clock) or within 10 years of the clock,
+--                either side. The p_now overloads exist for tests, which pin
+--                fixed dates near today; a time further away (or +/-infinity)
+--                would hold a lease or a claim for centuries, expire every
+--                row at once, or overflow the arithmetic that adds a TTL.
+--   p_deliver_at NULL (now) or a finite time at most 10 years ahead of the
+--                clock; a time in the past means now.
+--
+-- Both raise 22023 naming the argument and the bound, and echo the value
+-- given (in the session's TimeZone).
+CREATE OR REPLACE FUNCTION _check_now(p_arg text, p_value timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_clock timestamptz;
+BEGIN
+    IF p_value IS NULL THEN
+        RETURN;
+    END IF;
+    v_clock := clock_timestamp();
+    IF NOT (p_value >= v_clock - interval '10 years' AND p_value <= v_clock + interval '10 years') THEN
+        RAISE EXCEPTION '% must be NULL (the database clock) or a time within 10 years of the database clock, got %',
+            p_arg, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _check_deliver_at(p_arg text, p_value timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NOT NULL AND NOT (isfinite(p_value) AND p_value <= clock_timestamp() + interval '10 years') THEN
+        RAISE EXCEPTION '% must be NULL (now) or a finite time at most 10 years after the database clock, got %',
+            p_arg, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+-- _check_time_zone: a time zone for AT TIME ZONE (a name from pg_timezone_names,
+-- an abbreviation or a POSIX spec such as 'UTC-3' or 'EST5EDT') whose UTC
+-- offset stays within 15 hours either side (real zones span -12 to +14).
+-- PostgreSQL accepts POSIX offsets up to 167 hours ('UTC-99'), which would
+-- shift a retention cutoff by days. The offset is read at every hour of a
+-- fixed year (2001: POSIX rules repeat yearly, so a daylight-saving offset
+-- in force for an hour is seen too). NULL is accepted (the caller's default).
+CREATE OR REPLACE FUNCTION _check_time_zone(p_arg text, p_value text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_offset interval;
+BEGIN
+    IF p_value IS NULL THEN
+        RETURN;
+    END IF;
+    BEGIN
+        SELECT o INTO v_offset
+          FROM (SELECT (t AT TIME ZONE p_value) - (t AT TIME ZONE 'UTC') AS o
+                  FROM generate_series(timestamptz '2001-01-01 00:00:00+00', timestamptz '2001-12-31 23:00:00+00',
+                                       interval '1 hour') t) x
+         ORDER BY abs(extract(epoch FROM o)) DESC
+         LIMIT 1;
+    EXCEPTION WHEN OTHERS THEN -- unknown zone, or a malformed spec
+        RAISE EXCEPTION '% must be NULL (the database''s TimeZone) or a time zone whose UTC offset is within 15 hours, got %, which is not a time zone',
+            p_arg, quote_literal(p_value)
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
+    IF abs(extract(epoch FROM v_offset)) > 15 * 3600 THEN
+        RAISE EXCEPTION '% must be NULL (the database''s TimeZone) or a time zone whose UTC offset is within 15 hours, got %, whose UTC offset is %',
+            p_arg, quote_literal(p_value),
+            CASE WHEN v_offset < interval '0' THEN '-' ELSE '+' END || _interval_text(CASE WHEN v_offset < interval '0' THEN -v_offset ELSE v_offset END)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
 -- pgsweep:end functions/validate.sql
 
 -- pgsweep:include functions/settings.sql
@@ -542,7 +628,8 @@ $$;
 -- (clock_timestamp(), not now(): a caller inside a long transaction must not
 -- see time stand still), read after the lease row is locked. The overloads
 -- taking p_now let tests pin the clock; NULL there means the database clock,
--- and the contract's forms pass NULL.
+-- and the contract's forms pass NULL. p_now must be within 10 years of the
+-- database clock (_check_now, validate.sql).
 --
 -- Token rules: a new tenure (first acquire, takeover after expiry, acquire
 -- after release, or re-acquire by a holder whose lease lapsed) gets token + 1;
@@ -561,6 +648,7 @@ BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
 
     LOOP
         -- Read the clock only once the row is locked: a contender that
@@ -613,6 +701,7 @@ BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
 
     SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
     v_now := coalesce(p_now, clock_timestamp());
@@ -643,6 +732,7 @@ DECLARE
 BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_now('p_now', p_now);
 
     SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
     IF NOT FOUND THEN
@@ -716,6 +806,14 @@ $$;
 -- at start-up. A second call with another max_attempts updates it (the code's
 -- latest word wins); changing the kind of an existing queue is refused,
 -- because outbox and inbox rows are completed differently.
+--
+-- A queue name has at most 172 characters: the queue's built-in retention
+-- policy is named 'pgsweep.processed:<queue>' (retention_builtin.sql), and
+-- policy names have at most 190 (their lease is 'retention:<name>', and
+-- lease names at most 200). Every name queue_create accepts works
+-- everywhere; lookups (_queue_get) still accept up to 200 characters, so a
+-- longer queue made by an older version keeps working (without built-in
+-- retention, see retention_builtin_sync).
 CREATE OR REPLACE FUNCTION queue_create(p_queue text, p_kind text DEFAULT 'outbox', p_max_attempts int DEFAULT 10)
 RETURNS void
 LANGUAGE plpgsql
@@ -725,7 +823,13 @@ DECLARE
     v_kind text;
     v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
 BEGIN
-    PERFORM _check_text('p_queue', p_queue);
+    IF p_queue IS NULL OR p_queue = '' OR length(p_queue) > 172 THEN
+        RAISE EXCEPTION 'p_queue must be a non-empty string of at most 172 characters (its retention policy pgsweep.processed:<queue> must fit in 190), got %',
+            CASE WHEN p_queue IS NULL THEN 'NULL'
+                 WHEN p_queue = '' THEN 'an empty string'
+                 ELSE length(p_queue) || ' characters' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF p_kind IS NULL OR p_kind NOT IN ('outbox', 'inbox') THEN
         RAISE EXCEPTION 'p_kind must be outbox or inbox, got %', coalesce(p_kind, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
@@ -894,6 +998,9 @@ AS $$ SELECT left(current_schema(), 54) || '_messages' $$;
 -- (that is the point of an outbox): the rows and the notification appear when
 -- it commits, not before.
 --
+-- p_deliver_at: NULL (now) or a finite time at most 10 years after the
+-- database clock (_check_deliver_at, validate.sql); a past time means now.
+--
 -- Inbox de-duplication. On inbox queues the key is the message's identity: a
 -- key that is live (message), processed (message_processed) or dead
 -- (message_dead) is refused with NULL, until retention removes the record.
@@ -909,6 +1016,30 @@ AS $$ SELECT left(current_schema(), 54) || '_messages' $$;
 --     found, our row is deleted again: the call returns NULL, net change nothing.
 -- A concurrent duplicate send waits at step 2 for the first sender's
 -- transaction and then sees its row. Proven by TestInboxDedupConcurrent.
+--
+-- REPEATABLE READ and SERIALIZABLE. There every statement reads the
+-- transaction's snapshot, so step 3 sees nothing new: a complete that
+-- committed after the snapshot was taken (the live row gone, its processed
+-- row invisible) would let the key in twice. There instead:
+--  1b. a live row with the key that the snapshot sees → duplicate (NULL),
+--      whatever happened to it since (completed, dead-lettered: either way
+--      the key is taken);
+--  2.  the insert of step 2 raises 40001 (serialization_failure) by itself
+--      when the live row that holds the key committed after the snapshot;
+--  3b. a probe for the processed row that the snapshot cannot see: our row
+--      is inserted into message_processed ON CONFLICT (queue, key) DO
+--      NOTHING. A unique check sees every committed row, and PostgreSQL
+--      raises 40001 when the conflicting row is invisible to the snapshot
+--      (a complete committed after it); a visible one → duplicate (NULL);
+--      no conflict → the probe row is deleted at once and the send stands.
+--      The probe runs after our live row is in: from then on no other
+--      transaction can complete a row with the key, so the probe never
+--      waits for one (and never deadlocks with one).
+-- The caller retries a 40001 as for any serialization failure; the retry
+-- sees the processed row and returns NULL. Proven by inbox_isolation_test.go.
+-- Not covered: a message whose key was sent, and dead-lettered, both after
+-- the sender's snapshot was taken (message_dead's key index is not unique,
+-- so there is nothing to probe); its key can be sent once more.
 
 CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
 RETURNS void
@@ -951,16 +1082,35 @@ DECLARE
     v_headers jsonb := coalesce(p_headers, '{}');
     v_visible timestamptz := coalesce(p_deliver_at, p_now);
     v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
+    v_snapshot boolean; -- REPEATABLE READ or SERIALIZABLE: one snapshot for the transaction
+    v_free boolean;
 BEGIN
     IF p_q.kind = 'inbox' AND p_key IS NOT NULL THEN
         IF _inbox_key_kept(p_q.name, p_key) THEN
             RETURN NULL;
+        END IF;
+        v_snapshot := current_setting('transaction_isolation') IN ('repeatable read', 'serializable');
+        IF v_snapshot AND EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.key = p_key AND m.dedup) THEN
+            RETURN NULL; -- 1b
         END IF;
         INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until)
         VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, p_now, v_parked)
         ON CONFLICT (queue, key) WHERE dedup DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        IF v_snapshot THEN
+            -- 3b: raises 40001 when a processed row with the key committed after our snapshot.
+            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+            VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now)
+            ON CONFLICT (queue, key) DO NOTHING
+            RETURNING true INTO v_free;
+            IF v_free THEN
+                DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
+                RETURN v_id;
+            END IF;
+            DELETE FROM message WHERE queue = p_q.name AND id = v_id;
             RETURN NULL;
         END IF;
         IF _inbox_key_kept(p_q.name, p_key) THEN
@@ -977,7 +1127,8 @@ END
 $$;
 
 -- send returns the new message's id, or NULL for an inbox duplicate.
--- p_deliver_at in the future schedules the message; NULL or past = now.
+-- p_deliver_at in the future schedules the message (at most 10 years ahead);
+-- NULL or past = now.
 CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
                                 p_deliver_at timestamptz DEFAULT NULL)
 RETURNS bigint
@@ -989,6 +1140,7 @@ DECLARE
     v_id bigint;
 BEGIN
     PERFORM _check_message(p_payload, p_headers, p_key);
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp());
     IF v_id IS NOT NULL THEN
         PERFORM pg_notify(notify_channel(), p_queue);
@@ -1000,7 +1152,8 @@ $$;
 -- send_batch sends up to 10000 messages at once and returns one id per input
 -- element, in input order (NULL for an inbox duplicate, also a duplicate
 -- within the batch). p_headers, p_keys and p_deliver_at are NULL or arrays of
--- the same length as p_payloads. One notification per batch.
+-- the same length as p_payloads; each p_deliver_at[i] as send's p_deliver_at.
+-- One notification per batch.
 CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
                                       p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -1030,6 +1183,7 @@ BEGIN
     END IF;
     FOR i IN 1 .. v_n LOOP
         PERFORM _check_message(p_payloads[i], p_headers[i], p_keys[i]);
+        PERFORM _check_deliver_at(format('p_deliver_at[%s]', i), p_deliver_at[i]);
     END LOOP;
     v_now := clock_timestamp();
 
@@ -1449,7 +1603,8 @@ $$;
 -- fail: the handler failed. Rows that used their last attempt move to
 -- message_dead (payload, headers, attempts, last error and timestamps kept);
 -- the others wait for a retry: status 'failed', owner and token cleared, visible again
--- after p_retry_after or the queue's exponential backoff:
+-- after p_retry_after (NULL = backoff, else 0 seconds to 30 days) or the
+-- queue's exponential backoff:
 --     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
 -- shortened by the queue's backoff_jitter: each call draws one factor r in
 -- [1 - backoff_jitter, 1] and waits delay * r, so that messages failed at
@@ -1554,8 +1709,9 @@ $$;
 -- fixed, an operator sends it back with dead_requeue: the row returns to
 -- `message` as pending with its id, key, payload, headers and created_at, a
 -- fresh set of attempts, and its last error kept for reference. It is due at
--- p_deliver_at (NULL = now). Being older than the claim cursor, it is taken by
--- the next rescan, within about the queue's claim_rescan (see claim.sql).
+-- p_deliver_at (NULL = now; at most 10 years ahead, as for send). Being
+-- older than the claim cursor, it is taken by the next rescan, within about
+-- the queue's claim_rescan (see claim.sql).
 --
 -- Inbox keys: a dead letter holds its key (send refuses duplicates of it), so
 -- requeueing is the way to process a dead inbox message again. A dead letter
@@ -1577,6 +1733,7 @@ DECLARE
     v_visible timestamptz;
 BEGIN
     PERFORM _check_ids(p_ids);
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     v_q := _queue_get(p_queue);
     v_now := clock_timestamp();
     v_visible := coalesce(p_deliver_at, v_now);
@@ -1606,6 +1763,8 @@ $$;
 -- queue_recover: the recovery building block that maintenance calls per queue.
 --
 --   queue_recover(p_queue, p_batch, p_now DEFAULT NULL) RETURNS TABLE(recovered int, dead_lettered int)
+--
+-- p_batch 1..10000; p_now NULL (the clock) or within 10 years of it (tests).
 --
 -- Looks at up to p_batch rows of the queue whose lease expired (and rows that
 -- are due but have no attempt left, e.g. after max_attempts was lowered):
@@ -1639,6 +1798,7 @@ DECLARE
     v_dead int := 0;
 BEGIN
     PERFORM _check_int('p_batch', p_batch, 1, 10000);
+    PERFORM _check_now('p_now', p_now);
     v_q := _queue_get(p_queue);
 
     INSERT INTO queue_recovery (queue) VALUES (p_queue) ON CONFLICT (queue) DO NOTHING;
@@ -1713,7 +1873,8 @@ $$;
 -- STABLE, so that its three statements read the caller's one snapshot: a
 -- message that a concurrent complete/fail moves from message to
 -- message_processed or message_dead is counted exactly once. p_now pins the
--- clock (tests); NULL reads clock_timestamp() once per call.
+-- clock (tests; within 10 years of the database clock, see _check_now);
+-- NULL reads clock_timestamp() once per call.
 CREATE OR REPLACE FUNCTION _queue_stats(p_queue text, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (pending bigint, processing bigint, failed bigint, processed bigint, dead bigint,
                oldest_pending_age interval)
@@ -1724,6 +1885,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_oldest timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT count(*) FILTER (WHERE m.status = 'pending'),
            count(*) FILTER (WHERE m.status = 'processing'),
            count(*) FILTER (WHERE m.status = 'failed'),
@@ -2097,6 +2259,7 @@ $$;
 
 -- The time zone in which a timestamp-without-time-zone (or date) column is
 -- read: CAP writes local times. NULL: the database's TimeZone at run time.
+-- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
 CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
 RETURNS void
 LANGUAGE plpgsql
@@ -2106,14 +2269,7 @@ DECLARE
     v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_for_update(p_name);
-    IF p_time_zone IS NOT NULL THEN
-        BEGIN
-            PERFORM now() AT TIME ZONE p_time_zone;
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM _retention_invalid('p_time_zone must be a time zone name or NULL (the database''s TimeZone), got %s',
-                quote_literal(p_time_zone));
-        END;
-    END IF;
+    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
     v_at := clock_timestamp();
     UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
     DELETE FROM retention_unit WHERE policy = p_name; -- the open sweep's cutoff was computed in the old zone
@@ -3529,6 +3685,12 @@ $$;
 -- maintain() calls retention_builtin_sync() at the start of every retention
 -- part, so a queue created or reconfigured by SQL is covered on the next
 -- pass; a DBA driving retention_run by hand calls it once after such changes.
+--
+-- Policy names have at most 190 characters, so queue_create accepts names of
+-- at most 172 (18 for 'pgsweep.processed:'). A longer queue made by an older
+-- version gets no policy whose name would not fit -- a WARNING names it and
+-- says to move its messages to a shorter queue -- and every other queue
+-- keeps its retention.
 CREATE OR REPLACE FUNCTION retention_builtin_sync()
 RETURNS int
 LANGUAGE plpgsql
@@ -3552,6 +3714,11 @@ BEGIN
           FROM queue q
          ORDER BY 1
     LOOP
+        IF length(v_want.name) > 190 THEN
+            RAISE WARNING 'queue "%" has no built-in retention of %: its name has % characters, at most 172 fit in a retention policy name (190); move its messages to a queue with a shorter name',
+                v_want.queue, v_want.tbl, length(v_want.queue);
+            CONTINUE;
+        END IF;
         SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
         IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
            AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN

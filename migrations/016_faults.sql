@@ -6,6 +6,8 @@
 --   due at once (backlog), instead of waiting for the policy's interval.
 -- * Abandoned runs get an end (finished_at at the takeover) and their pass
 --   is closed, so the documented no-overlap query holds.
+-- * Background retention paces itself adaptively by default
+--   (retention_duty_cycle 0); a fixed duty cycle stays available.
 -- * A cleaner never waits on another transaction's lock longer than
 --   retention_lock_timeout: the unit is deferred to a later pass (outcome
 --   'deferred'), the budget holds, and no row is deleted that it could not
@@ -16,6 +18,11 @@ INSERT INTO setting (name, value, kind, default_value, min_value, max_value, inf
     ('retention_lock_timeout', '1 second', 'interval', '1 second', '10 milliseconds', '1 minute', false,
      'longest a cleaner waits on a lock another transaction holds (a row of a unit): past it the unit is left to a later pass')
 ON CONFLICT (name) DO NOTHING;
+-- retention_duty_cycle 0 (the new default): adaptive pacing (maintain_retention.sql).
+UPDATE setting
+   SET value = CASE WHEN value = default_value THEN '0' ELSE value END, default_value = '0', min_value = '0',
+       description = 'background retention pacing: 0 adapts the share of time maintain() spends deleting to what the database shows (slower batches, busy sessions, lock waits); 1..100 is a fixed percent: after a batch that took t it pauses t*(100-d)/d (100: no pause; CALL retention_run never pauses)'
+ WHERE name = 'retention_duty_cycle';
 ALTER TABLE retention_unit ADD COLUMN deferred_pass bigint;
 ALTER TABLE retention_pass ADD COLUMN deferred int NOT NULL DEFAULT 0;
 ALTER TABLE retention_pass DROP CONSTRAINT retention_pass_outcome_check;
@@ -1110,6 +1117,263 @@ END
 $$;
 -- pgsweep:end functions/retention_sql.sql
 
+-- pgsweep:include functions/maintain_retention.sql
+{{ $s := .schema | default "pgsweep" -}}
+-- The retention part of maintain(): sync the built-in policies, then run
+-- every due retention policy (own and registered; retention_due lists them,
+-- oldest first) until p_deadline.
+--
+-- It drives each policy's pass through the engine's own steps
+-- (_retention_begin / _retention_step / _retention_finish, exactly as
+-- retention_run does) rather than CALL retention_run, because a failing
+-- policy must not end the whole maintain pass: PL/pgSQL cannot catch an
+-- error raised across a COMMIT, so every step is caught here, outside the
+-- COMMITs, recorded on that policy's pass, and the part goes on with the
+-- next policy.
+--
+-- A PROCEDURE without a SET clause (it COMMITs after every batch), so every
+-- name below is qualified with the install schema and the body uses no
+-- operator: comparisons, arithmetic and JSON building live in the pinned
+-- functions _maintain_ret_* below, so nothing on the caller's search_path
+-- (pg_cron's superuser's included) can stand in for them.
+--
+-- Returns in p_result {"deleted": {"<policy>": rows}, "errors": {"<policy>":
+-- "message"}, "more": bool}; "more" means a policy stopped on the budget with
+-- rows left, or due policies were not reached, so the part is due again at once.
+-- _maintain_ret_go: whether the part may start another policy (the
+-- deadline has not passed and the part's lease was renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_go(p_owner text, p_deadline timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF clock_timestamp() >= p_deadline THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_renew('retention', p_owner);
+END
+$$;
+
+-- _maintain_ret_budget: what is left of the part's budget.
+CREATE OR REPLACE FUNCTION _maintain_ret_budget(p_deadline timestamptz)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$ SELECT greatest(p_deadline - clock_timestamp(), interval '0') $$;
+
+-- _maintain_ret_error: an error's text as the history records it.
+CREATE OR REPLACE FUNCTION _maintain_ret_error(p_message text, p_state text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT format('%s (SQLSTATE %s)', p_message, p_state) $$;
+
+-- _maintain_ret_put: p_obj with p_key set to p_value.
+CREATE OR REPLACE FUNCTION _maintain_ret_put(p_obj jsonb, p_key text, p_value jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
+
+-- Pacing: background retention yields to live traffic.
+--
+-- retention_duty_cycle d in 1..100 is a fixed duty cycle: after a batch that
+-- took t, maintain() sleeps t*(100-d)/d. 0 (the default) paces adaptively,
+-- additive increase / multiplicative decrease of the duty cycle between 5%
+-- and 100%, from signals the database shows about the harm the cleaner does:
+--   * a batch slower per row than the fastest recent one by more than half
+--     (the cleaner competes for CPU or I/O with something), and
+--   * more than one other session of this database running right after
+--     the batch (live traffic that would queue behind the next batch), and
+--   * sessions waiting on a lock.
+-- Any of them halves the duty cycle at once; a batch without them raises it
+-- by 5 points. Measured in `pgsweep bench mixed` (docs/benchmarks.md).
+-- CALL retention_run never pauses.
+
+-- _maintain_ret_pace sleeps after a batch as the pacing says and returns
+-- the pacing state for the next batch ({"duty", "best", "pass", "rows"}).
+CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_state jsonb, p_pass bigint, p_batch_start timestamptz,
+    p_deadline timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_fixed int := setting_int('retention_duty_cycle');
+    v_elapsed double precision := greatest(extract(epoch FROM clock_timestamp() - p_batch_start), 0);
+    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 25);
+    v_best double precision := (p_state ->> 'best')::double precision;
+    v_rows bigint;
+    v_batch_rows bigint;
+    v_per_row double precision;
+    v_busy int;
+    v_harm boolean := false;
+BEGIN
+    SELECT p.rows_deleted INTO v_rows FROM retention_pass p WHERE p.id = p_pass;
+    v_batch_rows := coalesce(v_rows, 0) - CASE WHEN (p_state ->> 'pass')::bigint = p_pass
+                                               THEN coalesce((p_state ->> 'rows')::bigint, 0) ELSE 0 END;
+    IF v_fixed BETWEEN 1 AND 100 THEN
+        v_duty := v_fixed;
+    ELSE
+        IF v_batch_rows > 0 THEN
+            v_per_row := v_elapsed / v_batch_rows;
+            -- the fastest recent batch, drifting up slowly so that a
+            -- one-off fast batch does not set the bar forever
+            v_best := least(coalesce(v_best * 1.02, v_per_row), v_per_row);
+            v_harm := v_per_row > v_best * 1.5;
+        END IF;
+        SELECT count(*) FILTER (WHERE a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Activity'),
+               count(*) FILTER (WHERE a.wait_event_type = 'Lock')
+          INTO v_busy, v_rows
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+           AND a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type = 'client backend';
+        -- busy: more sessions running right now than the one other core
+        -- the smallest machine leaves them while we delete
+        v_harm := v_harm OR v_busy > 1 OR v_rows > 0;
+        v_duty := CASE WHEN v_harm THEN greatest(5, v_duty / 2) ELSE least(100, v_duty + 5) END;
+    END IF;
+    IF v_duty < 100 THEN
+        PERFORM pg_catalog.pg_sleep(least(v_elapsed * (100 - v_duty) / v_duty,
+                                          greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+    END IF;
+    RETURN jsonb_build_object('duty', v_duty, 'best', v_best, 'pass', p_pass,
+                              'rows', coalesce((SELECT p.rows_deleted FROM retention_pass p WHERE p.id = p_pass), 0));
+END
+$$;
+
+-- _maintain_ret_renew_due: whether the part's lease is due for renewal
+-- (every third of maintain_lease_ttl since p_renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_renew_due(p_renewed timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT clock_timestamp() - p_renewed > setting_interval('maintain_lease_ttl') / 3 $$;
+
+-- _maintain_ret_tally adds a finished pass to the part's result: its rows
+-- under "deleted", and "more" when it stopped on the budget.
+CREATE OR REPLACE FUNCTION _maintain_ret_tally(p_result jsonb, p_name text, p_pass bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_outcome text;
+    v_rows bigint;
+BEGIN
+    SELECT p.outcome, p.rows_deleted INTO v_outcome, v_rows FROM retention_pass p WHERE p.id = p_pass;
+    p_result := jsonb_set(p_result, ARRAY['deleted', p_name], to_jsonb(coalesce(v_rows, 0)));
+    IF v_outcome = 'budget' THEN
+        p_result := jsonb_set(p_result, '{more}', 'true');
+    END IF;
+    RETURN p_result;
+END
+$$;
+
+-- _maintain_ret_result: the part's result, errors included when there are any.
+CREATE OR REPLACE FUNCTION _maintain_ret_result(p_result jsonb, p_more boolean, p_errors jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT jsonb_build_object('deleted', p_result -> 'deleted',
+                              'more', p_more OR coalesce((p_result ->> 'more')::boolean, false))
+           || CASE WHEN p_errors <> '{}' THEN jsonb_build_object('errors', p_errors) ELSE '{}' END
+$$;
+
+CREATE OR REPLACE PROCEDURE _maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_due text[];
+    v_name text;
+    v_pass bigint;
+    v_step_more boolean;
+    v_error text;
+    v_errors jsonb := '{}';
+    v_tally jsonb := '{"deleted": {}}';
+    v_more boolean := false;
+    v_renewed timestamptz := pg_catalog.clock_timestamp();
+    v_batch_start timestamptz;
+    v_go boolean;
+    v_renew boolean;
+    v_pace jsonb := '{}';
+BEGIN
+    BEGIN
+        PERFORM {{ $s }}.retention_builtin_sync();
+    EXCEPTION WHEN OTHERS THEN
+        v_errors := {{ $s }}._maintain_ret_put(v_errors, 'builtin_sync', pg_catalog.to_jsonb({{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE)));
+    END;
+    COMMIT;
+
+    v_due := ARRAY(SELECT {{ $s }}.retention_due());
+    FOREACH v_name IN ARRAY v_due LOOP
+        v_go := {{ $s }}._maintain_ret_go(p_owner, p_deadline);
+        IF NOT v_go THEN
+            v_more := true; -- out of budget, or lost the part's lease: another owner goes on
+            EXIT;
+        END IF;
+        COMMIT;
+
+        v_error := NULL;
+        v_pass := NULL;
+        BEGIN
+            v_pass := {{ $s }}._retention_begin(v_name, p_owner, {{ $s }}._maintain_ret_budget(p_deadline), NULL);
+        EXCEPTION WHEN OTHERS THEN
+            v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
+        END;
+        IF v_error IS NOT NULL THEN
+            PERFORM {{ $s }}._retention_unlock(v_name);
+            COMMIT;
+            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
+            CONTINUE;
+        END IF;
+        COMMIT;
+        CONTINUE WHEN v_pass IS NULL; -- busy elsewhere, or keeps rows forever
+
+        LOOP
+            v_batch_start := pg_catalog.clock_timestamp();
+            BEGIN
+                v_step_more := {{ $s }}._retention_step(v_pass);
+            EXCEPTION WHEN OTHERS THEN
+                v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
+            END;
+            EXIT WHEN v_error IS NOT NULL;
+            COMMIT;
+            EXIT WHEN NOT v_step_more;
+            -- Background work yields to live traffic (retention_duty_cycle,
+            -- adaptive by default); keep the part's lease alive through a
+            -- long policy.
+            v_pace := {{ $s }}._maintain_ret_pace(v_pace, v_pass, v_batch_start, p_deadline);
+            v_renew := {{ $s }}._maintain_ret_renew_due(v_renewed);
+            IF v_renew THEN
+                v_go := {{ $s }}._maintain_renew('retention', p_owner);
+                IF NOT v_go THEN
+                    v_error := 'lost the maintain:retention lease during the pass';
+                    EXIT;
+                END IF;
+                v_renewed := pg_catalog.clock_timestamp();
+                COMMIT;
+            END IF;
+        END LOOP;
+
+        IF v_error IS NOT NULL THEN
+            PERFORM {{ $s }}._retention_finish(v_pass, 'error', v_error);
+            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
+        ELSE
+            PERFORM {{ $s }}._retention_finish(v_pass, NULL, NULL);
+        END IF;
+        COMMIT;
+        PERFORM {{ $s }}._retention_unlock(v_name);
+        v_tally := {{ $s }}._maintain_ret_tally(v_tally, v_name, v_pass);
+    END LOOP;
+
+    p_result := {{ $s }}._maintain_ret_result(v_tally, v_more, v_errors);
+END
+$$;
+-- pgsweep:end functions/maintain_retention.sql
+
 -- pgsweep:include functions/privileges.sql
 -- The role model, in one place (docs/security.md).
 --
@@ -1174,7 +1438,8 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
-        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'release',
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
@@ -1192,7 +1457,7 @@ AS $$
         '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
         '_retention_as_owner', '_retention_finish_error', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
         '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
-        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_tally', '_maintain_ret_result',
+        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
         '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'version']) r

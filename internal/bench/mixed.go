@@ -30,7 +30,7 @@ type MixedOptions struct {
 	Batch        int           // claim batch size, 1..10000
 	Rate         int           // messages per second the producer sends, 10..1000000
 	CleanupBatch int           // batch size of the backlog's retention policy, 1..10000
-	DutyCycle    int           // retention_duty_cycle for the run, 1..100 (0: the default)
+	DutyCycle    int           // retention_duty_cycle for the run: 1..100 fixed, 0 the default (adaptive)
 	Phase        time.Duration // length of each quiet window, at least 1s
 }
 
@@ -42,7 +42,7 @@ func (o *MixedOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Batch, "batch", 10, "claim batch size")
 	fs.IntVar(&o.Rate, "rate", 2000, "messages per second the producer sends")
 	fs.IntVar(&o.CleanupBatch, "cleanup-batch", 1000, "batch size of the backlog's retention policy, 1..10000 (1000: retention_register's default)")
-	fs.IntVar(&o.DutyCycle, "duty-cycle", 0, "retention_duty_cycle setting for the run, 1..100 (0: leave the default)")
+	fs.IntVar(&o.DutyCycle, "duty-cycle", 0, "retention_duty_cycle setting for the run: 1..100 a fixed duty cycle (0: leave the default, adaptive pacing)")
 	fs.DurationVar(&o.Phase, "phase", 10*time.Second, "length of each quiet window, before and after the cleanup (which lasts until the backlog is drained)")
 }
 
@@ -128,10 +128,8 @@ func (b *mixedBench) run(ctx context.Context) error {
 			if _, err := conn.Exec(ctx, "CALL "+b.q+".maintain('bench', '5 seconds')"); err != nil {
 				return err
 			}
-			var n, left int64
-			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE policy = 'backlog'),
-				(SELECT count(*) FROM (SELECT 1 FROM %[1]s.backlog WHERE status = 'done' AND expires_at < now() - interval '1 hour' LIMIT 1) x)`, b.q)).
-				Scan(&n, &left); err != nil {
+			n, left, err := b.backlogProgress(ctx, conn.Conn())
+			if err != nil {
 				return err
 			}
 			deleted.Store(n)
@@ -161,10 +159,74 @@ func (b *mixedBench) run(ctx context.Context) error {
 			p(r.res.lat, 0.99).Round(time.Microsecond), p(r.res.lat, 1).Round(time.Microsecond), float64(r.res.done)/r.res.elapsed.Seconds())
 	}
 	ratio := float64(p(busy.lat, 0.99)) / float64(p(quiet.lat, 0.99))
+	pacedRate := float64(deleted.Load()) / cleanupTime.Seconds()
 	fmt.Fprintf(b.out, "\np99 during cleanup / p99 without: %.2fx (target <= 1.20x)\n", ratio)
 	fmt.Fprintf(b.out, "cleanup: %d rows deleted in %v (%.0f rows/s) by CALL maintain() in a loop\n",
-		deleted.Load(), cleanupTime.Round(time.Millisecond), float64(deleted.Load())/cleanupTime.Seconds())
+		deleted.Load(), cleanupTime.Round(time.Millisecond), pacedRate)
+
+	// The same backlog again, drained unpaced (CALL retention_run never
+	// pauses) under the same live traffic: the pace maintain() is measured
+	// against.
+	fmt.Fprintf(b.out, "\n== live traffic: the same backlog drained unpaced by CALL retention_run\n")
+	if err := b.loadBacklog(ctx); err != nil {
+		return err
+	}
+	var unpaced atomic.Int64
+	var uStart, uEnd time.Time
+	_, _, err = b.traffic(ctx, func(ctx context.Context) error {
+		conn, err := b.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		uStart = time.Now()
+		for {
+			if _, err := conn.Exec(ctx, "CALL "+b.q+".retention_run('backlog', 'bench-unpaced', '5 seconds')"); err != nil {
+				return err
+			}
+			n, left, err := b.backlogProgress(ctx, conn.Conn())
+			if err != nil {
+				return err
+			}
+			unpaced.Store(n - deleted.Load())
+			if left == 0 {
+				uEnd = time.Now()
+				return nil
+			}
+		}
+	}, &unpaced)
+	if err != nil {
+		return err
+	}
+	unpacedRate := float64(unpaced.Load()) / uEnd.Sub(uStart).Seconds()
+	fmt.Fprintf(b.out, "unpaced: %d rows deleted in %v (%.0f rows/s) by CALL retention_run in a loop\n",
+		unpaced.Load(), uEnd.Sub(uStart).Round(time.Millisecond), unpacedRate)
+	fmt.Fprintf(b.out, "paced drain rate / unpaced: %.2f (target >= 0.25); p99 during cleanup / p99 without: %.2fx (target <= 1.20x)\n",
+		pacedRate/unpacedRate, ratio)
 	return nil
+}
+
+// backlogProgress returns the rows the backlog policy's passes deleted so
+// far and whether eligible rows are left (1) or not (0).
+func (b *mixedBench) backlogProgress(ctx context.Context, conn *pgx.Conn) (deleted, left int64, err error) {
+	err = conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE policy = 'backlog'),
+		(SELECT count(*) FROM (SELECT 1 FROM %[1]s.backlog WHERE status = 'done' AND expires_at < now() - interval '1 hour' LIMIT 1) x)`, b.q)).
+		Scan(&deleted, &left)
+	return deleted, left, err
+}
+
+// loadBacklog fills the backlog table: b.rows rows, 90% expired.
+func (b *mixedBench) loadBacklog(ctx context.Context) error {
+	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
+		TRUNCATE %[1]s.backlog;
+		INSERT INTO %[1]s.backlog SELECT g, CASE WHEN g %% 10 = 0 THEN 'queued' ELSE 'done' END,
+		       CASE WHEN g %% 10 = 0 THEN NULL ELSE now() - interval '2 days' END, repeat('x', 200)
+		  FROM generate_series(1, %[2]d) g;`, b.q, b.rows))
+	if err != nil {
+		return err
+	}
+	_, err = b.pool.Exec(ctx, "VACUUM ANALYZE "+b.q+".backlog")
+	return err
 }
 
 // setup re-creates the schema, a queue and the retention backlog.
@@ -182,9 +244,6 @@ func (b *mixedBench) setup(ctx context.Context) error {
 		SELECT %[1]s.setting_set('retention_check_interval', '0');
 		SELECT %[1]s.queue_create('bench');
 		CREATE TABLE %[1]s.backlog (id bigint PRIMARY KEY, status text NOT NULL, expires_at timestamptz, body text);
-		INSERT INTO %[1]s.backlog SELECT g, CASE WHEN g %% 10 = 0 THEN 'queued' ELSE 'done' END,
-		       CASE WHEN g %% 10 = 0 THEN NULL ELSE now() - interval '2 days' END, repeat('x', 200)
-		  FROM generate_series(1, %[2]d) g;
 		CREATE INDEX ON %[1]s.backlog (expires_at, status);
 		SELECT %[1]s.retention_register('backlog', '%[1]s.backlog', 'expires_at', '1 hour', 'status', ARRAY['done'],
 		       %[3]d, 'exclusive', '1 second');`, b.q, b.rows, b.cleanBatch))
@@ -196,8 +255,7 @@ func (b *mixedBench) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err = b.pool.Exec(ctx, "VACUUM ANALYZE "+b.q+".backlog")
-	return err
+	return b.loadBacklog(ctx)
 }
 
 // claimSample is one claim: when it started, how long it took, and how

@@ -56,26 +56,80 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 
--- _maintain_ret_pace sleeps after a batch in proportion to its duration
--- (retention_duty_cycle percent of the time deleting), never past the
--- deadline, and says whether the part's lease is due for renewal (every
--- third of maintain_lease_ttl since p_renewed).
-CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_batch_start timestamptz, p_deadline timestamptz, p_renewed timestamptz)
-RETURNS boolean
+-- Pacing: background retention yields to live traffic.
+--
+-- retention_duty_cycle d in 1..100 is a fixed duty cycle: after a batch that
+-- took t, maintain() sleeps t*(100-d)/d. 0 (the default) paces adaptively,
+-- additive increase / multiplicative decrease of the duty cycle between 5%
+-- and 100%, from signals the database shows about the harm the cleaner does:
+--   * a batch slower per row than the fastest recent one by more than half
+--     (the cleaner competes for CPU or I/O with something), and
+--   * more than one other session of this database running right after
+--     the batch (live traffic that would queue behind the next batch), and
+--   * sessions waiting on a lock.
+-- Any of them halves the duty cycle at once; a batch without them raises it
+-- by 5 points. Measured in `pgsweep bench mixed` (docs/benchmarks.md).
+-- CALL retention_run never pauses.
+
+-- _maintain_ret_pace sleeps after a batch as the pacing says and returns
+-- the pacing state for the next batch ({"duty", "best", "pass", "rows"}).
+CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_state jsonb, p_pass bigint, p_batch_start timestamptz,
+    p_deadline timestamptz)
+RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_duty int := setting_int('retention_duty_cycle');
+    v_fixed int := setting_int('retention_duty_cycle');
+    v_elapsed double precision := greatest(extract(epoch FROM clock_timestamp() - p_batch_start), 0);
+    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 25);
+    v_best double precision := (p_state ->> 'best')::double precision;
+    v_rows bigint;
+    v_batch_rows bigint;
+    v_per_row double precision;
+    v_busy int;
+    v_harm boolean := false;
 BEGIN
-    IF v_duty < 100 THEN
-        PERFORM pg_catalog.pg_sleep(least(
-            extract(epoch FROM clock_timestamp() - p_batch_start) * (100 - v_duty) / v_duty,
-            greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+    SELECT p.rows_deleted INTO v_rows FROM retention_pass p WHERE p.id = p_pass;
+    v_batch_rows := coalesce(v_rows, 0) - CASE WHEN (p_state ->> 'pass')::bigint = p_pass
+                                               THEN coalesce((p_state ->> 'rows')::bigint, 0) ELSE 0 END;
+    IF v_fixed BETWEEN 1 AND 100 THEN
+        v_duty := v_fixed;
+    ELSE
+        IF v_batch_rows > 0 THEN
+            v_per_row := v_elapsed / v_batch_rows;
+            -- the fastest recent batch, drifting up slowly so that a
+            -- one-off fast batch does not set the bar forever
+            v_best := least(coalesce(v_best * 1.02, v_per_row), v_per_row);
+            v_harm := v_per_row > v_best * 1.5;
+        END IF;
+        SELECT count(*) FILTER (WHERE a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Activity'),
+               count(*) FILTER (WHERE a.wait_event_type = 'Lock')
+          INTO v_busy, v_rows
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+           AND a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type = 'client backend';
+        -- busy: more sessions running right now than the one other core
+        -- the smallest machine leaves them while we delete
+        v_harm := v_harm OR v_busy > 1 OR v_rows > 0;
+        v_duty := CASE WHEN v_harm THEN greatest(5, v_duty / 2) ELSE least(100, v_duty + 5) END;
     END IF;
-    RETURN clock_timestamp() - p_renewed > setting_interval('maintain_lease_ttl') / 3;
+    IF v_duty < 100 THEN
+        PERFORM pg_catalog.pg_sleep(least(v_elapsed * (100 - v_duty) / v_duty,
+                                          greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+    END IF;
+    RETURN jsonb_build_object('duty', v_duty, 'best', v_best, 'pass', p_pass,
+                              'rows', coalesce((SELECT p.rows_deleted FROM retention_pass p WHERE p.id = p_pass), 0));
 END
 $$;
+
+-- _maintain_ret_renew_due: whether the part's lease is due for renewal
+-- (every third of maintain_lease_ttl since p_renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_renew_due(p_renewed timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT clock_timestamp() - p_renewed > setting_interval('maintain_lease_ttl') / 3 $$;
 
 -- _maintain_ret_tally adds a finished pass to the part's result: its rows
 -- under "deleted", and "more" when it stopped on the budget.
@@ -124,6 +178,7 @@ DECLARE
     v_batch_start timestamptz;
     v_go boolean;
     v_renew boolean;
+    v_pace jsonb := '{}';
 BEGIN
     BEGIN
         PERFORM {{ $s }}.retention_builtin_sync();
@@ -167,9 +222,11 @@ BEGIN
             EXIT WHEN v_error IS NOT NULL;
             COMMIT;
             EXIT WHEN NOT v_step_more;
-            -- Background work yields to live traffic (retention_duty_cycle);
-            -- keep the part's lease alive through a long policy.
-            v_renew := {{ $s }}._maintain_ret_pace(v_batch_start, p_deadline, v_renewed);
+            -- Background work yields to live traffic (retention_duty_cycle,
+            -- adaptive by default); keep the part's lease alive through a
+            -- long policy.
+            v_pace := {{ $s }}._maintain_ret_pace(v_pace, v_pass, v_batch_start, p_deadline);
+            v_renew := {{ $s }}._maintain_ret_renew_due(v_renewed);
             IF v_renew THEN
                 v_go := {{ $s }}._maintain_renew('retention', p_owner);
                 IF NOT v_go THEN

@@ -61,7 +61,8 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
-        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'release',
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
@@ -79,7 +80,7 @@ AS $$
         '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
         '_retention_as_owner', '_retention_finish_error', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
         '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
-        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_tally', '_maintain_ret_result',
+        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
         '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'version']) r

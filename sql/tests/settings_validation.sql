@@ -16,7 +16,7 @@ SELECT results_eq(
     $$SELECT name, default_value FROM pgsweep.settings ORDER BY name$$,
     $$VALUES ('dead_letter_retention', '30 days'), ('history_max_rows', '10000'), ('history_retention', '7 days'),
              ('inbox_processed_retention', '7 days'), ('maintain_lease_ttl', '1 minute'), ('recovery_batch_size', '1000'),
-             ('recovery_interval', '5 seconds'), ('retention_check_interval', '1 minute'), ('retention_duty_cycle', '5'), ('retention_lock_timeout', '1 second'), ('runner_interval', '10 seconds'),
+             ('recovery_interval', '5 seconds'), ('retention_check_interval', '1 minute'), ('retention_duty_cycle', '0'), ('retention_lock_timeout', '1 second'), ('runner_interval', '10 seconds'),
              ('runner_jitter', '2 seconds')$$,
     'the documented defaults');
 
