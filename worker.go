@@ -89,7 +89,12 @@ func NewWorker(pool *pgxpool.Pool, h Handler, opts WorkerOptions) (*Worker, erro
 		return nil, errors.New("pgsweep: new worker: pool is required")
 	}
 	connect := func(ctx context.Context) (*pgx.Conn, error) {
-		return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		cfg := pool.Config().ConnConfig.Copy()
+		// The LISTEN connection lives as long as the Worker: a killed
+		// process's backend must not linger (the pool's connections are the
+		// application's: see SetConnectionCheckInterval).
+		SetConnectionCheckInterval(cfg, DefaultConnectionCheckInterval)
+		return pgx.ConnectConfig(ctx, cfg)
 	}
 	return newWorker(pool, connect, h, opts)
 }

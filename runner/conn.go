@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"github.com/pgsweep/pgsweep"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,40 +28,15 @@ type Connector func(ctx context.Context) (Conn, error)
 
 // DefaultConnectionCheckInterval is the client_connection_check_interval
 // that ConnectConfig and ConnectURL ask the server for on every connection
-// they open. PostgreSQL does not notice a client that died (kill -9, OOM)
-// while a statement runs -- it notices only when it next writes to the
-// socket -- so without it the backend of a killed runner would go on with
-// its CALL maintain() to the end of the budget and commit. With it, the
-// server polls the socket at this interval while a statement runs and ends
-// the orphaned session (rolling back the step in flight) within about this
-// long after the client's socket closed.
-//
-// It is exported so that other long-running callers (the Worker) can use the
-// same default; SetConnectionCheckInterval applies it to a pgx.ConnConfig.
-const DefaultConnectionCheckInterval = time.Second
+// they open (pgsweep.DefaultConnectionCheckInterval: the Worker uses the same).
+const DefaultConnectionCheckInterval = pgsweep.DefaultConnectionCheckInterval
 
-// ConnectionCheckParam is the PostgreSQL setting (14 and later) behind
-// DefaultConnectionCheckInterval.
-const ConnectionCheckParam = "client_connection_check_interval"
+// ConnectionCheckParam is the PostgreSQL setting behind DefaultConnectionCheckInterval.
+const ConnectionCheckParam = pgsweep.ConnectionCheckParam
 
-// SetConnectionCheckInterval asks the server, through cfg's startup
-// parameters, to check every d while a statement runs whether the client is
-// still there (client_connection_check_interval, in whole milliseconds,
-// rounded up). d <= 0 leaves the server's setting (off by default). A value
-// the connection string already sets (…?client_connection_check_interval=…)
-// is kept: the operator's word wins.
+// SetConnectionCheckInterval is pgsweep.SetConnectionCheckInterval.
 func SetConnectionCheckInterval(cfg *pgx.ConnConfig, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	if _, set := cfg.RuntimeParams[ConnectionCheckParam]; set {
-		return
-	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
-	cfg.RuntimeParams[ConnectionCheckParam] = strconv.FormatInt(int64(ms), 10)
+	pgsweep.SetConnectionCheckInterval(cfg, d)
 }
 
 // ConnectOption changes how the connections of ConnectConfig and ConnectURL
