@@ -4,8 +4,9 @@
 -- fixed, an operator sends it back with dead_requeue: the row returns to
 -- `message` as pending with its id, key, payload, headers and created_at, a
 -- fresh set of attempts, and its last error kept for reference. It is due at
--- p_deliver_at (NULL = now). Being older than the claim cursor, it is taken by
--- the next rescan, within about the queue's claim_rescan (see claim.sql).
+-- p_deliver_at (NULL = now; at most 10 years ahead, as for send). Being
+-- older than the claim cursor, it is taken by the next rescan, within about
+-- the queue's claim_rescan (see claim.sql).
 --
 -- Inbox keys: a dead letter holds its key (send refuses duplicates of it), so
 -- requeueing is the way to process a dead inbox message again. A dead letter
@@ -27,6 +28,7 @@ DECLARE
     v_visible timestamptz;
 BEGIN
     PERFORM _check_ids(p_ids);
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     v_q := _queue_get(p_queue);
     v_now := clock_timestamp();
     v_visible := coalesce(p_deliver_at, v_now);

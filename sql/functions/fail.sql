@@ -1,7 +1,8 @@
 -- fail: the handler failed. Rows that used their last attempt move to
 -- message_dead (payload, headers, attempts, last error and timestamps kept);
 -- the others wait for a retry: status 'failed', owner and token cleared, visible again
--- after p_retry_after or the queue's exponential backoff:
+-- after p_retry_after (NULL = backoff, else 0 seconds to 30 days) or the
+-- queue's exponential backoff:
 --     delay(attempt n) = least(backoff_max, backoff_base * 2^(n-1))
 -- shortened by the queue's backoff_jitter: each call draws one factor r in
 -- [1 - backoff_jitter, 1] and waits delay * r, so that messages failed at

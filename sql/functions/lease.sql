@@ -4,7 +4,8 @@
 -- (clock_timestamp(), not now(): a caller inside a long transaction must not
 -- see time stand still), read after the lease row is locked. The overloads
 -- taking p_now let tests pin the clock; NULL there means the database clock,
--- and the contract's forms pass NULL.
+-- and the contract's forms pass NULL. p_now must be within 10 years of the
+-- database clock (_check_now, validate.sql).
 --
 -- Token rules: a new tenure (first acquire, takeover after expiry, acquire
 -- after release, or re-acquire by a holder whose lease lapsed) gets token + 1;
@@ -23,6 +24,7 @@ BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
 
     LOOP
         -- Read the clock only once the row is locked: a contender that
@@ -75,6 +77,7 @@ BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
 
     SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
     v_now := coalesce(p_now, clock_timestamp());
@@ -105,6 +108,7 @@ DECLARE
 BEGIN
     PERFORM _check_text('p_name', p_name);
     PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_now('p_now', p_now);
 
     SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
     IF NOT FOUND THEN

@@ -25,6 +25,14 @@ $$;
 -- at start-up. A second call with another max_attempts updates it (the code's
 -- latest word wins); changing the kind of an existing queue is refused,
 -- because outbox and inbox rows are completed differently.
+--
+-- A queue name has at most 172 characters: the queue's built-in retention
+-- policy is named 'pgsweep.processed:<queue>' (retention_builtin.sql), and
+-- policy names have at most 190 (their lease is 'retention:<name>', and
+-- lease names at most 200). Every name queue_create accepts works
+-- everywhere; lookups (_queue_get) still accept up to 200 characters, so a
+-- longer queue made by an older version keeps working (without built-in
+-- retention, see retention_builtin_sync).
 CREATE OR REPLACE FUNCTION queue_create(p_queue text, p_kind text DEFAULT 'outbox', p_max_attempts int DEFAULT 10)
 RETURNS void
 LANGUAGE plpgsql
@@ -34,7 +42,13 @@ DECLARE
     v_kind text;
     v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
 BEGIN
-    PERFORM _check_text('p_queue', p_queue);
+    IF p_queue IS NULL OR p_queue = '' OR length(p_queue) > 172 THEN
+        RAISE EXCEPTION 'p_queue must be a non-empty string of at most 172 characters (its retention policy pgsweep.processed:<queue> must fit in 190), got %',
+            CASE WHEN p_queue IS NULL THEN 'NULL'
+                 WHEN p_queue = '' THEN 'an empty string'
+                 ELSE length(p_queue) || ' characters' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF p_kind IS NULL OR p_kind NOT IN ('outbox', 'inbox') THEN
         RAISE EXCEPTION 'p_kind must be outbox or inbox, got %', coalesce(p_kind, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';

@@ -18,7 +18,8 @@
 -- STABLE, so that its three statements read the caller's one snapshot: a
 -- message that a concurrent complete/fail moves from message to
 -- message_processed or message_dead is counted exactly once. p_now pins the
--- clock (tests); NULL reads clock_timestamp() once per call.
+-- clock (tests; within 10 years of the database clock, see _check_now);
+-- NULL reads clock_timestamp() once per call.
 CREATE OR REPLACE FUNCTION _queue_stats(p_queue text, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (pending bigint, processing bigint, failed bigint, processed bigint, dead bigint,
                oldest_pending_age interval)
@@ -29,6 +30,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_oldest timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT count(*) FILTER (WHERE m.status = 'pending'),
            count(*) FILTER (WHERE m.status = 'processing'),
            count(*) FILTER (WHERE m.status = 'failed'),

@@ -2,6 +2,8 @@
 --
 --   queue_recover(p_queue, p_batch, p_now DEFAULT NULL) RETURNS TABLE(recovered int, dead_lettered int)
 --
+-- p_batch 1..10000; p_now NULL (the clock) or within 10 years of it (tests).
+--
 -- Looks at up to p_batch rows of the queue whose lease expired (and rows that
 -- are due but have no attempt left, e.g. after max_attempts was lowered):
 --   * attempt < max_attempts: the lease is lost; the row is released (owner
@@ -34,6 +36,7 @@ DECLARE
     v_dead int := 0;
 BEGIN
     PERFORM _check_int('p_batch', p_batch, 1, 10000);
+    PERFORM _check_now('p_now', p_now);
     v_q := _queue_get(p_queue);
 
     INSERT INTO queue_recovery (queue) VALUES (p_queue) ON CONFLICT (queue) DO NOTHING;

@@ -13,6 +13,12 @@
 -- maintain() calls retention_builtin_sync() at the start of every retention
 -- part, so a queue created or reconfigured by SQL is covered on the next
 -- pass; a DBA driving retention_run by hand calls it once after such changes.
+--
+-- Policy names have at most 190 characters, so queue_create accepts names of
+-- at most 172 (18 for 'pgsweep.processed:'). A longer queue made by an older
+-- version gets no policy whose name would not fit -- a WARNING names it and
+-- says to move its messages to a shorter queue -- and every other queue
+-- keeps its retention.
 CREATE OR REPLACE FUNCTION retention_builtin_sync()
 RETURNS int
 LANGUAGE plpgsql
@@ -36,6 +42,11 @@ BEGIN
           FROM queue q
          ORDER BY 1
     LOOP
+        IF length(v_want.name) > 190 THEN
+            RAISE WARNING 'queue "%" has no built-in retention of %: its name has % characters, at most 172 fit in a retention policy name (190); move its messages to a queue with a shorter name',
+                v_want.queue, v_want.tbl, length(v_want.queue);
+            CONTINUE;
+        END IF;
         SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
         IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
            AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN

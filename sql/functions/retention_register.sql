@@ -258,6 +258,7 @@ $$;
 
 -- The time zone in which a timestamp-without-time-zone (or date) column is
 -- read: CAP writes local times. NULL: the database's TimeZone at run time.
+-- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
 CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
 RETURNS void
 LANGUAGE plpgsql
@@ -267,14 +268,7 @@ DECLARE
     v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_for_update(p_name);
-    IF p_time_zone IS NOT NULL THEN
-        BEGIN
-            PERFORM now() AT TIME ZONE p_time_zone;
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM _retention_invalid('p_time_zone must be a time zone name or NULL (the database''s TimeZone), got %s',
-                quote_literal(p_time_zone));
-        END;
-    END IF;
+    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
     v_at := clock_timestamp();
     UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
     DELETE FROM retention_unit WHERE policy = p_name; -- the open sweep's cutoff was computed in the old zone

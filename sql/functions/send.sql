@@ -2,6 +2,9 @@
 -- (that is the point of an outbox): the rows and the notification appear when
 -- it commits, not before.
 --
+-- p_deliver_at: NULL (now) or a finite time at most 10 years after the
+-- database clock (_check_deliver_at, validate.sql); a past time means now.
+--
 -- Inbox de-duplication. On inbox queues the key is the message's identity: a
 -- key that is live (message), processed (message_processed) or dead
 -- (message_dead) is refused with NULL, until retention removes the record.
@@ -17,6 +20,30 @@
 --     found, our row is deleted again: the call returns NULL, net change nothing.
 -- A concurrent duplicate send waits at step 2 for the first sender's
 -- transaction and then sees its row. Proven by TestInboxDedupConcurrent.
+--
+-- REPEATABLE READ and SERIALIZABLE. There every statement reads the
+-- transaction's snapshot, so step 3 sees nothing new: a complete that
+-- committed after the snapshot was taken (the live row gone, its processed
+-- row invisible) would let the key in twice. There instead:
+--  1b. a live row with the key that the snapshot sees → duplicate (NULL),
+--      whatever happened to it since (completed, dead-lettered: either way
+--      the key is taken);
+--  2.  the insert of step 2 raises 40001 (serialization_failure) by itself
+--      when the live row that holds the key committed after the snapshot;
+--  3b. a probe for the processed row that the snapshot cannot see: our row
+--      is inserted into message_processed ON CONFLICT (queue, key) DO
+--      NOTHING. A unique check sees every committed row, and PostgreSQL
+--      raises 40001 when the conflicting row is invisible to the snapshot
+--      (a complete committed after it); a visible one → duplicate (NULL);
+--      no conflict → the probe row is deleted at once and the send stands.
+--      The probe runs after our live row is in: from then on no other
+--      transaction can complete a row with the key, so the probe never
+--      waits for one (and never deadlocks with one).
+-- The caller retries a 40001 as for any serialization failure; the retry
+-- sees the processed row and returns NULL. Proven by inbox_isolation_test.go.
+-- Not covered: a message whose key was sent, and dead-lettered, both after
+-- the sender's snapshot was taken (message_dead's key index is not unique,
+-- so there is nothing to probe); its key can be sent once more.
 
 CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
 RETURNS void
@@ -59,16 +86,35 @@ DECLARE
     v_headers jsonb := coalesce(p_headers, '{}');
     v_visible timestamptz := coalesce(p_deliver_at, p_now);
     v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
+    v_snapshot boolean; -- REPEATABLE READ or SERIALIZABLE: one snapshot for the transaction
+    v_free boolean;
 BEGIN
     IF p_q.kind = 'inbox' AND p_key IS NOT NULL THEN
         IF _inbox_key_kept(p_q.name, p_key) THEN
             RETURN NULL;
+        END IF;
+        v_snapshot := current_setting('transaction_isolation') IN ('repeatable read', 'serializable');
+        IF v_snapshot AND EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.key = p_key AND m.dedup) THEN
+            RETURN NULL; -- 1b
         END IF;
         INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until)
         VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, p_now, v_parked)
         ON CONFLICT (queue, key) WHERE dedup DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        IF v_snapshot THEN
+            -- 3b: raises 40001 when a processed row with the key committed after our snapshot.
+            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+            VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now)
+            ON CONFLICT (queue, key) DO NOTHING
+            RETURNING true INTO v_free;
+            IF v_free THEN
+                DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
+                RETURN v_id;
+            END IF;
+            DELETE FROM message WHERE queue = p_q.name AND id = v_id;
             RETURN NULL;
         END IF;
         IF _inbox_key_kept(p_q.name, p_key) THEN
@@ -85,7 +131,8 @@ END
 $$;
 
 -- send returns the new message's id, or NULL for an inbox duplicate.
--- p_deliver_at in the future schedules the message; NULL or past = now.
+-- p_deliver_at in the future schedules the message (at most 10 years ahead);
+-- NULL or past = now.
 CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
                                 p_deliver_at timestamptz DEFAULT NULL)
 RETURNS bigint
@@ -97,6 +144,7 @@ DECLARE
     v_id bigint;
 BEGIN
     PERFORM _check_message(p_payload, p_headers, p_key);
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp());
     IF v_id IS NOT NULL THEN
         PERFORM pg_notify(notify_channel(), p_queue);
@@ -108,7 +156,8 @@ $$;
 -- send_batch sends up to 10000 messages at once and returns one id per input
 -- element, in input order (NULL for an inbox duplicate, also a duplicate
 -- within the batch). p_headers, p_keys and p_deliver_at are NULL or arrays of
--- the same length as p_payloads. One notification per batch.
+-- the same length as p_payloads; each p_deliver_at[i] as send's p_deliver_at.
+-- One notification per batch.
 CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
                                       p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -138,6 +187,7 @@ BEGIN
     END IF;
     FOR i IN 1 .. v_n LOOP
         PERFORM _check_message(p_payloads[i], p_headers[i], p_keys[i]);
+        PERFORM _check_deliver_at(format('p_deliver_at[%s]', i), p_deliver_at[i]);
     END LOOP;
     v_now := clock_timestamp();
 

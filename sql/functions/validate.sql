@@ -91,3 +91,89 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Times. The bounds are relative to the database clock (clock_timestamp(),
+-- read when the check runs) and are the same for every function:
+--
+--   p_now        NULL (the database clock) or within 10 years of the clock,
+--                either side. The p_now overloads exist for tests, which pin
+--                fixed dates near today; a time further away (or +/-infinity)
+--                would hold a lease or a claim for centuries, expire every
+--                row at once, or overflow the arithmetic that adds a TTL.
+--   p_deliver_at NULL (now) or a finite time at most 10 years ahead of the
+--                clock; a time in the past means now.
+--
+-- Both raise 22023 naming the argument and the bound, and echo the value
+-- given (in the session's TimeZone).
+CREATE OR REPLACE FUNCTION _check_now(p_arg text, p_value timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_clock timestamptz;
+BEGIN
+    IF p_value IS NULL THEN
+        RETURN;
+    END IF;
+    v_clock := clock_timestamp();
+    IF NOT (p_value >= v_clock - interval '10 years' AND p_value <= v_clock + interval '10 years') THEN
+        RAISE EXCEPTION '% must be NULL (the database clock) or a time within 10 years of the database clock, got %',
+            p_arg, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _check_deliver_at(p_arg text, p_value timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NOT NULL AND NOT (isfinite(p_value) AND p_value <= clock_timestamp() + interval '10 years') THEN
+        RAISE EXCEPTION '% must be NULL (now) or a finite time at most 10 years after the database clock, got %',
+            p_arg, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+-- _check_time_zone: a time zone for AT TIME ZONE (a name from pg_timezone_names,
+-- an abbreviation or a POSIX spec such as 'UTC-3' or 'EST5EDT') whose UTC
+-- offset stays within 15 hours either side (real zones span -12 to +14).
+-- PostgreSQL accepts POSIX offsets up to 167 hours ('UTC-99'), which would
+-- shift a retention cutoff by days. The offset is read at every hour of a
+-- fixed year (2001: POSIX rules repeat yearly, so a daylight-saving offset
+-- in force for an hour is seen too). NULL is accepted (the caller's default).
+CREATE OR REPLACE FUNCTION _check_time_zone(p_arg text, p_value text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_offset interval;
+BEGIN
+    IF p_value IS NULL THEN
+        RETURN;
+    END IF;
+    BEGIN
+        SELECT o INTO v_offset
+          FROM (SELECT (t AT TIME ZONE p_value) - (t AT TIME ZONE 'UTC') AS o
+                  FROM generate_series(timestamptz '2001-01-01 00:00:00+00', timestamptz '2001-12-31 23:00:00+00',
+                                       interval '1 hour') t) x
+         ORDER BY abs(extract(epoch FROM o)) DESC
+         LIMIT 1;
+    EXCEPTION WHEN OTHERS THEN -- unknown zone, or a malformed spec
+        RAISE EXCEPTION '% must be NULL (the database''s TimeZone) or a time zone whose UTC offset is within 15 hours, got %, which is not a time zone',
+            p_arg, quote_literal(p_value)
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
+    IF abs(extract(epoch FROM v_offset)) > 15 * 3600 THEN
+        RAISE EXCEPTION '% must be NULL (the database''s TimeZone) or a time zone whose UTC offset is within 15 hours, got %, whose UTC offset is %',
+            p_arg, quote_literal(p_value),
+            CASE WHEN v_offset < interval '0' THEN '-' ELSE '+' END || _interval_text(CASE WHEN v_offset < interval '0' THEN -v_offset ELSE v_offset END)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;

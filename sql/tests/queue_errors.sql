@@ -161,11 +161,11 @@ SELECT throws_ok($$SELECT pgsweep.send_batch('i', ARRAY['1', '2']::jsonb[], NULL
 
 -- queue_create
 SELECT throws_ok($$SELECT pgsweep.queue_create(NULL)$$, '22023',
-    'p_queue must be a non-empty string of at most 200 characters, got NULL', 'queue_create: NULL queue');
+    'p_queue must be a non-empty string of at most 172 characters (its retention policy pgsweep.processed:<queue> must fit in 190), got NULL', 'queue_create: NULL queue');
 SELECT throws_ok($$SELECT pgsweep.queue_create('', 'inbox')$$, '22023',
-    'p_queue must be a non-empty string of at most 200 characters, got an empty string', 'queue_create: empty queue');
-SELECT throws_ok($$SELECT pgsweep.queue_create(repeat('q', 201))$$, '22023',
-    'p_queue must be a non-empty string of at most 200 characters, got 201 characters', 'queue_create: name of 201 characters');
+    'p_queue must be a non-empty string of at most 172 characters (its retention policy pgsweep.processed:<queue> must fit in 190), got an empty string', 'queue_create: empty queue');
+SELECT throws_ok($$SELECT pgsweep.queue_create(repeat('q', 173))$$, '22023',
+    'p_queue must be a non-empty string of at most 172 characters (its retention policy pgsweep.processed:<queue> must fit in 190), got 173 characters', 'queue_create: name of 173 characters');
 SELECT throws_ok($$SELECT pgsweep.queue_create('x', NULL)$$, '22023',
     'p_kind must be outbox or inbox, got NULL', 'queue_create: NULL kind');
 SELECT throws_ok($$SELECT pgsweep.queue_create('x', 'Outbox')$$, '22023',

@@ -58,7 +58,7 @@ SELECT throws_ok($$SELECT pgsweep.queue_configure('nope', '{}')$$, '22023',
 SELECT throws_ok($$SELECT pgsweep.queue_create('x', 'topic')$$, '22023', 'p_kind must be outbox or inbox, got topic', 'bad kind');
 SELECT throws_ok($$SELECT pgsweep.queue_create('x', 'outbox', 0)$$, '22023', 'p_max_attempts must be between 1 and 1000, got 0', 'bad max_attempts');
 SELECT throws_ok($$SELECT pgsweep.queue_create('', 'outbox')$$, '22023',
-    'p_queue must be a non-empty string of at most 200 characters, got an empty string', 'empty queue name');
+    'p_queue must be a non-empty string of at most 172 characters (its retention policy pgsweep.processed:<queue> must fit in 190), got an empty string', 'empty queue name');
 SELECT set_eq('SELECT * FROM pgsweep.queue', 'SELECT * FROM q_before', 'failed queue calls changed nothing');
 
 -- send: ids, defaults, the notification channel's name. (Delivery of the
