@@ -63,6 +63,7 @@ AS $$
     SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
         'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
         '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
+        'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
@@ -72,11 +73,14 @@ AS $$
         'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
         'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
         'notify_channel', 'version',
+        -- what the invoker functions (retention_register's wrappers, the
+        -- retention steps, cron) call: argument checks, pure
+        '_check_text', '_check_int', '_check_interval', '_interval_text', '_retention_invalid',
         -- what the procedures (running as their caller) call
         '_maintain_pass_begin', '_maintain_pass_end', '_maintain_part_begin', '_maintain_part_step',
         '_maintain_part_end', '_maintain_recovery', '_maintain_retention', '_maintain_renew',
         '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
-        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_owner_role',
+        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_retention_dropped', '_owner_role',
         '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
         '_retention_as_owner', '_retention_finish_error', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
         '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',

@@ -45,7 +45,7 @@ DECLARE
 BEGIN
     SELECT c.oid INTO v_rel
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = p_schema AND c.relname = p_table AND c.relkind = 'r';
+     WHERE n.nspname = p_schema AND c.relname = p_table AND c.relkind IN ('r', 'p');
     IF v_rel IS NULL THEN
         RAISE EXCEPTION 'retention: table %.% no longer exists', quote_ident(p_schema), quote_ident(p_table)
             USING ERRCODE = 'undefined_table';

@@ -89,6 +89,9 @@ DECLARE
     v_n int;
     v_at timestamptz;
 BEGIN
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) = 'p' THEN
+        RETURN _retention_plan_partitioned(p_pol, p_now, p_owner);
+    END IF;
     SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
     -- The sample (taken by the caller, as the policy's owner, over

@@ -69,8 +69,10 @@ BEGIN
     END IF;
     -- Only plain tables: the TID-range walk needs one heap. A partitioned
     -- table's partitions are registered one by one (or dropped when old).
-    IF v_kind <> 'r' OR v_persistence = 't' THEN
-        PERFORM _retention_invalid('p_table must be an ordinary, non-temporary table, got %s (relkind %s)',
+    -- Ordinary or partitioned (retention_partition.sql: every leaf, present
+    -- and future), never temporary: a cleaner runs in another session.
+    IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
+        PERFORM _retention_invalid('p_table must be an ordinary or partitioned, non-temporary table, got %s (relkind %s)',
             p_table::text, v_kind::text);
     END IF;
     IF p_builtin THEN

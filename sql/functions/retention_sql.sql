@@ -93,8 +93,9 @@ BEGIN
 END
 $$;
 
--- _retention_sweep_sql builds a sweep's DELETE (see retention_sweep).
-CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text)
+-- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
+-- p_target, one leaf of it (a partitioned policy's units name their leaf).
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -104,6 +105,10 @@ DECLARE
     v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
     v_pred text := _retention_predicate(p_pol, v_rel);
 BEGIN
+    IF p_target IS NOT NULL THEN
+        SELECT format('%I.%I', n.nspname, c.relname) INTO v_tbl
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target;
+    END IF;
     IF p_strategy = 'tid_range' THEN
         RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
     END IF;
@@ -154,12 +159,16 @@ $$;
 -- <schema>_owner that builds the statement from the policy itself.
 
 -- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
-CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text)
+CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_kind
+        WHEN 'drop' THEN (SELECT pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L INTO n; EXECUTE %L; EXECUTE %L; '
+            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+            d.count_sql, d.detach_sql, d.drop_sql) FROM _retention_drop_sql(p_target) d)
         WHEN 'delete' THEN pg_catalog.format(
             'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
             'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
@@ -189,7 +198,7 @@ $$;
 -- returns the DELETE's row count or the sample's three values. It runs as
 -- its caller (SECURITY INVOKER): the caller must be able to act as the owner.
 CREATE OR REPLACE FUNCTION _retention_as_owner(p_pol retention_policy, p_kind text, p_strategy text,
-    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz, p_target regclass,
     OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -211,7 +220,9 @@ BEGIN
                                            p_pol.owner, p_pol.owner::text, current_user);
     END IF;
     IF p_kind = 'delete' THEN
-        v_sql := _retention_sweep_sql(p_pol, p_strategy);
+        v_sql := _retention_sweep_sql(p_pol, p_strategy, p_target);
+    ELSIF p_kind = 'drop' THEN
+        v_sql := NULL; -- _retention_exec_body builds the drop from p_target
     ELSE
         v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
     END IF;
@@ -219,7 +230,7 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
         'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
-        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' THEN p_strategy END), _retention_exec_body(v_sql, p_kind));
+        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' THEN p_strategy END), _retention_exec_body(v_sql, p_kind, p_target));
     EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
     EXECUTE pg_catalog.format('SELECT * FROM %s', pg_catalog.replace(v_sig,
             pg_catalog.format('(%s, %s, timestamptz, text[], text[])', v_type, v_type), '($1, $2, $3, $4, $5)'))

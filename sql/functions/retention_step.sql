@@ -111,7 +111,7 @@ $$;
 -- called again.
 CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint, OUT o_action text, OUT o_more boolean,
     OUT o_pol retention_policy, OUT o_strategy text, OUT o_unit retention_unit, OUT o_cutoff timestamptz,
-    OUT o_now timestamptz, OUT o_pct double precision)
+    OUT o_now timestamptz, OUT o_pct double precision, OUT o_target regclass)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -200,7 +200,28 @@ BEGIN
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    o_action := 'delete';
+    -- A partitioned policy's unit names its leaf (retention_partition.sql).
+    IF v_unit.leaf_name IS NOT NULL THEN
+        -- by the catalog, not to_regclass: this runs as <schema>_owner, which
+        -- need not have USAGE on the table's schema
+        SELECT c.oid INTO o_target
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
+        IF o_target IS NULL THEN -- the leaf is gone (dropped by someone else): nothing left to do
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+            o_more := true;
+            RETURN;
+        END IF;
+        -- Planned as a drop but no longer droppable (re-attached elsewhere,
+        -- the policy changed): sweep the whole leaf instead.
+        IF v_unit.action = 'drop' AND NOT _retention_leaf_droppable(v_pol, o_target, v_sweep.cutoff) THEN
+            UPDATE retention_unit SET action = 'delete', block_lo = 0, block_hi = NULL
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
+            RETURNING * INTO v_unit;
+        END IF;
+    END IF;
+    o_action := CASE WHEN v_unit.action = 'drop' THEN 'drop' ELSE 'delete' END;
     o_more := true;
     o_pol := v_pol;
     o_strategy := v_sweep.strategy;
@@ -245,6 +266,13 @@ BEGIN
 END
 $$;
 
+-- _retention_dropped counts a leaf the pass removed whole.
+CREATE OR REPLACE FUNCTION _retention_dropped(p_pass bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ UPDATE retention_pass SET partitions_dropped = partitions_dropped + 1 WHERE id = p_pass $$;
+
 -- _retention_plan_from_sample plans the pass's sweep from the sample.
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
@@ -284,17 +312,23 @@ BEGIN
     v := _retention_step_claim(p_pass);
     IF v.o_action = 'plan' THEN
         IF v.o_pct IS NOT NULL THEN
-            v_run := _retention_as_owner(v.o_pol, 'sample', NULL, v.o_pct, NULL::double precision, v.o_cutoff);
+            v_run := _retention_as_owner(v.o_pol, 'sample', NULL, v.o_pct, NULL::double precision, v.o_cutoff, NULL);
+            PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
+        ELSE -- an empty table, or a partitioned one (planned per leaf): no sample
+            PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
         END IF;
-        PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
-    ELSIF v.o_action = 'delete' THEN
+    ELSIF v.o_action IN ('delete', 'drop') THEN
         BEGIN
-            IF v.o_strategy = 'tid_range' THEN
+            IF v.o_action = 'drop' THEN
+                v_run := _retention_as_owner(v.o_pol, 'drop', NULL, NULL::tid, NULL::tid, v.o_cutoff, v.o_target);
+                PERFORM _retention_dropped(p_pass);
+            ELSIF v.o_strategy = 'tid_range' THEN
                 v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
                     pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
-                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff);
+                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff, v.o_target);
             ELSE
-                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi, v.o_cutoff);
+                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
+                    v.o_cutoff, v.o_target);
             END IF;
         EXCEPTION WHEN lock_not_available THEN
             -- A row of the unit stayed locked past retention_lock_timeout:

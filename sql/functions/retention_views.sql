@@ -22,7 +22,8 @@ SELECT p.id,
        p.lease_token,
        p.planned_sweep,
        p.error,
-       p.deferred
+       p.deferred,
+       p.partitions_dropped
   FROM retention_pass p;
 
 -- retention_policies: every policy with its last pass.

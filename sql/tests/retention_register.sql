@@ -121,7 +121,7 @@ SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'a.b.c.d', 'ExpiresAt'
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', NULL::regclass, 'ExpiresAt', '1 day')$$, '22023',
     'p_table must be an existing table, got NULL', 'NULL table');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.v', 'at', '1 day')$$, '22023',
-    'p_table must be an ordinary, non-temporary table, got rt.v (relkind v)', 'a view');
+    'p_table must be an ordinary or partitioned, non-temporary table, got rt.v (relkind v)', 'a view');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'Expires', '1 day')$$, '22023',
     'p_time_column must name a column of rt.published, got "Expires"', 'missing time column');
 SELECT throws_ok($$SELECT pgsweep.retention_register('x', 'rt.published', 'expiresat', '1 day')$$, '22023',

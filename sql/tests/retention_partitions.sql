@@ -1,0 +1,94 @@
+-- Retention of partitioned tables (retention_partition.sql): every leaf,
+-- present and future; RANGE leaves wholly older than the cutoff are
+-- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
+-- status-filtered) are swept row by row.
+BEGIN;
+SELECT plan(21);
+
+CREATE SCHEMA rp;
+-- RANGE by day, with a default partition
+CREATE TABLE rp.events (id bigint NOT NULL, at timestamptz NOT NULL, status text NOT NULL DEFAULT 'done')
+    PARTITION BY RANGE (at);
+CREATE TABLE rp.events_d1 PARTITION OF rp.events FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+CREATE TABLE rp.events_d2 PARTITION OF rp.events FOR VALUES FROM ('2026-01-02 00:00+00') TO ('2026-01-03 00:00+00');
+CREATE TABLE rp.events_d3 PARTITION OF rp.events FOR VALUES FROM ('2026-01-03 00:00+00') TO ('2026-01-04 00:00+00');
+CREATE TABLE rp.events_def PARTITION OF rp.events DEFAULT;
+INSERT INTO rp.events SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 71) g; -- d1, d2, d3
+INSERT INTO rp.events SELECT 1000 + g, '2025-06-01 00:00+00'::timestamptz + g * interval '1 day' FROM generate_series(0, 9) g; -- default, old
+INSERT INTO rp.events VALUES (2000, '2030-01-01 00:00+00'); -- default, young
+
+CREATE FUNCTION pg_temp.run(p_name text, p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE v_pass bigint; v_more boolean;
+BEGIN
+    v_pass := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', p_now);
+    IF v_pass IS NULL THEN RETURN NULL; END IF;
+    LOOP
+        v_more := pgsweep._retention_step(v_pass);
+        EXIT WHEN NOT v_more;
+    END LOOP;
+    PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);
+    PERFORM pgsweep._retention_unlock(p_name);
+    RETURN v_pass;
+END $$;
+
+SELECT lives_ok($$SELECT pgsweep.retention_register('events', 'rp.events', 'at', '1 day')$$, 'RANGE-partitioned table registers');
+-- cutoff 2026-01-02 12:00: d1 (ends 01-02 00:00) is wholly expired, d2 partly, d3 not
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'a pass runs');
+SELECT ok(to_regclass('rp.events_d1') IS NULL, 'the wholly expired leaf is dropped');
+SELECT is((SELECT count(*) FROM rp.events_d2), 12::bigint, 'the partly expired leaf is swept: its 12 young hours stay');
+SELECT is((SELECT count(*) FROM rp.events_d3), 24::bigint, 'the young leaf is untouched');
+SELECT is((SELECT count(*) FROM rp.events_def), 1::bigint, 'the default partition is swept, not dropped: its young row stays');
+SELECT ok(to_regclass('rp.events_def') IS NOT NULL, 'the default partition stays');
+SELECT results_eq($$SELECT outcome, rows_deleted, partitions_dropped FROM pgsweep.retention_passes WHERE policy = 'events'$$,
+    $$VALUES ('drained', 24::bigint + 12 + 10, 1)$$, 'the pass counts the dropped leaf''s 24 rows as deleted, and the drop');
+
+-- a partition attached after registration is covered
+CREATE TABLE rp.events_d0 (LIKE rp.events);
+INSERT INTO rp.events_d0 SELECT g, '2025-12-31 00:00+00'::timestamptz + g * interval '1 hour', 'done' FROM generate_series(0, 23) g;
+ALTER TABLE rp.events ATTACH PARTITION rp.events_d0 FOR VALUES FROM ('2025-12-31 00:00+00') TO ('2026-01-01 00:00+00');
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'another pass runs');
+SELECT ok(to_regclass('rp.events_d0') IS NULL, 'a leaf attached after registration is covered (dropped)');
+
+-- a status filter: leaves are never dropped whole, only swept
+CREATE TABLE rp.jobs (id bigint NOT NULL, at timestamptz NOT NULL, status text NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rp.jobs_d1 PARTITION OF rp.jobs FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+INSERT INTO rp.jobs SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval '1 hour', CASE WHEN g % 2 = 0 THEN 'done' ELSE 'queued' END
+  FROM generate_series(0, 23) g;
+SELECT pgsweep.retention_register('jobs', 'rp.jobs', 'at', '1 day', 'status', ARRAY['done']);
+SELECT isnt(pg_temp.run('jobs', '2026-01-05 00:00+00'), NULL, 'a filtered pass runs');
+SELECT ok(to_regclass('rp.jobs_d1') IS NOT NULL, 'with a status filter the leaf is not dropped');
+SELECT is((SELECT count(*) FROM rp.jobs_d1 WHERE status = 'queued'), 12::bigint, 'only the done rows are deleted');
+SELECT is((SELECT count(*) FROM rp.jobs_d1), 12::bigint, 'all of them');
+
+-- LIST and HASH (and two levels) are swept
+CREATE TABLE rp.by_kind (id bigint NOT NULL, kind text NOT NULL, at timestamptz NOT NULL) PARTITION BY LIST (kind);
+CREATE TABLE rp.by_kind_a PARTITION OF rp.by_kind FOR VALUES IN ('a') PARTITION BY HASH (id);
+CREATE TABLE rp.by_kind_a0 PARTITION OF rp.by_kind_a FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE rp.by_kind_a1 PARTITION OF rp.by_kind_a FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+CREATE TABLE rp.by_kind_b PARTITION OF rp.by_kind FOR VALUES IN ('b');
+INSERT INTO rp.by_kind SELECT g, CASE WHEN g % 3 = 0 THEN 'b' ELSE 'a' END,
+       CASE WHEN g % 2 = 0 THEN '2026-01-01 00:00+00'::timestamptz ELSE '2026-02-01 00:00+00'::timestamptz END
+  FROM generate_series(1, 60) g;
+SELECT lives_ok($$SELECT pgsweep.retention_register('by_kind', 'rp.by_kind', 'at', '1 day')$$, 'LIST over HASH registers');
+SELECT isnt(pg_temp.run('by_kind', '2026-01-10 00:00+00'), NULL, 'a LIST/HASH pass runs');
+SELECT is((SELECT count(*) FROM rp.by_kind), 30::bigint, 'every leaf is swept: the 30 old rows are gone');
+SELECT is((SELECT count(*) FROM rp.by_kind WHERE at < '2026-01-09'), 0::bigint, 'none of them left');
+SELECT ok(to_regclass('rp.by_kind_a0') IS NOT NULL AND to_regclass('rp.by_kind_b') IS NOT NULL, 'LIST and HASH leaves are never dropped');
+
+-- a policy owner that may delete but does not own the table gets sweeps, not drops
+CREATE ROLE rp_cleaner NOLOGIN;
+CREATE TABLE rp.logs (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rp.logs_d1 PARTITION OF rp.logs FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+INSERT INTO rp.logs SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
+GRANT USAGE ON SCHEMA rp TO rp_cleaner;
+GRANT pgsweep_admin TO rp_cleaner;
+GRANT SELECT, DELETE ON rp.logs, rp.logs_d1 TO rp_cleaner;
+SET LOCAL ROLE rp_cleaner;
+SELECT pgsweep.retention_register('logs', 'rp.logs', 'at', '1 day');
+RESET ROLE;
+SELECT isnt(pg_temp.run('logs', '2026-01-05 00:00+00'), NULL, 'a pass of a non-owner''s policy runs');
+SELECT ok(to_regclass('rp.logs_d1') IS NOT NULL AND (SELECT count(*) FROM rp.logs_d1) = 0,
+    'a policy owner that does not own the table has the expired leaf swept, not dropped');
+
+SELECT * FROM finish();
+ROLLBACK;
