@@ -1311,6 +1311,7 @@ DECLARE
     v_last_id bigint;
     v_token uuid;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     -- Hot path: one plain expression checks every argument; only a bad
     -- argument pays for the _check_* calls that name it in the error.
     IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
@@ -1490,6 +1491,7 @@ DECLARE
     v_q queue;
     v_until timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_lease IS NOT NULL THEN
@@ -1526,6 +1528,7 @@ DECLARE
     v_kind text;
     v_now timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     IF p_token IS NULL OR p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
         PERFORM _check_token(p_token);
         PERFORM _check_ids(p_ids);
@@ -1636,6 +1639,7 @@ DECLARE
     v_jitter double precision;
     v_error text := left(p_error, 10000);
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_retry_after IS NOT NULL THEN
@@ -1842,7 +1846,7 @@ BEGIN
     SELECT count(*) INTO v_dead FROM x;
 
     UPDATE message m
-       SET status = 'failed', owner = NULL, visible_at = v_now, last_error = 'lease expired'
+       SET status = 'failed', owner = NULL, token = NULL, visible_at = v_now, last_error = 'lease expired'
      WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.owner IS NOT NULL AND m.attempt < v_q.max_attempts;
     GET DIAGNOSTICS v_rec = ROW_COUNT;
 

@@ -90,6 +90,7 @@ AS $$
 DECLARE
     v maintain_state;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT * INTO v FROM maintain_state WHERE part = p_part;
     RETURN v.backlog OR v.last_finished_at IS NULL OR v.last_finished_at + _maintain_interval(p_part) <= p_now;
 END
@@ -135,6 +136,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_key bigint := _maintain_lock_key(p_part);
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     IF NOT p_part = ANY (_maintain_parts()) THEN
         RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
             coalesce(quote_literal(p_part), 'NULL') USING ERRCODE = 'invalid_parameter_value';
@@ -198,6 +200,7 @@ DECLARE
     v_more boolean := coalesce(jsonb_typeof(p_result -> 'more') = 'boolean' AND (p_result ->> 'more')::boolean, false);
     v_now timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT * INTO v_run FROM maintain_run WHERE id = p_run FOR UPDATE;
     IF NOT FOUND OR v_run.status <> 'running' THEN
         RETURN false;
@@ -269,6 +272,7 @@ DECLARE
     v_run maintain_run;
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     UPDATE maintain_run
        SET finished_at = v_now,
            status = CASE WHEN status = 'running' THEN 'done' ELSE status END
@@ -305,6 +309,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_part text;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
     o_owner := coalesce(p_owner, format('maintain:pid%s:%s', pg_backend_pid(), substr(md5(random()::text), 1, 8)));
     PERFORM _check_text('p_owner', o_owner);
@@ -333,6 +338,7 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     UPDATE maintain_pass SET finished_at = v_now WHERE id = p_pass;
     PERFORM _maintain_history_trim(v_now);
 END
@@ -351,6 +357,7 @@ DECLARE
     v_cut bigint;
     v_deleted bigint;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     IF NOT pg_try_advisory_xact_lock(_maintain_lock_key('history')) THEN
         RETURN 0;
     END IF;

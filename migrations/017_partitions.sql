@@ -1143,6 +1143,7 @@ DECLARE
     v_start timestamptz;
     v_at timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_name', p_name);
     IF p_owner IS NOT NULL THEN
         PERFORM _check_text('p_owner', p_owner);
@@ -1365,6 +1366,7 @@ DECLARE
     v_pol retention_policy;
     v_sweep_id bigint;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
     IF NOT FOUND THEN
@@ -1531,6 +1533,7 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     RETURN QUERY
     SELECT r.name
       FROM retention_policy r

@@ -51,6 +51,7 @@ DECLARE
     v_q queue;
     v_until timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_lease IS NOT NULL THEN
@@ -87,6 +88,7 @@ DECLARE
     v_kind text;
     v_now timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     IF p_token IS NULL OR p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
         PERFORM _check_token(p_token);
         PERFORM _check_ids(p_ids);

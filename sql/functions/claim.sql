@@ -97,6 +97,7 @@ DECLARE
     v_last_id bigint;
     v_token uuid;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     -- Hot path: one plain expression checks every argument; only a bad
     -- argument pays for the _check_* calls that name it in the error.
     IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000

@@ -34,6 +34,7 @@ DECLARE
     v_jitter double precision;
     v_error text := left(p_error, 10000);
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_retry_after IS NOT NULL THEN

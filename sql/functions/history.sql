@@ -14,6 +14,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_part text;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
     o_owner := coalesce(p_owner, format('maintain:pid%s:%s', pg_backend_pid(), substr(md5(random()::text), 1, 8)));
     PERFORM _check_text('p_owner', o_owner);
@@ -42,6 +43,7 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     UPDATE maintain_pass SET finished_at = v_now WHERE id = p_pass;
     PERFORM _maintain_history_trim(v_now);
 END
@@ -60,6 +62,7 @@ DECLARE
     v_cut bigint;
     v_deleted bigint;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     IF NOT pg_try_advisory_xact_lock(_maintain_lock_key('history')) THEN
         RETURN 0;
     END IF;

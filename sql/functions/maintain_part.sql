@@ -57,6 +57,7 @@ AS $$
 DECLARE
     v maintain_state;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT * INTO v FROM maintain_state WHERE part = p_part;
     RETURN v.backlog OR v.last_finished_at IS NULL OR v.last_finished_at + _maintain_interval(p_part) <= p_now;
 END
@@ -102,6 +103,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_key bigint := _maintain_lock_key(p_part);
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     IF NOT p_part = ANY (_maintain_parts()) THEN
         RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
             coalesce(quote_literal(p_part), 'NULL') USING ERRCODE = 'invalid_parameter_value';
@@ -165,6 +167,7 @@ DECLARE
     v_more boolean := coalesce(jsonb_typeof(p_result -> 'more') = 'boolean' AND (p_result ->> 'more')::boolean, false);
     v_now timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT * INTO v_run FROM maintain_run WHERE id = p_run FOR UPDATE;
     IF NOT FOUND OR v_run.status <> 'running' THEN
         RETURN false;
@@ -236,6 +239,7 @@ DECLARE
     v_run maintain_run;
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     UPDATE maintain_run
        SET finished_at = v_now,
            status = CASE WHEN status = 'running' THEN 'done' ELSE status END

@@ -80,7 +80,7 @@ BEGIN
     SELECT count(*) INTO v_dead FROM x;
 
     UPDATE message m
-       SET status = 'failed', owner = NULL, visible_at = v_now, last_error = 'lease expired'
+       SET status = 'failed', owner = NULL, token = NULL, visible_at = v_now, last_error = 'lease expired'
      WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.owner IS NOT NULL AND m.attempt < v_q.max_attempts;
     GET DIAGNOSTICS v_rec = ROW_COUNT;
 

@@ -63,6 +63,7 @@ DECLARE
     v_start timestamptz;
     v_at timestamptz;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_name', p_name);
     IF p_owner IS NOT NULL THEN
         PERFORM _check_text('p_owner', p_owner);
@@ -285,6 +286,7 @@ DECLARE
     v_pol retention_policy;
     v_sweep_id bigint;
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
     IF NOT FOUND THEN

@@ -74,6 +74,7 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
+    PERFORM _check_now('p_now', p_now);
     RETURN QUERY
     SELECT r.name
       FROM retention_policy r
