@@ -1,0 +1,355 @@
+-- pgsweep 0.18: the relay's verbs (docs/relay.md).
+--
+-- * claim_ids(p_queue, p_owner, p_ids, p_lease): claims exactly the given
+--   messages that are claimable now, by claim's rules and with claim's row
+--   update (a fresh token per call), for direct dispatch after commit.
+-- * dead_letter(p_queue, p_token, p_ids, p_error): moves held messages to the
+--   dead letters at once (a permanent failure, such as a message the broker
+--   refuses for good).
+-- Both are worker verbs (privileges.sql).
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+-- pgsweep:include functions/claim_ids.sql
+-- claim_ids: claim exactly the given messages, for direct dispatch.
+--
+-- A relay that publishes an outbox to a broker (docs/relay.md) dispatches a
+-- message at once after the transaction that sent it commits: it knows the
+-- ids, and claim_ids leases those ids -- and only those -- to p_owner, so the
+-- message reaches the broker without waiting for the next claim. Whatever
+-- claim_ids does not take (the row is in flight elsewhere, not due yet, gone)
+-- is left to claim: direct dispatch is a shortcut, never the only way a
+-- message leaves the table.
+--
+-- It claims exactly what claim would hand out now, by the same rules:
+--  * claimable: visible_at <= now and attempt < max_attempts -- pending or
+--    failed rows that are due, and rows whose lease expired (visible_at is
+--    the lease expiry of a processing row, so a live lease is never taken:
+--    the fence of its claim holds). A parked row (scheduled, in its backoff)
+--    has visible_at = parked_until, so it is taken only once due.
+--  * FOR UPDATE SKIP LOCKED: rows another claimer has locked are skipped,
+--    never waited for, so claim_ids and claim (or two claim_ids with the same
+--    ids, on two relays) never hand out one row twice.
+--  * the row update is claim's, column for column: status 'processing',
+--    owner, a fresh token (one per call, the same for all its rows),
+--    attempt + 1, visible_at = the lease expiry; and parked_until = NULL,
+--    which is what claim's promotion does to a parked row that came due
+--    before it is claimed (a row that was not parked keeps NULL, and its
+--    update stays HOT).
+--  * the claim cursor moves forward to the newest row taken, as a claim's
+--    does (never back; only when its row lock is free): without it, claims
+--    would walk the dead index entries of every message direct dispatch
+--    completed. A due row behind the cursor is found by claim's rescan, as
+--    for any claim (claim.sql).
+-- Rows come back oldest first by (created_at, id), as claim's.
+--
+-- TODO(lanes): when messages carry a lane (DESIGN.md, "Ordered lanes"),
+-- claim_ids must take a lane's message only when claim would: it is the
+-- lane's head and nothing of the lane is in flight.
+--
+-- p_ids: 1 to 10000 ids (_check_ids); ids that are not messages of the queue
+-- are ignored. p_lease NULL is the queue's lease_default. This overload takes
+-- the time from its caller (p_now, NULL = the clock): for tests only.
+CREATE OR REPLACE FUNCTION claim_ids(p_queue text, p_owner text, p_ids bigint[], p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_tids tid[];
+    v_ids bigint[];
+    v_last_at timestamptz;
+    v_last_id bigint;
+    v_token uuid;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_ids(p_ids);
+    IF p_lease IS NOT NULL THEN
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default) INTO v_max, v_lease
+      FROM queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    SELECT array_agg(c.ctid), array_agg(c.id),
+           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+      INTO v_tids, v_ids, v_last_at, v_last_id
+      FROM (SELECT s.ctid, s.created_at, s.id
+              FROM message s
+             WHERE s.queue = p_queue AND s.id = ANY (p_ids)
+               AND s.visible_at <= v_now AND s.attempt < v_max
+             ORDER BY s.created_at, s.id
+               FOR UPDATE SKIP LOCKED) c;
+    IF v_tids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Forward only, and only when the cursor row's lock is free (claim.sql).
+    UPDATE claim_cursor c
+       SET created_at = v_last_at, id = v_last_id
+     WHERE c.queue = p_queue
+       AND (c.created_at, c.id) < (v_last_at, v_last_id)
+       AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+
+    v_token := gen_random_uuid();
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until,
+               parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids) -- see claim's promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token
+    )
+    SELECT * FROM claimed ORDER BY 6, 1;
+END
+$$;
+
+-- The verb: the database clock; p_lease left out or NULL is the queue's
+-- lease_default.
+CREATE OR REPLACE FUNCTION claim_ids(p_queue text, p_owner text, p_ids bigint[], p_lease interval DEFAULT NULL)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM claim_ids(p_queue, p_owner, p_ids, p_lease, NULL::timestamptz);
+END
+$$;
+
+-- dead_letter: a permanent failure. The rows the claim whose token is p_token
+-- holds move to message_dead at once, whatever attempts they have left, with
+-- p_error as their last error -- what fail does to a row on its last attempt
+-- (fail.sql), for a message that no retry can deliver (a relay's broker
+-- refused it for good: too large, malformed). dead_requeue sends it back
+-- once the cause is fixed. Returns the ids it acted on; a stale or wrong
+-- token acts on nothing (ack.sql). This overload takes the time from its
+-- caller (p_now, NULL = the clock): for tests only.
+CREATE OR REPLACE FUNCTION dead_letter(p_queue text, p_token uuid, p_ids bigint[], p_error text, p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_error text := left(p_error, 10000);
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_token(p_token);
+    PERFORM _check_ids(p_ids);
+    PERFORM _queue_get(p_queue);
+    v_now := coalesce(p_now, clock_timestamp());
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+    )
+    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now FROM d
+    RETURNING x.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dead_letter(p_queue text, p_token uuid, p_ids bigint[], p_error text)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT dead_letter(p_queue, p_token, p_ids, p_error, NULL::timestamptz);
+END
+$$;
+-- pgsweep:end functions/claim_ids.sql
+
+-- pgsweep:include functions/privileges.sql
+-- The role model, in one place (docs/security.md).
+--
+-- Installing into schema S uses four NOLOGIN roles (created by the
+-- migration when missing, see _ensure_roles):
+--   S_owner    owns the schema and every object in it; never a superuser
+--   S_admin    queues, settings, retention policies, cron, maintenance (and S_monitor)
+--   S_worker   send, claim, renew, complete, fail, release, leases
+--   S_monitor  the stats views; never payloads
+-- DBAs grant one of them to an application's own login role. PUBLIC gets
+-- nothing: not the schema, not a table, not a function.
+--
+-- Every function is SECURITY DEFINER (runs as S_owner, search_path pinned
+-- with pg_temp last) except the few that must run as their caller
+-- (_invoker_routines): the retention_register wrappers, which pass the
+-- caller's role on as the policy owner, the retention steps that delete as
+-- the policy's owner, and the pg_cron functions (the job runs as the role
+-- that scheduled it, which needs pg_cron's own grants). Worker and monitor roles hold no privilege on any
+-- table, so a fence cannot be bypassed with a direct UPDATE, and payloads
+-- are reachable only through the verbs. Procedures (maintain, retention_run)
+-- cannot be SECURITY DEFINER (they commit): they run as their caller and
+-- call only schema-qualified functions.
+--
+-- Every migration ends with SELECT _grant_all(): ownership, security and
+-- grants are re-applied from this file, so an upgraded install's ACLs equal
+-- a fresh one's.
+
+-- _role_names: the four role names of this install.
+CREATE OR REPLACE FUNCTION _role_names(OUT owner_role text, OUT admin_role text, OUT worker_role text, OUT monitor_role text)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.current_schema() || '_owner', pg_catalog.current_schema() || '_admin',
+           pg_catalog.current_schema() || '_worker', pg_catalog.current_schema() || '_monitor'
+$$;
+
+-- _owner_role: S_owner as a regrole (built-in retention policies belong to it).
+CREATE OR REPLACE FUNCTION _owner_role()
+RETURNS regrole
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (pg_catalog.current_schema() || '_owner')::pg_catalog.regrole $$;
+
+-- Routines that run as their caller; every other function is SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION _invoker_routines()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY['retention_register', '_retention_resolve', '_retention_step', '_retention_as_owner', '_grant_all',
+                 -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+                 'cron_schedule', 'cron_unschedule', 'cron_job', '_cron_available', '_cron_require']::text[]
+$$;
+
+-- The grant matrix: which role may execute which routine. Routines not
+-- listed are callable by S_owner only (internal helpers, the p_now test
+-- overloads: a routine is listed by name, so a p_now overload is excluded by
+-- its argument count in _grant_all).
+CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
+        'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
+        'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
+    UNION ALL
+    SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
+        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
+        'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
+        'notify_channel', 'version',
+        -- what the invoker functions (retention_register's wrappers, the
+        -- retention steps, cron) call: argument checks, pure
+        '_check_text', '_check_int', '_check_interval', '_interval_text', '_retention_invalid',
+        -- what the procedures (running as their caller) call
+        '_maintain_pass_begin', '_maintain_pass_end', '_maintain_part_begin', '_maintain_part_step',
+        '_maintain_part_end', '_maintain_recovery', '_maintain_retention', '_maintain_renew',
+        '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
+        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_retention_dropped', '_owner_role',
+        '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
+        '_retention_as_owner', '_retention_finish_error', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
+        '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
+        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
+        '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
+    UNION ALL
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'version']) r
+$$;
+
+-- The views each role may read (all run as S_owner, their owner).
+CREATE OR REPLACE FUNCTION _view_grants(OUT role_kind text, OUT view_name text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'monitor', v FROM pg_catalog.unnest(ARRAY[
+        'queue_stats', 'leases', 'retention_policies', 'retention_passes', 'maintenance_passes',
+        'maintenance_runs', 'settings']) v
+$$;
+
+-- _grant_all applies the model to everything in the schema. It runs as the
+-- migrating role (which must be S_owner's member or a superuser), at the end
+-- of every migration; it is idempotent.
+CREATE OR REPLACE FUNCTION _grant_all()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_roles record := _role_names();
+    v_owner text := v_roles.owner_role;
+    r record;
+    v_role text;
+BEGIN
+    IF (SELECT ro.rolsuper FROM pg_catalog.pg_roles ro WHERE ro.rolname = v_owner) THEN
+        RAISE EXCEPTION 'role % is a superuser: pgsweep''s objects must not be owned by one', v_owner
+            USING ERRCODE = 'insufficient_privilege', HINT = pg_catalog.format('ALTER ROLE %I NOSUPERUSER', v_owner);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER SCHEMA %I OWNER TO %I', v_schema, v_owner);
+    EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', v_schema);
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %I, %I, %I', v_schema,
+                              v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    EXECUTE pg_catalog.format('GRANT %I TO %I', v_roles.monitor_role, v_roles.admin_role);
+
+    -- Relations: owned by S_owner, nobody else holds a privilege. A sequence
+    -- owned by a column follows its table.
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                 WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                                   AND d.deptype IN ('a', 'i') AND c.relkind = 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('ALTER %s %I.%I OWNER TO %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+            v_schema, r.relname, v_owner);
+    END LOOP;
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %I.%I FROM PUBLIC, %I, %I, %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, v_schema, r.relname,
+            v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    END LOOP;
+    FOR r IN SELECT g.role_kind, g.view_name FROM _view_grants() g LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, r.view_name)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON %I.%I TO %I', v_schema, r.view_name, v_schema || '_' || r.role_kind);
+        END IF;
+    END LOOP;
+
+    -- Routines: owned by S_owner, SECURITY DEFINER unless listed as
+    -- invoker, executable by nobody but the roles the matrix names.
+    FOR r IN SELECT p.proname, p.prokind, p.pronargs,
+                    pg_catalog.format('%I.%I(%s)', v_schema, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)) AS sig,
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a = 'p_now') AS has_now
+               FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_schema::regnamespace ORDER BY 4 LOOP
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', r.sig, v_owner);
+        EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, %I, %I, %I', r.sig,
+                                  v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+        IF r.prokind = 'f' THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s %s', r.sig,
+                CASE WHEN r.proname = ANY (_invoker_routines()) THEN 'SECURITY INVOKER' ELSE 'SECURITY DEFINER' END);
+        END IF;
+        -- p_now overloads are for tests: S_owner alone.
+        CONTINUE WHEN r.has_now AND r.proname NOT IN ('_queue_stats', '_retention_begin');
+        FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
+        END LOOP;
+    END LOOP;
+END
+$$;
+-- pgsweep:end functions/privileges.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
