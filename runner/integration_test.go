@@ -490,3 +490,30 @@ func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
 		t.Fatal("the slow run did not finish as done")
 	}
 }
+
+// The owner and budget are maintain()'s p_owner and p_budget: the SQL refuses
+// them (22023 naming the argument), and Run stops with that error instead of
+// retrying a configuration no retry can fix.
+func TestRunStopsWhenMaintainRefusesItsArguments(t *testing.T) {
+	db := pgtest.New(t, 2)
+	for _, c := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Budget: 2 * time.Hour}, "p_budget must be between 1 second and 1 hour"},
+		{Options{Budget: time.Millisecond}, "p_budget must be between 1 second and 1 hour"},
+		{Options{Owner: strings.Repeat("o", 201)}, "p_owner must be a non-empty string of at most 200 characters"},
+	} {
+		owner := c.opts.Owner
+		if owner == "" {
+			owner = "bad-args"
+		}
+		r := newRunner(t, db, owner, c.opts)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := r.Run(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Run with %+v returned %v, want the SQL's %q", c.opts, err, c.want)
+		}
+	}
+}

@@ -134,14 +134,11 @@ func New(connect Connector, opts Options) (*Runner, error) {
 	if opts.Owner == "" {
 		opts.Owner = DefaultOwner()
 	}
-	if len(opts.Owner) > 200 {
-		return nil, fmt.Errorf("runner: owner must be at most 200 characters, got %d", len(opts.Owner))
-	}
+	// Owner and Budget are maintain()'s p_owner and p_budget: the SQL checks
+	// them (22023 naming the argument and the range) and Run stops on that
+	// error, so a rule lives in one place.
 	if opts.Budget == 0 {
 		opts.Budget = defaultBudget
-	}
-	if opts.Budget < time.Second || opts.Budget > time.Hour {
-		return nil, fmt.Errorf("runner: budget must be between 1s and 1h, got %v", opts.Budget)
 	}
 	if opts.Interval < 0 {
 		return nil, fmt.Errorf("runner: interval must not be negative, got %v", opts.Interval)
@@ -221,9 +218,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 
 	r.log.Info("runner started", "schema", r.opts.Schema, "budget", r.opts.Budget)
+	var fatal error
 	for ctx.Err() == nil {
-		wait := r.iterate(ctx)
-		if ctx.Err() != nil {
+		var wait time.Duration
+		wait, fatal = r.iterate(ctx)
+		if ctx.Err() != nil || fatal != nil {
 			break
 		}
 		if err := r.sleep(ctx, wait); err != nil {
@@ -231,8 +230,19 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 	}
 	r.releaseLeases()
+	if fatal != nil {
+		r.log.Error("runner stopped: maintain() refuses its arguments", "error", redactErr(fatal))
+		return fmt.Errorf("runner: %w", fatal)
+	}
 	r.log.Info("runner stopped")
 	return nil
+}
+
+// invalidArgument reports whether err is maintain() refusing its arguments
+// (SQLSTATE 22023): the runner's own configuration, which no retry fixes.
+func invalidArgument(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22023"
 }
 
 // Stop asks Run to return and waits until it has: the pass in flight is
@@ -249,7 +259,7 @@ func (r *Runner) Stop() {
 }
 
 // iterate runs one pass and returns how long to wait before the next.
-func (r *Runner) iterate(ctx context.Context) time.Duration {
+func (r *Runner) iterate(ctx context.Context) (time.Duration, error) {
 	r.mu.Lock()
 	before := r.failures
 	r.mu.Unlock()
@@ -258,17 +268,20 @@ func (r *Runner) iterate(ctx context.Context) time.Duration {
 	defer r.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0 // stopping: the error is the cancellation itself
+			return 0, nil // stopping: the error is the cancellation itself
+		}
+		if invalidArgument(err) {
+			return 0, err
 		}
 		wait := r.backoff(r.failures)
 		r.log.Warn("maintenance pass failed; backing off", "error", redactErr(err),
 			"consecutive_failures", r.failures, "retry_in", wait)
-		return wait
+		return wait, nil
 	}
 	if before > 0 {
 		r.log.Info("maintenance pass succeeded again", "after_failures", before)
 	}
-	return r.nextWait(s)
+	return r.nextWait(s), nil
 }
 
 // backoff returns BackoffMin * 2^(n-1), capped at BackoffMax.
