@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/relay"
+	relayamqp "github.com/pgsweep/pgsweep/relay/amqp"
+	relaynats "github.com/pgsweep/pgsweep/relay/nats"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// relayHooks are passed to the relay (tests set them in a child process).
+var relayHooks relay.Hooks
+
+// runRelay is `pgsweep relay`: publish a queue to a broker until SIGINT or
+// SIGTERM, then drain and exit 0. Run any number of replicas.
+func runRelay(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("relay")
+	var db dbFlags
+	db.register(fs)
+	queue := fs.String("queue", "", "the outbox queue to publish (required)")
+	to := fs.String("to", "", "the broker: nats://HOST:PORT?subject=SUBJ[&stream=NAME] or amqp://USER:PASS@HOST:PORT/VHOST?routing_key=K[&exchange=X] (required; docs/relay.md)")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9189", "serve /metrics and /healthz on this address (empty: no HTTP server)")
+	owner := fs.String("owner", "", "label of this relay's claims (default: host-pid-random)")
+	batch := fs.Int("batch", 100, "messages per claim, 1..10000")
+	lease := fs.Duration("lease", 30*time.Second, "lease of a claim, 1s..1h (renewed while a publish takes long)")
+	poll := fs.Duration("poll-interval", time.Second, "longest pause between claims (sends wake the relay at once through NOTIFY)")
+	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM, how long publishes in flight may still take")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	verbose := fs.Bool("verbose", false, "debug logging")
+	checkInterval := fs.Duration("connection-check-interval", pgsweep.DefaultConnectionCheckInterval,
+		"client_connection_check_interval of the relay's connections (0: the server's setting)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := db.validate(); err != nil {
+		return err
+	}
+	if *queue == "" {
+		return fmt.Errorf("%w: --queue is required", errUsage)
+	}
+	if *to == "" {
+		return fmt.Errorf("%w: --to is required (nats://… or amqp://…)", errUsage)
+	}
+	if *batch < 1 || *batch > 10000 {
+		return fmt.Errorf("%w: --batch must be between 1 and 10000, got %d", errUsage, *batch)
+	}
+	if *lease < time.Second || *lease > time.Hour {
+		return fmt.Errorf("%w: --lease must be between 1s and 1h, got %v", errUsage, *lease)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger, err := newLogger(os.Stderr, *logFormat, level)
+	if err != nil {
+		return err
+	}
+	if *owner == "" {
+		*owner = pgsweep.NewOwnerID()
+	}
+	name := "pgsweep relay " + *owner
+	t, target, err := openTransport(*to, name, logger)
+	if err != nil {
+		return fmt.Errorf("%w: --to: %v", errUsage, err)
+	}
+	defer t.Close()
+
+	cfg, err := pgxpool.ParseConfig(db.connString())
+	if err != nil {
+		return fmt.Errorf("%w: --database-url: %v", errUsage, redact(err))
+	}
+	pgsweep.SetConnectionCheckInterval(cfg.ConnConfig, *checkInterval)
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", describeTarget(cfg.ConnConfig), redact(err))
+	}
+	defer pool.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := relay.New(pool, *queue, t, relay.Options{
+		Schema:          db.schema,
+		Owner:           *owner,
+		Batch:           *batch,
+		Lease:           *lease,
+		PollInterval:    *poll,
+		ShutdownTimeout: *shutdown,
+		Logger:          logger.With("database", describeTarget(cfg.ConnConfig), "to", target),
+		Metrics:         relay.NewMetrics(reg),
+		Hooks:           relayHooks,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return fmt.Errorf("--http-addr: %w", err)
+		}
+		srv := &http.Server{Handler: relay.Handler(r, reg), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http server stopped", "error", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+	}
+	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM) and the
+	// publishes in flight are recorded: exit 0.
+	if err := r.Run(ctx); err != nil {
+		return redact(err)
+	}
+	fmt.Fprintf(out, "relay %s stopped: %d published\n", *owner, r.Health().Published)
+	return nil
+}
+
+// openTransport opens the transport a --to URL names and describes the
+// target without its password.
+func openTransport(to, name string, logger *slog.Logger) (relay.Transport, string, error) {
+	u, err := url.Parse(to)
+	if err != nil {
+		return nil, "", errors.New("not a URL")
+	}
+	target := u.Scheme + "://" + u.Host + u.Path
+	if u.RawQuery != "" {
+		target += "?" + u.RawQuery
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "nats", "tls":
+		t, err := relaynats.Open(to, name, logger)
+		return t, target, err
+	case "amqp", "amqps":
+		t, err := relayamqp.Open(to, name, logger)
+		return t, target, err
+	}
+	return nil, "", fmt.Errorf("scheme must be nats, tls, amqp or amqps, got %q", u.Scheme)
+}

@@ -1,0 +1,746 @@
+// Package relay publishes a pgsweep outbox queue to a message broker: it
+// claims the queue's messages, publishes them through a Transport (NATS
+// JetStream: relay/nats, RabbitMQ: relay/amqp), completes the ones the
+// broker confirmed and fails the others (retried after the queue's backoff,
+// dead-lettered after its last attempt, or at once when the broker refuses a
+// message for good).
+//
+// Two ways in, side by side:
+//
+//   - claims: the relay claims due messages in batches (pgsweep claim),
+//     woken by the queue's NOTIFY and polling as a fallback. This alone
+//     publishes everything, also what was sent while no relay ran and what a
+//     dead relay left (its leases expire and are claimed again);
+//   - direct dispatch: after the application's transaction commits, it calls
+//     Dispatch with the ids it sent, and the relay claims exactly those
+//     (pgsweep claim_ids) and publishes them at once. Whatever Dispatch does
+//     not finish -- a full buffer, a broker that is down, a process that dies
+//     -- stays in the table for the claims.
+//
+// Both claim with FOR UPDATE SKIP LOCKED under a lease fenced by the claim's
+// token, so any number of relays (processes, replicas) run at once and no
+// message is published by two of them at the same time. Delivery to the
+// broker is at least once: a relay that dies after the broker accepted a
+// message and before the database recorded it leaves the message to be
+// published again once its lease expires. Every publish carries the
+// message's stable identity (Message.Identity) as the broker's message id,
+// so JetStream's duplicate window drops the replay and a consumer's inbox
+// (a pgsweep inbox queue keyed by that id) processes it once.
+//
+// Ordered lanes: messages of one lane are published strictly in order, one
+// in flight at a time. pgsweep's claim hands out one message per lane at a
+// time; the relay also never publishes a lane's next message before the
+// broker confirmed the one before it.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
+)
+
+// Options configure a Relay. The zero value is valid.
+type Options struct {
+	// Schema pgsweep is installed in; pgsweep when empty.
+	Schema string
+	// Owner labels the relay's claims (for people and metrics; the claim
+	// tokens fence). Default: host, pid and random bytes.
+	Owner string
+	// Batch is the most messages one claim takes (1..10000, default 100).
+	// The relay holds at most (1 + DispatchWorkers) batches at once: its
+	// memory bound, with DispatchBuffer ids.
+	Batch int
+	// Lease is the lease of a claim (1 second..1 hour, default 30 s),
+	// renewed every Lease/3 while a publish takes long.
+	Lease time.Duration
+	// PublishTimeout bounds one Publish call (default Lease/2); messages
+	// not confirmed by then are given back, as for a broker that is down.
+	PublishTimeout time.Duration
+	// PollInterval is the longest pause between claims when nothing woke
+	// the relay (default 1 s).
+	PollInterval time.Duration
+	// DisableNotify: do not LISTEN for the queue's sends; poll only.
+	DisableNotify bool
+	// DispatchBuffer is the most ids Dispatch holds before they are claimed
+	// (default 10000). Ids that do not fit are left to the claims.
+	DispatchBuffer int
+	// DispatchWorkers is the number of direct dispatches in flight at once
+	// (default 2).
+	DispatchWorkers int
+	// DispatchGrace delays the claims that a NOTIFY wakes while Dispatch is
+	// in use (it was called in the last 10 seconds), so they take what
+	// direct dispatch left rather than race it for new messages (default
+	// 1 s; negative: no delay).
+	DispatchGrace time.Duration
+	// ShutdownTimeout is how long, once Run's context is cancelled, the
+	// publishes in flight may still take (default 10 s). Messages claimed
+	// but not published are released at once.
+	ShutdownTimeout time.Duration
+	// Logger receives the relay's log (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics receive the relay's counts (NewMetrics); nil: none.
+	Metrics *Metrics
+	// Hooks observe the relay's steps (tests use them).
+	Hooks Hooks
+}
+
+// Hooks are called at the relay's steps. Each is optional and must return
+// quickly.
+type Hooks struct {
+	// Published is called with the ids the broker confirmed, before the
+	// database records them as published: a process that dies here leaves
+	// messages the broker holds to be published again (their identity
+	// makes the replay a duplicate the broker or the consumer drops).
+	Published func(ids []int64)
+}
+
+// ErrDispatchFull is returned by Dispatch when the buffer had no room for
+// some of the ids: the relay's claims publish those (nothing is lost).
+var ErrDispatchFull = errors.New("relay: dispatch buffer full; the rest is left to the relay's claims")
+
+// ErrNotRunning is returned by Dispatch while Run is not running: the ids
+// are left to the claims of this or another relay.
+var ErrNotRunning = errors.New("relay: not running; the ids are left to the relay's claims")
+
+// Relay publishes one queue to one Transport. Create it with New and call
+// Run; call Dispatch from the application after its commits.
+type Relay struct {
+	d     *db
+	pool  *pgxpool.Pool
+	t     Transport
+	o     Options
+	log   *slog.Logger
+	m     *Metrics
+	queue string
+
+	dispatchCh   chan dispatchItem
+	wake         chan struct{}
+	running      atomic.Bool
+	lastDispatch atomic.Int64 // unix nanoseconds of the last Dispatch call
+
+	mu     sync.Mutex
+	health healthState
+}
+
+type dispatchItem struct {
+	id int64
+	at time.Time
+}
+
+// New returns a relay of queue to t. pool is used for every claim and
+// acknowledgement, plus one connection of its own for LISTEN.
+func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, error) {
+	if pool == nil || t == nil {
+		return nil, errors.New("relay: pool and transport are required")
+	}
+	if queue == "" {
+		return nil, errors.New("relay: queue is required")
+	}
+	c, err := pgsweep.NewClient(pool, &pgsweep.ClientOptions{Schema: opts.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	if opts.Owner == "" {
+		opts.Owner = pgsweep.NewOwnerID()
+	}
+	if opts.Batch == 0 {
+		opts.Batch = 100
+	}
+	if opts.Batch < 1 || opts.Batch > 10000 {
+		return nil, fmt.Errorf("relay: Batch must be between 1 and 10000, got %d", opts.Batch)
+	}
+	if opts.Lease == 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.Lease < time.Second || opts.Lease > time.Hour {
+		return nil, fmt.Errorf("relay: Lease must be between 1s and 1h, got %v", opts.Lease)
+	}
+	if opts.PublishTimeout <= 0 {
+		opts.PublishTimeout = opts.Lease / 2
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	if opts.DispatchBuffer <= 0 {
+		opts.DispatchBuffer = 10000
+	}
+	if opts.DispatchWorkers <= 0 {
+		opts.DispatchWorkers = 2
+	}
+	if opts.DispatchGrace == 0 {
+		opts.DispatchGrace = time.Second
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 10 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Relay{
+		d:          &db{pool: pool, client: c, q: pgx.Identifier{c.Schema()}.Sanitize(), queue: queue, owner: opts.Owner, lease: opts.Lease},
+		pool:       pool,
+		t:          t,
+		o:          opts,
+		log:        log.With("queue", queue, "owner", opts.Owner),
+		m:          opts.Metrics,
+		queue:      queue,
+		dispatchCh: make(chan dispatchItem, opts.DispatchBuffer),
+		wake:       make(chan struct{}, 1),
+	}
+	r.health.broker = true
+	r.health.database = true
+	return r, nil
+}
+
+// Owner returns the relay's owner label.
+func (r *Relay) Owner() string { return r.o.Owner }
+
+// Dispatch publishes the messages ids at once: call it after the
+// transaction that sent them committed. It only hands the ids over (it
+// never waits for the database or the broker); the relay's dispatch workers
+// claim exactly those of them that are claimable (claim_ids) and publish
+// them. An error says that some ids were not taken (the buffer is full, the
+// relay is not running, ctx is done): the relay's claims publish them, so
+// callers may ignore it.
+func (r *Relay) Dispatch(ctx context.Context, ids []int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !r.running.Load() {
+		r.m.dispatchDropped(r.queue, "not_running", len(ids))
+		return ErrNotRunning
+	}
+	now := time.Now()
+	r.lastDispatch.Store(now.UnixNano())
+	for i, id := range ids {
+		select {
+		case r.dispatchCh <- dispatchItem{id: id, at: now}:
+		default:
+			r.m.dispatchDropped(r.queue, "full", len(ids)-i)
+			return fmt.Errorf("%w (%d of %d ids)", ErrDispatchFull, len(ids)-i, len(ids))
+		}
+	}
+	return nil
+}
+
+// Run publishes until ctx is cancelled, then drains: it claims nothing
+// more, lets the publishes in flight finish for ShutdownTimeout, records
+// their outcome, releases what it claimed and did not publish, and returns
+// nil. It returns an error at once when the database refuses the relay's
+// arguments (an unknown queue). One Run at a time per Relay.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("relay: Run is already running")
+	}
+	defer r.running.Store(false)
+	r.log.Info("relay started", "batch", r.o.Batch, "lease", r.o.Lease)
+
+	// hard ends the publishes in flight ShutdownTimeout after ctx.
+	hard, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+	var hardTimer atomic.Pointer[time.Timer]
+	stopAfter := context.AfterFunc(ctx, func() { hardTimer.Store(time.AfterFunc(r.o.ShutdownTimeout, hardCancel)) })
+	defer func() {
+		stopAfter()
+		if t := hardTimer.Load(); t != nil {
+			t.Stop()
+		}
+	}()
+
+	var wg sync.WaitGroup
+	if !r.o.DisableNotify {
+		wg.Go(func() { r.listen(ctx) })
+	}
+	for range r.o.DispatchWorkers {
+		wg.Go(func() { r.dispatchLoop(ctx, hard) })
+	}
+	err := r.pollLoop(ctx, hard)
+	wg.Wait()
+	// Ids still in the buffer were never claimed: the claims take them.
+	n := 0
+	for {
+		select {
+		case <-r.dispatchCh:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	r.m.dispatchDropped(r.queue, "shutdown", n)
+	r.log.Info("relay stopped", "dispatch_ids_left_to_claims", n)
+	return err
+}
+
+// pollLoop claims due messages and publishes them until ctx is done.
+func (r *Relay) pollLoop(ctx, hard context.Context) error {
+	dbBackoff := 100 * time.Millisecond
+	brokerBackoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		batch := r.o.Batch
+		if r.brokerDown() {
+			// Claim nothing while the transport knows it has no connection;
+			// otherwise probe with one message.
+			if !r.transportUp() {
+				if !sleepCtx(ctx, brokerBackoff) {
+					break
+				}
+				brokerBackoff = min(2*brokerBackoff, time.Second)
+				continue
+			}
+			batch = 1
+		}
+		hs, err := r.d.claim(ctx, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, pgsweep.ErrInvalidArgument) {
+				r.setDatabase(err)
+				return fmt.Errorf("relay: %w", err)
+			}
+			r.setDatabase(err)
+			r.log.Warn("claim failed; retrying", "err", err, "retry_in", dbBackoff)
+			if !sleepCtx(ctx, dbBackoff) {
+				break
+			}
+			dbBackoff = min(2*dbBackoff, 5*time.Second)
+			continue
+		}
+		dbBackoff = 100 * time.Millisecond
+		r.setDatabase(nil)
+		if len(hs) > 0 {
+			r.m.claimed(r.queue, "poll", len(hs))
+			r.process(ctx, hard, hs)
+			if r.brokerDown() {
+				if !sleepCtx(ctx, brokerBackoff) {
+					break
+				}
+				brokerBackoff = min(2*brokerBackoff, 5*time.Second)
+			} else {
+				brokerBackoff = 100 * time.Millisecond
+			}
+			continue // claim again at once: there may be more
+		}
+		r.waitForWork(ctx)
+	}
+	return nil
+}
+
+// waitForWork returns after PollInterval, on a NOTIFY (delayed by
+// DispatchGrace while Dispatch is in use), or when ctx is done.
+func (r *Relay) waitForWork(ctx context.Context) {
+	t := time.NewTimer(r.o.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+		return
+	case <-r.wake:
+	}
+	if r.o.DispatchGrace > 0 && time.Since(time.Unix(0, r.lastDispatch.Load())) < 10*time.Second {
+		sleepCtx(ctx, r.o.DispatchGrace)
+	}
+}
+
+// dispatchLoop claims and publishes the ids Dispatch handed over.
+func (r *Relay) dispatchLoop(ctx, hard context.Context) {
+	items := make([]dispatchItem, 0, r.o.Batch)
+	for {
+		items = items[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-r.dispatchCh:
+			items = append(items, it)
+		}
+	more:
+		for len(items) < r.o.Batch {
+			select {
+			case it := <-r.dispatchCh:
+				items = append(items, it)
+			default:
+				break more
+			}
+		}
+		if r.brokerDown() {
+			// The claims publish them once the broker is back.
+			r.m.dispatchDropped(r.queue, "broker_down", len(items))
+			continue
+		}
+		ids := make([]int64, len(items))
+		at := make(map[int64]time.Time, len(items))
+		for i, it := range items {
+			ids[i] = it.id
+			if _, ok := at[it.id]; !ok {
+				at[it.id] = it.at
+			}
+		}
+		hs, err := r.d.claimIDs(ctx, ids)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.setDatabase(err)
+				r.log.Warn("direct dispatch: claim_ids failed; the claims publish these", "err", err, "ids", len(ids))
+			}
+			r.m.dispatchDropped(r.queue, "error", len(items))
+			continue
+		}
+		r.setDatabase(nil)
+		r.m.dispatchDropped(r.queue, "not_claimable", len(at)-len(hs))
+		if len(hs) == 0 {
+			continue
+		}
+		r.m.claimed(r.queue, "dispatch", len(hs))
+		for i := range hs {
+			hs[i].dispatched = at[hs[i].msg.ID]
+		}
+		r.process(ctx, hard, hs)
+	}
+}
+
+// outcome of one held message.
+type outcome int
+
+const (
+	pending     outcome = iota // not published (a lane stopped, or shutdown): release
+	accepted                   // the broker confirmed it: complete
+	failed                     // retry after the backoff: fail
+	permanent                  // no retry can deliver it: dead letter
+	unavailable                // the broker was not reached: release
+)
+
+// process publishes hs (the messages of one claim) and records what became
+// of each: lane by lane in order, one message per lane in flight.
+func (r *Relay) process(ctx, hard context.Context, hs []held) {
+	res := make([]Result, len(hs))
+	out := make([]outcome, len(hs))
+	ackAt := make([]time.Time, len(hs))
+
+	// Renew the leases while publishes take long.
+	stopRenew := make(chan struct{})
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		r.renewWhile(hard, hs, stopRenew)
+	}()
+
+	rounds := lanesInOrder(hs)
+	stopped := map[string]bool{} // lanes whose message did not go through
+	for _, round := range rounds {
+		if ctx.Err() != nil {
+			break // shutting down: what is left is released
+		}
+		var idx []int
+		for _, i := range round {
+			if lane := hs[i].msg.Lane; lane != "" && stopped[lane] {
+				continue
+			}
+			idx = append(idx, i)
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		msgs := make([]Message, len(idx))
+		for k, i := range idx {
+			msgs[k] = hs[i].msg
+		}
+		pctx, cancel := context.WithTimeout(hard, r.o.PublishTimeout)
+		rs := r.t.Publish(pctx, msgs)
+		cancel()
+		now := time.Now()
+		if len(rs) != len(msgs) {
+			rs = Unavailable(len(msgs), fmt.Errorf("transport returned %d results for %d messages", len(rs), len(msgs)))
+		}
+		for k, i := range idx {
+			res[i] = rs[k]
+			ackAt[i] = now
+			switch {
+			case rs[k].Err == nil:
+				out[i] = accepted
+			case errors.Is(rs[k].Err, ErrUnavailable):
+				out[i] = unavailable
+			case rs[k].Permanent:
+				out[i] = permanent
+			default:
+				out[i] = failed
+			}
+			if out[i] != accepted && hs[i].msg.Lane != "" {
+				stopped[hs[i].msg.Lane] = true
+			}
+		}
+	}
+	close(stopRenew)
+	<-renewDone
+	r.settle(ctx, hs, out, res, ackAt)
+}
+
+// lanesInOrder splits hs (oldest first) into rounds: round k holds the k-th
+// message of every lane, and round 0 also every message without a lane.
+// Publishing round after round keeps one message per lane in flight.
+//
+// TODO(lanes): pgsweep's claim hands out one message per lane at a time
+// once lanes exist (DESIGN.md, "Ordered lanes"), so a claim then fills
+// round 0 only; the rounds keep the order should a claim ever return more.
+func lanesInOrder(hs []held) [][]int {
+	var rounds [][]int
+	seen := map[string]int{}
+	for i, h := range hs {
+		k := 0
+		if h.msg.Lane != "" {
+			k = seen[h.msg.Lane]
+			seen[h.msg.Lane] = k + 1
+		}
+		for len(rounds) <= k {
+			rounds = append(rounds, nil)
+		}
+		rounds[k] = append(rounds[k], i)
+	}
+	return rounds
+}
+
+// renewWhile renews, every Lease/3, the leases of hs until stop is closed.
+func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{}) {
+	t := time.NewTicker(r.o.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		byToken := map[pgsweep.Token][]int64{}
+		for _, h := range hs {
+			byToken[h.token] = append(byToken[h.token], h.msg.ID)
+		}
+		for tok, ids := range byToken {
+			cctx, cancel := context.WithTimeout(ctx, r.o.Lease/3)
+			got, err := r.d.client.Renew(cctx, r.queue, tok, ids, r.o.Lease)
+			cancel()
+			if err != nil {
+				r.log.Warn("renew failed", "err", err, "ids", len(ids))
+				continue
+			}
+			if lost := len(ids) - len(got); lost > 0 {
+				r.m.leasesLost(r.queue, lost)
+				r.log.Warn("leases lost while publishing (claimed again elsewhere); their outcome will not be recorded", "lost", lost)
+			}
+		}
+	}
+}
+
+// settle records what became of each message, one call per token and kind:
+// complete what the broker confirmed, fail (backoff) or dead-letter what it
+// refused, release what was not published. It runs also when ctx is done
+// (shutdown), within the leases.
+func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Result, ackAt []time.Time) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease)
+	defer cancel()
+	type group struct {
+		tok  pgsweep.Token
+		kind outcome
+		err  string
+	}
+	groups := map[group][]int{}
+	var order []group
+	for i, h := range hs {
+		g := group{tok: h.token, kind: out[i]}
+		if out[i] == failed || out[i] == permanent {
+			g.err = cleanText(res[i].Err.Error())
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	// completions first: they are what a crash would replay
+	sort.SliceStable(order, func(a, b int) bool { return order[a].kind == accepted && order[b].kind != accepted })
+	for _, g := range order {
+		idx := groups[g]
+		ids := make([]int64, len(idx))
+		for k, i := range idx {
+			ids[k] = hs[i].msg.ID
+		}
+		switch g.kind {
+		case accepted:
+			r.published(hs, idx, ackAt)
+			if f := r.o.Hooks.Published; f != nil {
+				f(ids)
+			}
+			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Complete(sctx, r.queue, g.tok, ids) })
+			if err != nil {
+				r.setDatabase(err)
+				r.log.Error("complete failed: the broker holds these; they are published again after their lease", "err", err, "ids", len(ids))
+				continue
+			}
+			r.lost(len(ids) - len(done))
+		case failed:
+			fr, err := retryDB(sctx, func() ([]pgsweep.FailResult, error) { return r.d.client.Fail(sctx, r.queue, g.tok, ids, g.err, 0) })
+			if err != nil {
+				r.setDatabase(err)
+				r.log.Error("fail failed: retried after their lease", "err", err, "ids", len(ids))
+				continue
+			}
+			dead := 0
+			for _, f := range fr {
+				if f.Dead {
+					dead++
+				}
+			}
+			r.m.failed(r.queue, "retry", len(fr)-dead)
+			r.m.failed(r.queue, "dead", dead)
+			r.lost(len(ids) - len(fr))
+			r.log.Warn("publish failed; retried after the queue's backoff", "err", g.err, "ids", len(ids), "dead_lettered", dead)
+		case permanent:
+			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.deadLetter(sctx, g.tok, ids, g.err) })
+			if err != nil {
+				r.setDatabase(err)
+				r.log.Error("dead_letter failed: retried after their lease", "err", err, "ids", len(ids))
+				continue
+			}
+			r.m.failed(r.queue, "permanent", len(done))
+			r.lost(len(ids) - len(done))
+			r.log.Warn("broker refused messages for good; moved to the dead letters", "err", g.err, "ids", len(ids))
+		case unavailable, pending:
+			if g.kind == unavailable {
+				r.m.failed(r.queue, "unavailable", len(ids))
+				r.setBroker(res[idx[0]].Err)
+			}
+			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Release(sctx, r.queue, g.tok, ids) })
+			if err != nil {
+				r.setDatabase(err)
+				r.log.Warn("release failed: published again after their lease", "err", err, "ids", len(ids))
+				continue
+			}
+			r.m.released(r.queue, len(done))
+		}
+	}
+}
+
+// published counts the confirmed messages and their latency: from Dispatch
+// (about the commit) for direct dispatch, from the send (created_at, the
+// database clock) for the others.
+func (r *Relay) published(hs []held, idx []int, ackAt []time.Time) {
+	r.setBroker(nil)
+	r.mu.Lock()
+	r.health.published += int64(len(idx))
+	r.health.lastPublished = ackAt[idx[0]]
+	r.mu.Unlock()
+	if r.m == nil {
+		return
+	}
+	r.m.Published.WithLabelValues(r.queue).Add(float64(len(idx)))
+	for _, i := range idx {
+		if !hs[i].dispatched.IsZero() {
+			r.m.Latency.WithLabelValues(r.queue, "direct").Observe(ackAt[i].Sub(hs[i].dispatched).Seconds())
+		} else {
+			r.m.Latency.WithLabelValues(r.queue, "claim").Observe(max(0, ackAt[i].Sub(hs[i].msg.CreatedAt).Seconds()))
+		}
+	}
+}
+
+func (r *Relay) lost(n int) {
+	if n > 0 {
+		r.m.leasesLost(r.queue, n)
+		r.log.Warn("leases lost before the outcome was recorded (claimed again elsewhere)", "lost", n)
+	}
+}
+
+// retryDB retries a database call that failed (not one the database
+// refused as invalid) with a backoff until ctx is done.
+func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		v, err := f()
+		if err == nil || errors.Is(err, pgsweep.ErrInvalidArgument) || ctx.Err() != nil {
+			return v, err
+		}
+		if !sleepCtx(ctx, backoff) {
+			return v, err
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// listen holds a connection on LISTEN and wakes the poll loop for every
+// send to the queue, and once after every (re)connect; it reconnects with a
+// backoff from 100 ms to 30 s. Polling covers the gaps.
+func (r *Relay) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		listening := false
+		err := func() error {
+			cfg := r.pool.Config().ConnConfig.Copy()
+			pgsweep.SetConnectionCheckInterval(cfg, pgsweep.DefaultConnectionCheckInterval)
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = conn.Close(cctx)
+			}()
+			channel, err := r.d.client.WithDB(conn).NotifyChannel(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+				return err
+			}
+			listening = true
+			r.poke()
+			for {
+				n, err := conn.WaitForNotification(ctx)
+				if err != nil {
+					return err
+				}
+				if n.Payload == r.queue {
+					r.poke()
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		if listening {
+			backoff = 100 * time.Millisecond
+		}
+		r.log.Warn("listen failed; polling until it reconnects", "err", err, "retry_in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (r *Relay) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sleepCtx sleeps d; false when ctx was done first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
