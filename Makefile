@@ -8,7 +8,7 @@ DATABASE_URL ?=
 
 db_url = $(if $(DATABASE_URL),$(DATABASE_URL),$$(scripts/db.sh dsn 2>/dev/null || scripts/db.sh start))
 
-.PHONY: db db-stop migrate demo test vet fmt-check pgtap isolation gotest bench-claim build
+.PHONY: db db-stop brokers brokers-stop migrate demo test vet fmt-check pgtap isolation gotest bench-claim build
 
 ## db: install what is missing, start the throwaway cluster, print its DSN
 db:
@@ -17,6 +17,20 @@ db:
 ## db-stop: stop the throwaway cluster
 db-stop:
 	@scripts/db.sh stop
+
+## brokers: install what is missing, start NATS (JetStream) and RabbitMQ on free local ports, print their URLs
+brokers:
+	@scripts/brokers.sh start
+
+## brokers-stop: stop the brokers `make brokers` started
+brokers-stop:
+	@scripts/brokers.sh stop
+
+# NATS_URL and AMQP_URL for the relay's tests: the caller's, or those of the
+# brokers scripts/brokers.sh runs (started when they are not running).
+brokers_env = if [ -z "$$NATS_URL" ] || [ -z "$$AMQP_URL" ]; then \
+	scripts/brokers.sh start >/dev/null || { echo "make: the relay's tests need the brokers (scripts/brokers.sh start failed)"; exit 1; }; \
+	eval "$$(scripts/brokers.sh env | sed 's/^/export /')"; fi
 
 build:
 	$(GO) build -o bin/pgsweep ./cmd/pgsweep
@@ -29,7 +43,7 @@ migrate:
 demo:
 	@url=$(db_url); $(GO) run ./cmd/pgsweep demo --database-url "$$url"
 
-## test: vet, gofmt, the pgTAP suite, the isolation specs and the Go tests (with -race)
+## test: vet, gofmt, the pgTAP suite, the isolation specs and the Go tests (with -race; the relay's against the brokers)
 test: vet fmt-check pgtap isolation gotest
 
 vet:
@@ -47,7 +61,7 @@ isolation:
 	@url=$(db_url); DATABASE_URL="$$url" sql/isolation/run.sh
 
 gotest:
-	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...
+	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: migration migration-sync migration-release
 ## migration: NAME=what FILES="lease.sql claim.sql": a new migration carrying those sql/functions files in full
