@@ -1,0 +1,235 @@
+package pgsweep_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// Eight cleaners drop and sweep a daily-partitioned table while 4 writers
+// insert into today's partition and 4 readers query the parent, and a long
+// transaction keeps reading one old partition for a while:
+//   - no writer or reader ever waits longer than retention_lock_timeout plus
+//     one retry (each DETACH requests the parent's lock for at most 200 ms,
+//     and a cleaner that misses it defers, so a writer can queue behind at
+//     most a couple of requests);
+//   - the partition the long transaction reads is not dropped while it
+//     reads (its drop is deferred, a later pass drops it), and the writers
+//     are not blocked meanwhile;
+//   - every wholly expired partition ends dropped, every row younger than the
+//     cutoff is still there (writers' rows included), the partly expired day
+//     is swept of its eligible rows only.
+func TestRetentionPartitionsUnderLiveTraffic(t *testing.T) {
+	pgtest.SkipIfShort(t, "loads ten partitions and runs 17 sessions")
+	for _, mode := range []string{"exclusive", "parallel"} {
+		t.Run(mode, func(t *testing.T) { partitionRun(t, mode) })
+	}
+}
+
+func partitionRun(t *testing.T, mode string) {
+	db := pgtest.New(t, 24)
+	ctx := context.Background()
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	const lockTimeout = 200 * time.Millisecond
+	// Days -9..0 and +1, and a default; cutoff now - 3 days + 12 hours apart
+	// from midnight, so day -3 is cut through (swept), days -9..-4 wholly
+	// expired (dropped).
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(fmt.Sprintf(`SELECT %[1]s.setting_set('retention_lock_timeout', '200 milliseconds');
+		CREATE TABLE %[1]s.parts (id bigint GENERATED ALWAYS AS IDENTITY, at timestamptz NOT NULL, writer int)
+		    PARTITION BY RANGE (at);
+		CREATE TABLE %[1]s.parts_default PARTITION OF %[1]s.parts DEFAULT;`, s))
+	for d := -9; d <= 1; d++ {
+		exec(fmt.Sprintf(`CREATE TABLE %[1]s.parts_d%[2]d PARTITION OF %[1]s.parts
+		    FOR VALUES FROM (date_trunc('day', now()) + interval '%[3]d days') TO (date_trunc('day', now()) + interval '%[4]d days')`,
+			s, d+10, d, d+1))
+	}
+	exec(fmt.Sprintf(`INSERT INTO %[1]s.parts (at) SELECT date_trunc('day', now()) - interval '9 days' + g * interval '1 minute'
+		  FROM generate_series(0, 9 * 24 * 60 - 1) g;
+		ANALYZE %[1]s.parts;
+		SELECT %[1]s.retention_register('parts', '%[2]s.parts', 'at', now() - date_trunc('day', now()) + interval '2 days 12 hours',
+		       p_batch_size => 5000, p_mode => '%[3]s');`, s, db.Schema, mode))
+	cutoffSQL := fmt.Sprintf(`(SELECT now() - older_than FROM %s.retention_policy WHERE name = 'parts')`, s)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var maxWait atomic.Int64
+	var written atomic.Int64
+	errs := make(chan error, 32)
+	observe := func(d time.Duration) {
+		for {
+			cur := maxWait.Load()
+			if int64(d) <= cur || maxWait.CompareAndSwap(cur, int64(d)) {
+				return
+			}
+		}
+	}
+	for w := range 4 {
+		wg.Add(2)
+		go func() { // writer into today's partition
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				t0 := time.Now()
+				if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.parts (at, writer) VALUES (now(), %d)`, s, w)); err != nil {
+					errs <- fmt.Errorf("writer %d: %w", w, err)
+					return
+				}
+				observe(time.Since(t0))
+				written.Add(1)
+			}
+		}()
+		go func() { // reader of the parent
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				t0 := time.Now()
+				var n int64
+				if err := db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.parts WHERE at > now() - interval '1 hour'`, s)).Scan(&n); err != nil {
+					errs <- fmt.Errorf("reader %d: %w", w, err)
+					return
+				}
+				observe(time.Since(t0))
+			}
+		}()
+	}
+
+	// A long transaction reads the oldest partition for 2 seconds.
+	reading := make(chan struct{})
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			errs <- err
+			close(reading)
+			return
+		}
+		defer tx.Rollback(ctx)
+		var n int64
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.parts_d1`, s)).Scan(&n); err != nil {
+			errs <- err
+		}
+		close(reading)
+		time.Sleep(2 * time.Second)
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.parts_d1`, s)).Scan(&n); err != nil {
+			errs <- fmt.Errorf("the long reader lost its partition while reading it: %w", err)
+		}
+	}()
+	<-reading
+
+	// Eight cleaners, each passing until nothing is left to drop or delete.
+	var cwg sync.WaitGroup
+	deadline := time.Now().Add(90 * time.Second)
+	for c := range 8 {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			conn, err := db.Pool.Acquire(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Release()
+			for time.Now().Before(deadline) {
+				if _, err := conn.Exec(ctx, fmt.Sprintf(`CALL %s.retention_run('parts', 'cleaner-%d', '5 seconds')`, s, c)); err != nil {
+					errs <- fmt.Errorf("cleaner %d: %w", c, err)
+					return
+				}
+				var left bool
+				if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s.parts WHERE at < %s)
+					OR EXISTS (SELECT 1 FROM pg_partition_tree('%s.parts') t JOIN pg_class c ON c.oid = t.relid
+					            WHERE t.isleaf AND c.relname IN ('parts_d1','parts_d2','parts_d3','parts_d4','parts_d5','parts_d6'))`,
+					s, cutoffSQL, s)).Scan(&left); err != nil {
+					errs <- err
+					return
+				}
+				if !left {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	cwg.Wait()
+	<-readDone
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	var leftOld, leftYoung, deferred, dropped int64
+	var leaves []string
+	rows, err := db.Pool.Query(ctx, fmt.Sprintf(`SELECT c.relname FROM pg_partition_tree('%s.parts') t JOIN pg_class c ON c.oid = t.relid
+		WHERE t.isleaf ORDER BY 1`, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaves, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		dst *int64
+		sql string
+	}{
+		{&leftOld, fmt.Sprintf(`SELECT count(*) FROM %s.parts WHERE at < %s`, s, cutoffSQL)},
+		// The loaded rows never eligible: younger than the cutoff as it is now
+		// (the cutoff moves with the clock; rows it passed meanwhile may go).
+		{&leftYoung, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s.parts WHERE at >= %[2]s AND writer IS NULL)
+			- (SELECT count(*) FROM generate_series(0, 9 * 24 * 60 - 1) g
+			    WHERE date_trunc('day', now()) - interval '9 days' + g * interval '1 minute' >= %[2]s)`, s, cutoffSQL)},
+		{&deferred, fmt.Sprintf(`SELECT coalesce(sum(deferred), 0) FROM %s.retention_passes WHERE policy = 'parts'`, s)},
+		{&dropped, fmt.Sprintf(`SELECT coalesce(sum(partitions_dropped), 0) FROM %s.retention_passes WHERE policy = 'parts'`, s)},
+	} {
+		if err := db.Pool.QueryRow(ctx, q.sql).Scan(q.dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if leftOld != 0 {
+		t.Errorf("%d eligible rows are left", leftOld)
+	}
+	if leftYoung != 0 {
+		t.Errorf("%d rows younger than the cutoff are missing (negative: extra): an ineligible row was deleted", -leftYoung)
+	}
+	if dropped != 6 {
+		t.Errorf("%d partitions dropped, want the 6 wholly expired days; leaves now: %v", dropped, leaves)
+	}
+	if deferred == 0 {
+		t.Error("no drop was deferred: the long reader of parts_d1 should have held one off")
+	}
+	var writerRows int64
+	if err := db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.parts WHERE writer IS NOT NULL`, s)).Scan(&writerRows); err != nil {
+		t.Fatal(err)
+	}
+	if writerRows != written.Load() {
+		t.Errorf("the writers inserted %d rows, %d are there", written.Load(), writerRows)
+	}
+	// lock_timeout plus one retry, and a second of slack for this shared machine.
+	if bound := 2*lockTimeout + time.Second; time.Duration(maxWait.Load()) > bound {
+		t.Errorf("a writer or reader waited %v, more than lock_timeout plus a retry (%v)", time.Duration(maxWait.Load()), bound)
+	}
+	t.Logf("%s: %d partitions dropped, %d drops deferred, %d rows written meanwhile, longest writer/reader statement %v",
+		mode, dropped, deferred, written.Load(), time.Duration(maxWait.Load()))
+}
