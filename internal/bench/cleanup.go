@@ -40,6 +40,11 @@ type CleanupOptions struct {
 	Repeat      int    // runs per contender; the median run is reported
 	Requeue     int    // re-queues of random Failed rows per second (0: none)
 	BenchSchema string // the scratch schema of the benchmark's tables
+	// Partitioned runs the partitioned-table workload instead (partitioned.go):
+	// Partitions daily partitions of PartitionRows rows each.
+	Partitioned   bool
+	Partitions    int
+	PartitionRows int
 }
 
 // RegisterFlags registers the flags of `pgsweep bench cleanup` on fs, with their defaults.
@@ -47,6 +52,9 @@ func (o *CleanupOptions) RegisterFlags(fs *flag.FlagSet) {
 	o.DB.RegisterFlags(fs, scratch.URLUsage, "pgsweep_bench_cleanup", "scratch schema pgsweep is installed into for the run, "+
 		"created and dropped by it (only one this command created; a real install is refused)")
 	fs.IntVar(&o.Rows, "rows", 1_000_000, "rows in the CAP-shaped table")
+	fs.BoolVar(&o.Partitioned, "partitioned", false, "drain a daily-partitioned table instead: partition drop vs row sweep vs one DELETE, with a writer's insert latency")
+	fs.IntVar(&o.Partitions, "partitions", 10, "with --partitioned: daily partitions (all but the two youngest expired), 3..100")
+	fs.IntVar(&o.PartitionRows, "partition-rows", 1_000_000, "with --partitioned: rows per partition")
 	fs.IntVar(&o.Cleaners, "cleaners", 8, "sessions per contender (the single DELETE always uses one)")
 	fs.IntVar(&o.Batch, "batch", 10000, "batch size (CAP's batch count, the policy's batch size)")
 	fs.StringVar(&o.Eligible, "eligible", "", "percent of rows eligible for deletion, e.g. 1% (default: 90%, a mostly expired table)")
@@ -113,6 +121,19 @@ func Cleanup(ctx context.Context, opts CleanupOptions, out io.Writer) error {
 	defer func() { _ = scratch.Drop(context.WithoutCancel(ctx), conn, db.Schema, cleanupCommand) }()
 	if _, err := pgsweep.Migrate(ctx, conn, db.Schema); err != nil {
 		return err
+	}
+	if opts.Partitioned {
+		if opts.Partitions < 3 || opts.Partitions > 100 || opts.PartitionRows < 1 {
+			return fmt.Errorf("%w: --partitions must be 3..100 and --partition-rows positive", ErrUsage)
+		}
+		pool, err := db.Pool(ctx, 4)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		pb := &partitionedBench{pool: pool, q: pgx.Identifier{db.Schema}.Sanitize(), bench: pgx.Identifier{o.bench}.Sanitize(),
+			parts: opts.Partitions, perPart: opts.PartitionRows, out: out}
+		return pb.run(ctx)
 	}
 	b := &cleanupBench{o: o, db: &db, conn: conn, out: out,
 		tbl: pgx.Identifier{o.bench, "published"}.Sanitize(), tpl: pgx.Identifier{o.bench, "template"}.Sanitize(),

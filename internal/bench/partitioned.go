@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// partitionedBench is `pgsweep bench cleanup --partitioned`: a table of
+// `parts` daily RANGE partitions of `perPart` rows each, all but the two
+// youngest wholly expired, drained three ways in one run -- pgsweep dropping
+// the expired partitions, pgsweep sweeping them row by row (a status
+// condition keeps it from dropping), and one DELETE -- while a writer keeps
+// inserting single rows into today's partition. It reports each drain's time
+// and the writer's p99 insert latency during it against an idle window.
+type partitionedBench struct {
+	pool    *pgxpool.Pool
+	q       string // quoted pgsweep schema
+	bench   string // quoted bench schema
+	parts   int
+	perPart int
+	out     io.Writer
+}
+
+func (b *partitionedBench) load(ctx context.Context) error {
+	tbl := b.bench + ".pt"
+	_, err := b.pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s;
+		CREATE TABLE %[1]s (id bigint GENERATED ALWAYS AS IDENTITY, at timestamptz NOT NULL,
+		                    status text NOT NULL DEFAULT 'done', body text) PARTITION BY RANGE (at);
+		CREATE TABLE %[1]s_default PARTITION OF %[1]s DEFAULT;`, tbl))
+	if err != nil {
+		return err
+	}
+	for d := 1 - b.parts; d <= 1; d++ { // days 1-parts .. 0, and tomorrow (empty)
+		if _, err := b.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s_%[2]d PARTITION OF %[1]s
+			FOR VALUES FROM (date_trunc('day', now()) + interval '%[3]d days') TO (date_trunc('day', now()) + interval '%[4]d days')`,
+			tbl, d+b.parts, d, d+1)); err != nil {
+			return err
+		}
+	}
+	// one statement per partition: commits in pieces, progress visible
+	for d := 1 - b.parts; d <= 0; d++ {
+		if _, err := b.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s (at, body)
+			SELECT date_trunc('day', now()) + interval '%[2]d days' + g * (interval '1 day' / %[3]d), repeat('x', 100)
+			  FROM generate_series(0, %[3]d - 1) g`, tbl, d, b.perPart)); err != nil {
+			return err
+		}
+	}
+	_, err = b.pool.Exec(ctx, "ANALYZE "+tbl)
+	return err
+}
+
+// writer inserts single rows into today's partition until stop, recording
+// when each started and how long it took.
+func (b *partitionedBench) writer(ctx context.Context, stop <-chan struct{}) ([]claimSample, error) {
+	var out []claimSample
+	for {
+		select {
+		case <-stop:
+			return out, nil
+		default:
+		}
+		t0 := time.Now()
+		if _, err := b.pool.Exec(ctx, "INSERT INTO "+b.bench+".pt (at) VALUES (now())"); err != nil {
+			return out, err
+		}
+		out = append(out, claimSample{at: t0, lat: time.Since(t0)})
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func p99(samples []claimSample, from, to time.Time) (time.Duration, int) {
+	var l []time.Duration
+	for _, s := range samples {
+		if !s.at.Before(from) && s.at.Before(to) {
+			l = append(l, s.lat)
+		}
+	}
+	if len(l) == 0 {
+		return 0, 0
+	}
+	slices.Sort(l)
+	return l[min(len(l)-1, int(0.99*float64(len(l))))], len(l)
+}
+
+func (b *partitionedBench) run(ctx context.Context) error {
+	expired := int64(b.parts-2) * int64(b.perPart)
+	fmt.Fprintf(b.out, "bench cleanup --partitioned: %d daily partitions x %d rows, %d wholly expired (%d rows), a writer inserting into today's\n\n",
+		b.parts, b.perPart, b.parts-2, expired)
+	fmt.Fprintf(b.out, "%-34s %12s %10s %12s %14s %14s\n", "contender", "rows", "time", "rows/s", "insert p99 idle", "insert p99 during")
+	// The cutoff: yesterday's midnight, so days 1-parts..-2 are wholly expired.
+	register := func(name, extra string) error {
+		_, err := b.pool.Exec(ctx, fmt.Sprintf(`SELECT %[1]s.setting_set('retention_lock_timeout', '200 milliseconds');
+			SELECT %[1]s.retention_register('%[2]s', '%[3]s', 'at', now() - date_trunc('day', now()) + interval '1 day'%[4]s,
+			       p_batch_size => 10000)`, b.q, name, b.bench[1:len(b.bench)-1]+".pt", extra))
+		return err
+	}
+	drain := func(name string) (int64, error) {
+		var total int64
+		for {
+			var pass *int64
+			if err := b.pool.QueryRow(ctx, fmt.Sprintf("CALL %s.retention_run($1, 'bench', '10 minutes', NULL, NULL)", b.q), name).Scan(&pass); err != nil {
+				return 0, err
+			}
+			var rows int64
+			var left bool
+			if err := b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE policy = $1),
+				EXISTS (SELECT 1 FROM %[2]s.pt WHERE at < date_trunc('day', now()) - interval '1 day')`, b.q, b.bench), name).Scan(&rows, &left); err != nil {
+				return 0, err
+			}
+			total = rows
+			if !left {
+				return total, nil
+			}
+		}
+	}
+	contenders := []struct {
+		name string
+		run  func() (int64, error)
+	}{
+		{"pgsweep: drop expired partitions", func() (int64, error) {
+			if err := register("pt_drop", ""); err != nil {
+				return 0, err
+			}
+			return drain("pt_drop")
+		}},
+		{"pgsweep: sweep rows (status filter)", func() (int64, error) {
+			if err := register("pt_sweep", ", 'status', ARRAY['done']"); err != nil {
+				return 0, err
+			}
+			return drain("pt_sweep")
+		}},
+		{"one DELETE", func() (int64, error) {
+			tag, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s.pt WHERE at < date_trunc('day', now()) - interval '1 day'`, b.bench))
+			return tag.RowsAffected(), err
+		}},
+	}
+	var dropTime, deleteTime time.Duration
+	var dropRatio float64
+	for i, c := range contenders {
+		if err := b.load(ctx); err != nil {
+			return err
+		}
+		if _, err := b.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			return err
+		}
+		stop := make(chan struct{})
+		var samples []claimSample
+		var werr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); samples, werr = b.writer(ctx, stop) }()
+		idleFrom := time.Now()
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		rows, err := c.run()
+		end := time.Now()
+		time.Sleep(500 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		if werr != nil {
+			return fmt.Errorf("writer: %w", werr)
+		}
+		idle, _ := p99(samples, idleFrom, start)
+		during, n := p99(samples, start, end)
+		elapsed := end.Sub(start)
+		fmt.Fprintf(b.out, "%-34s %12d %10v %12.0f %14v %14v (%d inserts)\n", c.name, rows, elapsed.Round(time.Millisecond),
+			float64(rows)/elapsed.Seconds(), idle.Round(time.Microsecond), during.Round(time.Microsecond), n)
+		switch i {
+		case 0:
+			dropTime = elapsed
+			if idle > 0 {
+				dropRatio = float64(during) / float64(idle)
+			}
+		case 2:
+			deleteTime = elapsed
+		}
+	}
+	fmt.Fprintf(b.out, "\none DELETE / partition drop: %.0fx (target >= 50x); insert p99 during the drops / idle: %.2fx (target <= 2x)\n",
+		float64(deleteTime)/float64(dropTime), dropRatio)
+	return nil
+}
