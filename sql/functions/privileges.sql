@@ -53,8 +53,8 @@ $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
 -- listed are callable by S_owner only (internal helpers, the p_now test
--- overloads: a routine is listed by name, so a p_now overload is excluded by
--- its argument count in _grant_all).
+-- overloads: a routine is listed by name, so _grant_all leaves out a
+-- signature that takes p_now when the routine has one without it).
 CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
 RETURNS SETOF record
 LANGUAGE sql IMMUTABLE
@@ -85,6 +85,8 @@ AS $$
         '_retention_as_owner', '_retention_finish_error', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
         '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
         '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
+        -- the session check of _retention_as_owner (retention_sql.sql)
+        '_retention_session_state', '_retention_session_restore',
         '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'version']) r
@@ -155,7 +157,7 @@ BEGIN
     -- invoker, executable by nobody but the roles the matrix names.
     FOR r IN SELECT p.proname, p.prokind, p.pronargs,
                     pg_catalog.format('%I.%I(%s)', v_schema, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)) AS sig,
-                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a = 'p_now') AS has_now
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a = 'p_now') AS has_now, p.oid
                FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_schema::regnamespace ORDER BY 4 LOOP
         EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', r.sig, v_owner);
         EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, %I, %I, %I', r.sig,
@@ -164,8 +166,14 @@ BEGIN
             EXECUTE pg_catalog.format('ALTER FUNCTION %s %s', r.sig,
                 CASE WHEN r.proname = ANY (_invoker_routines()) THEN 'SECURITY INVOKER' ELSE 'SECURITY DEFINER' END);
         END IF;
-        -- p_now overloads are for tests: S_owner alone.
-        CONTINUE WHEN r.has_now AND r.proname NOT IN ('_queue_stats', '_retention_begin');
+        -- p_now overloads are for tests: S_owner alone. A routine whose every
+        -- signature takes p_now (the maintenance steps, retention_due,
+        -- queue_recover, _queue_stats: p_now has a default) is granted as the
+        -- matrix says, or no role but S_owner could call it at all.
+        CONTINUE WHEN r.has_now AND EXISTS (
+            SELECT 1 FROM pg_catalog.pg_proc q
+             WHERE q.pronamespace = v_schema::regnamespace AND q.proname = r.proname AND q.oid <> r.oid
+               AND NOT 'p_now' = ANY (coalesce(q.proargnames, '{}')));
         FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
             EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
         END LOOP;

@@ -154,6 +154,26 @@ $$;
 -- superuser); otherwise the run of that policy fails with 42501 and says
 -- which GRANT is missing, and other policies still run.
 --
+-- The owner's code (triggers, rules, row-level security policies) runs in
+-- the maintenance session, between the caller's own statements. Whatever it
+-- leaves in that session would act later with the caller's rights, which
+-- may be a superuser's: a search_path set with plain SET outlives the
+-- function that pins it (PostgreSQL keeps a SET made inside a function with a
+-- SET clause), so the caller's next unqualified name would resolve in the
+-- owner's schema; a temporary view or type would shadow a catalog name; a
+-- prepared statement would stand in for the client's; and a role's
+-- membership is checked against the session user, so a call made inside the
+-- statement could register a policy as any role the caller may act as. So
+-- _retention_as_owner checks, before it looks up any name again, that the
+-- statement left search_path, every setting a role may SET, the session's
+-- prepared statements, retention_policy and the catalogs' object rows
+-- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
+-- the new prepared statements (they outlive a rollback) and raises 42501:
+-- the batch rolls back with everything the statement did (settings,
+-- objects, rows); the error is recorded on the policy's pass and other
+-- policies still run. The check costs about 0.1 ms a batch
+-- (_retention_session_state). docs/security.md tells the whole story.
+--
 -- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
 -- _retention_builtin_exec instead, a SECURITY DEFINER function of
 -- <schema>_owner that builds the statement from the policy itself.
@@ -194,6 +214,95 @@ AS $$
                              (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
 $$;
 
+-- _retention_session_state: what _retention_as_owner compares before and
+-- after a statement run as a policy's owner. settings: every setting a role
+-- may SET (context 'user' in PostgreSQL 15; a name a server lacks reads as
+-- NULL) but search_path, which is pinned here (the caller compares its own);
+-- prepared: the session's prepared statements (name and text); writes: rows
+-- this transaction wrote to retention_policy and inserted into pg_class,
+-- pg_type and pg_proc (a new table, view, type or function), from the
+-- transaction's statistics counters, or, with track_counts off, a digest of
+-- the policies and of this session's temporary objects.
+CREATE OR REPLACE FUNCTION _retention_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    settings := ARRAY(SELECT n || '=' || coalesce(pg_catalog.current_setting(n, true), '<unset>') FROM pg_catalog.unnest(ARRAY[
+        'DateStyle', 'IntervalStyle', 'TimeZone', 'application_name', 'array_nulls', 'backend_flush_after',
+        'backslash_quote', 'bytea_output', 'check_function_bodies', 'client_connection_check_interval',
+        'client_encoding', 'client_min_messages', 'commit_siblings', 'constraint_exclusion', 'cpu_index_tuple_cost',
+        'cpu_operator_cost', 'cpu_tuple_cost', 'cursor_tuple_fraction', 'debug_pretty_print', 'debug_print_parse',
+        'debug_print_plan', 'debug_print_rewritten', 'default_statistics_target', 'default_table_access_method',
+        'default_tablespace', 'default_text_search_config', 'default_toast_compression',
+        'default_transaction_deferrable', 'default_transaction_isolation', 'default_transaction_read_only',
+        'effective_cache_size', 'effective_io_concurrency', 'enable_async_append', 'enable_bitmapscan',
+        'enable_gathermerge', 'enable_hashagg', 'enable_hashjoin', 'enable_incremental_sort', 'enable_indexonlyscan',
+        'enable_indexscan', 'enable_material', 'enable_memoize', 'enable_mergejoin', 'enable_nestloop',
+        'enable_parallel_append', 'enable_parallel_hash', 'enable_partition_pruning', 'enable_partitionwise_aggregate',
+        'enable_partitionwise_join', 'enable_seqscan', 'enable_sort', 'enable_tidscan', 'escape_string_warning',
+        'exit_on_error', 'extra_float_digits', 'force_parallel_mode', 'from_collapse_limit', 'geqo', 'geqo_effort',
+        'geqo_generations', 'geqo_pool_size', 'geqo_seed', 'geqo_selection_bias', 'geqo_threshold',
+        'gin_fuzzy_search_limit', 'gin_pending_list_limit', 'hash_mem_multiplier',
+        'idle_in_transaction_session_timeout', 'idle_session_timeout', 'jit', 'jit_above_cost', 'jit_expressions',
+        'jit_inline_above_cost', 'jit_optimize_above_cost', 'jit_tuple_deforming', 'join_collapse_limit',
+        'lc_monetary', 'lc_numeric', 'lc_time', 'local_preload_libraries', 'lock_timeout',
+        'log_parameter_max_length_on_error', 'logical_decoding_work_mem', 'maintenance_io_concurrency',
+        'maintenance_work_mem', 'max_parallel_maintenance_workers', 'max_parallel_workers',
+        'max_parallel_workers_per_gather', 'min_parallel_index_scan_size', 'min_parallel_table_scan_size',
+        'parallel_leader_participation', 'parallel_setup_cost', 'parallel_tuple_cost', 'password_encryption',
+        'plan_cache_mode', 'quote_all_identifiers', 'random_page_cost', 'recursive_worktable_factor',
+        'restrict_nonsystem_relation_kind', 'row_security', 'seq_page_cost', 'standard_conforming_strings',
+        'statement_timeout', 'stats_fetch_consistency', 'synchronize_seqscans', 'synchronous_commit',
+        'tcp_keepalives_count', 'tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_user_timeout', 'temp_buffers',
+        'temp_tablespaces', 'timezone_abbreviations', 'trace_notify', 'trace_sort', 'transaction_deferrable',
+        'transaction_isolation', 'transaction_read_only', 'transform_null_equals', 'vacuum_cost_delay',
+        'vacuum_cost_limit', 'vacuum_cost_page_dirty', 'vacuum_cost_page_hit', 'vacuum_cost_page_miss',
+        'vacuum_failsafe_age', 'vacuum_freeze_min_age', 'vacuum_freeze_table_age', 'vacuum_multixact_failsafe_age',
+        'vacuum_multixact_freeze_min_age', 'vacuum_multixact_freeze_table_age', 'wal_sender_timeout',
+        'wal_skip_threshold', 'work_mem', 'xmlbinary', 'xmloption', 'plpgsql.check_asserts', 'plpgsql.extra_errors',
+        'plpgsql.extra_warnings', 'plpgsql.print_strict_params']) n);
+    prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
+    IF pg_catalog.current_setting('track_counts')::boolean THEN
+        writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                              + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+                     FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r)::text
+                  || ' ' ||
+                  (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+                     FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r)::text;
+    ELSE
+        writes := (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p)
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema())::text;
+    END IF;
+END
+$$;
+
+-- _retention_session_restore deletes the prepared statements that are not
+-- in p_prepared (as _retention_session_state lists them): a statement run
+-- as a policy's owner made them, and they outlive a rollback. It returns
+-- their names.
+CREATE OR REPLACE FUNCTION _retention_session_restore(p_prepared text[])
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_names text[] := ARRAY(SELECT p.name FROM pg_catalog.pg_prepared_statements p
+                             WHERE NOT (p.name || ' ' || p.statement) = ANY (coalesce(p_prepared, '{}')) ORDER BY 1);
+    v_name text;
+BEGIN
+    FOREACH v_name IN ARRAY v_names LOOP
+        EXECUTE pg_catalog.format('DEALLOCATE %I', v_name);
+    END LOOP;
+    RETURN v_names;
+END
+$$;
+
 -- _retention_as_owner runs one statement of a policy as its owner and
 -- returns the DELETE's row count or the sample's three values. It runs as
 -- its caller (SECURITY INVOKER): the caller must be able to act as the owner.
@@ -207,6 +316,10 @@ DECLARE
     v_sql text;
     v_type text := pg_catalog.format_type(pg_catalog.pg_typeof(p_lo), NULL);
     v_sig text;
+    v_path text := pg_catalog.current_setting('search_path');
+    v_before record;
+    v_after record;
+    v_changed text;
 BEGIN
     IF p_pol.owner = _owner_role() THEN
         SELECT * INTO deleted, fraction, sampled, times
@@ -232,10 +345,38 @@ BEGIN
         'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
         v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' THEN p_strategy END), _retention_exec_body(v_sql, p_kind, p_target));
     EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
-    EXECUTE pg_catalog.format('SELECT * FROM %s', pg_catalog.replace(v_sig,
-            pg_catalog.format('(%s, %s, timestamptz, text[], text[])', v_type, v_type), '($1, $2, $3, $4, $5)'))
-       INTO deleted, fraction, sampled, times
-      USING p_lo, p_hi, p_cutoff, p_pol.statuses, p_pol.filter_values;
+    v_before := _retention_session_state();
+    BEGIN
+        EXECUTE pg_catalog.format('SELECT * FROM %s', pg_catalog.replace(v_sig,
+                pg_catalog.format('(%s, %s, timestamptz, text[], text[])', v_type, v_type), '($1, $2, $3, $4, $5)'))
+           INTO deleted, fraction, sampled, times
+          USING p_lo, p_hi, p_cutoff, p_pol.statuses, p_pol.filter_values;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        -- Rolled back with the block: settings, objects, rows. Not prepared statements.
+        PERFORM _retention_session_restore(v_before.prepared);
+        RAISE;
+    END;
+    -- The owner's code may have set search_path for the session: compare it
+    -- before any name is looked up again (pg_catalog only, no operator).
+    IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
+        v_changed := 'search_path';
+    ELSE
+        v_after := _retention_session_state();
+        v_changed := CASE
+            WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
+                'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
+                                  FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
+            WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
+            WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
+    END IF;
+    IF v_changed IS NOT NULL THEN
+        PERFORM {{ .schema | default "pgsweep" }}._retention_session_restore(v_before.prepared);
+        RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
+            p_pol.name, p_pol.owner, v_changed
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
+                         'they must not SET parameters, create objects, prepare statements or register retention policies.';
+    END IF;
     EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
 END
 $$;
