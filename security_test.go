@@ -1181,7 +1181,16 @@ func TestGrantsMigratingRole(t *testing.T) {
 		t.Fatalf("docs/operations.md: %d blocks for the migrating role, want 1", len(pre))
 	}
 	sd.exec("CREATE ROLE @deployer LOGIN PASSWORD 'change-me'")
-	t.Cleanup(func() { pgtest.DropSchema(t, sd.db.URL, schema) }) // drops the four roles too
+	// Cleanups run last first: the install goes, then the four roles the
+	// DBA made (an uninstall keeps roles it did not create).
+	t.Cleanup(func() {
+		for _, r := range pgsweep.RoleNames(schema) {
+			id := pgx.Identifier{r}.Sanitize()
+			_, _ = sd.db.Pool.Exec(context.Background(), `DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+r+`') THEN
+				EXECUTE 'DROP OWNED BY `+id+`'; EXECUTE 'DROP ROLE `+id+`'; END IF; END $$`)
+		}
+	})
+	t.Cleanup(func() { pgtest.DropSchema(t, sd.db.URL, schema) })
 	sd.runDocBlocks(pre, func(secDocBlock) bool { return true })
 	sd.exec("GRANT CREATE ON DATABASE " + pgx.Identifier{secValue[string](sd, "SELECT current_database()")}.Sanitize() + " TO @deployer")
 	t.Cleanup(func() {
