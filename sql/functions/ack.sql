@@ -79,6 +79,9 @@ $$;
 
 -- complete: outbox rows are deleted; inbox rows move to message_processed,
 -- where they keep de-duplicating their key until retention removes them.
+-- A completed lane head makes its lane move on to its next message, in this
+-- transaction (lane.sql): the lane's row is locked for that, so a completion
+-- waits for a transaction that is sending to the same lane.
 CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[], p_now timestamptz)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -87,6 +90,8 @@ AS $$
 DECLARE
     v_kind text;
     v_now timestamptz;
+    v_ids bigint[];
+    v_lanes text[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     IF p_token IS NULL OR p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
@@ -97,23 +102,31 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
-    IF v_kind = 'outbox' THEN
-        RETURN QUERY
-        DELETE FROM message m
-         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-        RETURNING m.id;
-        RETURN;
-    END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    RETURN QUERY
-    WITH d AS (
-        DELETE FROM message m
-         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
-    )
-    INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
-    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, d.created_at, v_now FROM d
-    RETURNING p.id;
+    IF v_kind = 'outbox' THEN
+        WITH d AS (
+            DELETE FROM message m
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+            RETURNING m.id, m.lane
+        )
+        SELECT array_agg(d.id), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL) INTO v_ids, v_lanes FROM d;
+    ELSE
+        WITH d AS (
+            DELETE FROM message m
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+            RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane
+        ), p AS (
+            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+            SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, d.created_at, v_now FROM d
+            RETURNING p.id
+        )
+        SELECT (SELECT array_agg(p.id) FROM p), (SELECT array_agg(DISTINCT d.lane) FROM d WHERE d.lane IS NOT NULL)
+          INTO v_ids, v_lanes;
+    END IF;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, NULL, false, v_now);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
 END
 $$;
 

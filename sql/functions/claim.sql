@@ -60,6 +60,18 @@
 -- claims never wait for each other; a skipped update only means the next
 -- claim starts a little further back.
 --
+-- Ordered lanes (lane.sql) need nothing here: only a lane's head is ever in
+-- the claim index; the messages waiting behind it are parked until
+-- 'infinity', which the promotion below never reaches. So a claim never
+-- returns two messages of one lane, and its cost does not grow with the
+-- messages waiting behind heads (sql/tests/lanes.sql counts the scans).
+--
+-- Each row carries its lane (NULL: none) last, so that a consumer knows which
+-- of its messages must keep their order among themselves.
+--
+-- A paused queue (queue_pause, queue_ops.sql) claims nothing: the flag is read
+-- with the settings the claim reads anyway.
+--
 -- The clock is read once into v_now and the token drawn once into v_token
 -- (scale-out rule: plain values in UPDATE). p_lease NULL means the queue's
 -- lease_default. Rows come back oldest first.
@@ -68,7 +80,7 @@
 -- tests only. claim(p_queue, p_owner, p_batch, p_lease) below is the verb.
 CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
-               created_at timestamptz, lease_expires_at timestamptz, token uuid)
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -96,6 +108,7 @@ DECLARE
     v_last_at timestamptz;
     v_last_id bigint;
     v_token uuid;
+    v_paused boolean;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     -- Hot path: one plain expression checks every argument; only a bad
@@ -106,12 +119,15 @@ BEGIN
         PERFORM _check_int('p_batch', p_batch, 1, 10000);
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at
-      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at, q.paused
+      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned, v_paused
       FROM queue q LEFT JOIN claim_cursor c ON c.queue = q.name
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    IF v_paused THEN
+        RETURN;
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
@@ -202,7 +218,7 @@ BEGIN
         UPDATE message m
            SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until
          WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
-        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane
     )
     SELECT * FROM claimed ORDER BY 6, 1;
 END
@@ -212,7 +228,7 @@ $$;
 -- lease_default.
 CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
-               created_at timestamptz, lease_expires_at timestamptz, token uuid)
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT

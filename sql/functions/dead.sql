@@ -14,6 +14,14 @@
 -- that died before pgsweep 0.6 refused such duplicates) is left where it is
 -- and not returned: requeueing it would process the message a second time.
 --
+-- Lanes (lane.sql). A dead letter of a lane goes back into its lane. The
+-- letter that stopped its lane (lane_dead 'block') becomes the lane's head
+-- again: the lane resumes with it, then goes on in order. Any other letter
+-- waits in its lane like the messages there, ordered by its created_at, so
+-- it is handed out when the messages before it have left -- which usually
+-- means next, being older than them. A lane that has no message and is not
+-- blocked takes its oldest requeued letter as its head.
+--
 -- Returns the ids that were requeued. Ids that are not dead letters of the
 -- queue (never were, already requeued, removed by retention) are ignored, so
 -- a repeated call is harmless.
@@ -26,6 +34,10 @@ DECLARE
     v_q queue;
     v_now timestamptz;
     v_visible timestamptz;
+    v_ids bigint[];
+    v_lanes text[];
+    v_lane text;
+    v_l record;
 BEGIN
     PERFORM _check_ids(p_ids);
     PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
@@ -33,22 +45,44 @@ BEGIN
     v_now := clock_timestamp();
     v_visible := coalesce(p_deliver_at, v_now);
 
-    RETURN QUERY
     WITH d AS (
         DELETE FROM message_dead x
          WHERE x.queue = p_queue AND x.id = ANY (p_ids)
            AND NOT (v_q.kind = 'inbox' AND x.key IS NOT NULL AND (
                     EXISTS (SELECT 1 FROM message l WHERE l.queue = p_queue AND l.key = x.key AND l.dedup)
                  OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
-        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at
+        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at, x.lane
+    ), i AS (
+        -- a lane's letters wait in their lane (infinity); the head is chosen below
+        INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error,
+                                  parked_until, lane)
+        SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
+               v_visible, d.created_at, d.last_error,
+               CASE WHEN d.lane IS NOT NULL THEN 'infinity'::timestamptz WHEN v_visible > v_now THEN v_visible END, d.lane
+          FROM d
+        RETURNING m.id, m.lane
     )
-    INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error, parked_until)
-    SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
-           v_visible, d.created_at, d.last_error, CASE WHEN v_visible > v_now THEN v_visible END
-      FROM d
-    RETURNING m.id;
-    IF FOUND THEN
+    SELECT array_agg(i.id), array_agg(DISTINCT i.lane) FILTER (WHERE i.lane IS NOT NULL) INTO v_ids, v_lanes FROM i;
+
+    -- Each lane, locked in name order (lane.sql), after the letters are in:
+    -- a lane that emptied meanwhile is created again by _lane_lock.
+    FOR v_lane IN SELECT u FROM unnest(v_lanes) u ORDER BY 1 LOOP
+        v_l := _lane_lock(p_queue, v_lane, v_now);
+        IF v_l.blocked_id = ANY (v_ids) THEN
+            -- the letter that stopped the lane: its head again
+            UPDATE message m SET parked_until = CASE WHEN v_visible > v_now THEN v_visible END
+             WHERE m.queue = p_queue AND m.id = v_l.blocked_id;
+            UPDATE lane l SET blocked_id = NULL, head_id = v_l.blocked_id WHERE l.queue = p_queue AND l.name = v_lane;
+        ELSIF v_l.blocked_id IS NULL
+              AND (v_l.head_id IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_queue AND m.id = v_l.head_id)) THEN
+            PERFORM _lane_next(p_queue, ARRAY[v_lane], v_now, true);
+        END IF;
+    END LOOP;
+
+    IF v_ids IS NOT NULL THEN
         PERFORM pg_notify(notify_channel(), p_queue);
     END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
 END
 $$;

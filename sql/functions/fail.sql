@@ -15,6 +15,11 @@
 -- SET); delays stop growing at backoff_max, so the array has at most ~40
 -- entries and attempt is capped to its length.
 --
+-- Lanes (lane.sql): a failing lane head stays the head -- its retry is parked
+-- for its backoff like any other, and the lane waits. A dead-lettered head
+-- makes its lane move on (lane_dead 'move_on', the default) or stop until
+-- dead_requeue or lane_skip (lane_dead 'block'), in this transaction.
+--
 -- fail_details says what it did with each id (dead: moved to message_dead);
 -- this overload takes the time from its caller (p_now, NULL = the clock) and
 -- is for tests. The verbs below -- fail, and fail_details without p_now for
@@ -33,6 +38,8 @@ DECLARE
     v_delay interval;
     v_jitter double precision;
     v_error text := left(p_error, 10000);
+    v_dead bigint[];
+    v_lanes text[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
@@ -56,16 +63,21 @@ BEGIN
     END IF;
     v_k := cardinality(v_due);
 
-    RETURN QUERY
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
            AND m.attempt >= v_q.max_attempts
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane
+    ), x AS (
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane FROM d
+        RETURNING x.id, x.lane
     )
-    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
-    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now FROM d
-    RETURNING x.id, true;
+    SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, v_dead, v_q.lane_dead = 'block', v_now);
+    END IF;
+    RETURN QUERY SELECT u, true FROM unnest(v_dead) u;
 
     RETURN QUERY
     UPDATE message m

@@ -68,6 +68,7 @@ AS $$
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
         'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
         'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
         'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
         'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
@@ -89,7 +90,7 @@ AS $$
         '_retention_session_state', '_retention_session_restore',
         '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
     UNION ALL
-    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'version']) r
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'lane_stats', 'version']) r
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).

@@ -87,6 +87,10 @@ $$;
 --                       claim cursor (see claim.sql); 0 = exact oldest-first order
 --   processed_retention '1 second'..'100 years', or null = keep forever
 --   dead_retention      '1 second'..'100 years', or null = keep forever
+--   lane_dead           'move_on' (default): a dead-lettered lane head lets its
+--                       lane go on with its next message; 'block': the lane
+--                       stops until dead_requeue or lane_skip (lane.sql).
+--                       Lanes blocked already stay blocked when it changes.
 -- JSON rather than one parameter per setting because NULL must be a value
 -- here (keep forever), not "unchanged". Returns the queue row as it is now.
 CREATE OR REPLACE FUNCTION queue_configure(p_queue text, p_settings jsonb)
@@ -107,8 +111,8 @@ BEGIN
     END IF;
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
-                         'processed_retention', 'dead_retention', 'claim_rescan') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan)', v_key
+                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -156,6 +160,15 @@ BEGIN
             v_q.claim_rescan := (p_settings->>'claim_rescan')::interval;
             PERFORM _check_interval('claim_rescan', v_q.claim_rescan, interval '0 seconds', interval '1 minute');
         END IF;
+        IF p_settings ? 'lane_dead' THEN
+            v_setting := 'lane_dead';
+            IF jsonb_typeof(p_settings->'lane_dead') IS DISTINCT FROM 'string'
+               OR p_settings->>'lane_dead' NOT IN ('move_on', 'block') THEN
+                RAISE EXCEPTION 'lane_dead must be "move_on" or "block", got %', p_settings->'lane_dead'
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            v_q.lane_dead := p_settings->>'lane_dead';
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -181,6 +194,7 @@ BEGIN
                     WHEN 'backoff_jitter' THEN 'a number between 0 and 1'
                     WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
                     WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
+                    WHEN 'lane_dead' THEN '"move_on" or "block"'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -195,6 +209,7 @@ BEGIN
            claim_rescan = v_q.claim_rescan,
            processed_retention = v_q.processed_retention,
            dead_retention = v_q.dead_retention,
+           lane_dead = v_q.lane_dead,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;

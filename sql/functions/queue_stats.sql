@@ -1,11 +1,18 @@
 -- queue_stats: one row per queue.
---   pending             status pending (including scheduled ones not yet due)
+--   pending             status pending (including scheduled ones not yet due
+--                       and those waiting in their lane behind its head)
 --   processing          leased (live or expired leases)
 --   failed              waiting for a retry
 --   processed           inbox rows kept for de-duplication
 --   dead                dead letters
 --   oldest_pending_age  age (since it was sent) of the oldest due, unleased
---                       row: pending or failed and visible now; NULL when none
+--                       row that a claim could take: pending or failed and
+--                       visible now, not waiting in a lane; NULL when none
+--                       (a lane's wait shows in lane_stats, lane.sql)
+--   paused              queue_pause'd: claims return nothing (queue_ops.sql)
+--   lanes               lanes with messages, or blocked (lane.sql)
+--   blocked_lanes       lanes stopped by a dead letter (lane_dead 'block'),
+--                       waiting for dead_requeue or lane_skip
 -- Counting is O(rows of the queue): meant for dashboards and psql, not hot paths.
 --
 -- Scale-out rules: every statement on a message table filters by one queue,
@@ -15,14 +22,14 @@
 -- `SELECT * FROM queue_stats WHERE queue = 'x'` counts only queue x: the
 -- filter applies to the queue scan before the call.
 --
--- STABLE, so that its three statements read the caller's one snapshot: a
+-- STABLE, so that its statements read the caller's one snapshot: a
 -- message that a concurrent complete/fail moves from message to
 -- message_processed or message_dead is counted exactly once. p_now pins the
 -- clock (tests; within 10 years of the database clock, see _check_now);
 -- NULL reads clock_timestamp() once per call.
 CREATE OR REPLACE FUNCTION _queue_stats(p_queue text, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (pending bigint, processing bigint, failed bigint, processed bigint, dead bigint,
-               oldest_pending_age interval)
+               oldest_pending_age interval, lanes bigint, blocked_lanes bigint)
 LANGUAGE plpgsql STABLE ROWS 1
 SET search_path FROM CURRENT
 AS $$
@@ -34,12 +41,15 @@ BEGIN
     SELECT count(*) FILTER (WHERE m.status = 'pending'),
            count(*) FILTER (WHERE m.status = 'processing'),
            count(*) FILTER (WHERE m.status = 'failed'),
-           min(m.created_at) FILTER (WHERE m.status <> 'processing' AND m.visible_at <= v_now)
+           min(m.created_at) FILTER (WHERE m.status <> 'processing' AND m.visible_at <= v_now
+                                       AND m.parked_until IS DISTINCT FROM 'infinity')
       INTO pending, processing, failed, v_oldest
       FROM message m
      WHERE m.queue = p_queue;
     SELECT count(*) INTO processed FROM message_processed p WHERE p.queue = p_queue;
     SELECT count(*) INTO dead FROM message_dead d WHERE d.queue = p_queue;
+    SELECT count(*), count(*) FILTER (WHERE l.blocked_id IS NOT NULL) INTO lanes, blocked_lanes
+      FROM lane l WHERE l.queue = p_queue;
     oldest_pending_age := v_now - v_oldest;
     RETURN NEXT;
 END
@@ -53,6 +63,9 @@ SELECT q.name AS queue,
        s.failed,
        s.processed,
        s.dead,
-       s.oldest_pending_age
+       s.oldest_pending_age,
+       q.paused,
+       s.lanes,
+       s.blocked_lanes
   FROM queue q
  CROSS JOIN LATERAL _queue_stats(q.name) s;

@@ -13,6 +13,10 @@
 --   * attempt >= max_attempts: moved to message_dead. claim never hands these
 --     out, so without recovery they would stay in the queue.
 --
+-- Lanes (lane.sql): a released lane head stays its lane's head (the lane
+-- keeps its order: the head is claimed again first). A head dead-lettered
+-- here makes its lane move on or stop, by the queue's lane_dead, as in fail.
+--
 -- Traversal (as in seed 002): keyset in id order, from a cursor up to a
 -- boundary (the queue's highest id when the traversal started), so that a
 -- stream of new messages cannot keep the pass from reaching old rows. A pass
@@ -34,6 +38,8 @@ DECLARE
     v_last bigint;
     v_rec int := 0;
     v_dead int := 0;
+    v_dead_ids bigint[];
+    v_lanes text[];
 BEGIN
     PERFORM _check_int('p_batch', p_batch, 1, 10000);
     PERFORM _check_now('p_now', p_now);
@@ -67,17 +73,21 @@ BEGIN
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.attempt >= v_q.max_attempts
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at, m.lane
     ), x AS (
-        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
+        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane)
         SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt,
                CASE WHEN d.owner IS NULL THEN d.last_error
                     ELSE 'lease of ' || d.owner || ' expired on the last attempt' END,
-               d.created_at, v_now
+               d.created_at, v_now, d.lane
           FROM d
-        RETURNING 1
+        RETURNING message_dead.id, message_dead.lane
     )
-    SELECT count(*) INTO v_dead FROM x;
+    SELECT count(*), array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL)
+      INTO v_dead, v_dead_ids, v_lanes FROM x;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, v_dead_ids, v_q.lane_dead = 'block', v_now);
+    END IF;
 
     UPDATE message m
        SET status = 'failed', owner = NULL, token = NULL, visible_at = v_now, last_error = 'lease expired'

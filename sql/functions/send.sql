@@ -75,8 +75,16 @@ AS $$
         OR EXISTS (SELECT 1 FROM message_dead d WHERE d.queue = p_queue AND d.key = p_key)
 $$;
 
--- _send inserts one message into a queue already looked up and checked.
-CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz, p_now timestamptz)
+-- _send inserts one message into a queue already looked up and checked;
+-- p_now is the send's clock. With a lane (lane.sql) it first locks the
+-- lane's row: the message is the lane's head when the lane has none and is
+-- not blocked, otherwise it waits (parked at infinity); its created_at is
+-- greatest(p_now, the lane's newest) and its id is drawn after the lock, so
+-- (created_at, id) increases in the order the sends commit. A lane whose head
+-- vanished without moving it on (a message deleted by hand) moves on here.
+-- An inbox duplicate changes no lane.
+CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz,
+                                 p_now timestamptz, p_lane text)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -86,10 +94,14 @@ DECLARE
     v_headers jsonb := coalesce(p_headers, '{}');
     v_visible timestamptz := coalesce(p_deliver_at, p_now);
     v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
+    v_created timestamptz := p_now;
+    v_inbox boolean := p_q.kind = 'inbox' AND p_key IS NOT NULL;
     v_snapshot boolean; -- REPEATABLE READ or SERIALIZABLE: one snapshot for the transaction
     v_free boolean;
+    v_lane record;
+    v_head boolean;
 BEGIN
-    IF p_q.kind = 'inbox' AND p_key IS NOT NULL THEN
+    IF v_inbox THEN
         IF _inbox_key_kept(p_q.name, p_key) THEN
             RETURN NULL;
         END IF;
@@ -97,34 +109,65 @@ BEGIN
         IF v_snapshot AND EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.key = p_key AND m.dedup) THEN
             RETURN NULL; -- 1b
         END IF;
-        INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until)
-        VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, p_now, v_parked)
-        ON CONFLICT (queue, key) WHERE dedup DO NOTHING
-        RETURNING id INTO v_id;
-        IF v_id IS NULL THEN
-            RETURN NULL;
+    END IF;
+    IF p_lane IS NOT NULL THEN
+        v_lane := _lane_lock(p_q.name, p_lane, p_now);
+        v_created := greatest(p_now, v_lane.last_at);
+        v_head := v_lane.blocked_id IS NULL
+              AND (v_lane.head_id IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.id = v_lane.head_id));
+        IF v_head AND v_lane.head_id IS NOT NULL THEN
+            v_head := _lane_next(p_q.name, ARRAY[p_lane], p_now, false) = 0;
         END IF;
-        IF v_snapshot THEN
-            -- 3b: raises 40001 when a processed row with the key committed after our snapshot.
-            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
-            VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now)
-            ON CONFLICT (queue, key) DO NOTHING
-            RETURNING true INTO v_free;
-            IF v_free THEN
-                DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
-                RETURN v_id;
+        IF NOT v_head THEN
+            v_parked := 'infinity';
+        END IF;
+    END IF;
+
+    <<ins>>
+    BEGIN
+        IF v_inbox THEN
+            INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until, lane)
+            VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, v_created, v_parked, p_lane)
+            ON CONFLICT (queue, key) WHERE dedup DO NOTHING
+            RETURNING id INTO v_id;
+            EXIT ins WHEN v_id IS NULL;
+            IF v_snapshot THEN
+                -- 3b: raises 40001 when a processed row with the key committed after our snapshot.
+                INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+                VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now)
+                ON CONFLICT (queue, key) DO NOTHING
+                RETURNING true INTO v_free;
+                IF v_free THEN
+                    DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
+                    EXIT ins;
+                END IF;
+                DELETE FROM message WHERE queue = p_q.name AND id = v_id;
+                v_id := NULL;
+                EXIT ins;
             END IF;
-            DELETE FROM message WHERE queue = p_q.name AND id = v_id;
-            RETURN NULL;
+            IF _inbox_key_kept(p_q.name, p_key) THEN
+                DELETE FROM message WHERE queue = p_q.name AND id = v_id;
+                v_id := NULL;
+            END IF;
+        ELSE
+            INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane)
+            VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane)
+            RETURNING id INTO v_id;
         END IF;
-        IF _inbox_key_kept(p_q.name, p_key) THEN
-            DELETE FROM message WHERE queue = p_q.name AND id = v_id;
-            RETURN NULL;
+    END ins;
+
+    IF p_lane IS NOT NULL THEN
+        IF v_id IS NULL THEN
+            -- a duplicate: the lane is as it was (a row we created goes again)
+            IF v_lane.created THEN
+                DELETE FROM lane l WHERE l.queue = p_q.name AND l.name = p_lane;
+            END IF;
+        ELSIF v_head THEN
+            UPDATE lane l SET last_at = v_created, head_id = v_id WHERE l.queue = p_q.name AND l.name = p_lane;
+        ELSE
+            UPDATE lane l SET last_at = v_created WHERE l.queue = p_q.name AND l.name = p_lane;
         END IF;
-    ELSE
-        INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until)
-        VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, p_now, v_parked)
-        RETURNING id INTO v_id;
     END IF;
     RETURN v_id;
 END
@@ -132,9 +175,11 @@ $$;
 
 -- send returns the new message's id, or NULL for an inbox duplicate.
 -- p_deliver_at in the future schedules the message (at most 10 years ahead);
--- NULL or past = now.
+-- NULL or past = now. p_lane (NULL: none; else at most 200 characters)
+-- puts it in that ordered lane of the queue (lane.sql): it is handed out
+-- only after every message sent to the lane before it has left the queue.
 CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
-                                p_deliver_at timestamptz DEFAULT NULL)
+                                p_deliver_at timestamptz DEFAULT NULL, p_lane text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -145,7 +190,8 @@ DECLARE
 BEGIN
     PERFORM _check_message(p_payload, p_headers, p_key);
     PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
-    v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp());
+    PERFORM _check_lane('p_lane', p_lane);
+    v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp(), p_lane);
     IF v_id IS NOT NULL THEN
         PERFORM pg_notify(notify_channel(), p_queue);
     END IF;
@@ -155,11 +201,15 @@ $$;
 
 -- send_batch sends up to 10000 messages at once and returns one id per input
 -- element, in input order (NULL for an inbox duplicate, also a duplicate
--- within the batch). p_headers, p_keys and p_deliver_at are NULL or arrays of
--- the same length as p_payloads; each p_deliver_at[i] as send's p_deliver_at.
--- One notification per batch.
+-- within the batch). p_headers, p_keys, p_deliver_at and p_lanes are NULL or
+-- arrays of the same length as p_payloads; each p_deliver_at[i] as send's
+-- p_deliver_at, each p_lanes[i] as send's p_lane (NULL: no lane). The lanes
+-- of a batch are locked once each, in name order (two batches never wait for
+-- each other in a cycle); messages of one lane keep their input order. One
+-- notification per batch.
 CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
-                                      p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL)
+                                      p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL,
+                                      p_lanes text[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -170,6 +220,13 @@ DECLARE
     v_now timestamptz;
     v_ids bigint[];
     v_any boolean := false;
+    v_lane record;
+    v_l record;
+    v_busy boolean;
+    v_names text[] := '{}';
+    v_firsts bigint[] := '{}';
+    v_busies boolean[] := '{}';
+    v_lasts timestamptz[] := '{}';
     i int;
 BEGIN
     PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
@@ -185,26 +242,69 @@ BEGIN
         RAISE EXCEPTION 'p_deliver_at must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_deliver_at)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF p_lanes IS NOT NULL AND cardinality(p_lanes) <> v_n THEN
+        RAISE EXCEPTION 'p_lanes must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_lanes)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     FOR i IN 1 .. v_n LOOP
         PERFORM _check_message(p_payloads[i], p_headers[i], p_keys[i]);
         PERFORM _check_deliver_at(format('p_deliver_at[%s]', i), p_deliver_at[i]);
+        PERFORM _check_lane(format('p_lanes[%s]', i), p_lanes[i]);
     END LOOP;
     v_now := clock_timestamp();
 
+    -- The lanes, each locked once, in name order; busy: it has a head (or is
+    -- blocked), so every message of the batch waits; otherwise the batch's
+    -- first message of the lane (first: its index) becomes its head.
+    -- (unnest, not subscripts, in the statements below: a subscript of a
+    -- text or jsonb array walks the array from its start, once per row.)
+    FOR v_lane IN SELECT u.lane, min(u.k) AS first FROM unnest(p_lanes) WITH ORDINALITY u(lane, k)
+                   WHERE u.lane IS NOT NULL GROUP BY u.lane ORDER BY u.lane LOOP
+        v_l := _lane_lock(v_q.name, v_lane.lane, v_now);
+        v_busy := v_l.blocked_id IS NOT NULL
+               OR (v_l.head_id IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.id = v_l.head_id));
+        IF NOT v_busy AND v_l.head_id IS NOT NULL THEN
+            v_busy := _lane_next(v_q.name, ARRAY[v_lane.lane], v_now, false) > 0; -- its head vanished (see _send)
+        END IF;
+        v_names := v_names || v_lane.lane;
+        v_firsts := v_firsts || v_lane.first;
+        v_busies := v_busies || v_busy;
+        v_lasts := v_lasts || v_l.last_at;
+    END LOOP;
+
     IF v_q.kind = 'inbox' AND p_keys IS NOT NULL THEN
-        -- De-duplication needs the per-message steps of _send.
+        -- De-duplication needs the per-message steps of _send (which finds
+        -- the lanes locked already).
         FOR i IN 1 .. v_n LOOP
-            v_ids[i] := _send(v_q, p_payloads[i], p_headers[i], p_keys[i], p_deliver_at[i], v_now);
+            v_ids[i] := _send(v_q, p_payloads[i], p_headers[i], p_keys[i], p_deliver_at[i], v_now, p_lanes[i]);
             v_any := v_any OR v_ids[i] IS NOT NULL;
         END LOOP;
+        -- lanes created above whose every message was a duplicate
+        IF cardinality(v_names) > 0 THEN
+            DELETE FROM lane l WHERE l.queue = v_q.name AND l.name = ANY (v_names)
+               AND l.head_id IS NULL AND l.blocked_id IS NULL;
+        END IF;
     ELSE
-        -- Ids are drawn first so that they can be returned in input order
-        -- (INSERT … RETURNING does not promise an order).
+        -- Ids are drawn first (after the lane locks) so that they can be
+        -- returned in input order (INSERT … RETURNING does not promise an order).
         v_ids := ARRAY(SELECT nextval('message_id_seq') FROM generate_series(1, v_n));
-        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until)
-        SELECT v_q.name, v_ids[g], p_keys[g], p_payloads[g], coalesce(p_headers[g], '{}'),
-               coalesce(p_deliver_at[g], v_now), v_now, CASE WHEN p_deliver_at[g] > v_now THEN p_deliver_at[g] END
-          FROM generate_series(1, v_n) g;
+        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until, lane)
+        SELECT v_q.name, u.id, u.key, u.payload, coalesce(u.headers, '{}'), coalesce(u.deliver_at, v_now),
+               CASE WHEN x.name IS NULL THEN v_now ELSE greatest(v_now, x.last_at) END,
+               CASE WHEN x.name IS NOT NULL AND (x.busy OR x.first <> u.k) THEN 'infinity'::timestamptz
+                    WHEN u.deliver_at > v_now THEN u.deliver_at END,
+               u.lane
+          FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes)
+               WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, k)
+          LEFT JOIN unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at) ON x.name = u.lane;
+        IF cardinality(v_names) > 0 THEN
+            UPDATE lane l
+               SET last_at = greatest(v_now, x.last_at),
+                   head_id = CASE WHEN x.busy THEN l.head_id ELSE v_ids[x.first] END
+              FROM unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at)
+             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name;
+        END IF;
         v_any := true;
     END IF;
     IF v_any THEN

@@ -197,7 +197,7 @@ SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '5')$$, '22023',
 SELECT throws_ok($$SELECT pgsweep.queue_configure('o', 'null')$$, '22023',
     'p_settings must be a JSON object, got null', 'queue_configure: settings JSON null');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 5, "lease": "1 minute"}')$$, '22023',
-    'p_settings: unknown setting "lease" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan)',
+    'p_settings: unknown setting "lease" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead)',
     'queue_configure: an unknown key next to a valid one');
 -- max_attempts
 SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 1001}')$$, '22023',
