@@ -54,7 +54,7 @@ BEGIN
         END IF;
         -- register and filter in one transaction: no pass ever sees the
         -- policy without its queue filter.
-        PERFORM _retention_register(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
+        PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
                                     1000, 'exclusive', interval '1 minute', _owner_role(), true);
         PERFORM retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
         v_changed := v_changed + 1;

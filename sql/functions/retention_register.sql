@@ -18,14 +18,21 @@ $$;
 
 -- Ownership: a policy belongs to the role that registers it, and every
 -- run deletes as that role (retention_sql.sql, _retention_as_owner).
--- retention_register runs as its caller and passes current_user on to
--- _retention_register (SECURITY DEFINER), which accepts an owner only when
--- the session's login role can act as it (pg_has_role(session_user, owner,
--- 'MEMBER'): what SET ROLE itself requires), so calling it directly cannot
--- forge another role's policy. The owner needs SELECT and DELETE on the
--- table (42501 otherwise); pgsweep's own tables cannot be registered (the
--- built-in policies cover them). Registering a name again re-points it,
--- under the new caller's name and rights.
+-- A SECURITY DEFINER function cannot see the role that called it, and a
+-- role name passed in could be anyone's; so the caller proves who it is:
+-- retention_register runs as its caller and creates an empty temporary
+-- table (pg_temp.pgsweep_owner_proof_<random>), which only the calling role
+-- can have created and which PostgreSQL records as owned by it;
+-- _retention_register (SECURITY DEFINER) takes the policy's owner from that
+-- table's owner, accepting only such a table of this session; then the
+-- wrapper drops it (an error in between rolls its creation back: a proof
+-- exists only while its own registration runs, and no other code runs
+-- then). Code running as another role
+-- in the same session (a SECURITY DEFINER trigger of a hostile admin, say)
+-- can prove only its own role, never the session's. The owner needs SELECT
+-- and DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
+-- registered (the built-in policies cover them). Registering a name again
+-- re-points it, under the new caller's name and rights.
 CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
@@ -33,13 +40,46 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_oid regclass;
 BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    v_oid := pg_catalog.to_regclass(v_proof);
     PERFORM _retention_register(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
-                                p_batch_size, p_mode, p_interval, current_user::regrole, false);
+                                p_batch_size, p_mode, p_interval, v_oid);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
 END
 $$;
 
+-- _retention_register takes the owner from the proof table (see above).
 CREATE OR REPLACE FUNCTION _retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval, p_proof regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole;
+BEGIN
+    SELECT c.relowner::regrole INTO v_owner
+      FROM pg_catalog.pg_class c
+     WHERE c.oid = p_proof AND c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relpersistence = 't'
+       AND c.relname LIKE 'pgsweep\_owner\_proof\_%';
+    IF v_owner IS NULL THEN
+        RAISE EXCEPTION 'retention_register: no proof of the calling role (call retention_register, not _retention_register)'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                  p_batch_size, p_mode, p_interval, v_owner, false);
+END
+$$;
+
+-- _retention_policy_put validates and stores a policy for p_owner. Only
+-- SECURITY DEFINER code calls it (_retention_register, the built-in sync):
+-- nobody else may execute it.
+CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
     p_owner regrole, p_builtin boolean)
 RETURNS void
@@ -76,7 +116,8 @@ BEGIN
             p_table::text, v_kind::text);
     END IF;
     IF p_builtin THEN
-        IF p_owner <> _owner_role() OR v_schema <> pg_catalog.current_schema() THEN
+        IF p_owner <> _owner_role() OR v_schema <> pg_catalog.current_schema()
+           OR v_table NOT IN ('message_processed', 'message_dead') THEN
             RAISE EXCEPTION 'built-in retention policies belong to % and cover pgsweep''s own tables', _owner_role()
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
@@ -84,10 +125,6 @@ BEGIN
         IF (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_table) = _owner_role() THEN
             PERFORM _retention_invalid('p_table must not be one of pgsweep''s own tables (their built-in policies '
                 'cover them: queue_configure processed_retention/dead_retention), got %s', p_table::text);
-        END IF;
-        IF p_owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, p_owner, 'MEMBER') THEN
-            RAISE EXCEPTION 'retention_register: % cannot register a policy as %', session_user, coalesce(p_owner::text, 'NULL')
-                USING ERRCODE = 'insufficient_privilege';
         END IF;
         IF NOT pg_catalog.has_table_privilege(p_owner, p_table, 'SELECT')
            OR NOT pg_catalog.has_table_privilege(p_owner, p_table, 'DELETE') THEN

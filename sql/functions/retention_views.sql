@@ -52,7 +52,8 @@ SELECT r.name,
        lp.rows_deleted AS last_rows_deleted,
        lp.batches AS last_batches,
        lp.elapsed AS last_elapsed,
-       lp.error AS last_error
+       lp.error AS last_error,
+       r.owner -- every run deletes as this role: maintenance needs GRANT <owner> TO <its role>
   FROM retention_policy r
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;

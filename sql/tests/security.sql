@@ -9,7 +9,7 @@
 -- security_cron_test.go.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(64);
+SELECT plan(65);
 
 -- as_role runs p_sql as p_role and returns its SQLSTATE ('ok' when it
 -- succeeds; its effects stay). as_role_val returns the first column instead.
@@ -180,12 +180,14 @@ SELECT is(pg_temp.as_role('sectap_admin', $$CREATE TABLE sectap_a.mine (id int, 
 SELECT is((SELECT owner::text FROM pgsweep.retention_policy WHERE name = 'sectap_mine'), 'sectap_admin', 'the policy belongs to admin');
 SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep.retention_register('steal', 'sectap_v.precious', 'at', '0 seconds')$$), '42501',
     'admin cannot register a table it has no right on');
--- (_retention_register with p_owner => another role is refused for a login
--- that cannot act as it: security_test.go, TestSecurityForging. Here the
--- session user is the superuser running the test, which may.)
-SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep._retention_register('steal', 'sectap_v.precious'::regclass, 'at', '0 seconds',
+-- The owner is proven by a temporary table the caller creates; the internal
+-- _retention_policy_put, which takes an owner, is nobody's to call.
+SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep._retention_policy_put('steal', 'sectap_v.precious'::regclass, 'at', '0 seconds',
     NULL, NULL, 1000, 'exclusive', '1 minute', 'pgsweep_owner'::regrole, true)$$), '42501',
     'admin cannot make a table of its own or another''s a built-in policy');
+SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep._retention_register('steal', 'sectap_v.precious'::regclass, 'at', '0 seconds',
+    NULL, NULL, 1000, 'exclusive', '1 minute', 'sectap_v.precious'::regclass)$$), '42501',
+    'admin cannot pass another role''s table as the proof of who it is');
 SELECT is(pg_temp.as_role('sectap_admin', $$UPDATE pgsweep.retention_policy SET owner = 'sectap_victim'::regrole$$), '42501',
     'admin cannot UPDATE retention_policy');
 SELECT is(pg_temp.as_role('sectap_admin', $$UPDATE pgsweep.retention_sweep SET cutoff = 'infinity'$$), '42501',
@@ -246,8 +248,8 @@ ALTER TABLE sectap_a.forge OWNER TO sectap_admin;
 INSERT INTO sectap_a.forge SELECT i, now() - interval '10 days' FROM generate_series(1, 3) i;
 CREATE FUNCTION sectap_a.forge_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-    PERFORM pgsweep._retention_register('forged', 'sectap_v.precious'::regclass, 'at', '0 seconds', NULL, NULL, 1000,
-        'parallel', '1 minute', 'sectap_victim'::regrole, false);
+    -- as itself (the only owner it can prove): on its own table
+    PERFORM pgsweep.retention_register('forged', 'sectap_a.forge', 'at', '0 seconds', p_mode => 'parallel');
     RETURN OLD;
 END $f$;
 ALTER FUNCTION sectap_a.forge_trg() OWNER TO sectap_admin;
