@@ -223,6 +223,20 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 		return fmt.Errorf("uninstall %s: %w", schema, err)
 	}
 	if cron {
+		// A role without USAGE on schema cron cannot see (or unschedule) a job
+		// scheduled for this install, and dropping the schema under a job
+		// leaves it failing every minute: say so instead.
+		var usage bool
+		var me string
+		if err := tx.QueryRow(ctx, `SELECT has_schema_privilege('cron', 'USAGE'), current_user`).Scan(&usage, &me); err != nil {
+			return fmt.Errorf("uninstall %s: %w", schema, err)
+		}
+		if !usage {
+			return fmt.Errorf("uninstall %s: pg_cron is installed and %s has no USAGE on schema cron, so it cannot "+
+				"unschedule the job pgsweep-maintain:%s: run uninstall as the role that scheduled it (or a superuser), "+
+				"or unschedule it first (SELECT %s.cron_unschedule()) and GRANT USAGE ON SCHEMA cron to this role", schema,
+				me, schema, pgx.Identifier{schema}.Sanitize())
+		}
 		rows, err := tx.Query(ctx, `SELECT jobid FROM cron.job
 		  WHERE database = current_database()
 		    AND jobname = (SELECT CASE WHEN octet_length(n) <= 63 THEN n ELSE left(n, 54) || ':' || left(md5(n), 8) END
