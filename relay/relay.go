@@ -257,14 +257,18 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}()
 
+	// inner ends the helpers also when the poll loop returns an error.
+	inner, innerCancel := context.WithCancel(ctx)
+	defer innerCancel()
 	var wg sync.WaitGroup
 	if !r.o.DisableNotify {
-		wg.Go(func() { r.listen(ctx) })
+		wg.Go(func() { r.listen(inner) })
 	}
 	for range r.o.DispatchWorkers {
-		wg.Go(func() { r.dispatchLoop(ctx, hard) })
+		wg.Go(func() { r.dispatchLoop(inner, hard) })
 	}
-	err := r.pollLoop(ctx, hard)
+	err := r.pollLoop(inner, hard)
+	innerCancel()
 	wg.Wait()
 	// Ids still in the buffer were never claimed: the claims take them.
 	n := 0

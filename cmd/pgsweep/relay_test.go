@@ -1,0 +1,696 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/relay"
+	"github.com/pgsweep/pgsweep/relay/relaytest"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// The relay's process tests run `pgsweep relay` in a child process: this
+// test binary, re-executed into TestRelayHelperProcess, which calls the
+// CLI's run() exactly as main does. A child can be told to kill itself
+// with SIGKILL right after the broker confirmed a batch and before the
+// database recorded it (the worst moment: the broker holds messages the
+// database still counts as unpublished), and it appends every id the
+// broker confirmed to a file, so the test sees the replays.
+const (
+	helperEnv    = "PGSWEEP_RELAY_HELPER"
+	helperArgs   = "PGSWEEP_RELAY_HELPER_ARGS"
+	helperKill   = "PGSWEEP_RELAY_HELPER_KILL_AFTER" // SIGKILL after this many confirmed batches
+	helperLogEnv = "PGSWEEP_RELAY_HELPER_LOG"        // file of confirmed ids
+)
+
+func TestRelayHelperProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		return
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(os.Getenv(helperArgs)), &args); err != nil {
+		fmt.Fprintln(os.Stderr, "helper args:", err)
+		os.Exit(3)
+	}
+	killAfter, _ := strconv.Atoi(os.Getenv(helperKill))
+	var log *os.File
+	if p := os.Getenv(helperLogEnv); p != "" {
+		var err error
+		if log, err = os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "helper log:", err)
+			os.Exit(3)
+		}
+	}
+	var batches atomic.Int64
+	relayHooks.Published = func(ids []int64) {
+		if log != nil {
+			var b strings.Builder
+			for _, id := range ids {
+				fmt.Fprintf(&b, "%d\n", id)
+			}
+			_, _ = log.WriteString(b.String())
+		}
+		if killAfter > 0 && batches.Add(1) >= int64(killAfter) {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL) // confirmed by the broker, not completed
+			select {}
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, args, os.Stdout, os.Stderr))
+}
+
+// relayProc is a running `pgsweep relay` child.
+type relayProc struct {
+	cmd  *exec.Cmd
+	out  *strings.Builder
+	done chan struct{}
+	err  error
+}
+
+func startRelay(t *testing.T, killAfter int, logFile string, args ...string) *relayProc {
+	t.Helper()
+	b, _ := json.Marshal(append([]string{"relay"}, args...))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", helperArgs+"="+string(b), helperKill+"="+strconv.Itoa(killAfter), helperLogEnv+"="+logFile)
+	p := &relayProc{cmd: cmd, out: &strings.Builder{}, done: make(chan struct{})}
+	var mu sync.Mutex
+	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return p.out.Write(b) })
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start relay: %v", err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// wait waits for the child to exit and returns its exit code (-1: killed).
+func (p *relayProc) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("relay %v did not exit within %v; output:\n%s", p.cmd.Args, within, p.out.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func randSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// relayDB is an outbox queue "q" in a schema of the test's own, with n
+// messages sent (payloads 0..n-1).
+func relayDB(t *testing.T, n int) (*pgtest.DB, []int64) {
+	t.Helper()
+	db := pgtest.New(t, 10)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 20); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for lo := 0; lo < n; lo += 500 {
+		msgs := make([]pgsweep.Message, 0, 500)
+		for i := lo; i < min(n, lo+500); i++ {
+			msgs = append(msgs, pgsweep.Message{Payload: json.RawMessage(strconv.Itoa(i)), Headers: map[string]string{"n": strconv.Itoa(i)}})
+		}
+		got, err := db.Client.SendBatch(ctx, "q", msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got...)
+	}
+	return db, ids
+}
+
+func queueLen(t *testing.T, db *pgtest.DB, queue string) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+
+		" WHERE queue = $1", queue).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitQueueEmpty(t *testing.T, db *pgtest.DB, queue string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for queueLen(t, db, queue) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s still holds %d messages after %v", queue, queueLen(t, db, queue), within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func deadLetters(t *testing.T, db *pgtest.DB) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message_dead"}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// confirmedCount counts the lines (confirmed ids) of a helper log.
+func confirmedCount(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return 0
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		n++
+	}
+	return n
+}
+
+// crashLoop runs relays that die, most by SIGKILL right after the broker
+// confirmed a batch (the first, second or third) and before the database
+// recorded it, the last three by a kill -9 from outside at some moment;
+// then one that drains the queue and stops on SIGTERM (exit 0).
+func crashLoop(t *testing.T, db *pgtest.DB, to string, rounds int, logFile string) {
+	t.Helper()
+	args := []string{"--database-url", db.URL, "--schema", db.Schema, "--queue", "q", "--to", to, "--http-addr", "",
+		"--batch", "10", "--lease", "1s", "--poll-interval", "50ms"}
+	kills := 0
+	for i := range rounds {
+		if queueLen(t, db, "q") == 0 {
+			break
+		}
+		if i >= rounds-3 { // the last three: kill -9 from outside, at some moment
+			p := startRelay(t, 0, logFile, args...)
+			time.Sleep(time.Duration(60+40*(rounds-i)) * time.Millisecond)
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			p.wait(t, 30*time.Second)
+			continue
+		}
+		p := startRelay(t, 1+i%3, logFile, args...)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			select {
+			case <-p.done:
+			case <-time.After(100 * time.Millisecond):
+				if queueLen(t, db, "q") > 0 && time.Now().Before(deadline) {
+					continue
+				}
+				// nothing left to confirm (or stuck): stop it
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				if code := p.wait(t, 30*time.Second); code != 0 {
+					t.Fatalf("round %d: relay exited %d after SIGTERM:\n%s", i, code, p.out.String())
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: the relay confirmed fewer than %d batches in 60 s:\n%s", i, 1+i%3, p.out.String())
+				}
+			}
+			break
+		}
+		if code := p.wait(t, time.Second); code == -1 {
+			kills++
+		} else if code != 0 {
+			t.Fatalf("round %d: relay exited %d:\n%s", i, code, p.out.String())
+		}
+	}
+	if kills < rounds/2 {
+		t.Errorf("only %d relays died by SIGKILL between the broker's confirm and the complete", kills)
+	}
+	t.Logf("%d relays killed between the broker's confirm and the complete", kills)
+	p := startRelay(t, 0, logFile, args...)
+	waitQueueEmpty(t, db, "q", 60*time.Second)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.out.String())
+	}
+}
+
+// kill -9 between the broker's confirm and the database's complete, many
+// times: JetStream holds each message exactly once (its duplicate window
+// drops the replays, recognised by Nats-Msg-Id), though the broker
+// confirmed many of them more than once.
+func TestRelayCrashesNATSHoldsEachOnce(t *testing.T) {
+	t.Parallel()
+	base := relaytest.NATS(t)
+	const n = 600
+	db, ids := relayDB(t, n)
+	name := "C" + randSuffix()
+	subject := "pgsweep.crash." + name
+	logFile := filepath.Join(t.TempDir(), "confirmed")
+	crashLoop(t, db, base+"?subject="+subject+"&stream="+name, 12, logFile)
+
+	nc, err := natsgo.Connect(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Errorf("the stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+	seen := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get %d: %v", seq, err)
+		}
+		seen[m.Header.Get("Nats-Msg-Id")]++
+	}
+	for _, id := range ids {
+		if c := seen["q/"+strconv.FormatInt(id, 10)]; c != 1 {
+			t.Errorf("message %d is in the stream %d times", id, c)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d identities in the stream, want %d", len(seen), n)
+	}
+	c := confirmedCount(t, logFile)
+	if c <= n {
+		t.Errorf("the broker confirmed %d publishes of %d messages: the crashes replayed nothing", c, n)
+	}
+	if d := deadLetters(t, db); d != 0 {
+		t.Errorf("%d dead letters", d)
+	}
+	t.Logf("%d messages, %d confirmed publishes (%d replays dropped by the stream)", n, c, c-n)
+}
+
+// The same against RabbitMQ, which has no duplicate window: the queue
+// holds each message at least once, and every copy of a message carries
+// the same message_id (and body).
+func TestRelayCrashesRabbitMQAtLeastOnce(t *testing.T) {
+	t.Parallel()
+	base := relaytest.AMQP(t)
+	const n = 600
+	db, ids := relayDB(t, n)
+	qname := "pgsweep-crash-" + randSuffix()
+	logFile := filepath.Join(t.TempDir(), "confirmed")
+	conn, err := amqp091.Dial(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(qname, false, false, false) })
+	crashLoop(t, db, base+"?routing_key="+qname+"&declare_queue="+qname, 12, logFile)
+
+	copies := map[string][]amqp091.Delivery{} // by pgsweep-id
+	for {
+		d, ok, err := ch.Get(qname, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		id, _ := d.Headers[relay.HeaderID].(string)
+		copies[id] = append(copies[id], d)
+	}
+	total := 0
+	for _, id := range ids {
+		cs := copies[strconv.FormatInt(id, 10)]
+		if len(cs) == 0 {
+			t.Errorf("message %d never reached the queue", id)
+			continue
+		}
+		total += len(cs)
+		for _, c := range cs[1:] {
+			if c.MessageId != cs[0].MessageId || string(c.Body) != string(cs[0].Body) {
+				t.Errorf("message %d: a duplicate with message_id %q body %q, the first had %q %q", id, c.MessageId, c.Body, cs[0].MessageId, cs[0].Body)
+			}
+		}
+		if want := "q/" + strconv.FormatInt(id, 10); cs[0].MessageId != want {
+			t.Errorf("message %d: message_id %q, want %q", id, cs[0].MessageId, want)
+		}
+	}
+	if len(copies) != n {
+		t.Errorf("%d distinct messages in the queue, want %d", len(copies), n)
+	}
+	if total <= n {
+		t.Logf("no duplicate reached the queue (%d deliveries): the crashes happened to replay nothing", total)
+	}
+	if d := deadLetters(t, db); d != 0 {
+		t.Errorf("%d dead letters", d)
+	}
+	t.Logf("%d messages, %d deliveries in the queue, %d confirmed publishes", n, total, confirmedCount(t, logFile))
+}
+
+// End to end, exactly once: an outbox in one schema, relays that crash
+// (kill -9 after the broker's confirm, before the complete), a RabbitMQ
+// broker restarted in the middle, and a consumer that sends each delivery
+// into a pgsweep inbox queue of another schema keyed by message_id; a
+// Worker processes the inbox. Every message is processed exactly once.
+func TestRelayEndToEndExactlyOnceThroughAnInbox(t *testing.T) {
+	t.Parallel()
+	broker := relaytest.Private(t, "rabbitmq")
+	const n = 200
+	out, _ := relayDB(t, n)
+	in := pgtest.New(t, 10) // the consumer's side: another schema
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := in.Client.QueueCreate(ctx, "orders-in", pgsweep.Inbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	processed := pgx.Identifier{in.Schema, "processed"}.Sanitize()
+	if _, err := in.Pool.Exec(ctx, "CREATE TABLE "+processed+" (n int NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		t.Fatal(err)
+	}
+	qname := "orders"
+	to := broker.URL + "?routing_key=" + qname + "&declare_queue=" + qname
+
+	// the consumer: each delivery into the inbox (a duplicate key is refused), then ack
+	var deliveries atomic.Int64
+	consumerDone := make(chan struct{})
+	go func() {
+		defer close(consumerDone)
+		for ctx.Err() == nil {
+			func() {
+				conn, err := amqp091.Dial(broker.URL)
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				ch, err := conn.Channel()
+				if err != nil {
+					return
+				}
+				if _, err := ch.QueueDeclare(qname, true, false, false, false, nil); err != nil {
+					return
+				}
+				_ = ch.Qos(50, 0, false)
+				ds, err := ch.Consume(qname, "", false, false, false, false, nil)
+				if err != nil {
+					return
+				}
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case d, ok := <-ds:
+						if !ok {
+							return
+						}
+						deliveries.Add(1)
+						if _, _, err := in.Client.Send(ctx, "orders-in", pgsweep.Message{Payload: d.Body, Key: d.MessageId}); err != nil {
+							_ = d.Nack(false, true)
+							continue
+						}
+						_ = d.Ack(false)
+					}
+				}
+			}()
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	// the inbox's worker
+	w, err := pgsweep.NewWorker(in.Pool, func(ctx context.Context, d *pgsweep.Delivery) error {
+		var k int
+		if err := json.Unmarshal(d.Payload, &k); err != nil {
+			return err
+		}
+		_, err := in.Pool.Exec(ctx, "INSERT INTO "+processed+" (n) VALUES ($1)", k)
+		return err
+	}, pgsweep.WorkerOptions{Schema: in.Schema, Queue: "orders-in", PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(ctx) }()
+
+	// more messages keep coming while relays crash and the broker restarts
+	var sent atomic.Int64
+	sent.Store(n)
+	sendCtx, stopSending := context.WithCancel(ctx)
+	senderDone := make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		for sendCtx.Err() == nil {
+			k := sent.Load()
+			// not cancellable: a send that committed is counted
+			if _, _, err := out.Client.Send(context.Background(), "q", pgsweep.Message{Payload: json.RawMessage(strconv.FormatInt(k, 10))}); err != nil {
+				t.Errorf("send: %v", err)
+				return
+			}
+			sent.Add(1)
+			select {
+			case <-sendCtx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	logFile := filepath.Join(t.TempDir(), "confirmed")
+	args := []string{"--database-url", out.URL, "--schema", out.Schema, "--queue", "q", "--to", to, "--http-addr", "",
+		"--batch", "10", "--lease", "1s", "--poll-interval", "50ms"}
+	for i := range 6 {
+		p := startRelay(t, 1+i%3, logFile, args...)
+		if code := p.wait(t, 60*time.Second); code != -1 {
+			t.Fatalf("round %d: relay exited %d:\n%s", i, code, p.out.String())
+		}
+	}
+	// a relay runs across a broker restart and recovers by itself
+	p := startRelay(t, 0, logFile, args...)
+	time.Sleep(time.Second)
+	broker.Stop()
+	time.Sleep(2 * time.Second)
+	broker.Start()
+	time.Sleep(2 * time.Second)
+	stopSending()
+	<-senderDone
+	total := int(sent.Load())
+	waitQueueEmpty(t, out, "q", 90*time.Second)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.out.String())
+	}
+	if !strings.Contains(p.out.String(), "broker unreachable") || !strings.Contains(p.out.String(), "reachable again") {
+		t.Errorf("the relay did not log the outage and its recovery:\n%s", p.out.String())
+	}
+	// every message processed, once
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var rows, distinct int
+		if err := in.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT n) FROM "+processed).Scan(&rows, &distinct); err != nil {
+			t.Fatal(err)
+		}
+		if rows > distinct {
+			t.Fatalf("%d messages processed more than once (%d rows, %d distinct)", rows-distinct, rows, distinct)
+		}
+		if distinct == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages processed", distinct, total)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a late duplicate would show now
+	var rows int
+	if err := in.Pool.QueryRow(ctx, "SELECT count(*) FROM "+processed).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != total {
+		t.Errorf("%d processings of %d messages", rows, total)
+	}
+	cancel()
+	<-consumerDone
+	if err := <-workerDone; err != nil {
+		t.Errorf("worker: %v", err)
+	}
+	if d := deadLetters(t, out); d != 0 {
+		t.Errorf("%d dead letters in the outbox", d)
+	}
+	t.Logf("%d messages: %d confirmed publishes, %d deliveries to the consumer, each processed once", total, confirmedCount(t, logFile), deliveries.Load())
+}
+
+// The broker is down for 30 s while messages keep coming: /healthz says so
+// (503, broker down), nothing is lost or dead-lettered, no attempt is
+// spent on the outage, and the relay recovers by itself when the broker is
+// back (/healthz 200). SIGTERM then stops it with exit 0.
+func TestRelayBrokerDownThirtySeconds(t *testing.T) {
+	t.Parallel()
+	broker := relaytest.Private(t, "nats")
+	db, _ := relayDB(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	name := "D" + randSuffix()
+	subject := "pgsweep.down." + name
+	addr := freeAddr(t)
+	p := startRelay(t, 0, "", "--database-url", db.URL, "--schema", db.Schema, "--queue", "q",
+		"--to", broker.URL+"?subject="+subject+"&stream="+name, "--http-addr", addr, "--lease", "2s", "--poll-interval", "100ms")
+
+	var sent atomic.Int64
+	senderDone := make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		for ctx.Err() == nil {
+			if _, _, err := db.Client.Send(context.Background(), "q", pgsweep.Message{Payload: json.RawMessage(strconv.FormatInt(sent.Load(), 10))}); err != nil {
+				t.Errorf("send: %v", err)
+				return
+			}
+			sent.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	health := func() (int, relay.Health) {
+		code, body, err := get("http://" + addr + "/healthz")
+		if err != nil {
+			return 0, relay.Health{}
+		}
+		var h relay.Health
+		_ = json.Unmarshal([]byte(body), &h)
+		return code, h
+	}
+	waitHealth := func(want int, broker string, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			code, h := health()
+			if code == want && h.Broker == broker {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/healthz %d %+v, want %d with broker %s; relay output:\n%s", code, h, want, broker, p.out.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitHealth(200, "up", 20*time.Second)
+	time.Sleep(time.Second)
+	broker.Stop()
+	downAt := time.Now()
+	waitHealth(503, "down", 10*time.Second)
+	t.Logf("/healthz reported the broker down %v after it stopped", time.Since(downAt).Round(time.Millisecond))
+	time.Sleep(30*time.Second - time.Since(downAt))
+	broker.Start()
+	upAt := time.Now()
+	waitHealth(200, "up", 30*time.Second)
+	t.Logf("/healthz reported the broker up %v after it restarted", time.Since(upAt).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	cancel()
+	<-senderDone
+	waitQueueEmpty(t, db, "q", 30*time.Second)
+	n := sent.Load()
+
+	nc, err := natsgo.Connect(broker.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(info.State.Msgs) != n {
+		t.Errorf("the stream holds %d messages, %d were sent", info.State.Msgs, n)
+	}
+	if d := deadLetters(t, db); d != 0 {
+		t.Errorf("%d dead letters after the outage", d)
+	}
+	code, body, err := get("http://" + addr + "/metrics")
+	if err != nil || code != 200 || !strings.Contains(body, `pgsweep_relay_published_total{queue="q"}`) ||
+		!strings.Contains(body, `pgsweep_relay_failed_total{outcome="unavailable",queue="q"}`) ||
+		!strings.Contains(body, `pgsweep_relay_dispatch_latency_seconds_bucket{path="claim",queue="q"`) {
+		t.Errorf("/metrics %d %v:\n%s", code, err, body)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 || !strings.Contains(p.out.String(), "stopped") {
+		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.out.String())
+	}
+	t.Logf("%d messages sent across a 30 s outage, each in the stream once", n)
+}
+
+func TestRelayUsageErrors(t *testing.T) {
+	db := pgtest.New(t, 2)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--to", "nats://127.0.0.1:1?subject=x"}, "--queue is required"},
+		{[]string{"--queue", "q"}, "--to is required"},
+		{[]string{"--queue", "q", "--to", "kafka://x"}, "scheme must be"},
+		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1"}, "subject=SUBJ is required"},
+		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1?subject=x&bogus=1"}, `unknown parameter "bogus"`},
+		{[]string{"--queue", "q", "--to", "amqp://guest:secret@127.0.0.1:1/"}, "routing_key=K is required"},
+		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1?subject=x", "--batch", "0"}, "--batch must be between 1 and 10000"},
+		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1?subject=x", "--lease", "100ms"}, "--lease must be between 1s and 1h"},
+	} {
+		_, errOut, code := runCLI(t, append([]string{"relay", "--database-url", db.URL, "--schema", db.Schema}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("relay %v: code %d, %q; want 2 and %q", c.args, code, errOut, c.want)
+		}
+		if strings.Contains(errOut, "secret") {
+			t.Errorf("relay %v: the password is in the error: %s", c.args, errOut)
+		}
+	}
+	// an unknown queue: the relay's first claim is refused, exit 1
+	_, errOut, code := runCLI(t, "relay", "--database-url", db.URL, "--schema", db.Schema, "--queue", "nope",
+		"--to", "nats://127.0.0.1:1?subject=x", "--http-addr", "")
+	if code != 1 || !strings.Contains(errOut, "unknown queue") {
+		t.Errorf("unknown queue: code %d, %s", code, errOut)
+	}
+}
