@@ -324,7 +324,7 @@ func (r *Relay) pollLoop(ctx, hard context.Context) error {
 		dbBackoff = 100 * time.Millisecond
 		r.setDatabase(nil)
 		if len(hs) > 0 {
-			r.m.claimed(r.queue, "poll", len(hs))
+			r.m.claimed(r.queue, "claim", len(hs))
 			r.process(ctx, hard, hs)
 			if r.brokerDown() {
 				if !sleepCtx(ctx, brokerBackoff) {
@@ -405,7 +405,7 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 		if len(hs) == 0 {
 			continue
 		}
-		r.m.claimed(r.queue, "dispatch", len(hs))
+		r.m.claimed(r.queue, "direct", len(hs))
 		for i := range hs {
 			hs[i].dispatched = at[hs[i].msg.ID]
 		}

@@ -22,6 +22,7 @@ import (
 	relayamqp "github.com/pgsweep/pgsweep/relay/amqp"
 	relaynats "github.com/pgsweep/pgsweep/relay/nats"
 	"github.com/pgsweep/pgsweep/relay/relaytest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -250,10 +251,11 @@ func TestDispatchAndClaimsSideBySide(t *testing.T) {
 	u, read := stream(t)
 	before := send(t, db, "q", numbered(0, 50)) // sent while no relay runs
 	tr := &countingTransport{Transport: openNATS(t, u)}
+	metrics := relay.NewMetrics(nil)
 	var rs []*relay.Relay
 	for i := range 2 {
 		r, err := relay.New(db.Pool, "q", tr, relay.Options{Schema: db.Schema, Owner: fmt.Sprintf("r%d", i), Batch: 20,
-			PollInterval: 50 * time.Millisecond, DispatchGrace: -1})
+			PollInterval: 50 * time.Millisecond, DispatchGrace: -1, Metrics: metrics})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,6 +293,12 @@ func TestDispatchAndClaimsSideBySide(t *testing.T) {
 	if got := read(); len(got) != len(all) {
 		t.Errorf("stream holds %d messages, want %d", len(got), len(all))
 	}
+	direct := testutil.ToFloat64(metrics.Claimed.WithLabelValues("q", "direct"))
+	claimed := testutil.ToFloat64(metrics.Claimed.WithLabelValues("q", "claim"))
+	if direct == 0 || claimed < 50 || int(direct+claimed) != len(all) {
+		t.Errorf("claimed %v by direct dispatch and %v by claims, want both (the 50 sent before by claims) and %d in all", direct, claimed, len(all))
+	}
+	t.Logf("%v messages by direct dispatch, %v by claims", direct, claimed)
 }
 
 // Dispatch never blocks: a full buffer and a relay that is not running
