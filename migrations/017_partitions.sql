@@ -651,10 +651,7 @@ BEGIN
         v_units := v_units + (greatest(v_blocks - 1, 0) / v_step + 1)::int;
     END LOOP;
     UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
-    DELETE FROM retention_sweep s
-     WHERE s.policy = p_pol.name
-       AND s.id < (SELECT s2.id FROM retention_sweep s2 WHERE s2.policy = p_pol.name ORDER BY s2.id DESC OFFSET 20 LIMIT 1)
-       AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = s.policy AND u.sweep_id = s.id);
+    PERFORM _retention_sweep_trim(p_pol.name);
     RETURN v_sweep;
 END
 $$;
@@ -1161,6 +1158,19 @@ BEGIN
 END
 $$;
 
+-- _retention_sweep_trim keeps a policy's sweep history bounded: finished
+-- sweeps beyond the last 20 go.
+CREATE OR REPLACE FUNCTION _retention_sweep_trim(p_policy text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    DELETE FROM retention_sweep s
+     WHERE s.policy = p_policy
+       AND s.id < (SELECT s2.id FROM retention_sweep s2 WHERE s2.policy = p_policy ORDER BY s2.id DESC OFFSET 20 LIMIT 1)
+       AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = s.policy AND u.sweep_id = s.id)
+$$;
+
 -- _retention_plan plans a sweep from the sample the caller took as the
 -- policy's owner (p_pct NULL: the table was empty, no sample).
 CREATE OR REPLACE FUNCTION _retention_plan(p_pol retention_policy, p_now timestamptz, p_owner text,
@@ -1248,11 +1258,7 @@ BEGIN
     GET DIAGNOSTICS v_units = ROW_COUNT;
     UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
 
-    -- Keep the sweep history bounded: finished sweeps beyond the last 20 go.
-    DELETE FROM retention_sweep s
-     WHERE s.policy = p_pol.name
-       AND s.id < (SELECT s2.id FROM retention_sweep s2 WHERE s2.policy = p_pol.name ORDER BY s2.id DESC OFFSET 20 LIMIT 1)
-       AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = s.policy AND u.sweep_id = s.id);
+    PERFORM _retention_sweep_trim(p_pol.name);
     RETURN v_sweep;
 END
 $$;

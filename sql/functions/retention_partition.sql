@@ -144,10 +144,7 @@ BEGIN
         v_units := v_units + (greatest(v_blocks - 1, 0) / v_step + 1)::int;
     END LOOP;
     UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
-    DELETE FROM retention_sweep s
-     WHERE s.policy = p_pol.name
-       AND s.id < (SELECT s2.id FROM retention_sweep s2 WHERE s2.policy = p_pol.name ORDER BY s2.id DESC OFFSET 20 LIMIT 1)
-       AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = s.policy AND u.sweep_id = s.id);
+    PERFORM _retention_sweep_trim(p_pol.name);
     RETURN v_sweep;
 END
 $$;
