@@ -81,3 +81,20 @@ migration-release:
 ## test-cron: opt-in: schedule maintain() with pg_cron and wait (at most 75 s) for a real run
 test-cron:
 	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -tags crontest -count=1 -run TestCronRealRun -timeout 3m -v ./runner/
+
+.PHONY: citus citus-stop test-citus
+## citus: start the throwaway Citus cluster (scripts/citus.sh: a coordinator and two workers from the installed
+## PostgreSQL 15 and Citus, on free local ports under .pgsweep/citus), print the coordinator's DSN
+citus:
+	@scripts/citus.sh start
+
+## citus-stop: stop the Citus cluster
+citus-stop:
+	@scripts/citus.sh stop
+
+## test-citus: the Citus tier (internal/citustest, build tag citus) on the `make citus` cluster (started when
+## missing); TEST_DATABASE_URL for the tests that need a PostgreSQL without Citus
+test-citus:
+	@url=$(db_url); curl=$$(scripts/citus.sh dsn 2>/dev/null || scripts/citus.sh start); \
+	$(GO) vet -tags citus ./internal/citustest/ && \
+	TEST_DATABASE_URL="$$url" TEST_CITUS_URL="$$curl" $(GO) test -tags citus -count=1 -v -timeout 15m ./internal/citustest/

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 )
 
@@ -18,9 +20,14 @@ func runMigrate(ctx context.Context, args []string, out io.Writer) error {
 	dryRun := fs.Bool("dry-run", false, "print the SQL that would run and change nothing")
 	check := fs.Bool("check", false, "change nothing; exit 0 when the database is current, 1 when it is behind or not installed, "+
 		"2 when it is newer than this binary, 3 when it cannot tell (an error)")
+	citus := fs.Bool("citus", false, "after migrating, distribute the install over the Citus cluster: SELECT <schema>.citus_distribute() "+
+		"(on the coordinator, after every migration; docs/operations.md, \"Scaling out with Citus\")")
 	err := parseFlags(fs, args)
 	if err == nil && *check && *dryRun {
 		err = fmt.Errorf("%w: --check and --dry-run exclude each other", errUsage)
+	}
+	if err == nil && *citus && (*check || *dryRun) {
+		err = fmt.Errorf("%w: --citus changes the database; it excludes --check and --dry-run", errUsage)
 	}
 	if err == nil {
 		err = db.validate()
@@ -52,7 +59,53 @@ func runMigrate(ctx context.Context, args []string, out io.Writer) error {
 	} else {
 		fmt.Fprintf(out, "schema %s migrated from version %d to %d\n", db.schema, res.From, res.To)
 	}
+	if *citus {
+		return migrateCitus(ctx, conn, db.schema, out)
+	}
 	return nil
+}
+
+// migrateCitus is `pgsweep migrate --citus`'s second step: citus_distribute()
+// on the coordinator (idempotent, so it runs after every migration), and one
+// line saying where everything is. Without Citus the SQL says what to do
+// (55000 and a hint), and the hint is printed with the error.
+func migrateCitus(ctx context.Context, conn *pgx.Conn, schema string, out io.Writer) error {
+	rows, err := conn.Query(ctx, "SELECT object_kind, placement, changed FROM "+pgx.Identifier{schema}.Sanitize()+".citus_distribute()")
+	if err != nil {
+		return citusError(err)
+	}
+	counts := map[string]int{}
+	changed := 0
+	var kind, placement string
+	var ch bool
+	_, err = pgx.ForEachRow(rows, []any{&kind, &placement, &ch}, func() error {
+		counts[kind+": "+placement]++
+		if ch {
+			changed++
+		}
+		return nil
+	})
+	if err != nil {
+		return citusError(err)
+	}
+	delegated := 0
+	for k, n := range counts {
+		if strings.HasPrefix(k, "function: delegated") {
+			delegated += n
+		}
+	}
+	fmt.Fprintf(out, "schema %s distributed on Citus: %d tables by queue, %d reference tables, %d functions delegated by p_queue, "+
+		"%d on every node; %d objects changed\n", schema, counts["table: distributed by queue"], counts["table: reference"], delegated,
+		counts["function: on every node"], changed)
+	return nil
+}
+
+func citusError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Hint != "" {
+		return fmt.Errorf("citus_distribute: %w\nhint: %s", err, pgErr.Hint)
+	}
+	return fmt.Errorf("citus_distribute: %w", err)
 }
 
 // migrateDryRun prints the migrations that a real run would apply. With a

@@ -74,3 +74,32 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 		t.Fatalf("password leaked: %s", errOut)
 	}
 }
+
+// migrate --citus on PostgreSQL without Citus: the install is migrated (the
+// first step stands), then citus_distribute refuses with 55000 and the CLI
+// prints its hint and exits 1. --citus with --check or --dry-run is a usage
+// error. (On a Citus coordinator: internal/citustest, TestCitusMigrateCLI.)
+func TestMigrateCitusWithoutCitus(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+
+	for _, extra := range []string{"--check", "--dry-run"} {
+		_, errOut, code := runCLI(t, "migrate", "--citus", extra, "--database-url", url, "--schema", schema)
+		if extra == "--check" && code != 3 || extra == "--dry-run" && code != 2 || !strings.Contains(errOut, "--citus") {
+			t.Errorf("migrate --citus %s: exit %d, %q; want a usage error naming --citus", extra, code, errOut)
+		}
+	}
+	if schemaExists(t, url, schema) {
+		t.Fatal("a refused migrate --citus created the schema")
+	}
+	out, errOut, code := runCLI(t, "migrate", "--citus", "--database-url", url, "--schema", schema)
+	if code != 1 || !strings.Contains(out, "migrated from version 0") ||
+		!strings.Contains(errOut, "Citus extension") || !strings.Contains(errOut, "SQLSTATE 55000") || !strings.Contains(errOut, "hint: Install Citus") {
+		t.Fatalf("migrate --citus without Citus: exit %d\nout: %s\nerr: %s", code, out, errOut)
+	}
+	out, _, code = runCLI(t, "migrate", "--database-url", url, "--schema", schema)
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("the install is not complete after a refused citus step: exit %d, %q", code, out)
+	}
+}

@@ -74,6 +74,7 @@ AS $$
         'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
         'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
         'notify_channel', 'version',
+        'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
         -- what the invoker functions (retention_register's wrappers, the
         -- retention steps, cron) call: argument checks, pure
         '_check_text', '_check_int', '_check_interval', '_interval_text', '_retention_invalid',

@@ -1,0 +1,413 @@
+//go:build citus
+
+package citustest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgsweep/pgsweep"
+)
+
+// pushed reports whether cmds hold a call of the install's function fn sent
+// whole to the node on port: the call was pushed down (delegated).
+func pushed(cmds []RemoteCommand, schema, fn string, port int) bool {
+	for _, c := range cmds {
+		if c.Port == port && strings.HasPrefix(c.SQL, "SELECT") &&
+			(strings.Contains(c.SQL, schema+"."+fn+"(") || strings.Contains(c.SQL, `"`+schema+`".`+fn+"(")) {
+			return true
+		}
+	}
+	return false
+}
+
+func describeCmds(cmds []RemoteCommand) string {
+	var b strings.Builder
+	for _, c := range cmds {
+		sql := c.SQL
+		if len(sql) > 120 {
+			sql = sql[:120] + "…"
+		}
+		fmt.Fprintf(&b, "\n\t:%d %s", c.Port, sql)
+	}
+	return b.String()
+}
+
+// TestCitusSQLHasNoCrashingUpdates: no function of the install sets a column
+// to a bare array element in an UPDATE, which crashes Citus 13.2.2 (see
+// CrashingUpdates). Today fail_details does (fail.sql: SET visible_at =
+// v_due[least(m.attempt, v_k)]): every fail and fail_details call kills the
+// backend of the node that runs it. The fix is to wrap the value, e.g.
+// coalesce(v_due[least(m.attempt, v_k)], v_now), which is the same value.
+func TestCitusSQLHasNoCrashingUpdates(t *testing.T) {
+	in := NewUndistributed(t, 2, -1)
+	if bad := in.CrashingUpdates(t); len(bad) > 0 {
+		t.Errorf("these UPDATEs crash Citus 13.2.2 (a bare array element as a SET value; wrap it, e.g. in coalesce()):\n\t%s",
+			strings.Join(bad, "\n\t"))
+	}
+}
+
+// Every queue verb, in autocommit and inside a transaction block, works on
+// a distributed install. In autocommit each is pushed down whole to the
+// worker that holds its queue (citus.log_remote_commands shows the call
+// itself going to that worker). Inside a transaction block so are those
+// citus_distribute forces (renew, complete, fail, claim_ids, dead_letter,
+// queue_recover); the others run on the coordinator, each statement routed
+// to the queue's shard: the verbs that NOTIFY (send, send_batch, release,
+// dead_requeue: a worker cannot PREPARE a transaction that ran NOTIFY), and
+// claim (it reads its claim cursor in a statement Citus cannot pin to the
+// shard; see _citus_delegated in citus.sql).
+func TestCitusVerbs(t *testing.T) {
+	in := New(t, 4)
+	ctx := context.Background()
+	tr := in.NewTraced(t)
+	queues := in.QueuePerWorker(t, "verbs")
+	out, inbox := queues[0], queues[1]
+	if err := in.Client.QueueCreate(ctx, out, pgsweep.Outbox, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Client.QueueCreate(ctx, inbox, pgsweep.Inbox, 2); err != nil {
+		t.Fatal(err)
+	}
+	wOut, wIn := in.WorkerOf(t, out), in.WorkerOf(t, inbox)
+	crashing := in.CrashingUpdates(t)
+
+	for _, inTx := range []bool{false, true} {
+		mode := "autocommit"
+		if inTx {
+			mode = "transaction"
+		}
+		// call runs f on the traced connection (in a transaction block when
+		// inTx) and checks that fn went to w whole, when want says so.
+		call := func(t *testing.T, fn string, w Node, wantPushed bool, f func(c *pgsweep.Client) error) {
+			t.Helper()
+			tr.Take()
+			var err error
+			if inTx {
+				var tx pgx.Tx
+				if tx, err = tr.Conn.Begin(ctx); err != nil {
+					t.Fatal(err)
+				}
+				c, _ := pgsweep.NewClient(tx, &pgsweep.ClientOptions{Schema: in.Schema})
+				if err = f(c); err == nil {
+					err = tx.Commit(ctx)
+				} else {
+					_ = tx.Rollback(ctx)
+				}
+			} else {
+				c, _ := pgsweep.NewClient(tr.Conn, &pgsweep.ClientOptions{Schema: in.Schema})
+				err = f(c)
+			}
+			if err != nil {
+				t.Fatalf("%s (%s): %v", fn, mode, err)
+			}
+			cmds := tr.Take()
+			if got := pushed(cmds, in.Schema, fn, w.Port); got != wantPushed {
+				t.Errorf("%s (%s): pushed down to %s: %v, want %v; remote commands:%s", fn, mode, w.Name, got, wantPushed, describeCmds(cmds))
+			}
+		}
+		t.Run(mode, func(t *testing.T) {
+			var ids []int64
+			call(t, "send", wOut, !inTx, func(c *pgsweep.Client) error {
+				id, _, err := c.Send(ctx, out, pgsweep.Message{Payload: json.RawMessage(`{"a":1}`)})
+				ids = append(ids, id)
+				return err
+			})
+			call(t, "send_batch", wOut, !inTx, func(c *pgsweep.Client) error {
+				got, err := c.SendBatch(ctx, out, []pgsweep.Message{{Payload: json.RawMessage(`1`)}, {Payload: json.RawMessage(`2`)}, {Payload: json.RawMessage(`3`)}})
+				ids = append(ids, got...)
+				return err
+			})
+			var ds []pgsweep.Delivery
+			call(t, "claim", wOut, !inTx, func(c *pgsweep.Client) error {
+				var err error
+				ds, err = c.Claim(ctx, out, "verbs", 10, time.Minute)
+				if err == nil && len(ds) != 4 {
+					err = fmt.Errorf("claimed %d of 4", len(ds))
+				}
+				return err
+			})
+			tok := ds[0].Token
+			call(t, "renew", wOut, true, func(c *pgsweep.Client) error {
+				got, err := c.Renew(ctx, out, tok, []int64{ds[0].ID, ds[1].ID}, time.Minute)
+				if err == nil && len(got) != 2 {
+					err = fmt.Errorf("renewed %v", got)
+				}
+				return err
+			})
+			call(t, "release", wOut, !inTx, func(c *pgsweep.Client) error {
+				got, err := c.Release(ctx, out, tok, []int64{ds[3].ID})
+				if err == nil && len(got) != 1 {
+					err = fmt.Errorf("released %v", got)
+				}
+				return err
+			})
+			call(t, "complete", wOut, true, func(c *pgsweep.Client) error {
+				got, err := c.Complete(ctx, out, tok, []int64{ds[0].ID})
+				if err == nil && len(got) != 1 {
+					err = fmt.Errorf("completed %v", got)
+				}
+				return err
+			})
+			call(t, "dead_letter", wOut, true, func(c *pgsweep.Client) error {
+				_, err := tr.Conn.Exec(ctx, "SELECT "+in.Q()+".dead_letter($1, $2, $3, 'refused')", out, tok, []int64{ds[1].ID})
+				return err
+			})
+			call(t, "dead_requeue", wOut, !inTx, func(c *pgsweep.Client) error {
+				got, err := c.RequeueDead(ctx, out, []int64{ds[1].ID}, time.Time{})
+				if err == nil && len(got) != 1 {
+					err = fmt.Errorf("requeued %v", got)
+				}
+				return err
+			})
+			call(t, "queue_recover", wOut, true, func(c *pgsweep.Client) error {
+				_, err := c.QueueRecover(ctx, out, 100)
+				return err
+			})
+			t.Run("fail", func(t *testing.T) {
+				if len(crashing) > 0 {
+					t.Fatalf("not called: fail would crash the Citus node that runs it (TestCitusSQLHasNoCrashingUpdates: %s)", strings.Join(crashing, "; "))
+				}
+				call(t, "fail_details", wOut, true, func(c *pgsweep.Client) error {
+					got, err := c.Fail(ctx, out, tok, []int64{ds[2].ID}, "boom", 0)
+					if err == nil && len(got) != 1 {
+						err = fmt.Errorf("failed %v", got)
+					}
+					return err
+				})
+			})
+			t.Run("inbox send with a key", func(t *testing.T) {
+				// send's de-duplication asks _inbox_key_kept, a LANGUAGE sql
+				// function with parameters: Citus cannot plan its queries
+				// ("could not create distributed plan"; DESIGN.md: claim
+				// paths in PL/pgSQL). Rewritten in PL/pgSQL it works.
+				call(t, "send", wIn, !inTx, func(c *pgsweep.Client) error {
+					id, ok, err := c.Send(ctx, inbox, pgsweep.Message{Payload: json.RawMessage(`{}`), Key: fmt.Sprintf("key-%s", mode)})
+					if err == nil && (!ok || id == 0) {
+						err = fmt.Errorf("send returned %d %v", id, ok)
+					}
+					return err
+				})
+			})
+			t.Run("inbox send without a key", func(t *testing.T) {
+				call(t, "send", wIn, !inTx, func(c *pgsweep.Client) error {
+					_, _, err := c.Send(ctx, inbox, pgsweep.Message{Payload: json.RawMessage(`{}`)})
+					return err
+				})
+			})
+			// The Worker's pipeline: complete + claim in one round trip (one
+			// implicit transaction).
+			t.Run("CompleteAndClaim", func(t *testing.T) {
+				c, _ := pgsweep.NewClient(tr.Conn, &pgsweep.ClientOptions{Schema: in.Schema})
+				got, err := c.Claim(ctx, out, "verbs", 1, time.Minute)
+				if err != nil || len(got) != 1 {
+					t.Fatalf("claim: %v %v", got, err)
+				}
+				done, next, err := c.CompleteAndClaim(ctx, out, "verbs", got[0].Token, []int64{got[0].ID}, 10, time.Minute)
+				if err != nil || len(done) != 1 {
+					t.Fatalf("CompleteAndClaim: completed %v, claimed %d: %v", done, len(next), err)
+				}
+				for _, d := range next {
+					if _, err := c.Complete(ctx, out, d.Token, []int64{d.ID}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+
+	// Not pushed down, and correct: the views over every queue, and leases
+	// (reference tables, on the coordinator).
+	stats, err := in.Client.QueueStats(ctx)
+	if err != nil || len(stats) != 2 {
+		t.Fatalf("queue_stats: %+v %v", stats, err)
+	}
+	tok, ok, err := in.Client.LeaseAcquire(ctx, "verbs", "a", time.Minute)
+	if err != nil || !ok || tok == 0 {
+		t.Fatalf("lease_acquire: %d %v %v", tok, ok, err)
+	}
+	if _, ok, err := in.Client.LeaseAcquire(ctx, "verbs", "b", time.Minute); err != nil || ok {
+		t.Fatalf("a second owner acquired a live lease: %v %v", ok, err)
+	}
+}
+
+// The outbox pattern on Citus: send inside the application's transaction,
+// with the application's own rows on the coordinator (a local table) and in
+// a distributed table on another worker. Inside the transaction send runs on
+// the coordinator and its INSERT goes to the queue's shard, in the same
+// distributed transaction: a rollback leaves neither the rows nor the
+// message, a commit (two-phase, across the three nodes) keeps all, and the
+// notification comes from the coordinator, where a Worker LISTENs. (Forced
+// onto the worker, send's NOTIFY would make the commit fail: PostgreSQL
+// cannot PREPARE a transaction that ran NOTIFY.)
+func TestCitusSendInApplicationTransaction(t *testing.T) {
+	in := New(t, 4)
+	ctx := context.Background()
+	q := in.QueuePerWorker(t, "outbox")[0]
+	if err := in.Client.QueueCreate(ctx, q, pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	w := in.WorkerOf(t, q)
+	local, dist := in.Rel("app_orders"), in.Rel("app_lines")
+	in.Exec(t, "CREATE TABLE "+local+" (id bigint PRIMARY KEY, note text)")
+	in.Exec(t, "CREATE TABLE "+dist+" (order_id bigint PRIMARY KEY, note text)")
+	in.Exec(t, "SELECT create_distributed_table($1, 'order_id', colocate_with => 'none')", in.Schema+".app_lines")
+	// an order id whose row of app_lines lives on the other worker
+	var orderID int64
+	for i := int64(1); ; i++ {
+		var port int32
+		if err := in.Pool.QueryRow(ctx, `SELECT nodeport FROM pg_dist_shard_placement
+			WHERE shardid = get_shard_id_for_distribution_column($1::regclass, $2::bigint)`, in.Schema+".app_lines", i).Scan(&port); err != nil {
+			t.Fatal(err)
+		}
+		if int(port) != w.Port {
+			orderID = i
+			break
+		}
+	}
+	channel, err := in.Client.NotifyChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener := in.NewTraced(t).Conn
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	tr := in.NewTraced(t)
+	order := func(id int64, commit bool) {
+		t.Helper()
+		tr.Take()
+		tx, err := tr.Conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, "INSERT INTO "+local+" VALUES ($1, 'order')", id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+dist+" VALUES ($1, 'line')", id); err != nil {
+			t.Fatal(err)
+		}
+		c, _ := pgsweep.NewClient(tx, &pgsweep.ClientOptions{Schema: in.Schema})
+		if _, _, err := c.Send(ctx, q, pgsweep.Message{Payload: json.RawMessage(fmt.Sprintf(`{"order":%d}`, id))}); err != nil {
+			t.Fatal(err)
+		}
+		cmds := tr.Take()
+		insert := false
+		for _, c := range cmds {
+			insert = insert || c.Port == w.Port && strings.HasPrefix(c.SQL, "INSERT INTO "+in.Schema+".message_")
+		}
+		if !insert {
+			t.Errorf("send's INSERT did not go to the queue's shard on %s; remote commands:%s", w.Name, describeCmds(cmds))
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatalf("commit the order and its message: %v", err)
+			}
+		}
+	}
+	count := func(id int64) (orders, lines, messages int64) {
+		return in.Int(t, "SELECT count(*) FROM "+local+" WHERE id = $1", id),
+			in.Int(t, "SELECT count(*) FROM "+dist+" WHERE order_id = $1", id),
+			in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1 AND payload->>'order' = $2", q, fmt.Sprint(id))
+	}
+	order(orderID, false)
+	if o, l, m := count(orderID); o+l+m != 0 {
+		t.Fatalf("rolled back: %d orders, %d lines, %d messages left", o, l, m)
+	}
+	order(orderID, true)
+	if o, l, m := count(orderID); o != 1 || l != 1 || m != 1 {
+		t.Fatalf("committed: %d orders, %d lines, %d messages; want 1 each", o, l, m)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(wctx)
+	if err != nil || n.Payload != q {
+		t.Fatalf("the coordinator's listener got %+v, %v; want a notification for %s", n, err, q)
+	}
+}
+
+// NOTIFY is per node. A send in autocommit runs on the queue's worker, and so
+// does its notification: a LISTEN on that worker hears it, one on the
+// coordinator does not (a Worker listening there relies on its
+// PollInterval for these). A send inside a transaction block runs on the
+// coordinator and notifies there (TestCitusSendInApplicationTransaction).
+func TestCitusNotifyIsPerNode(t *testing.T) {
+	in := New(t, 2)
+	ctx := context.Background()
+	q := in.QueuePerWorker(t, "notify")[0]
+	if err := in.Client.QueueCreate(ctx, q, pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	w := in.WorkerOf(t, q)
+	channel, err := in.Client.NotifyChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := func(url string) *pgx.Conn {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	onCoordinator, onWorker := listen(in.URL), listen(w.URL)
+	if _, _, err := in.Client.Send(ctx, q, pgsweep.Message{Payload: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := onWorker.WaitForNotification(wctx); err != nil || n.Payload != q {
+		t.Fatalf("the listener on %s got %+v, %v; want a notification for %s", w.Name, n, err, q)
+	}
+	qctx, cancel2 := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel2()
+	if n, err := onCoordinator.WaitForNotification(qctx); err == nil {
+		t.Fatalf("the coordinator's listener heard %+v from an autocommit send: NOTIFY is no longer per node, update docs/operations.md", n)
+	}
+}
+
+// Uninstall of a distributed install: pgsweep.Uninstall counts the messages
+// left (a multi-shard query) and then drops the schema in the same
+// transaction, which Citus refuses ("cannot run schema command because there
+// was a parallel operation on a distributed table in the transaction")
+// unless the transaction runs in Citus's sequential mode
+// (uninstall.go: SET LOCAL citus.multi_shard_modify_mode TO 'sequential'
+// first; on PostgreSQL without Citus the setting is an inert placeholder).
+func TestCitusUninstall(t *testing.T) {
+	in := New(t, 2)
+	ctx := context.Background()
+	if err := in.Client.QueueCreate(ctx, "u", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := in.Client.Send(ctx, "u", pgsweep.Message{Payload: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := in.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	_, err = pgsweep.Uninstall(ctx, conn.Conn(), in.Schema, pgsweep.UninstallOptions{Force: true})
+	var pgErr *pgconn.PgError
+	if err != nil {
+		if errors.As(err, &pgErr) {
+			t.Fatalf("pgsweep.Uninstall of a distributed install: %v (SQLSTATE %s)", err, pgErr.Code)
+		}
+		t.Fatalf("pgsweep.Uninstall of a distributed install: %v", err)
+	}
+	if n := in.Int(t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", in.Schema); n != 0 {
+		t.Fatal("the schema is still there")
+	}
+}
