@@ -26,7 +26,7 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 }
 
 func (c *Client) claimSQL() string {
-	return "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token FROM " +
+	return "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM " +
 		c.fn("claim") + "($1, $2, $3, $4)"
 }
 
@@ -140,15 +140,19 @@ func scanDeliveries(rows pgx.Rows, queue string, batch int) ([]Delivery, error) 
 		expireAt time.Time
 		id       int64
 		token    Token
+		lane     *string
 	)
 	for rows.Next() {
-		if err := rows.Scan(&id, &key, &payload, &headers, &attempt, &created, &expireAt, &token); err != nil {
+		if err := rows.Scan(&id, &key, &payload, &headers, &attempt, &created, &expireAt, &token, &lane); err != nil {
 			return nil, err
 		}
 		d := Delivery{Queue: queue, ID: id, Payload: json.RawMessage(append([]byte(nil), payload...)),
 			Attempt: int(attempt), CreatedAt: created, LeaseExpiresAt: expireAt, Token: token}
 		if key != nil {
 			d.Key = *key
+		}
+		if lane != nil {
+			d.Lane = *lane
 		}
 		var err error
 		if d.Headers, err = decodeHeaders(headers); err != nil {
@@ -237,7 +241,8 @@ func (c *Client) QueueCreate(ctx context.Context, queue string, kind QueueKind, 
 // QueueConfigure changes a queue's settings: keys max_attempts, backoff_base,
 // backoff_max, backoff_jitter (a number 0..1), lease_default, claim_rescan,
 // processed_retention, dead_retention (intervals as PostgreSQL interval text
-// such as "30 seconds"; nil retention = forever). docs/queues.md has the
+// such as "30 seconds"; nil retention = forever), lane_dead ("move_on" or
+// "block"). docs/queues.md has the
 // ranges; a value out of range is an ErrInvalidArgument and changes nothing.
 func (c *Client) QueueConfigure(ctx context.Context, queue string, settings map[string]any) error {
 	b, err := json.Marshal(settings)
@@ -260,7 +265,7 @@ func (c *Client) QueueRecover(ctx context.Context, queue string, batch int) (Rec
 // QueueStats reads the queue_stats view, ordered by queue.
 func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
 	rows, err := c.db.Query(ctx, "SELECT queue, kind, pending, processing, failed, processed, dead, "+
-		"coalesce(extract(epoch FROM oldest_pending_age), 0)::float8 FROM "+c.q+".queue_stats ORDER BY queue")
+		"coalesce(extract(epoch FROM oldest_pending_age), 0)::float8, paused, lanes, blocked_lanes FROM "+c.q+".queue_stats ORDER BY queue")
 	if err != nil {
 		return nil, wrapErr("queue_stats", err)
 	}
@@ -268,7 +273,8 @@ func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
 		var s QueueStats
 		var kind string
 		var age float64
-		err := r.Scan(&s.Queue, &kind, &s.Pending, &s.Processing, &s.Failed, &s.Processed, &s.Dead, &age)
+		err := r.Scan(&s.Queue, &kind, &s.Pending, &s.Processing, &s.Failed, &s.Processed, &s.Dead, &age,
+			&s.Paused, &s.Lanes, &s.BlockedLanes)
 		s.Kind = QueueKind(kind)
 		s.OldestPendingAge = time.Duration(age * float64(time.Second))
 		return s, err

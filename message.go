@@ -22,6 +22,13 @@ type Message struct {
 	// DeliverAt schedules the message: it is not claimed before that time.
 	// The zero value means now.
 	DeliverAt time.Time
+	// Lane puts the message in an ordered lane of its queue (at most 200
+	// characters; empty: no lane). The messages of one lane are handed out
+	// one at a time, in the order their sends committed: the next only once
+	// the one before it was completed or dead-lettered. Different lanes, and
+	// messages without a lane, are worked in parallel. docs/queues.md,
+	// "Ordered lanes".
+	Lane string
 }
 
 // Delivery is a claimed message: the caller holds its lease until
@@ -45,6 +52,10 @@ type Delivery struct {
 	// database clock. A Worker's renewals move the lease on without updating
 	// this field.
 	LeaseExpiresAt time.Time
+	// Lane is the message's ordered lane; empty when it has none. No other
+	// message of its lane is delivered until this one is completed or
+	// dead-lettered.
+	Lane string
 	// Token is the fence of the claim that delivered the message: Renew,
 	// Complete, Fail and Release act on the message only with this token and
 	// only while that claim holds it. Every claim call draws a new token
@@ -153,9 +164,35 @@ type QueueStats struct {
 	Processed int64
 	// Dead counts dead letters.
 	Dead int64
-	// OldestPendingAge is the age of the oldest due, unleased message; zero
+	// OldestPendingAge is the age of the oldest due, unleased message that
+	// a claim could take (not one waiting behind its lane's head); zero
 	// when there is none.
 	OldestPendingAge time.Duration
+	// Paused: QueuePause stopped its claims.
+	Paused bool
+	// Lanes counts the lanes with messages (or blocked).
+	Lanes int64
+	// BlockedLanes counts the lanes stopped by a dead letter (lane_dead
+	// "block"), waiting for RequeueDead or LaneSkip.
+	BlockedLanes int64
+}
+
+// LaneStats is one row of lane_stats: a lane of a queue and its head.
+type LaneStats struct {
+	Queue string
+	Lane  string
+	// Waiting counts the lane's messages, its head included.
+	Waiting int64
+	// HeadID is the lane's head; for a blocked lane, the dead letter it
+	// waits for.
+	HeadID int64
+	// HeadAttempt counts the head's attempts so far.
+	HeadAttempt int
+	// HeadState is pending, scheduled, processing, failed (waiting for its
+	// retry) or dead (the lane is blocked).
+	HeadState string
+	// OldestAge is the age of the lane's oldest message.
+	OldestAge time.Duration
 }
 
 // RecoverResult is what one QueueRecover call did.

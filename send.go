@@ -19,7 +19,8 @@ func Send(ctx context.Context, db DBTX, queue string, m Message) (id int64, ok b
 }
 
 // SendBatch sends many messages at once (1 to 10000) in schema pgsweep and
-// returns one id per message in order; 0 marks an inbox duplicate.
+// returns one id per message in order; 0 marks an inbox duplicate. Messages
+// of one lane (Message.Lane) keep their order in ms.
 func SendBatch(ctx context.Context, db DBTX, queue string, ms []Message) ([]int64, error) {
 	return defaultClient(db).SendBatch(ctx, queue, ms)
 }
@@ -35,8 +36,13 @@ func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool
 		return 0, false, errorf("send", "headers: %w", err)
 	}
 	var id *int64
-	err = c.db.QueryRow(ctx, "SELECT "+c.fn("send")+"($1, $2, $3, $4, $5)",
-		queue, payloadArg(m.Payload), headers, nullString(m.Key), nullTime(m.DeliverAt)).Scan(&id)
+	args := []any{queue, payloadArg(m.Payload), headers, nullString(m.Key), nullTime(m.DeliverAt)}
+	sql := "SELECT " + c.fn("send") + "($1, $2, $3, $4, $5)"
+	if m.Lane != "" { // without a lane, the call any version of send takes
+		sql = "SELECT " + c.fn("send") + "($1, $2, $3, $4, $5, $6)"
+		args = append(args, m.Lane)
+	}
+	err = c.db.QueryRow(ctx, sql, args...).Scan(&id)
 	if err != nil {
 		return 0, false, wrapErr("send", err)
 	}
@@ -50,7 +56,7 @@ func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool
 func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]int64, error) {
 	payloads := make([]*string, len(ms))
 	headers := make([]*string, len(ms))
-	var keys []*string
+	var keys, lanes []*string
 	var at []*time.Time
 	for i, m := range ms {
 		if m.Payload != nil {
@@ -79,9 +85,21 @@ func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]i
 			t := m.DeliverAt
 			at[i] = &t
 		}
+		if m.Lane != "" {
+			if lanes == nil {
+				lanes = make([]*string, len(ms))
+			}
+			l := m.Lane
+			lanes[i] = &l
+		}
 	}
-	rows, err := c.db.Query(ctx, "SELECT "+c.fn("send_batch")+"($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::timestamptz[])",
-		queue, payloads, headers, keys, at)
+	sql := "SELECT " + c.fn("send_batch") + "($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::timestamptz[])"
+	args := []any{queue, payloads, headers, keys, at}
+	if lanes != nil {
+		sql = "SELECT " + c.fn("send_batch") + "($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::text[])"
+		args = append(args, lanes)
+	}
+	rows, err := c.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, wrapErr("send_batch", err)
 	}

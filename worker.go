@@ -39,8 +39,12 @@ type WorkerOptions struct {
 	Concurrency int
 	// Lease is the lease taken per claim and per renewal. Zero means the
 	// queue's lease_default, read when Run starts. Leases of held messages
-	// are renewed every Lease/3. claim accepts 1s..1h: otherwise Run
-	// returns its ErrInvalidArgument.
+	// are renewed every Lease/3; a handler whose lease could not be renewed
+	// is cancelled a fifth of the lease before it would expire, so that it
+	// has stopped before another worker can take its message over (or, in
+	// an ordered lane, the message after it), and a message whose lease ran
+	// that low before its handler started is not started. claim accepts
+	// 1s..1h: otherwise Run returns its ErrInvalidArgument.
 	Lease time.Duration
 	// PollInterval is how long an idle worker waits for a notification before
 	// it claims anyway (default 1s): the fallback when NOTIFY is lost or off.
@@ -66,6 +70,11 @@ type WorkerOptions struct {
 // Worker claims messages from one queue and runs a Handler for each with
 // bounded concurrency, renewing leases while handlers run and completing or
 // failing messages in batches. It holds at most Batch messages in memory.
+//
+// Ordered lanes (Message.Lane) need nothing of it: claim hands out one
+// message of a lane at a time and the next only once it was completed or
+// dead-lettered, so each lane runs strictly in order and different lanes
+// run concurrently, on any number of Workers.
 type Worker struct {
 	client  *Client
 	connect func(context.Context) (*pgx.Conn, error) // the LISTEN connection; nil: poll only

@@ -132,7 +132,7 @@ func (l *loop) renew() {
 				switch {
 				case j == nil || j.d.Token != tok: // lost meanwhile: nothing to do
 				case kept[id]:
-					j.setExpires(start.Add(o.Lease))
+					j.setExpires(leaseDeadline(start, o.Lease))
 				case l.lose(j):
 					lost++
 				}

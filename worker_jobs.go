@@ -15,15 +15,28 @@ type job struct {
 	cancel context.CancelFunc
 	state  jobState
 	lost   bool // the lease is gone (or given back): the result is discarded
-	// expires is when the lease surely ends if it is not renewed, in Unix
-	// nanoseconds: the start of the claim or renewal that set it plus the
-	// lease. The database's expiry is later (it counts from when the
-	// statement runs), so a lease past this time is presumed lost. Atomic:
-	// the watchdog reads it.
+	// expires is when the handler must have stopped if the lease is not
+	// renewed, in Unix nanoseconds: the start of the claim or renewal that
+	// set it plus four fifths of the lease (leaseDeadline). The database's
+	// expiry is later (it counts from when the statement runs, and the last
+	// fifth is a margin), so a lease past this time is presumed lost, and
+	// its handler is cancelled while the lease still holds: a handler that
+	// honours its context has stopped before another worker can take the
+	// message over -- or, in a lane, the message after it. Atomic: the
+	// watchdog reads it.
 	expires atomic.Int64
 }
 
-func (j *job) setExpires(t time.Time)       { j.expires.Store(t.UnixNano()) }
+func (j *job) setExpires(t time.Time) { j.expires.Store(t.UnixNano()) }
+
+// leaseDeadline is when a handler whose lease was set at start must have
+// stopped if the lease is not renewed: a fifth of the lease before it
+// expires. Renewals come every third of the lease, so a lease renewed on
+// time never gets there; the watchdog checks every tenth of it, so it
+// cancels the handler at least a tenth of the lease before the expiry.
+func leaseDeadline(start time.Time, lease time.Duration) time.Time {
+	return start.Add(lease - lease/5)
+}
 func (j *job) expiredAt(now time.Time) bool { return now.UnixNano() > j.expires.Load() }
 
 type jobState int
@@ -74,7 +87,7 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 		}
 		jctx, jcancel := context.WithCancel(l.handlers)
 		j := &job{d: ds[i], ctx: jctx, cancel: jcancel}
-		j.setExpires(start.Add(l.o.Lease))
+		j.setExpires(leaseDeadline(start, l.o.Lease))
 		l.held[j.d.ID] = j
 		l.queue = append(l.queue, j)
 		l.watch(j)
@@ -91,6 +104,15 @@ func (l *loop) start() {
 		j := l.queue[0]
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
+		if j.expiredAt(time.Now()) {
+			// Its lease ran (nearly) out while it waited, say while the loop
+			// was stuck in a slow call: another worker may take the message
+			// at any moment, so it is not started.
+			if l.lose(j) {
+				l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, 1)
+			}
+			continue
+		}
 		j.state = jobRunning
 		l.running++
 		d := j.d // the handler's own copy: what it does to it is no concern of the loop

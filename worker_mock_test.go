@@ -17,14 +17,14 @@ import (
 // calls the Worker must make, and the mock fails the test on any other call
 // (such as a completion it must not send) or on a call that never came.
 
-var claimCols = []string{"id", "key", "payload", "headers", "attempt", "created_at", "lease_expires_at", "token"}
+var claimCols = []string{"id", "key", "payload", "headers", "attempt", "created_at", "lease_expires_at", "token", "lane"}
 
 // mockToken is the token of every mocked claim.
 var mockToken = pgsweep.Token{0x8f, 0x6f, 0x1c, 0x52, 0x3a, 0x5e, 0x4d, 0x3c, 0x9d, 0x61, 0x0a, 0x4b, 0x2c, 0x1e, 0x7f, 0x90}
 
 func oneDelivery(id int64) *pgxmock.Rows {
 	now := time.Now()
-	return pgxmock.NewRows(claimCols).AddRow(id, nil, []byte(`1`), []byte(`{}`), int32(1), now, now.Add(time.Minute), mockToken)
+	return pgxmock.NewRows(claimCols).AddRow(id, nil, []byte(`1`), []byte(`{}`), int32(1), now, now.Add(time.Minute), mockToken, nil)
 }
 
 // startRun runs w; stop cancels Run's context and returns Run's error, or
@@ -151,8 +151,8 @@ func TestWorkerCancelsExpiredHandlersWhileACallHangs(t *testing.T) {
 	mock, _ := newMockClient(t)
 	now := time.Now()
 	two := pgxmock.NewRows(claimCols).
-		AddRow(int64(1), nil, []byte(`"fast"`), []byte(`{}`), int32(1), now, now.Add(time.Second), mockToken).
-		AddRow(int64(2), nil, []byte(`"slow"`), []byte(`{}`), int32(1), now, now.Add(time.Second), mockToken)
+		AddRow(int64(1), nil, []byte(`"fast"`), []byte(`{}`), int32(1), now, now.Add(time.Second), mockToken, nil).
+		AddRow(int64(2), nil, []byte(`"slow"`), []byte(`{}`), int32(1), now, now.Add(time.Second), mockToken, nil)
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, time.Second).WillReturnRows(two)
 	// The completion of the fast one hangs (an hour) until shutdown cuts it.
 	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{1}).

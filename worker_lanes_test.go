@@ -1,0 +1,362 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// Ordered lanes under 32 Workers (each on a connection of its own), sent
+// while they run, by senders that own a few lanes each (Send and SendBatch,
+// mixed with unordered messages), with random handler failures (retried
+// after a backoff), Workers that crash (CrashWorker: nothing flushed,
+// completed, failed or released; a new incarnation takes the slot) and
+// forced lease expiries (a handler holds its Worker's only connection, so
+// no renewal gets through until the watchdog cancels it). Every handler call
+// records its start and end in a table. Proven from that record:
+//   - per lane, the final successful attempts of its messages started in
+//     send order (the final attempt is the one message_processed counts);
+//   - no two handler calls of one lane ever overlapped in time -- neither
+//     two messages nor two attempts of one message;
+//   - different lanes did run at the same time;
+//   - every message was processed once (inbox: message_processed), nothing
+//     is left in message or lane.
+func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
+	pgtest.SkipIfShort(t, "lane stress test: 32 workers")
+	const (
+		lanes     = 64
+		perLane   = 20
+		unordered = 200
+		senders   = 8
+		slots     = 32
+		lease     = time.Second
+		failRate  = 0.05
+		crashRate = 1.0 / 250
+		stallRate = 1.0 / 250
+	)
+	db := pgtest.New(t, 12)
+	ctx := context.Background()
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	c := db.Client
+	if err := c.QueueCreate(ctx, "lanes", pgsweep.Inbox, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueueConfigure(ctx, "lanes", map[string]any{"backoff_base": "10 milliseconds", "backoff_max": "50 milliseconds"}); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, "CREATE UNLOGGED TABLE "+s+`.handler_log (lane text, seq int, id bigint, attempt int, owner text,
+		started timestamptz NOT NULL, ended timestamptz NOT NULL, ok boolean NOT NULL)`)
+
+	var (
+		crashes, stalls, failures atomic.Int64
+		lost, completed           atomic.Int64
+		logErr                    atomic.Value
+	)
+	hooks := pgsweep.Hooks{
+		LeasesLost: func(_ string, n int) { lost.Add(int64(n)) },
+		Completed:  func(_ string, n int) { completed.Add(int64(n)) },
+	}
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	var wg sync.WaitGroup
+	errc := make(chan error, slots+senders)
+	for slot := range slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(slot), 7))
+			var rmu sync.Mutex
+			for incarnation := 0; runCtx.Err() == nil; incarnation++ {
+				cfg, err := pgxpool.ParseConfig(db.URL)
+				if err != nil {
+					errc <- err
+					return
+				}
+				cfg.MaxConns = 1 // claim, renew, complete and fail share one connection
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				if err != nil {
+					errc <- err
+					return
+				}
+				owner := fmt.Sprintf("s%02d.%d", slot, incarnation)
+				var crashed atomic.Bool
+				var w *pgsweep.Worker
+				w, err = pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
+					started := time.Now()
+					var p struct {
+						Lane string
+						Seq  int
+					}
+					if err := json.Unmarshal(d.Payload, &p); err != nil {
+						return err
+					}
+					rmu.Lock()
+					crash, stall, fail := rng.Float64() < crashRate, rng.Float64() < stallRate, rng.Float64() < failRate
+					work := time.Duration(rng.IntN(3000)) * time.Microsecond
+					rmu.Unlock()
+					var herr error
+					switch {
+					case crash || crashed.Load():
+						// The process dies: nothing of this Worker is sent any more.
+						if !crashed.Swap(true) {
+							crashes.Add(1)
+							pgsweep.CrashWorker(w)
+						}
+						<-hctx.Done()
+						herr = errors.New("crashed")
+					case stall:
+						// The Worker's only connection is held: its renewals
+						// cannot get through, its leases run out, and the
+						// watchdog must cancel its handlers before they do.
+						stalls.Add(1)
+						if conn, err := pool.Acquire(hctx); err == nil {
+							<-hctx.Done()
+							conn.Release()
+						}
+						herr = hctx.Err()
+						if herr == nil {
+							herr = errors.New("stalled")
+						}
+					default:
+						select {
+						case <-time.After(work):
+						case <-hctx.Done():
+							herr = hctx.Err()
+						}
+						if herr == nil && fail {
+							failures.Add(1)
+							herr = errors.New("random failure")
+						}
+					}
+					ended := time.Now()
+					var lane any // unordered: NULL
+					if p.Lane != "" {
+						lane = p.Lane
+					}
+					if _, err := db.Pool.Exec(context.Background(), "INSERT INTO "+s+".handler_log VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+						lane, p.Seq, d.ID, d.Attempt, owner, started, ended, herr == nil); err != nil {
+						logErr.Store(err)
+					}
+					return herr
+				}, pgsweep.WorkerOptions{
+					Schema: db.Schema, Queue: "lanes", Owner: owner, Batch: 8, Concurrency: 4,
+					Lease: lease, PollInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+					DisableNotify: slot%2 == 0, Hooks: hooks, Logger: quietLog,
+				})
+				if err != nil {
+					errc <- err
+					pool.Close()
+					return
+				}
+				err = w.Run(runCtx)
+				pool.Close()
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+
+	// Senders, while the Workers run: each owns lanes (sent in seq order,
+	// so that a lane's order is its seq) and sends some unordered messages.
+	var swg sync.WaitGroup
+	for sender := range senders {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			rng := rand.New(rand.NewPCG(uint64(sender), 11))
+			var mine []string
+			for l := sender; l < lanes; l += senders {
+				mine = append(mine, fmt.Sprintf("lane-%02d", l))
+			}
+			next := make([]int, len(mine))
+			u := 0
+			for {
+				var ms []pgsweep.Message
+				for range 1 + rng.IntN(6) {
+					if u < unordered/senders && rng.IntN(5) == 0 {
+						ms = append(ms, pgsweep.Message{Key: fmt.Sprintf("u-%d-%d", sender, u), Payload: json.RawMessage(`{"seq": -1}`)})
+						u++
+						continue
+					}
+					open := []int{}
+					for i := range mine {
+						if next[i] < perLane {
+							open = append(open, i)
+						}
+					}
+					if len(open) == 0 {
+						break
+					}
+					i := open[rng.IntN(len(open))]
+					ms = append(ms, pgsweep.Message{Key: fmt.Sprintf("%s-%d", mine[i], next[i]), Lane: mine[i],
+						Payload: json.RawMessage(fmt.Sprintf(`{"lane": %q, "seq": %d}`, mine[i], next[i]))})
+					next[i]++
+				}
+				if len(ms) == 0 {
+					return
+				}
+				var err error
+				if len(ms) == 1 {
+					_, _, err = c.Send(ctx, "lanes", ms[0])
+				} else {
+					_, err = c.SendBatch(ctx, "lanes", ms)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+			}
+		}()
+	}
+	swg.Wait()
+	total := lanes*perLane + senders*(unordered/senders)
+	deadline := time.Now().Add(4 * time.Minute) // liveness only
+	for count(t, db, "message_processed", "queue = 'lanes'") < total {
+		if time.Now().After(deadline) {
+			t.Fatalf("not drained: %d of %d processed", count(t, db, "message_processed", "queue = 'lanes'"), total)
+		}
+		select {
+		case err := <-errc:
+			t.Fatal(err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stopAll()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if err, _ := logErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "message", "queue = 'lanes'") + count(t, db, "lane", "queue = 'lanes'"); n != 0 {
+		t.Fatalf("%d messages or lanes left", n)
+	}
+
+	type call struct {
+		seq, attempt     int
+		id               int64
+		owner            string
+		started, ended   time.Time
+		ok               bool
+		processedAttempt int
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT h.lane, h.seq, h.id, h.attempt, h.owner, h.started, h.ended, h.ok, p.attempts
+		FROM `+s+`.handler_log h JOIN `+s+`.message_processed p ON p.queue = 'lanes' AND p.id = h.id
+		WHERE h.lane IS NOT NULL ORDER BY h.started, h.ended`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byLane := map[string][]call{}
+	calls, takeovers := 0, 0
+	var all []call
+	for rows.Next() {
+		var lane string
+		var cl call
+		if err := rows.Scan(&lane, &cl.seq, &cl.id, &cl.attempt, &cl.owner, &cl.started, &cl.ended, &cl.ok, &cl.processedAttempt); err != nil {
+			t.Fatal(err)
+		}
+		byLane[lane] = append(byLane[lane], cl)
+		all = append(all, cl)
+		calls++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(byLane) != lanes {
+		t.Fatalf("handler calls logged for %d lanes, want %d", len(byLane), lanes)
+	}
+	for lane, cs := range byLane {
+		// The final successful attempt of each message: the attempt that
+		// message_processed counts, and it succeeded.
+		var order []int
+		seen := map[int64]bool{}
+		for _, cl := range cs {
+			if cl.attempt != cl.processedAttempt {
+				continue
+			}
+			if !cl.ok || seen[cl.id] {
+				t.Fatalf("lane %s seq %d: the attempt message_processed counts (%d) did not succeed, or ran twice", lane, cl.seq, cl.attempt)
+			}
+			seen[cl.id] = true
+			order = append(order, cl.seq)
+		}
+		want := make([]int, perLane)
+		for i := range want {
+			want[i] = i
+		}
+		if !slices.Equal(order, want) {
+			t.Fatalf("lane %s: the final attempts started in the order %v, sent %v", lane, order, want)
+		}
+		for i, cl := range cs {
+			for _, prev := range slices.Backward(cs[:i]) {
+				if prev.id == cl.id {
+					if prev.owner != cl.owner && !prev.ok {
+						takeovers++ // another Worker took it over after a crash or an expiry
+					}
+					break
+				}
+			}
+		}
+		// No overlap: sorted by start, each call starts after every earlier one ended.
+		var end time.Time
+		var endBy call
+		for i, cl := range cs {
+			if i > 0 && cl.started.Before(end) {
+				t.Fatalf("lane %s: seq %d attempt %d (%s) started at %s while seq %d attempt %d (%s) ran until %s",
+					lane, cl.seq, cl.attempt, cl.owner, cl.started.Format(time.StampMicro),
+					endBy.seq, endBy.attempt, endBy.owner, end.Format(time.StampMicro))
+			}
+			if cl.ended.After(end) {
+				end, endBy = cl.ended, cl
+			}
+		}
+	}
+	// Lanes ran in parallel: the most handler calls of different lanes at once.
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, cl := range all {
+		edges = append(edges, edge{cl.started, 1}, edge{cl.ended, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at.Equal(edges[j].at) {
+			return edges[i].delta < edges[j].delta
+		}
+		return edges[i].at.Before(edges[j].at)
+	})
+	most, now := 0, 0
+	for _, e := range edges {
+		now += e.delta
+		most = max(most, now)
+	}
+	if most < 2 {
+		t.Fatalf("at most %d lane handlers ran at once: lanes were not worked in parallel", most)
+	}
+	if crashes.Load() == 0 || stalls.Load() == 0 || failures.Load() == 0 || lost.Load() == 0 || takeovers == 0 {
+		t.Fatalf("crashes %d, stalls %d, failures %d, leases lost %d, takeovers %d: the test exercised too little",
+			crashes.Load(), stalls.Load(), failures.Load(), lost.Load(), takeovers)
+	}
+	retried := count(t, db, "message_processed", "queue = 'lanes' AND attempts > 1")
+	t.Logf("%d messages in %d lanes + %d unordered; %d lane handler calls, up to %d lane handlers at once; %d crashes, %d stalls (forced expiries), %d failures, %d leases lost, %d lane messages re-run by another Worker (after a failure, crash or expiry), %d messages processed after a retry",
+		lanes*perLane, lanes, total-lanes*perLane, calls, most, crashes.Load(), stalls.Load(), failures.Load(), lost.Load(), takeovers, retried)
+}
