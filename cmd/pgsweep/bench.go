@@ -29,6 +29,12 @@ var benchCommands = map[string]command{
 			o.RegisterFlags(fs)
 			return func(ctx context.Context, out io.Writer) error { return bench.Cleanup(ctx, o, out) }
 		})},
+	"relay": {"the relay to a broker: burn-down vs claim + complete, commit-to-ack latency with and without direct dispatch",
+		benchWorkload("relay", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
+			var o bench.RelayOptions
+			o.RegisterFlags(fs)
+			return func(ctx context.Context, out io.Writer) error { return bench.Relay(ctx, o, out) }
+		})},
 	"mixed": {"claim latency of live traffic with and without a retention drain running",
 		benchWorkload("mixed", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
 			var o bench.MixedOptions
