@@ -36,10 +36,10 @@ func (r *recorder) Publish(_ context.Context, msgs []Message) []Result {
 
 func (r *recorder) Close() error { return nil }
 
-// The test hook for lanes: the lanes of claimed messages are set here, as
-// claim will return them once pgsweep has lanes (TODO(lanes): the
-// integration test TestLanesInOrder runs when claim returns a lane column).
-// Per lane the transport sees the messages one per Publish call, in send
+// The relay's own lane order, whatever claim returns: the lanes of claimed
+// messages are set here (pgsweep's claim hands out one message per lane at
+// a time, so this takes more than a claim would give; the process test
+// TestRelayLanesInOrderUnderCrashes runs real lanes). Per lane the transport sees the messages one per Publish call, in send
 // order; no call holds two messages of one lane; after a lane's message
 // fails, the lane's later messages are not published but given back
 // (attempt not spent), while other lanes and messages without a lane go on.
@@ -78,7 +78,7 @@ func TestLanesOneInFlightInOrder(t *testing.T) {
 	}
 	for i := range hs {
 		if hs[i].msg.Lane != "" {
-			t.Skip("claim returns lanes now: TestLanesInOrder covers them") // TODO(lanes)
+			t.Fatalf("message %d was sent without a lane but claimed with lane %q", hs[i].msg.ID, hs[i].msg.Lane)
 		}
 		hs[i].msg.Lane = laneOf[hs[i].msg.ID]
 	}

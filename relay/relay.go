@@ -493,9 +493,9 @@ func (r *Relay) process(ctx, hard context.Context, hs []held) {
 // message of every lane, and round 0 also every message without a lane.
 // Publishing round after round keeps one message per lane in flight.
 //
-// TODO(lanes): pgsweep's claim hands out one message per lane at a time
-// once lanes exist (DESIGN.md, "Ordered lanes"), so a claim then fills
-// round 0 only; the rounds keep the order should a claim ever return more.
+// pgsweep's claim and claim_ids hand out one message per lane at a time
+// (only a lane's head is claimable), so a claim fills round 0 only; the
+// rounds keep the order should a batch ever hold more.
 func lanesInOrder(hs []held) [][]int {
 	var rounds [][]int
 	seen := map[string]int{}

@@ -12,8 +12,11 @@
 --  * claimable: visible_at <= now and attempt < max_attempts -- pending or
 --    failed rows that are due, and rows whose lease expired (visible_at is
 --    the lease expiry of a processing row, so a live lease is never taken:
---    the fence of its claim holds). A parked row (scheduled, in its backoff)
---    has visible_at = parked_until, so it is taken only once due.
+--    the fence of its claim holds) -- and not parked beyond now: a row
+--    scheduled or in its backoff is taken only once due, and a message that
+--    waits behind its lane's head (parked until 'infinity', lane.sql) never:
+--    only a lane's head is claimable, as for claim.
+--  * a paused queue (queue_pause) hands out nothing, as claim.
 --  * FOR UPDATE SKIP LOCKED: rows another claimer has locked are skipped,
 --    never waited for, so claim_ids and claim (or two claim_ids with the same
 --    ids, on two relays) never hand out one row twice.
@@ -28,18 +31,15 @@
 --    would walk the dead index entries of every message direct dispatch
 --    completed. A due row behind the cursor is found by claim's rescan, as
 --    for any claim (claim.sql).
--- Rows come back oldest first by (created_at, id), as claim's.
---
--- TODO(lanes): when messages carry a lane (DESIGN.md, "Ordered lanes"),
--- claim_ids must take a lane's message only when claim would: it is the
--- lane's head and nothing of the lane is in flight.
+-- Rows come back oldest first by (created_at, id), as claim's, each with its
+-- lane (NULL: none) last.
 --
 -- p_ids: 1 to 10000 ids (_check_ids); ids that are not messages of the queue
 -- are ignored. p_lease NULL is the queue's lease_default. This overload takes
 -- the time from its caller (p_now, NULL = the clock): for tests only.
 CREATE OR REPLACE FUNCTION claim_ids(p_queue text, p_owner text, p_ids bigint[], p_lease interval, p_now timestamptz)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
-               created_at timestamptz, lease_expires_at timestamptz, token uuid)
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -53,6 +53,7 @@ DECLARE
     v_last_at timestamptz;
     v_last_id bigint;
     v_token uuid;
+    v_paused boolean;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_owner', p_owner);
@@ -60,10 +61,13 @@ BEGIN
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default) INTO v_max, v_lease
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused INTO v_max, v_lease, v_paused
       FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    IF v_paused THEN
+        RETURN;
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
@@ -76,6 +80,7 @@ BEGIN
               FROM message s
              WHERE s.queue = p_queue AND s.id = ANY (p_ids)
                AND s.visible_at <= v_now AND s.attempt < v_max
+               AND (s.parked_until IS NULL OR s.parked_until <= v_now)
              ORDER BY s.created_at, s.id
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
@@ -96,7 +101,7 @@ BEGIN
            SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until,
                parked_until = NULL
          WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids) -- see claim's promotion
-        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane
     )
     SELECT * FROM claimed ORDER BY 6, 1;
 END
@@ -106,7 +111,7 @@ $$;
 -- lease_default.
 CREATE OR REPLACE FUNCTION claim_ids(p_queue text, p_owner text, p_ids bigint[], p_lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
-               created_at timestamptz, lease_expires_at timestamptz, token uuid)
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -120,33 +125,43 @@ $$;
 -- holds move to message_dead at once, whatever attempts they have left, with
 -- p_error as their last error -- what fail does to a row on its last attempt
 -- (fail.sql), for a message that no retry can deliver (a relay's broker
--- refused it for good: too large, malformed). dead_requeue sends it back
--- once the cause is fixed. Returns the ids it acted on; a stale or wrong
--- token acts on nothing (ack.sql). This overload takes the time from its
--- caller (p_now, NULL = the clock): for tests only.
+-- refused it for good: too large, malformed). A dead lane head lets its lane
+-- move on, or blocks it, by the queue's lane_dead, in this transaction, as
+-- fail's dead letters do. dead_requeue sends it back once the cause is fixed.
+-- Returns the ids it acted on; a stale or wrong token acts on nothing
+-- (ack.sql). This overload takes the time from its caller (p_now, NULL = the
+-- clock): for tests only.
 CREATE OR REPLACE FUNCTION dead_letter(p_queue text, p_token uuid, p_ids bigint[], p_error text, p_now timestamptz)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_q queue;
     v_now timestamptz;
     v_error text := left(p_error, 10000);
+    v_dead bigint[];
+    v_lanes text[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
-    PERFORM _queue_get(p_queue);
+    v_q := _queue_get(p_queue);
     v_now := coalesce(p_now, clock_timestamp());
-    RETURN QUERY
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane
+    ), x AS (
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane FROM d
+        RETURNING x.id, x.lane
     )
-    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at)
-    SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now FROM d
-    RETURNING x.id;
+    SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, v_dead, v_q.lane_dead = 'block', v_now);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_dead) u;
 END
 $$;
 

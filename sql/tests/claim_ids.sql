@@ -10,7 +10,7 @@
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.message_processed; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
-SELECT plan(66);
+SELECT plan(73);
 
 SELECT has_function('pgsweep', 'claim_ids', ARRAY['text', 'text', 'bigint[]', 'interval'], 'claim_ids(text, text, bigint[], interval)');
 SELECT has_function('pgsweep', 'claim_ids', ARRAY['text', 'text', 'bigint[]', 'interval', 'timestamp with time zone'],
@@ -152,6 +152,26 @@ SELECT is_empty($$SELECT * FROM pgsweep.dead_letter('t', gen_random_uuid(), ARRA
 SELECT is_empty($$SELECT * FROM pgsweep.dead_letter('t', pg_temp.tok('g'), ARRAY[pg_temp.id(4)], 'again')$$, 'nor does a spent one');
 SELECT results_eq($$SELECT * FROM pgsweep.dead_requeue('t', ARRAY[pg_temp.id(4)])$$, $$VALUES (pg_temp.id(4))$$,
     'dead_requeue sends it back');
+
+-- lanes: only a lane's head is claimable; a dead head moves its lane on
+SELECT pgsweep.queue_create('l', 'outbox', 3);
+INSERT INTO extra SELECT 'l' || row_number() OVER (), s
+  FROM pgsweep.send_batch('l', ARRAY['"a1"', '"a2"', '"b1"']::jsonb[], NULL, NULL, NULL, ARRAY['a', 'a', 'b']) s;
+SELECT is_empty($$SELECT * FROM pgsweep.claim_ids('l', 'relay-1', ARRAY[pg_temp.x('l2')])$$,
+    'a message waiting behind its lane''s head is not claimed');
+SELECT is((SELECT m.parked_until FROM pgsweep.message m WHERE m.queue = 'l' AND m.id = pg_temp.x('l2')), 'infinity'::timestamptz,
+    'and keeps waiting');
+CREATE TEMP TABLE lc AS SELECT * FROM pgsweep.claim_ids('l', 'relay-1', ARRAY[pg_temp.x('l1'), pg_temp.x('l2'), pg_temp.x('l3')]);
+SELECT results_eq($$SELECT id, lane FROM lc ORDER BY id$$, $$VALUES (pg_temp.x('l1'), 'a'::text), (pg_temp.x('l3'), 'b'::text)$$,
+    'the heads are claimed, with their lanes');
+SELECT results_eq($$SELECT * FROM pgsweep.dead_letter('l', (SELECT DISTINCT token FROM lc), ARRAY[pg_temp.x('l1')], 'refused')$$,
+    $$VALUES (pg_temp.x('l1'))$$, 'lane a''s head is dead-lettered');
+SELECT is((SELECT lane FROM pgsweep.message_dead WHERE queue = 'l' AND id = pg_temp.x('l1')), 'a', 'the dead letter keeps its lane');
+SELECT results_eq($$SELECT id, lane FROM pgsweep.claim_ids('l', 'relay-1', ARRAY[pg_temp.x('l2')])$$, $$VALUES (pg_temp.x('l2'), 'a'::text)$$,
+    'the lane moved on (lane_dead move_on): its next message is claimable');
+SELECT pgsweep.queue_pause('l');
+INSERT INTO extra SELECT 'lp', pgsweep.send('l', '"c1"');
+SELECT is_empty($$SELECT * FROM pgsweep.claim_ids('l', 'relay-1', ARRAY[pg_temp.x('lp')])$$, 'a paused queue hands out nothing');
 
 -- bad arguments: 22023 naming the argument, nothing changed
 DELETE FROM before; INSERT INTO before SELECT * FROM pgsweep.message;
