@@ -82,6 +82,13 @@ migration-release:
 test-cron:
 	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -tags crontest -count=1 -run TestCronRealRun -timeout 3m -v ./runner/
 
+.PHONY: test-faults
+## test-faults: the fault-injection suite (internal/faults, about 2 minutes): a PostgreSQL cluster of its own
+## (scripts/db.sh on another port and directory), real workers, runners and a producer; kill -9, SIGTERM,
+## pg_terminate_backend, restarts, a stopped server, statement_timeout; nothing lost, no overlapping runs
+test-faults:
+	PGSWEEP_FAULTS=1 $(GO) test -count=1 -v -timeout 10m -run TestFaults ./internal/faults/
+
 .PHONY: citus citus-stop test-citus
 ## citus: start the throwaway Citus cluster (scripts/citus.sh: a coordinator and two workers from the installed
 ## PostgreSQL 15 and Citus, on free local ports under .pgsweep/citus), print the coordinator's DSN

@@ -4,16 +4,21 @@
 #   scripts/db.sh start   install what is missing, start the cluster, print its DSN
 #   scripts/db.sh stop    stop it (by its pid)
 #   scripts/db.sh dsn     print the DSN of a running cluster
+#   scripts/db.sh ctl ARGS...   pg_ctl ARGS on the cluster, as its OS user (e.g. `ctl restart -m immediate`)
 #
 # The cluster lives under .pgsweep/ in the repository (git-ignored), runs as the
 # `postgres` OS user because PostgreSQL refuses to run as root, listens on a
 # private port (PGSWEEP_DB_PORT, default 54329) and preloads pg_cron when it is
 # installed. Its settings trade durability for speed: it is for tests and demos.
+#
+# A second cluster (the fault-injection suite's, which it restarts and stops
+# at will) runs beside it with its own directory and port:
+#   PGSWEEP_DB_DIR=/tmp/x PGSWEEP_DB_PORT=54339 scripts/db.sh start|stop|dsn|ctl
 set -euo pipefail
 
 cmd=${1:-start}
 root=$(cd "$(dirname "$0")/.." && pwd)
-state="$root/.pgsweep"
+state=${PGSWEEP_DB_DIR:-"$root/.pgsweep"}
 data="$state/data"
 port=${PGSWEEP_DB_PORT:-54329}
 dbname=${PGSWEEP_DB_NAME:-pgsweep}
@@ -161,9 +166,20 @@ stop() {
 	rm -f "$state/dsn"
 }
 
+# ctl runs pg_ctl on this cluster as its OS user. The server's output goes to
+# the cluster's log, never to the caller's stdout (a restarted postmaster would
+# hold the caller's pipe open).
+ctl() {
+	local bindir
+	bindir=$(find_bindir) || { log "pg_ctl not found; install PostgreSQL $pgver"; exit 1; }
+	[ -f "$data/PG_VERSION" ] || { log "no cluster in $data; run '$0 start'"; exit 1; }
+	as_pg "$bindir/pg_ctl" -D "$data" -l "$state/postgres.log" "$@" </dev/null >/dev/null
+}
+
 case $cmd in
 start) start ;;
 stop) stop ;;
 dsn) running && echo "$dsn" || { log "not running; run 'make db'"; exit 1; } ;;
-*) echo "usage: $0 start|stop|dsn" >&2; exit 2 ;;
+ctl) shift; ctl "$@" ;;
+*) echo "usage: $0 start|stop|dsn|ctl ARGS..." >&2; exit 2 ;;
 esac
