@@ -775,3 +775,28 @@ func TestRelayLanesInOrderUnderCrashes(t *testing.T) {
 	}
 	t.Logf("%d lanes of %d messages in order through 8 crashes, %d confirmed publishes", lanes, per, confirmedCount(t, logFile))
 }
+
+// bench relay runs end to end on a small scale and drops what it made.
+func TestBenchRelaySmall(t *testing.T) {
+	t.Parallel()
+	nats := relaytest.NATS(t)
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaName(t)
+	out, errOut, code := runCLI(t, "bench", "relay", "--database-url", url, "--schema", schema, "--to", nats,
+		"--messages", "500", "--relays", "2", "--workers", "2", "--rate", "100", "--duration", "1s")
+	if code != 0 {
+		t.Fatalf("bench relay: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"claim ", "burn-down ", "direct ", "notify ", "burn-down / claim + complete", "p99"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if s := schemaState(t, pgtest.Conn(t, url), schema); s != "absent" {
+		t.Errorf("the scratch schema %s is left: %s", schema, s)
+	}
+	_, errOut, code = runCLI(t, "bench", "relay", "--database-url", url)
+	if code != 2 || !strings.Contains(errOut, "--to is required") {
+		t.Errorf("without --to: exit %d, %s", code, errOut)
+	}
+}
