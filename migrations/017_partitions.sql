@@ -108,6 +108,84 @@ AS $$
 $$;
 -- pgsweep:end functions/retention_check.sql
 
+-- pgsweep:include functions/retention_builtin.sql
+-- Built-in retention of the rows pgsweep itself keeps: per queue, processed
+-- inbox records (message_processed, by processed_at) after
+-- queue.processed_retention, and dead letters (message_dead, by dead_at)
+-- after queue.dead_retention. NULL periods keep rows forever.
+--
+-- Each is an ordinary retention policy restricted to one queue by the policy
+-- filter (queue = '<queue>'), named 'pgsweep.processed:<queue>' and
+-- 'pgsweep.dead:<queue>', so the retention engine's guarantees, leases and
+-- history apply unchanged and a DBA sees them in retention_policies.
+-- Undelivered messages (table message) are never under any policy: an outbox
+-- row leaves only by being completed.
+--
+-- maintain() calls retention_builtin_sync() at the start of every retention
+-- part, so a queue created or reconfigured by SQL is covered on the next
+-- pass; a DBA driving retention_run by hand calls it once after such changes.
+--
+-- Policy names have at most 190 characters, so queue_create accepts names of
+-- at most 172 (18 for 'pgsweep.processed:'). A longer queue made by an older
+-- version gets no policy whose name would not fit -- a WARNING names it and
+-- says to move its messages to a shorter queue -- and every other queue
+-- keeps its retention.
+CREATE OR REPLACE FUNCTION retention_builtin_sync()
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+-- retention_register's "no index leads with the time column" NOTICE does not
+-- apply: the filter (queue) and time column lead the tables' retention indexes.
+SET client_min_messages = warning
+AS $$
+DECLARE
+    v_changed int := 0;
+    v_want record;
+    v_pol retention_policy;
+    v_name text;
+BEGIN
+    FOR v_want IN
+        SELECT 'pgsweep.processed:' || q.name AS name, 'message_processed'::regclass AS tbl,
+               'processed_at' AS col, q.processed_retention AS period, q.name AS queue
+          FROM queue q WHERE q.kind = 'inbox'
+        UNION ALL
+        SELECT 'pgsweep.dead:' || q.name, 'message_dead'::regclass, 'dead_at', q.dead_retention, q.name
+          FROM queue q
+         ORDER BY 1
+    LOOP
+        IF length(v_want.name) > 190 THEN
+            RAISE WARNING 'queue "%" has no built-in retention of %: its name has % characters, at most 172 fit in a retention policy name (190); move its messages to a queue with a shorter name',
+                v_want.queue, v_want.tbl, length(v_want.queue);
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
+        IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
+           AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN
+            CONTINUE;
+        END IF;
+        -- register and filter in one transaction: no pass ever sees the
+        -- policy without its queue filter.
+        PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
+                                    1000, 'exclusive', interval '1 minute', _owner_role(), true);
+        PERFORM retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
+        v_changed := v_changed + 1;
+    END LOOP;
+
+    FOR v_name IN
+        SELECT p.name FROM retention_policy p
+         WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
+                    SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
+            OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (
+                    SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name))
+    LOOP
+        PERFORM retention_unregister(v_name);
+        v_changed := v_changed + 1;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+-- pgsweep:end functions/retention_builtin.sql
+
 -- pgsweep:include functions/retention_register.sql
 -- Retention: registering policies and their options.
 --
