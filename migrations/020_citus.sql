@@ -20,14 +20,19 @@ SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 --     claim_cursor, queue_recovery, lane -- are distributed by queue,
 --     colocated with message: all rows of one queue live in one shard group,
 --     on one worker;
---   * every other table but tern's schema_version (queues, leases, settings,
---     retention policies and their bookkeeping, maintenance history,
---     installed roles) becomes a reference table: a copy on every node, so a
---     verb running on a worker reads its queue's settings locally, and the
---     lease rows -- the truth of leadership -- are one table cluster-wide;
---     schema_version stays on the coordinator, where migrations run;
---   * every function is propagated to every node (version(), which reads
---     schema_version, stays on the coordinator), and the queue verbs
+--   * the bookkeeping of retention and maintenance (retention_policy,
+--     retention_sweep, retention_unit, retention_pass, maintain_state,
+--     maintain_pass, maintain_run) and tern's schema_version stay plain
+--     tables of the coordinator: maintain() and retention_run run there, and
+--     nothing on a worker reads them (see _citus_tables for why not
+--     reference tables);
+--   * every other table (queue, lease, setting, installed_role) becomes a
+--     reference table: a copy on every node, so a verb running on a worker
+--     reads its queue's settings locally, and the lease rows -- the truth of
+--     leadership -- are one table cluster-wide;
+--   * every function is propagated to every node but those that read a
+--     coordinator table or take its rows (version(), the retention and
+--     maintenance internals), and the queue verbs
 --     (_citus_delegated) are distributed with p_queue as the distribution
 --     argument, colocated with message: `SELECT claim('orders', ...)` on the
 --     coordinator runs, whole, on the worker that holds queue 'orders'; those
@@ -82,12 +87,29 @@ BEGIN
 END
 $$;
 
--- _citus_tables: how each table of the schema is placed. 'distributed' for
--- the message tables (primary key leading with a text column named queue),
--- 'local' for tern's schema_version, 'reference' for the rest. p_order is
--- the order of conversion: a table after every table its foreign keys
--- reference, message first among the distributed ones (the colocation
--- group's anchor).
+-- _citus_tables: how each table of the schema is placed.
+--   'distributed'  the message tables: primary key leading with a text column
+--                  named queue;
+--   'local'        tern's schema_version and the retention and maintenance
+--                  bookkeeping (retention_*, maintain_*): they stay plain
+--                  tables of the coordinator. As reference tables they would
+--                  deadlock: Citus keeps the copies of a reference table
+--                  alike by taking a cluster-wide lock on the whole table for
+--                  every UPDATE and DELETE (and, for a foreign key, on the
+--                  table it references), so parallel cleaners that record
+--                  their units and passes in those tables in different orders
+--                  deadlock on those locks -- eight cleaners of one policy
+--                  did, six of them, in TestCitusRetentionCAP. As coordinator
+--                  tables they take row locks, as on one server; only the
+--                  coordinator runs maintain() and retention_run, and no verb
+--                  on a worker reads them. A table that references a table
+--                  Citus manages cannot stay local (Citus would turn it into
+--                  a "Citus local table", a new table in its place): it is
+--                  made a reference table instead;
+--   'reference'    the rest: queue (read by every verb, on the workers), lease,
+--                  setting, installed_role -- written one row at a time.
+-- p_order is the order of conversion: message first among the distributed
+-- ones (the colocation group's anchor), then by depth in the foreign keys.
 CREATE OR REPLACE FUNCTION _citus_tables(OUT table_name text, OUT placement text, OUT p_order int)
 RETURNS SETOF record
 LANGUAGE sql STABLE
@@ -96,6 +118,12 @@ AS $$
     WITH RECURSIVE t AS (
         SELECT c.oid, c.relname::text AS relname,
                CASE WHEN c.relname = 'schema_version' THEN 'local'
+                    WHEN (c.relname LIKE 'retention\_%' OR c.relname LIKE 'maintain\_%')
+                         AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint f
+                                           JOIN pg_catalog.pg_class r ON r.oid = f.confrelid
+                                          WHERE f.contype = 'f' AND f.conrelid = c.oid
+                                            AND NOT (r.relname LIKE 'retention\_%' OR r.relname LIKE 'maintain\_%'))
+                    THEN 'local'
                     WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i
                                    JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
                                   WHERE i.indrelid = c.oid AND i.indisprimary
@@ -366,14 +394,19 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Functions: the verbs by p_queue, with force_delegation; every other
-    -- routine on every node (a delegated verb calls them there) but those
-    -- that read a coordinator-only table (version() reads schema_version).
+    -- Functions: the verbs by p_queue (forced where _citus_delegated says);
+    -- every other routine on every node (a delegated verb calls them there)
+    -- but those that read a coordinator table or take its rows: they stay
+    -- on the coordinator, where maintain() and retention_run call them.
     FOR r IN SELECT p.oid, p.oid::pg_catalog.regprocedure::text AS sig, d.arg_index, d.force,
                     o.distribution_argument_index AS cur_arg, o.colocationid AS cur_colocation,
                     coalesce(o.force_delegation, false) AS cur_force, o.objid IS NOT NULL AS is_distributed,
                     EXISTS (SELECT 1 FROM _citus_tables() t
-                             WHERE t.placement = 'local' AND p.prosrc ~ ('\m' || t.table_name || '\M')) AS local_only
+                              JOIN pg_catalog.pg_class c
+                                ON c.relname = t.table_name AND c.relnamespace = v_schema::pg_catalog.regnamespace
+                             WHERE t.placement = 'local'
+                               AND (p.prosrc ~ ('\m' || t.table_name || '\M')
+                                    OR c.reltype = ANY (p.proargtypes::pg_catalog.oid[] || p.prorettype))) AS local_only
                FROM pg_catalog.pg_proc p
                LEFT JOIN _citus_delegated() d ON d.routine = p.oid
                LEFT JOIN pg_catalog.pg_dist_object o

@@ -411,3 +411,34 @@ func TestCitusUninstall(t *testing.T) {
 		t.Fatal("the schema is still there")
 	}
 }
+
+// The views, read by the roles they are granted to (a login role of the
+// monitor role). Citus reads a reference or distributed table behind a view
+// with the privileges of the role running the query, not of the view's
+// owner (citusdata/citus#6161), and the monitor role holds no privilege on
+// any table: leases, settings and queue_stats fail with "permission denied
+// for table <shard>" until they select from SECURITY DEFINER functions
+// (owned by S_owner, as the verbs are). The retention and maintenance views
+// read coordinator tables and work as on one server.
+func TestCitusViewsForTheirRoles(t *testing.T) {
+	in := New(t, 2)
+	ctx := context.Background()
+	if err := in.Client.QueueCreate(ctx, "v", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	login := pgx.Identifier{in.Schema + "_dash"}.Sanitize()
+	in.Exec(t, "CREATE ROLE "+login+" LOGIN IN ROLE "+pgx.Identifier{in.Schema + "_monitor"}.Sanitize())
+	t.Cleanup(func() { _, _ = in.Pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+login) })
+	for _, v := range []string{"queue_stats", "leases", "settings", "retention_policies", "retention_passes", "maintenance_passes", "maintenance_runs"} {
+		err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+login); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "SELECT * FROM "+in.Rel(v))
+			return err
+		})
+		if err != nil {
+			t.Errorf("view %s for a monitor login: %v", v, err)
+		}
+	}
+}

@@ -1,0 +1,271 @@
+//go:build citus
+
+package citustest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/runner"
+)
+
+// standIns replaces maintain()'s two part bodies in the install by ones that
+// take time and log what they did in <schema>.activity (a coordinator
+// table), as the runner package's integration tests do: recovery sleeps
+// slowSleep seconds per step for the owner slow, a few milliseconds
+// otherwise; retention commits in the middle.
+func standIns(t *testing.T, in *Install, slow string, slowSleep float64) {
+	t.Helper()
+	s := in.Q()
+	in.Exec(t, fmt.Sprintf(`
+		CREATE TABLE %[1]s.activity (id bigserial PRIMARY KEY, part text, owner text, started_at timestamptz, finished_at timestamptz);
+		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+		LANGUAGE plpgsql AS $$
+		DECLARE v_start timestamptz := clock_timestamp();
+		BEGIN
+			PERFORM pg_sleep(CASE WHEN p_owner = '%[2]s' THEN %[3]s ELSE 0.002 + random() * 0.004 END);
+			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('recovery', p_owner, v_start, clock_timestamp());
+			RETURN jsonb_build_object('recovered', 1, 'lost_leases', 0, 'dead_lettered', 0, 'more', random() < 0.3);
+		END $$;
+		CREATE OR REPLACE PROCEDURE %[1]s._maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+		LANGUAGE plpgsql AS $$
+		DECLARE v_start timestamptz := clock_timestamp();
+		BEGIN
+			PERFORM pg_sleep(0.002);
+			COMMIT;
+			PERFORM pg_sleep(0.002);
+			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('retention', p_owner, v_start, clock_timestamp());
+			p_result := jsonb_build_object('deleted', jsonb_build_object('standin', 2));
+		END $$;`, s, slow, fmt.Sprint(slowSleep)))
+	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
+	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
+}
+
+func (in *Install) runner(t *testing.T, owner string, opts runner.Options) *runner.Runner {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(in.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Schema, opts.Owner = in.Schema, owner
+	r, err := runner.New(runner.ConnectConfig(cfg, "pgsweep run "+owner), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// overlaps counts pairs of runs of one part whose [start, end) overlap
+// (docs/operations.md's proof query).
+const overlapsSQL = `SELECT count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
+	ON a.part = b.part AND a.id < b.id
+	AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')`
+
+// Leadership on Citus: two runners, each on its own connections to the
+// coordinator, hammer maintain(); the leases (a reference table) decide.
+// Never two holders: no two runs of one part overlap, in the history or in
+// the parts' own log, and every run's fencing token is higher than the one
+// before. Then a runner's session is killed in the middle of a part: the
+// part stays held until the lease expires, then the other runner takes it
+// over with the next token, and the dead run is marked abandoned.
+func TestCitusLeadership(t *testing.T) {
+	in := New(t, 4)
+	ctx := context.Background()
+	s := in.Q()
+	standIns(t, in, "victim", 30)
+	in.Exec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
+
+	t.Run("never two holders", func(t *testing.T) {
+		rctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for _, owner := range []string{"runner-a", "runner-b"} {
+			r := in.runner(t, owner, runner.Options{Interval: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, Budget: 5 * time.Second})
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = r.Run(rctx) }()
+		}
+		enough := func() bool {
+			for _, part := range []string{"recovery", "retention"} {
+				runs := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
+				owners := in.Int(t, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
+				busy := in.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
+				if runs < 20 || owners < 2 || busy < 5 {
+					return false
+				}
+			}
+			return true
+		}
+		started := time.Now()
+		for time.Since(started) < 3*time.Second || (!enough() && time.Since(started) < 30*time.Second) {
+			time.Sleep(250 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+		if n := in.Int(t, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+			t.Fatalf("history: %d pairs of runs of one part overlapped", n)
+		}
+		if n := in.Int(t, fmt.Sprintf(overlapsSQL, s, "activity")); n != 0 {
+			t.Fatalf("activity log: %d pairs of part bodies overlapped", n)
+		}
+		if n := in.Int(t, `SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY part ORDER BY started_at) AS prev
+			FROM `+s+`.maintain_run) x WHERE token <= prev`); n != 0 {
+			t.Fatalf("%d runs did not get a higher fencing token than the run before them", n)
+		}
+		for _, part := range []string{"recovery", "retention"} {
+			runs := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
+			owners := in.Int(t, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
+			busy := in.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
+			t.Logf("%s: %d runs by %d owners, %d busy skips", part, runs, owners, busy)
+			if runs < 20 || owners < 2 || busy < 5 {
+				t.Fatalf("%s: %d runs, %d owners, %d busy skips: not enough contention to prove anything", part, runs, owners, busy)
+			}
+		}
+		if n := in.Int(t, "SELECT count(*) FROM "+s+".leases WHERE live"); n != 0 {
+			t.Fatalf("%d leases still live after both runners stopped", n)
+		}
+	})
+
+	t.Run("takeover after kill", func(t *testing.T) {
+		cfg, err := pgx.ParseConfig(in.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = "pgsweep run victim"
+		victim, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer victim.Close(ctx)
+		var pid int32
+		if err := victim.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		victimDone := make(chan error, 1)
+		go func() {
+			_, err := victim.Exec(ctx, "CALL "+s+".maintain('victim', '30 seconds')")
+			victimDone <- err
+		}()
+		waitCount(t, in, "the victim to run recovery", 10*time.Second,
+			"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'")
+		var victimToken int64
+		var expires time.Time
+		if err := in.Pool.QueryRow(ctx, "SELECT token, expires_at FROM "+s+".lease WHERE name = 'maintain:recovery' AND owner = 'victim'").
+			Scan(&victimToken, &expires); err != nil {
+			t.Fatal(err)
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		heir := in.runner(t, "heir", runner.Options{Interval: 50 * time.Millisecond, Jitter: -1})
+		heirDone := make(chan error, 1)
+		go func() { heirDone <- heir.Run(hctx) }()
+
+		var killed time.Time
+		var ok bool
+		if err := in.Pool.QueryRow(ctx, "SELECT pg_terminate_backend($1::int), clock_timestamp()", pid).Scan(&ok, &killed); err != nil || !ok {
+			t.Fatalf("terminate the victim's backend %d: %v %v", pid, ok, err)
+		}
+		if err := <-victimDone; err == nil {
+			t.Fatal("the victim's pass succeeded although its backend was terminated")
+		}
+		waitCount(t, in, "the heir to take over", 15*time.Second,
+			"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'")
+		cancel()
+		<-heirDone
+
+		var heirStart time.Time
+		var heirToken int64
+		if err := in.Pool.QueryRow(ctx, "SELECT started_at, token FROM "+s+
+			".maintain_run WHERE owner = 'heir' AND part = 'recovery' ORDER BY id LIMIT 1").Scan(&heirStart, &heirToken); err != nil {
+			t.Fatal(err)
+		}
+		if heirStart.Before(expires) {
+			t.Fatalf("the heir started recovery at %v, before the victim's lease expired at %v", heirStart, expires)
+		}
+		if heirToken != victimToken+1 {
+			t.Fatalf("heir token %d, want %d", heirToken, victimToken+1)
+		}
+		if n := in.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE owner = 'heir' AND parts ->> 'recovery' = 'busy' AND started_at > $1", killed); n == 0 {
+			t.Fatal("the heir never found recovery busy between the kill and the TTL: the test proved nothing")
+		}
+		if n := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'abandoned'"); n != 1 {
+			t.Fatal("the victim's run was not marked abandoned")
+		}
+	})
+}
+
+func waitCount(t *testing.T, in *Install, what string, timeout time.Duration, sql string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for in.Int(t, sql, args...) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// maintain() itself on a distributed install, as pg_cron or a runner calls
+// it on the coordinator: recovery releases the expired leases of queues on
+// both workers (queue_recover, pushed down per queue), and retention runs
+// the built-in policy of an inbox queue (processed rows past
+// processed_retention, a distributed table swept with the queue's filter).
+func TestCitusMaintain(t *testing.T) {
+	in := New(t, 4)
+	ctx := context.Background()
+	s := in.Q()
+	queues := in.QueuePerWorker(t, "maint")
+	for _, q := range queues {
+		if err := in.Client.QueueCreate(ctx, q, pgsweep.Inbox, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := in.Client.QueueConfigure(ctx, q, map[string]any{"processed_retention": "1 second"}); err != nil {
+			t.Fatal(err)
+		}
+		ms := make([]pgsweep.Message, 20)
+		for i := range ms {
+			ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
+		}
+		if _, err := in.Client.SendBatch(ctx, q, ms); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := in.Client.Claim(ctx, q, "gone", 20, time.Second)
+		if err != nil || len(ds) != 20 {
+			t.Fatalf("claim %s: %d %v", q, len(ds), err)
+		}
+		ids := make([]int64, 10)
+		for i := range ids {
+			ids[i] = ds[i].ID
+		}
+		if _, err := in.Client.Complete(ctx, q, ds[0].Token, ids); err != nil { // 10 processed, 10 left to expire
+			t.Fatal(err)
+		}
+	}
+	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
+	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
+	time.Sleep(2500 * time.Millisecond) // the leases and processed_retention expire
+	if _, err := in.Pool.Exec(ctx, "CALL "+s+".maintain('citus-test', '20 seconds')"); err != nil {
+		t.Fatalf("maintain on a distributed install: %v", err)
+	}
+	var parts string
+	if err := in.Pool.QueryRow(ctx, "SELECT parts::text FROM "+s+".maintain_pass ORDER BY id DESC LIMIT 1").Scan(&parts); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queues {
+		if n := in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1 AND owner IS NOT NULL", q); n != 0 {
+			t.Errorf("%s: %d expired leases not recovered (pass %s)", q, n, parts)
+		}
+		if n := in.Int(t, "SELECT count(*) FROM "+in.Rel("message_processed")+" WHERE queue = $1", q); n != 0 {
+			t.Errorf("%s: %d processed rows past processed_retention left (pass %s)", q, n, parts)
+		}
+	}
+	if n := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE status <> 'done'"); n != 0 {
+		var detail string
+		_ = in.Pool.QueryRow(ctx, "SELECT string_agg(format('%s: %s %s', part, status, error), '; ') FROM "+s+".maintain_run WHERE status <> 'done'").Scan(&detail)
+		t.Errorf("maintain runs not done: %s", detail)
+	}
+}
