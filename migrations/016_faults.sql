@@ -24,6 +24,8 @@ UPDATE setting
        description = 'background retention pacing: 0 adapts the share of time maintain() spends deleting to what the database shows (slower batches, busy sessions, lock waits); 1..100 is a fixed percent: after a batch that took t it pauses t*(100-d)/d (100: no pause; CALL retention_run never pauses)'
  WHERE name = 'retention_duty_cycle';
 ALTER TABLE retention_unit ADD COLUMN deferred_pass bigint;
+-- the session of a pass: a takeover closes the passes of dead sessions
+ALTER TABLE maintain_pass ADD COLUMN pid int, ADD COLUMN backend_start timestamptz;
 ALTER TABLE retention_pass ADD COLUMN deferred int NOT NULL DEFAULT 0;
 ALTER TABLE retention_pass DROP CONSTRAINT retention_pass_outcome_check;
 ALTER TABLE retention_pass ADD CONSTRAINT retention_pass_outcome_check
@@ -171,6 +173,14 @@ BEGIN
                    SET status = 'abandoned', finished_at = v_now,
                        error = coalesce(error, 'the pass ended before this part finished: its session died or the part raised an error (see the caller''s log or cron.job_run_details)')
                  WHERE part = p_part AND status = 'running';
+                -- A pass whose session is gone (kill -9, a crash) ends too:
+                -- nobody else would ever close it.
+                UPDATE maintain_pass mp
+                   SET finished_at = v_now,
+                       error = coalesce(mp.error || '; ', '') || 'its session ended before the pass did (taken over)'
+                 WHERE mp.finished_at IS NULL AND mp.pid IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                                    WHERE a.pid = mp.pid AND a.backend_start IS NOT DISTINCT FROM mp.backend_start);
                 INSERT INTO maintain_run (pass_id, part, owner, token, status, started_at)
                 VALUES (p_pass, p_part, p_owner, o_token, 'running', v_now)
                 RETURNING id INTO o_run;
@@ -321,7 +331,9 @@ BEGIN
             PERFORM pg_advisory_unlock(_maintain_lock_key(v_part));
         END LOOP;
     END LOOP;
-    INSERT INTO maintain_pass (owner, started_at, budget) VALUES (o_owner, v_now, p_budget)
+    INSERT INTO maintain_pass (owner, started_at, budget, pid, backend_start)
+    SELECT o_owner, v_now, p_budget, pg_catalog.pg_backend_pid(), a.backend_start
+      FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()
     RETURNING id INTO o_pass;
     o_deadline := v_now + p_budget;
 END
@@ -1337,7 +1349,13 @@ BEGIN
             CONTINUE;
         END IF;
         COMMIT;
-        CONTINUE WHEN v_pass IS NULL; -- busy elsewhere, or keeps rows forever
+        IF v_pass IS NULL THEN
+            -- busy elsewhere (or keeps rows forever): a cleaner that died may
+            -- still hold the policy's lease, so the part is not done with it:
+            -- due again at once, and the lease's expiry lets the next pass in
+            v_more := true;
+            CONTINUE;
+        END IF;
 
         LOOP
             v_batch_start := pg_catalog.clock_timestamp();

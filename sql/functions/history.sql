@@ -26,7 +26,9 @@ BEGIN
             PERFORM pg_advisory_unlock(_maintain_lock_key(v_part));
         END LOOP;
     END LOOP;
-    INSERT INTO maintain_pass (owner, started_at, budget) VALUES (o_owner, v_now, p_budget)
+    INSERT INTO maintain_pass (owner, started_at, budget, pid, backend_start)
+    SELECT o_owner, v_now, p_budget, pg_catalog.pg_backend_pid(), a.backend_start
+      FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()
     RETURNING id INTO o_pass;
     o_deadline := v_now + p_budget;
 END

@@ -138,6 +138,14 @@ BEGIN
                    SET status = 'abandoned', finished_at = v_now,
                        error = coalesce(error, 'the pass ended before this part finished: its session died or the part raised an error (see the caller''s log or cron.job_run_details)')
                  WHERE part = p_part AND status = 'running';
+                -- A pass whose session is gone (kill -9, a crash) ends too:
+                -- nobody else would ever close it.
+                UPDATE maintain_pass mp
+                   SET finished_at = v_now,
+                       error = coalesce(mp.error || '; ', '') || 'its session ended before the pass did (taken over)'
+                 WHERE mp.finished_at IS NULL AND mp.pid IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                                    WHERE a.pid = mp.pid AND a.backend_start IS NOT DISTINCT FROM mp.backend_start);
                 INSERT INTO maintain_run (pass_id, part, owner, token, status, started_at)
                 VALUES (p_pass, p_part, p_owner, o_token, 'running', v_now)
                 RETURNING id INTO o_run;

@@ -210,7 +210,13 @@ BEGIN
             CONTINUE;
         END IF;
         COMMIT;
-        CONTINUE WHEN v_pass IS NULL; -- busy elsewhere, or keeps rows forever
+        IF v_pass IS NULL THEN
+            -- busy elsewhere (or keeps rows forever): a cleaner that died may
+            -- still hold the policy's lease, so the part is not done with it:
+            -- due again at once, and the lease's expiry lets the next pass in
+            v_more := true;
+            CONTINUE;
+        END IF;
 
         LOOP
             v_batch_start := pg_catalog.clock_timestamp();
