@@ -264,3 +264,68 @@ func TestCitusMigrateCLI(t *testing.T) {
 		t.Fatalf("message is not distributed after migrate --citus: %d %v", n, err)
 	}
 }
+
+// Placing a queue: a busy queue gets a shard of its own
+// (isolate_tenant_to_new_shard, with the shards of every message table:
+// CASCADE) and that shard moves to the other worker
+// (citus_move_shard_placement). Its messages go along, a claim made before
+// the move completes with its token after it, and the verbs now run on the
+// new worker; citus_distribute then finds nothing to change.
+func TestCitusMoveQueue(t *testing.T) {
+	in := New(t, 4)
+	ctx := context.Background()
+	q := in.QueuePerWorker(t, "hot")[0]
+	if err := in.Client.QueueCreate(ctx, q, pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]pgsweep.Message, 200)
+	for i := range ms {
+		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
+	}
+	if _, err := in.Client.SendBatch(ctx, q, ms); err != nil {
+		t.Fatal(err)
+	}
+	held, err := in.Client.Claim(ctx, q, "before-move", 10, 10*time.Minute)
+	if err != nil || len(held) != 10 {
+		t.Fatalf("claim: %d %v", len(held), err)
+	}
+	from := in.WorkerOf(t, q)
+	var shard int64
+	if err := in.Pool.QueryRow(ctx, "SELECT isolate_tenant_to_new_shard($1::regclass, $2::text, 'CASCADE', 'block_writes')",
+		in.Schema+".message", q).Scan(&shard); err != nil {
+		t.Fatalf("isolate queue %s: %v", q, err)
+	}
+	to := in.Workers[0]
+	if to.Port == from.Port {
+		to = in.Workers[1]
+	}
+	in.Exec(t, "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, 'block_writes')", shard, from.Host, from.Port, to.Host, to.Port)
+	if w := in.WorkerOf(t, q); w.Port != to.Port {
+		t.Fatalf("queue %s is on %s after the move, want %s", q, w.Name, to.Name)
+	}
+	if n := in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1", q); n != 200 {
+		t.Fatalf("%d of 200 messages after the move", n)
+	}
+	ids := make([]int64, len(held))
+	for i, d := range held {
+		ids[i] = d.ID
+	}
+	if done, err := in.Client.Complete(ctx, q, held[0].Token, ids); err != nil || len(done) != 10 {
+		t.Fatalf("complete the claim made before the move: %v %v", done, err)
+	}
+	tr := in.NewTraced(t)
+	tc, _ := pgsweep.NewClient(tr.Conn, &pgsweep.ClientOptions{Schema: in.Schema})
+	tr.Take()
+	ds, err := tc.Claim(ctx, q, "after-move", 190, time.Minute)
+	if err != nil || len(ds) != 190 {
+		t.Fatalf("claim after the move: %d %v", len(ds), err)
+	}
+	if cmds := tr.Take(); !pushed(cmds, in.Schema, "claim", to.Port) {
+		t.Errorf("the claim did not run on %s after the move; remote commands:%s", to.Name, describeCmds(cmds))
+	}
+	for _, r := range in.Distribute(t) {
+		if r.Changed {
+			t.Errorf("citus_distribute after the move changed %s %s", r.Kind, r.Name)
+		}
+	}
+}
