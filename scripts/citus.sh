@@ -12,8 +12,12 @@
 # PostgreSQL refuses to run as root, from the installed PostgreSQL 15 binaries,
 # on free local ports (from PGSWEEP_CITUS_PORT, default 54350, upwards; the
 # ports chosen the first time are kept in .pgsweep/citus/ports). Every node
-# preloads citus (first) and pg_stat_statements; the coordinator also
-# pg_cron when it is installed. Settings trade durability for speed: for tests.
+# preloads citus (first) and pg_stat_statements (the Citus tier counts the
+# calls each worker ran) and has both extensions in database pgsweep; the
+# coordinator also preloads pg_cron when it is installed, and creates it with
+# Citus's DDL propagation off (the workers do not preload it). Distributed
+# tables get 8 shards (citus.shard_count; Citus's default is 32): quicker to
+# create, per test. Settings trade durability for speed: for tests.
 #
 # Citus is not in Debian: install it with ../shared/citus/install.sh (the
 # project's tests) or from Citus's own packages (users). Without it this script
