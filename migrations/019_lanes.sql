@@ -28,13 +28,11 @@ CREATE INDEX message_lane ON message (queue, lane, created_at, id) WHERE lane IS
 
 -- One row per active lane (it has messages, or is blocked); its row lock
 -- serialises the lane's sends and promotions (lane.sql).
---   head_id     the lane's head in message; NULL while blocked
 --   blocked_id  lane_dead 'block': the dead letter the lane waits for
 --   last_at     created_at of the newest message sent to the lane
 CREATE TABLE lane (
     queue      text NOT NULL,
     name       text NOT NULL,
-    head_id    bigint,
     blocked_id bigint,
     last_at    timestamptz NOT NULL,
     PRIMARY KEY (queue, name)
@@ -81,8 +79,11 @@ DROP FUNCTION _queue_stats(text, timestamptz);
 -- the transaction of the statement that made the head leave.
 --
 -- The lane row. Table lane holds one row per lane that has messages (or is
--- blocked): head_id, blocked_id and last_at, the created_at of the newest
--- message sent to it. Its row lock is what serialises a lane:
+-- blocked): blocked_id and last_at, the created_at of the newest message
+-- sent to it. A lane row that is not blocked always has a head, so the row's
+-- existence says whether a new message waits; the head itself is not
+-- recorded (that would be one more row version per message). Its row lock is
+-- what serialises a lane:
 --  * send locks it (_lane_lock) before it decides whether its message is the
 --    head (the lane has no head and is not blocked) or waits, and holds it
 --    until its transaction ends. Sends to one lane therefore serialise, and
@@ -90,7 +91,7 @@ DROP FUNCTION _queue_stats(text, timestamptz);
 --    keeps (created_at, id) increasing in lock order, which is commit order:
 --    a lane hands out its messages in the order their sends committed.
 --  * a head that leaves locks it too (_lane_after) and promotes the oldest
---    waiting message. A send that is still open when the head leaves makes
+--    waiting message (one statement for all the lanes of a completion). A send that is still open when the head leaves makes
 --    the promotion wait for it (then the promotion sees its message): keep
 --    transactions that send to a lane short. Without the lock a head could
 --    leave between a send's "there is a head" and its commit, and the new
@@ -128,11 +129,11 @@ END
 $$;
 
 -- _lane_lock locks a lane's row, creating it when the lane has none (created
--- true: the lane had no message). The row lock is held until the caller's
--- transaction ends. A row deleted meanwhile (its lane emptied) is created
--- again.
+-- true: the lane had no message and was not blocked). The row lock is held
+-- until the caller's transaction ends. A row deleted meanwhile (its lane
+-- emptied) is created again.
 CREATE OR REPLACE FUNCTION _lane_lock(p_queue text, p_lane text, p_now timestamptz,
-                                      OUT created boolean, OUT head_id bigint, OUT blocked_id bigint, OUT last_at timestamptz)
+                                      OUT created boolean, OUT blocked_id bigint, OUT last_at timestamptz)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -145,7 +146,7 @@ BEGIN
             last_at := p_now;
             RETURN;
         END IF;
-        SELECT l.head_id, l.blocked_id, l.last_at INTO head_id, blocked_id, last_at
+        SELECT l.blocked_id, l.last_at INTO blocked_id, last_at
           FROM lane l WHERE l.queue = p_queue AND l.name = p_lane
            FOR UPDATE;
         IF FOUND THEN
@@ -156,74 +157,88 @@ BEGIN
 END
 $$;
 
+-- _lane_busy: a lane whose row the caller holds locked, not created by it --
+-- is a message of it handed out next (blocked, or it has a head)? A lane row
+-- that is not blocked has a head (the invariant every verb keeps), unless a
+-- message was deleted by hand: then the lane's oldest message becomes its
+-- head here (and the lane is busy), or, when it has none, the lane is free.
+-- The head is normally the lane's oldest message: the probe reads one or
+-- two entries of message_lane.
+CREATE OR REPLACE FUNCTION _lane_busy(p_queue text, p_lane text, p_blocked bigint, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_blocked IS NOT NULL THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM message m
+                WHERE m.queue = p_queue AND m.lane = p_lane AND m.parked_until IS DISTINCT FROM 'infinity') THEN
+        RETURN true;
+    END IF;
+    RETURN _lane_next(p_queue, ARRAY[p_lane], p_now, false) > 0;
+END
+$$;
+
 -- _lane_next: the lanes p_lanes (locked by the caller, none blocked) have no
 -- head. The oldest message of each, by (created_at, id), becomes its head:
 -- claimable now, or parked until its delivery time when it was scheduled for
--- later. A lane with no message left loses its row (p_drop_empty) or keeps it
--- without a head (a send is about to add one). Returns how many were promoted.
+-- later -- one statement for all the lanes. A lane with no message left loses
+-- its row when p_drop_empty (the lane is empty); otherwise (a send is about
+-- to add one) it keeps it. Returns how many were promoted.
 CREATE OR REPLACE FUNCTION _lane_next(p_queue text, p_lanes text[], p_now timestamptz, p_drop_empty boolean)
 RETURNS int
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_lanes text[];
     v_ids bigint[];
     v_later bigint[];
     v_at timestamptz[];
-    v_empty text[];
+    v_promoted text[];
 BEGIN
-    SELECT array_agg(x.name) FILTER (WHERE n.id IS NOT NULL),
-           array_agg(n.id) FILTER (WHERE n.id IS NOT NULL),
-           array_agg(n.id) FILTER (WHERE n.visible_at > p_now),
-           array_agg(n.visible_at) FILTER (WHERE n.visible_at > p_now),
-           array_agg(x.name) FILTER (WHERE n.id IS NULL)
-      INTO v_lanes, v_ids, v_later, v_at, v_empty
-      FROM unnest(p_lanes) x(name)
-      LEFT JOIN LATERAL (SELECT m.id, m.visible_at FROM message m
-                          WHERE m.queue = p_queue AND m.lane = x.name
+    SELECT array_agg(x.id), array_agg(u.name),
+           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now)
+      INTO v_ids, v_promoted, v_later, v_at
+      FROM unnest(p_lanes) u(name)
+     CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM message m
+                          WHERE m.queue = p_queue AND m.lane = u.name
                           ORDER BY m.created_at, m.id
-                          LIMIT 1) n ON true;
+                          LIMIT 1) x;
     IF v_ids IS NOT NULL THEN
-        UPDATE message m SET parked_until = NULL
-         WHERE m.queue = p_queue AND m.id = ANY (v_ids);
+        -- By id: the rows are locked by nobody else (waiting messages are
+        -- touched only under their lane's lock, which the caller holds).
+        UPDATE message m SET parked_until = NULL WHERE m.queue = p_queue AND m.id = ANY (v_ids);
         IF v_later IS NOT NULL THEN
             -- scheduled for later: parked until its time, as send parks it
             FOR i IN 1 .. cardinality(v_later) LOOP
                 UPDATE message m SET parked_until = v_at[i] WHERE m.queue = p_queue AND m.id = v_later[i];
             END LOOP;
         END IF;
-        UPDATE lane l SET head_id = n.id
-          FROM unnest(v_lanes, v_ids) n(name, id)
-         WHERE l.queue = p_queue AND l.name = ANY (v_lanes) AND l.name = n.name;
     END IF;
-    IF v_empty IS NOT NULL THEN
-        IF p_drop_empty THEN
-            DELETE FROM lane l WHERE l.queue = p_queue AND l.name = ANY (v_empty);
-        ELSE
-            UPDATE lane l SET head_id = NULL WHERE l.queue = p_queue AND l.name = ANY (v_empty);
-        END IF;
+    IF p_drop_empty AND coalesce(cardinality(v_ids), 0) < cardinality(p_lanes) THEN
+        DELETE FROM lane l
+         WHERE l.queue = p_queue AND l.name = ANY (p_lanes) AND NOT l.name = ANY (coalesce(v_promoted, '{}'));
     END IF;
     RETURN coalesce(cardinality(v_ids), 0);
 END
 $$;
 
--- _lane_after: messages of the lanes p_lanes left `message` (completed,
--- dead-lettered, cancelled, purged). Each lane whose head is gone moves on to
--- its next message -- unless p_block (the queue's lane_dead is 'block') and
--- the head was dead-lettered (its id is in p_dead): then the lane stops,
--- blocked by that dead letter. A lane that is blocked already stays so.
--- Lanes are locked in name order (see the header). Lanes whose head is still
--- there (a waiting message was cancelled) are left as they are.
+-- _lane_after: the heads of the lanes p_lanes left `message` (completed,
+-- dead-lettered, cancelled, purged): the callers know, because only a
+-- lane's head is ever in flight (complete, fail, recovery) and a cancelled
+-- or purged message that was not parked until infinity was its lane's head.
+-- Each lane moves on to its next message -- unless p_block (the queue's
+-- lane_dead is 'block') and its head was dead-lettered (its id is in
+-- p_dead): then the lane stops, blocked by that dead letter. Lanes are
+-- locked in name order (see the header).
 CREATE OR REPLACE FUNCTION _lane_after(p_queue text, p_lanes text[], p_dead bigint[], p_block boolean, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_names text[];
-    v_heads bigint[];
-    v_blocked bigint[];
     v_next text[];
     v_block_names text[];
     v_block_ids bigint[];
@@ -231,29 +246,26 @@ BEGIN
     IF p_lanes IS NULL OR cardinality(p_lanes) = 0 THEN
         RETURN;
     END IF;
-    SELECT array_agg(l.name), array_agg(l.head_id), array_agg(l.blocked_id)
-      INTO v_names, v_heads, v_blocked
-      FROM (SELECT k.name, k.head_id, k.blocked_id FROM lane k
+    SELECT array_agg(l.name) FILTER (WHERE l.blocked_id IS NULL) INTO v_next
+      FROM (SELECT k.name, k.blocked_id FROM lane k
              WHERE k.queue = p_queue AND k.name = ANY (p_lanes)
              ORDER BY k.name
                FOR UPDATE) l;
-    IF v_names IS NULL THEN
+    IF v_next IS NULL THEN
         RETURN;
     END IF;
-    SELECT array_agg(x.name) FILTER (WHERE NOT x.dies),
-           array_agg(x.name) FILTER (WHERE x.dies),
-           array_agg(x.head) FILTER (WHERE x.dies)
-      INTO v_next, v_block_names, v_block_ids
-      FROM (SELECT u.name, u.head, coalesce(p_block AND u.head = ANY (p_dead), false) AS dies
-              FROM unnest(v_names, v_heads, v_blocked) u(name, head, blocked)
-             WHERE u.blocked IS NULL
-               AND NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_queue AND m.id = u.head)) x;
-    IF v_block_names IS NOT NULL THEN
-        UPDATE lane l SET blocked_id = b.id, head_id = NULL
-          FROM unnest(v_block_names, v_block_ids) b(name, id)
-         WHERE l.queue = p_queue AND l.name = ANY (v_block_names) AND l.name = b.name;
+    IF p_block AND p_dead IS NOT NULL THEN
+        SELECT array_agg(d.lane), array_agg(d.id) INTO v_block_names, v_block_ids
+          FROM message_dead d
+         WHERE d.queue = p_queue AND d.id = ANY (p_dead) AND d.lane = ANY (v_next);
+        IF v_block_names IS NOT NULL THEN
+            UPDATE lane l SET blocked_id = b.id
+              FROM unnest(v_block_names, v_block_ids) b(name, id)
+             WHERE l.queue = p_queue AND l.name = ANY (v_block_names) AND l.name = b.name;
+            v_next := ARRAY(SELECT u FROM unnest(v_next) u WHERE NOT u = ANY (v_block_names));
+        END IF;
     END IF;
-    IF v_next IS NOT NULL THEN
+    IF cardinality(v_next) > 0 THEN
         PERFORM _lane_next(p_queue, v_next, p_now, true);
     END IF;
 END
@@ -288,9 +300,10 @@ $$;
 
 -- lane_stats: the lanes of one queue that most need an operator, at most
 -- p_limit (1..10000) of them: blocked lanes first, then the lanes whose head
--- is oldest. It reads every lane row of the queue to choose them (one probe of
--- the head per lane) and counts the messages of the lanes it returns only.
---   waiting       messages of the lane in `message` (its head included)
+-- is oldest. It reads every lane of the queue to choose them (a probe of
+-- each lane's first messages) and counts the waiting messages of the lanes
+-- it returns only.
+--   waiting       messages waiting behind the head (or behind the block)
 --   head_id       the head; for a blocked lane, the dead letter it waits for
 --   head_attempt  the head's attempts so far (the dead letter's attempts)
 --   head_state    pending, scheduled (pending, due later), processing,
@@ -309,21 +322,24 @@ BEGIN
     PERFORM _check_int('p_limit', p_limit, 1, 10000);
     PERFORM _queue_get(p_queue);
     RETURN QUERY
-    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.head_id), coalesce(t.dead_attempts, t.head_attempt),
+    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.h_id), coalesce(t.d_attempts, t.h_attempt),
            CASE WHEN t.blocked_id IS NOT NULL THEN 'dead'
-                WHEN t.head_status = 'pending' AND t.head_parked > v_now THEN 'scheduled'
-                ELSE t.head_status END,
-           v_now - least(t.dead_at, o.created_at)
-      FROM (SELECT l.name, l.head_id, l.blocked_id, h.attempt AS head_attempt, h.status AS head_status,
-                   h.parked_until AS head_parked, d.attempts AS dead_attempts, d.created_at AS dead_at,
+                WHEN t.h_status = 'pending' AND t.h_parked > v_now THEN 'scheduled'
+                ELSE t.h_status END,
+           v_now - least(t.d_created, o.created_at)
+      FROM (SELECT l.name, l.blocked_id, h.id AS h_id, h.attempt AS h_attempt, h.status AS h_status,
+                   h.parked_until AS h_parked, d.attempts AS d_attempts, d.created_at AS d_created,
                    coalesce(d.created_at, h.created_at) AS since
               FROM lane l
-              LEFT JOIN message h ON h.queue = p_queue AND h.id = l.head_id
+              LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until, m.created_at FROM message m
+                                  WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
+                                  ORDER BY m.created_at, m.id LIMIT 1) h ON true
               LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
              WHERE l.queue = p_queue
              ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
              LIMIT p_limit) t
-     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c WHERE c.queue = p_queue AND c.lane = t.name) w
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c
+                          WHERE c.queue = p_queue AND c.lane = t.name AND c.parked_until = 'infinity') w
       LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = t.name
                           ORDER BY c.created_at, c.id LIMIT 1) o ON true
      ORDER BY t.blocked_id IS NULL, t.since NULLS LAST, t.name;
@@ -415,9 +431,11 @@ BEGIN
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.status = 'pending'
-        RETURNING m.id, m.lane
+        RETURNING m.id, m.lane, m.parked_until
     )
-    SELECT array_agg(d.id), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL) INTO v_ids, v_lanes FROM d;
+    SELECT array_agg(d.id),
+           array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL AND d.parked_until IS DISTINCT FROM 'infinity') -- heads
+      INTO v_ids, v_lanes FROM d;
     PERFORM _lane_after(p_queue, v_lanes, NULL, false, clock_timestamp());
     RETURN QUERY SELECT u FROM unnest(v_ids) u;
 END
@@ -441,9 +459,10 @@ BEGIN
     PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name FOR UPDATE;
     WITH d AS (
         DELETE FROM message m WHERE m.queue = p_queue AND m.status = 'pending'
-        RETURNING m.lane
+        RETURNING m.lane, m.parked_until
     )
-    SELECT count(*), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL) INTO v_n, v_lanes FROM d;
+    SELECT count(*), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL AND d.parked_until IS DISTINCT FROM 'infinity') -- heads
+      INTO v_n, v_lanes FROM d;
     PERFORM _lane_after(p_queue, v_lanes, NULL, false, clock_timestamp());
     RETURN v_n;
 END
@@ -811,12 +830,12 @@ $$;
 
 -- _send inserts one message into a queue already looked up and checked;
 -- p_now is the send's clock. With a lane (lane.sql) it first locks the
--- lane's row: the message is the lane's head when the lane has none and is
--- not blocked, otherwise it waits (parked at infinity); its created_at is
--- greatest(p_now, the lane's newest) and its id is drawn after the lock, so
--- (created_at, id) increases in the order the sends commit. A lane whose head
--- vanished without moving it on (a message deleted by hand) moves on here.
--- An inbox duplicate changes no lane.
+-- lane's row: the message is the lane's head when the lane had no row (no
+-- message, not blocked), otherwise it waits (parked at infinity); its
+-- created_at is greatest(p_now, the lane's newest) and its id is drawn after
+-- the lock, so (created_at, id) increases in the order the sends commit. A
+-- lane whose head vanished without moving it on (a message deleted by hand)
+-- moves on here (_lane_busy). An inbox duplicate changes no lane.
 CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz,
                                  p_now timestamptz, p_lane text)
 RETURNS bigint
@@ -847,12 +866,7 @@ BEGIN
     IF p_lane IS NOT NULL THEN
         v_lane := _lane_lock(p_q.name, p_lane, p_now);
         v_created := greatest(p_now, v_lane.last_at);
-        v_head := v_lane.blocked_id IS NULL
-              AND (v_lane.head_id IS NULL
-                   OR NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.id = v_lane.head_id));
-        IF v_head AND v_lane.head_id IS NOT NULL THEN
-            v_head := _lane_next(p_q.name, ARRAY[p_lane], p_now, false) = 0;
-        END IF;
+        v_head := v_lane.created OR NOT _lane_busy(p_q.name, p_lane, v_lane.blocked_id, p_now);
         IF NOT v_head THEN
             v_parked := 'infinity';
         END IF;
@@ -897,9 +911,7 @@ BEGIN
             IF v_lane.created THEN
                 DELETE FROM lane l WHERE l.queue = p_q.name AND l.name = p_lane;
             END IF;
-        ELSIF v_head THEN
-            UPDATE lane l SET last_at = v_created, head_id = v_id WHERE l.queue = p_q.name AND l.name = p_lane;
-        ELSE
+        ELSIF NOT v_lane.created THEN
             UPDATE lane l SET last_at = v_created WHERE l.queue = p_q.name AND l.name = p_lane;
         END IF;
     END IF;
@@ -956,11 +968,11 @@ DECLARE
     v_any boolean := false;
     v_lane record;
     v_l record;
-    v_busy boolean;
     v_names text[] := '{}';
     v_firsts bigint[] := '{}';
     v_busies boolean[] := '{}';
     v_lasts timestamptz[] := '{}';
+    v_news boolean[] := '{}';
     i int;
 BEGIN
     PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
@@ -995,16 +1007,11 @@ BEGIN
     FOR v_lane IN SELECT u.lane, min(u.k) AS first FROM unnest(p_lanes) WITH ORDINALITY u(lane, k)
                    WHERE u.lane IS NOT NULL GROUP BY u.lane ORDER BY u.lane LOOP
         v_l := _lane_lock(v_q.name, v_lane.lane, v_now);
-        v_busy := v_l.blocked_id IS NOT NULL
-               OR (v_l.head_id IS NOT NULL
-                   AND EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.id = v_l.head_id));
-        IF NOT v_busy AND v_l.head_id IS NOT NULL THEN
-            v_busy := _lane_next(v_q.name, ARRAY[v_lane.lane], v_now, false) > 0; -- its head vanished (see _send)
-        END IF;
         v_names := v_names || v_lane.lane;
         v_firsts := v_firsts || v_lane.first;
-        v_busies := v_busies || v_busy;
+        v_busies := v_busies || (NOT v_l.created AND _lane_busy(v_q.name, v_lane.lane, v_l.blocked_id, v_now));
         v_lasts := v_lasts || v_l.last_at;
+        v_news := v_news || v_l.created;
     END LOOP;
 
     IF v_q.kind = 'inbox' AND p_keys IS NOT NULL THEN
@@ -1015,9 +1022,10 @@ BEGIN
             v_any := v_any OR v_ids[i] IS NOT NULL;
         END LOOP;
         -- lanes created above whose every message was a duplicate
-        IF cardinality(v_names) > 0 THEN
-            DELETE FROM lane l WHERE l.queue = v_q.name AND l.name = ANY (v_names)
-               AND l.head_id IS NULL AND l.blocked_id IS NULL;
+        IF true = ANY (v_news) THEN
+            DELETE FROM lane l
+             WHERE l.queue = v_q.name AND l.name = ANY (ARRAY(SELECT x.name FROM unnest(v_names, v_news) x(name, new) WHERE x.new))
+               AND NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.lane = l.name);
         END IF;
     ELSE
         -- Ids are drawn first (after the lane locks) so that they can be
@@ -1032,12 +1040,10 @@ BEGIN
           FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes)
                WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, k)
           LEFT JOIN unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at) ON x.name = u.lane;
-        IF cardinality(v_names) > 0 THEN
-            UPDATE lane l
-               SET last_at = greatest(v_now, x.last_at),
-                   head_id = CASE WHEN x.busy THEN l.head_id ELSE v_ids[x.first] END
-              FROM unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at)
-             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name;
+        IF false = ANY (v_news) THEN -- a lane created here has last_at = v_now already
+            UPDATE lane l SET last_at = greatest(v_now, x.last_at)
+              FROM unnest(v_names, v_lasts, v_news) x(name, last_at, new)
+             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name AND NOT x.new;
         END IF;
         v_any := true;
     END IF;
@@ -1660,11 +1666,12 @@ BEGIN
             -- the letter that stopped the lane: its head again
             UPDATE message m SET parked_until = CASE WHEN v_visible > v_now THEN v_visible END
              WHERE m.queue = p_queue AND m.id = v_l.blocked_id;
-            UPDATE lane l SET blocked_id = NULL, head_id = v_l.blocked_id WHERE l.queue = p_queue AND l.name = v_lane;
-        ELSIF v_l.blocked_id IS NULL
-              AND (v_l.head_id IS NULL
-                   OR NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_queue AND m.id = v_l.head_id)) THEN
-            PERFORM _lane_next(p_queue, ARRAY[v_lane], v_now, true);
+            UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = v_lane;
+        ELSIF v_l.created THEN
+            -- a lane that had no message: its oldest requeued letter leads
+            PERFORM _lane_next(p_queue, ARRAY[v_lane], v_now, false);
+        ELSE
+            PERFORM _lane_busy(p_queue, v_lane, v_l.blocked_id, v_now); -- a head, or the lane is blocked
         END IF;
     END LOOP;
 

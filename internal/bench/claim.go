@@ -33,6 +33,13 @@ import (
 //	pop:      the speed limit — DELETE … WHERE id IN (SELECT … LIMIT B FOR
 //	          UPDATE SKIP LOCKED) RETURNING; no leases, no retries.
 //
+// With --lanes N, more: lanes (pgsweep's claim + complete with every
+// message in one of N ordered lanes, sent round-robin, so each lane holds
+// messages/N in order; the target is 0.5x the unordered rate with 1,000
+// lanes of 100), laneworker (the Go Workers on the same lanes) and, with
+// N = 1, serial (one worker claiming one unordered message at a time: what
+// one lane can at best be).
+//
 // Baseline tables live in a scratch schema (pgsweep_bench_<pid>), pgsweep in
 // another (--schema, default pgsweep_bench_<pid>_pgsweep); both are created
 // and marked by the workload and dropped at the end.
@@ -54,6 +61,7 @@ type ClaimOptions struct {
 	Only        string        // contenders to run, comma-separated ("": all)
 	Rounds      int           // times every contender runs, in turn (1..100)
 	ClaimRescan time.Duration // the bench queue's claim_rescan, 0s..1m
+	Lanes       int           // also drain with every message in one of this many ordered lanes (0: not)
 
 	scratch string // the baselines' scratch schema ("": pgsweep_bench_<pid>)
 }
@@ -65,9 +73,10 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Messages, "messages", 200000, "messages to enqueue and drain per contender")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent workers, one connection each")
 	fs.IntVar(&o.Batch, "batch", 100, "messages claimed per call (1..10000)")
-	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker (default all)")
+	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker, serial (default all; lanes and laneworker with --lanes, serial with --lanes 1)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
 	fs.DurationVar(&o.ClaimRescan, "claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
+	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes; 1: also serial, one worker claiming one at a time); 0: not")
 }
 
 // Claim runs `pgsweep bench claim`: W workers drain N messages, B at a
@@ -85,14 +94,18 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if err := o.DB.Validate(); err != nil {
 		return err
 	}
-	n, workers, batch, rounds, only, rescan := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan
-	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute {
-		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m", ErrUsage)
+	n, workers, batch, rounds, only, rescan, lanes := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan, o.Lanes
+	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
+		lanes < 0 || lanes > n {
+		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages", ErrUsage)
 	}
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
-			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker"}, name) {
-				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q", ErrUsage, name)
+			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial"}, name) {
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker and serial, comma-separated; got %q", ErrUsage, name)
+			}
+			if (name == "lanes" || name == "laneworker" || name == "serial") && lanes == 0 {
+				return fmt.Errorf("%w: --only %s needs --lanes N", ErrUsage, name)
 			}
 		}
 	}
@@ -112,7 +125,8 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if err := scratch.Create(ctx, pool, o.scratch, claimCommand); err != nil {
 		return err
 	}
-	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch, rescan: rescan, out: out}
+	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch,
+		rescan: rescan, lanes: lanes, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
 	// pgsweep into its own scratch schema: refused, before anything is
 	// installed, when the schema exists and is not ours.
@@ -120,6 +134,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d, claim_rescan %v (schema %s)\n", n, workers, batch, rescan, o.DB.Schema)
+	if lanes > 0 {
+		fmt.Fprintf(out, "lanes: the same messages in %d ordered lanes, %d per lane (round-robin)\n", lanes, n/lanes)
+	}
 
 	// Rounds interleave the contenders, so that a machine whose speed drifts
 	// (a shared VM) slows every contender alike; medians and the per-round
@@ -131,8 +148,12 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 			run  func(context.Context) (time.Duration, error)
 		}{
 			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
+			{"lanes", b.pgsweepLanes}, {"laneworker", b.laneWorker}, {"serial", b.serial},
 		} {
 			if only != "" && !slices.Contains(strings.Split(only, ","), c.name) {
+				continue
+			}
+			if ((c.name == "lanes" || c.name == "laneworker") && lanes == 0) || (c.name == "serial" && lanes != 1 && only == "") {
 				continue
 			}
 			d, err := c.run(ctx)
@@ -159,8 +180,11 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"pgsweep":    "pgsweep claim + complete (SQL API)",
 		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
 		"worker":     "pgsweep Go Worker, no-op handler",
+		"lanes":      fmt.Sprintf("pgsweep claim + complete, %d ordered lanes", lanes),
+		"laneworker": fmt.Sprintf("pgsweep Go Worker, %d ordered lanes", lanes),
+		"serial":     "one serial consumer (1 worker, batch 1)",
 	}
-	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker"} {
+	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial"} {
 		if r, ok := rates[k]; ok {
 			fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k], r)
 		}
@@ -185,6 +209,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
 	ratio("worker", "pop", "Worker / pop")
+	ratio("lanes", "pgsweep", fmt.Sprintf("%d lanes / unordered (target >= 0.5 at 1,000)", lanes))
+	ratio("laneworker", "worker", fmt.Sprintf("Worker: %d lanes / unordered", lanes))
+	ratio("lanes", "serial", "1 lane / one serial consumer")
 	return nil
 }
 
@@ -198,6 +225,7 @@ type claimBench struct {
 	n, w           int
 	b              int
 	rescan         time.Duration // the queue's claim_rescan
+	lanes          int           // --lanes: the lanes contender's lane count
 	out            io.Writer
 }
 
@@ -221,10 +249,20 @@ func (b *claimBench) cleanup(ctx context.Context) {
 // drain runs w workers, each calling step (on its own connection) until it
 // returns 0 rows, and reports progress every second.
 func (b *claimBench) drain(ctx context.Context, name string, step func(ctx context.Context, conn *pgxpool.Conn, worker int) (int, error)) (time.Duration, error) {
+	return b.drainWith(ctx, name, b.w, false, step)
+}
+
+// drainWith is drain with w workers; untilDone: a worker whose step comes
+// back empty waits a millisecond and tries again until all n messages are
+// done (lanes: the next message of a lane becomes claimable only when
+// another worker completes the one before it, so an empty claim does not
+// mean the queue is drained).
+func (b *claimBench) drainWith(ctx context.Context, name string, w int, untilDone bool,
+	step func(ctx context.Context, conn *pgxpool.Conn, worker int) (int, error)) (time.Duration, error) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, b.w)
-	conns := make([]*pgxpool.Conn, b.w)
+	errs := make([]error, w)
+	conns := make([]*pgxpool.Conn, w)
 	for i := range conns {
 		c, err := b.pool.Acquire(ctx)
 		if err != nil {
@@ -236,7 +274,8 @@ func (b *claimBench) drain(ctx context.Context, name string, step func(ctx conte
 	stopProgress := b.progress(name, &done)
 	defer stopProgress()
 	start := time.Now()
-	for i := range b.w {
+	deadline := start.Add(10 * time.Minute) // untilDone: a liveness bound
+	for i := range w {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -254,6 +293,16 @@ func (b *claimBench) drain(ctx context.Context, name string, step func(ctx conte
 				done.Add(int64(k))
 				if k > 0 {
 					empty = 0
+					continue
+				}
+				if untilDone {
+					if done.Load() >= int64(b.n) || time.Now().After(deadline) {
+						return
+					}
+					if err := sleepCtx(ctx, time.Millisecond); err != nil {
+						errs[i] = err
+						return
+					}
 					continue
 				}
 				// Empty: rows locked by others may still come back (or the
@@ -382,6 +431,12 @@ func (b *claimBench) seed003(ctx context.Context) (time.Duration, error) {
 }
 
 func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.Client, error) {
+	return b.enqueuePgsweepLanes(ctx, name, 0)
+}
+
+// enqueuePgsweepLanes enqueues b.n messages; with lanes > 0, message i goes
+// to lane i % lanes (so each lane holds its messages in send order).
+func (b *claimBench) enqueuePgsweepLanes(ctx context.Context, name string, lanes int) (*pgsweep.Client, error) {
 	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
 	// The baselines' tables go first: their dead rows would draw autovacuum.
 	if err := scratch.Drop(ctx, b.pool, b.scratch, claimCommand); err != nil {
@@ -401,11 +456,18 @@ func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.
 	if err := b.exec(ctx, "DELETE FROM "+s+".message WHERE queue = $1", b.queue); err != nil {
 		return nil, err
 	}
+	if err := b.exec(ctx, "DELETE FROM "+s+".lane WHERE queue = $1", b.queue); err != nil {
+		return nil, err
+	}
 	ms := make([]pgsweep.Message, 0, 10000)
 	for i := 0; i < b.n; i += 10000 {
 		ms = ms[:0]
-		for range min(10000, b.n-i) {
-			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(benchPayload)})
+		for k := range min(10000, b.n-i) {
+			m := pgsweep.Message{Payload: json.RawMessage(benchPayload)}
+			if lanes > 0 {
+				m.Lane = fmt.Sprintf("lane-%d", (i+k)%lanes)
+			}
+			ms = append(ms, m)
 		}
 		if _, err := c.SendBatch(ctx, b.queue, ms); err != nil {
 			return nil, err
@@ -437,6 +499,44 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 		}
 		return len(cl.ids), err
 	})
+}
+
+// pgsweepLanes is pgsweepSQL with every message in one of b.lanes ordered
+// lanes: a claim takes only lanes' heads, a completion makes the next
+// message of each lane claimable.
+func (b *claimBench) pgsweepLanes(ctx context.Context) (time.Duration, error) {
+	if _, err := b.enqueuePgsweepLanes(ctx, "lanes", b.lanes); err != nil {
+		return 0, err
+	}
+	return b.drainWith(ctx, "lanes", b.w, true, b.claimComplete(b.b))
+}
+
+// serial is one worker claiming and completing one unordered message at a
+// time: the best one lane can do (its messages go one at a time).
+func (b *claimBench) serial(ctx context.Context) (time.Duration, error) {
+	if _, err := b.enqueuePgsweep(ctx, "serial"); err != nil {
+		return 0, err
+	}
+	return b.drainWith(ctx, "serial", 1, false, b.claimComplete(1))
+}
+
+// claimComplete is a drain step: claim up to batch, complete them.
+func (b *claimBench) claimComplete(batch int) func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
+	return func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
+		c, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: b.schema})
+		if err != nil {
+			return 0, err
+		}
+		cl, err := claim(ctx, c, b.queue, fmt.Sprintf("bench-%d-%d", os.Getpid(), w), batch)
+		if err != nil || len(cl.ids) == 0 {
+			return 0, err
+		}
+		done, err := cl.complete(ctx, c, b.queue)
+		if err == nil && len(done) != len(cl.ids) {
+			err = fmt.Errorf("completed %d of %d claimed", len(done), len(cl.ids))
+		}
+		return len(cl.ids), err
+	}
 }
 
 // pgsweepPipelined is the loop a worker runs: each call completes the
@@ -476,7 +576,16 @@ func (b *claimBench) pgsweepPipelined(ctx context.Context) (time.Duration, error
 // worker drains the queue with W pgsweep Workers (one connection each, no-op
 // handler, concurrency = batch) and stops them once every message completed.
 func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
-	if _, err := b.enqueuePgsweep(ctx, "worker"); err != nil {
+	return b.workerLanes(ctx, "worker", 0)
+}
+
+// laneWorker is worker with every message in one of b.lanes ordered lanes.
+func (b *claimBench) laneWorker(ctx context.Context) (time.Duration, error) {
+	return b.workerLanes(ctx, "laneworker", b.lanes)
+}
+
+func (b *claimBench) workerLanes(ctx context.Context, name string, lanes int) (time.Duration, error) {
+	if _, err := b.enqueuePgsweepLanes(ctx, name, lanes); err != nil {
 		return 0, err
 	}
 	var done atomic.Int64
@@ -510,13 +619,13 @@ func (b *claimBench) worker(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	stopProgress := b.progress("worker", &done)
+	stopProgress := b.progress(name, &done)
 	defer stopProgress()
 	stopHeap := b.peakHeap()
 	defer func() {
 		peak, base := stopHeap()
-		fmt.Fprintf(b.out, "worker: Go heap %.1f MiB before, peak %.1f MiB while %d Workers (batch %d) drained the queue\n",
-			float64(base)/(1<<20), float64(peak)/(1<<20), b.w, b.b)
+		fmt.Fprintf(b.out, "%s: Go heap %.1f MiB before, peak %.1f MiB while %d Workers (batch %d) drained the queue\n",
+			name, float64(base)/(1<<20), float64(peak)/(1<<20), b.w, b.b)
 	}()
 	start := time.Now()
 	var wg sync.WaitGroup

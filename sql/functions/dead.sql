@@ -72,11 +72,12 @@ BEGIN
             -- the letter that stopped the lane: its head again
             UPDATE message m SET parked_until = CASE WHEN v_visible > v_now THEN v_visible END
              WHERE m.queue = p_queue AND m.id = v_l.blocked_id;
-            UPDATE lane l SET blocked_id = NULL, head_id = v_l.blocked_id WHERE l.queue = p_queue AND l.name = v_lane;
-        ELSIF v_l.blocked_id IS NULL
-              AND (v_l.head_id IS NULL
-                   OR NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_queue AND m.id = v_l.head_id)) THEN
-            PERFORM _lane_next(p_queue, ARRAY[v_lane], v_now, true);
+            UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = v_lane;
+        ELSIF v_l.created THEN
+            -- a lane that had no message: its oldest requeued letter leads
+            PERFORM _lane_next(p_queue, ARRAY[v_lane], v_now, false);
+        ELSE
+            PERFORM _lane_busy(p_queue, v_lane, v_l.blocked_id, v_now); -- a head, or the lane is blocked
         END IF;
     END LOOP;
 

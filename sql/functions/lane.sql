@@ -26,8 +26,11 @@
 -- the transaction of the statement that made the head leave.
 --
 -- The lane row. Table lane holds one row per lane that has messages (or is
--- blocked): head_id, blocked_id and last_at, the created_at of the newest
--- message sent to it. Its row lock is what serialises a lane:
+-- blocked): blocked_id and last_at, the created_at of the newest message
+-- sent to it. A lane row that is not blocked always has a head, so the row's
+-- existence says whether a new message waits; the head itself is not
+-- recorded (that would be one more row version per message). Its row lock is
+-- what serialises a lane:
 --  * send locks it (_lane_lock) before it decides whether its message is the
 --    head (the lane has no head and is not blocked) or waits, and holds it
 --    until its transaction ends. Sends to one lane therefore serialise, and
@@ -35,7 +38,7 @@
 --    keeps (created_at, id) increasing in lock order, which is commit order:
 --    a lane hands out its messages in the order their sends committed.
 --  * a head that leaves locks it too (_lane_after) and promotes the oldest
---    waiting message. A send that is still open when the head leaves makes
+--    waiting message (one statement for all the lanes of a completion). A send that is still open when the head leaves makes
 --    the promotion wait for it (then the promotion sees its message): keep
 --    transactions that send to a lane short. Without the lock a head could
 --    leave between a send's "there is a head" and its commit, and the new
@@ -73,11 +76,11 @@ END
 $$;
 
 -- _lane_lock locks a lane's row, creating it when the lane has none (created
--- true: the lane had no message). The row lock is held until the caller's
--- transaction ends. A row deleted meanwhile (its lane emptied) is created
--- again.
+-- true: the lane had no message and was not blocked). The row lock is held
+-- until the caller's transaction ends. A row deleted meanwhile (its lane
+-- emptied) is created again.
 CREATE OR REPLACE FUNCTION _lane_lock(p_queue text, p_lane text, p_now timestamptz,
-                                      OUT created boolean, OUT head_id bigint, OUT blocked_id bigint, OUT last_at timestamptz)
+                                      OUT created boolean, OUT blocked_id bigint, OUT last_at timestamptz)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -90,7 +93,7 @@ BEGIN
             last_at := p_now;
             RETURN;
         END IF;
-        SELECT l.head_id, l.blocked_id, l.last_at INTO head_id, blocked_id, last_at
+        SELECT l.blocked_id, l.last_at INTO blocked_id, last_at
           FROM lane l WHERE l.queue = p_queue AND l.name = p_lane
            FOR UPDATE;
         IF FOUND THEN
@@ -101,74 +104,88 @@ BEGIN
 END
 $$;
 
+-- _lane_busy: a lane whose row the caller holds locked, not created by it --
+-- is a message of it handed out next (blocked, or it has a head)? A lane row
+-- that is not blocked has a head (the invariant every verb keeps), unless a
+-- message was deleted by hand: then the lane's oldest message becomes its
+-- head here (and the lane is busy), or, when it has none, the lane is free.
+-- The head is normally the lane's oldest message: the probe reads one or
+-- two entries of message_lane.
+CREATE OR REPLACE FUNCTION _lane_busy(p_queue text, p_lane text, p_blocked bigint, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_blocked IS NOT NULL THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM message m
+                WHERE m.queue = p_queue AND m.lane = p_lane AND m.parked_until IS DISTINCT FROM 'infinity') THEN
+        RETURN true;
+    END IF;
+    RETURN _lane_next(p_queue, ARRAY[p_lane], p_now, false) > 0;
+END
+$$;
+
 -- _lane_next: the lanes p_lanes (locked by the caller, none blocked) have no
 -- head. The oldest message of each, by (created_at, id), becomes its head:
 -- claimable now, or parked until its delivery time when it was scheduled for
--- later. A lane with no message left loses its row (p_drop_empty) or keeps it
--- without a head (a send is about to add one). Returns how many were promoted.
+-- later -- one statement for all the lanes. A lane with no message left loses
+-- its row when p_drop_empty (the lane is empty); otherwise (a send is about
+-- to add one) it keeps it. Returns how many were promoted.
 CREATE OR REPLACE FUNCTION _lane_next(p_queue text, p_lanes text[], p_now timestamptz, p_drop_empty boolean)
 RETURNS int
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_lanes text[];
     v_ids bigint[];
     v_later bigint[];
     v_at timestamptz[];
-    v_empty text[];
+    v_promoted text[];
 BEGIN
-    SELECT array_agg(x.name) FILTER (WHERE n.id IS NOT NULL),
-           array_agg(n.id) FILTER (WHERE n.id IS NOT NULL),
-           array_agg(n.id) FILTER (WHERE n.visible_at > p_now),
-           array_agg(n.visible_at) FILTER (WHERE n.visible_at > p_now),
-           array_agg(x.name) FILTER (WHERE n.id IS NULL)
-      INTO v_lanes, v_ids, v_later, v_at, v_empty
-      FROM unnest(p_lanes) x(name)
-      LEFT JOIN LATERAL (SELECT m.id, m.visible_at FROM message m
-                          WHERE m.queue = p_queue AND m.lane = x.name
+    SELECT array_agg(x.id), array_agg(u.name),
+           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now)
+      INTO v_ids, v_promoted, v_later, v_at
+      FROM unnest(p_lanes) u(name)
+     CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM message m
+                          WHERE m.queue = p_queue AND m.lane = u.name
                           ORDER BY m.created_at, m.id
-                          LIMIT 1) n ON true;
+                          LIMIT 1) x;
     IF v_ids IS NOT NULL THEN
-        UPDATE message m SET parked_until = NULL
-         WHERE m.queue = p_queue AND m.id = ANY (v_ids);
+        -- By id: the rows are locked by nobody else (waiting messages are
+        -- touched only under their lane's lock, which the caller holds).
+        UPDATE message m SET parked_until = NULL WHERE m.queue = p_queue AND m.id = ANY (v_ids);
         IF v_later IS NOT NULL THEN
             -- scheduled for later: parked until its time, as send parks it
             FOR i IN 1 .. cardinality(v_later) LOOP
                 UPDATE message m SET parked_until = v_at[i] WHERE m.queue = p_queue AND m.id = v_later[i];
             END LOOP;
         END IF;
-        UPDATE lane l SET head_id = n.id
-          FROM unnest(v_lanes, v_ids) n(name, id)
-         WHERE l.queue = p_queue AND l.name = ANY (v_lanes) AND l.name = n.name;
     END IF;
-    IF v_empty IS NOT NULL THEN
-        IF p_drop_empty THEN
-            DELETE FROM lane l WHERE l.queue = p_queue AND l.name = ANY (v_empty);
-        ELSE
-            UPDATE lane l SET head_id = NULL WHERE l.queue = p_queue AND l.name = ANY (v_empty);
-        END IF;
+    IF p_drop_empty AND coalesce(cardinality(v_ids), 0) < cardinality(p_lanes) THEN
+        DELETE FROM lane l
+         WHERE l.queue = p_queue AND l.name = ANY (p_lanes) AND NOT l.name = ANY (coalesce(v_promoted, '{}'));
     END IF;
     RETURN coalesce(cardinality(v_ids), 0);
 END
 $$;
 
--- _lane_after: messages of the lanes p_lanes left `message` (completed,
--- dead-lettered, cancelled, purged). Each lane whose head is gone moves on to
--- its next message -- unless p_block (the queue's lane_dead is 'block') and
--- the head was dead-lettered (its id is in p_dead): then the lane stops,
--- blocked by that dead letter. A lane that is blocked already stays so.
--- Lanes are locked in name order (see the header). Lanes whose head is still
--- there (a waiting message was cancelled) are left as they are.
+-- _lane_after: the heads of the lanes p_lanes left `message` (completed,
+-- dead-lettered, cancelled, purged): the callers know, because only a
+-- lane's head is ever in flight (complete, fail, recovery) and a cancelled
+-- or purged message that was not parked until infinity was its lane's head.
+-- Each lane moves on to its next message -- unless p_block (the queue's
+-- lane_dead is 'block') and its head was dead-lettered (its id is in
+-- p_dead): then the lane stops, blocked by that dead letter. Lanes are
+-- locked in name order (see the header).
 CREATE OR REPLACE FUNCTION _lane_after(p_queue text, p_lanes text[], p_dead bigint[], p_block boolean, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_names text[];
-    v_heads bigint[];
-    v_blocked bigint[];
     v_next text[];
     v_block_names text[];
     v_block_ids bigint[];
@@ -176,29 +193,26 @@ BEGIN
     IF p_lanes IS NULL OR cardinality(p_lanes) = 0 THEN
         RETURN;
     END IF;
-    SELECT array_agg(l.name), array_agg(l.head_id), array_agg(l.blocked_id)
-      INTO v_names, v_heads, v_blocked
-      FROM (SELECT k.name, k.head_id, k.blocked_id FROM lane k
+    SELECT array_agg(l.name) FILTER (WHERE l.blocked_id IS NULL) INTO v_next
+      FROM (SELECT k.name, k.blocked_id FROM lane k
              WHERE k.queue = p_queue AND k.name = ANY (p_lanes)
              ORDER BY k.name
                FOR UPDATE) l;
-    IF v_names IS NULL THEN
+    IF v_next IS NULL THEN
         RETURN;
     END IF;
-    SELECT array_agg(x.name) FILTER (WHERE NOT x.dies),
-           array_agg(x.name) FILTER (WHERE x.dies),
-           array_agg(x.head) FILTER (WHERE x.dies)
-      INTO v_next, v_block_names, v_block_ids
-      FROM (SELECT u.name, u.head, coalesce(p_block AND u.head = ANY (p_dead), false) AS dies
-              FROM unnest(v_names, v_heads, v_blocked) u(name, head, blocked)
-             WHERE u.blocked IS NULL
-               AND NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_queue AND m.id = u.head)) x;
-    IF v_block_names IS NOT NULL THEN
-        UPDATE lane l SET blocked_id = b.id, head_id = NULL
-          FROM unnest(v_block_names, v_block_ids) b(name, id)
-         WHERE l.queue = p_queue AND l.name = ANY (v_block_names) AND l.name = b.name;
+    IF p_block AND p_dead IS NOT NULL THEN
+        SELECT array_agg(d.lane), array_agg(d.id) INTO v_block_names, v_block_ids
+          FROM message_dead d
+         WHERE d.queue = p_queue AND d.id = ANY (p_dead) AND d.lane = ANY (v_next);
+        IF v_block_names IS NOT NULL THEN
+            UPDATE lane l SET blocked_id = b.id
+              FROM unnest(v_block_names, v_block_ids) b(name, id)
+             WHERE l.queue = p_queue AND l.name = ANY (v_block_names) AND l.name = b.name;
+            v_next := ARRAY(SELECT u FROM unnest(v_next) u WHERE NOT u = ANY (v_block_names));
+        END IF;
     END IF;
-    IF v_next IS NOT NULL THEN
+    IF cardinality(v_next) > 0 THEN
         PERFORM _lane_next(p_queue, v_next, p_now, true);
     END IF;
 END
@@ -233,9 +247,10 @@ $$;
 
 -- lane_stats: the lanes of one queue that most need an operator, at most
 -- p_limit (1..10000) of them: blocked lanes first, then the lanes whose head
--- is oldest. It reads every lane row of the queue to choose them (one probe of
--- the head per lane) and counts the messages of the lanes it returns only.
---   waiting       messages of the lane in `message` (its head included)
+-- is oldest. It reads every lane of the queue to choose them (a probe of
+-- each lane's first messages) and counts the waiting messages of the lanes
+-- it returns only.
+--   waiting       messages waiting behind the head (or behind the block)
 --   head_id       the head; for a blocked lane, the dead letter it waits for
 --   head_attempt  the head's attempts so far (the dead letter's attempts)
 --   head_state    pending, scheduled (pending, due later), processing,
@@ -254,21 +269,24 @@ BEGIN
     PERFORM _check_int('p_limit', p_limit, 1, 10000);
     PERFORM _queue_get(p_queue);
     RETURN QUERY
-    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.head_id), coalesce(t.dead_attempts, t.head_attempt),
+    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.h_id), coalesce(t.d_attempts, t.h_attempt),
            CASE WHEN t.blocked_id IS NOT NULL THEN 'dead'
-                WHEN t.head_status = 'pending' AND t.head_parked > v_now THEN 'scheduled'
-                ELSE t.head_status END,
-           v_now - least(t.dead_at, o.created_at)
-      FROM (SELECT l.name, l.head_id, l.blocked_id, h.attempt AS head_attempt, h.status AS head_status,
-                   h.parked_until AS head_parked, d.attempts AS dead_attempts, d.created_at AS dead_at,
+                WHEN t.h_status = 'pending' AND t.h_parked > v_now THEN 'scheduled'
+                ELSE t.h_status END,
+           v_now - least(t.d_created, o.created_at)
+      FROM (SELECT l.name, l.blocked_id, h.id AS h_id, h.attempt AS h_attempt, h.status AS h_status,
+                   h.parked_until AS h_parked, d.attempts AS d_attempts, d.created_at AS d_created,
                    coalesce(d.created_at, h.created_at) AS since
               FROM lane l
-              LEFT JOIN message h ON h.queue = p_queue AND h.id = l.head_id
+              LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until, m.created_at FROM message m
+                                  WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
+                                  ORDER BY m.created_at, m.id LIMIT 1) h ON true
               LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
              WHERE l.queue = p_queue
              ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
              LIMIT p_limit) t
-     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c WHERE c.queue = p_queue AND c.lane = t.name) w
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c
+                          WHERE c.queue = p_queue AND c.lane = t.name AND c.parked_until = 'infinity') w
       LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = t.name
                           ORDER BY c.created_at, c.id LIMIT 1) o ON true
      ORDER BY t.blocked_id IS NULL, t.since NULLS LAST, t.name;

@@ -81,9 +81,11 @@ BEGIN
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.status = 'pending'
-        RETURNING m.id, m.lane
+        RETURNING m.id, m.lane, m.parked_until
     )
-    SELECT array_agg(d.id), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL) INTO v_ids, v_lanes FROM d;
+    SELECT array_agg(d.id),
+           array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL AND d.parked_until IS DISTINCT FROM 'infinity') -- heads
+      INTO v_ids, v_lanes FROM d;
     PERFORM _lane_after(p_queue, v_lanes, NULL, false, clock_timestamp());
     RETURN QUERY SELECT u FROM unnest(v_ids) u;
 END
@@ -107,9 +109,10 @@ BEGIN
     PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name FOR UPDATE;
     WITH d AS (
         DELETE FROM message m WHERE m.queue = p_queue AND m.status = 'pending'
-        RETURNING m.lane
+        RETURNING m.lane, m.parked_until
     )
-    SELECT count(*), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL) INTO v_n, v_lanes FROM d;
+    SELECT count(*), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL AND d.parked_until IS DISTINCT FROM 'infinity') -- heads
+      INTO v_n, v_lanes FROM d;
     PERFORM _lane_after(p_queue, v_lanes, NULL, false, clock_timestamp());
     RETURN v_n;
 END

@@ -77,12 +77,12 @@ $$;
 
 -- _send inserts one message into a queue already looked up and checked;
 -- p_now is the send's clock. With a lane (lane.sql) it first locks the
--- lane's row: the message is the lane's head when the lane has none and is
--- not blocked, otherwise it waits (parked at infinity); its created_at is
--- greatest(p_now, the lane's newest) and its id is drawn after the lock, so
--- (created_at, id) increases in the order the sends commit. A lane whose head
--- vanished without moving it on (a message deleted by hand) moves on here.
--- An inbox duplicate changes no lane.
+-- lane's row: the message is the lane's head when the lane had no row (no
+-- message, not blocked), otherwise it waits (parked at infinity); its
+-- created_at is greatest(p_now, the lane's newest) and its id is drawn after
+-- the lock, so (created_at, id) increases in the order the sends commit. A
+-- lane whose head vanished without moving it on (a message deleted by hand)
+-- moves on here (_lane_busy). An inbox duplicate changes no lane.
 CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz,
                                  p_now timestamptz, p_lane text)
 RETURNS bigint
@@ -113,12 +113,7 @@ BEGIN
     IF p_lane IS NOT NULL THEN
         v_lane := _lane_lock(p_q.name, p_lane, p_now);
         v_created := greatest(p_now, v_lane.last_at);
-        v_head := v_lane.blocked_id IS NULL
-              AND (v_lane.head_id IS NULL
-                   OR NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.id = v_lane.head_id));
-        IF v_head AND v_lane.head_id IS NOT NULL THEN
-            v_head := _lane_next(p_q.name, ARRAY[p_lane], p_now, false) = 0;
-        END IF;
+        v_head := v_lane.created OR NOT _lane_busy(p_q.name, p_lane, v_lane.blocked_id, p_now);
         IF NOT v_head THEN
             v_parked := 'infinity';
         END IF;
@@ -163,9 +158,7 @@ BEGIN
             IF v_lane.created THEN
                 DELETE FROM lane l WHERE l.queue = p_q.name AND l.name = p_lane;
             END IF;
-        ELSIF v_head THEN
-            UPDATE lane l SET last_at = v_created, head_id = v_id WHERE l.queue = p_q.name AND l.name = p_lane;
-        ELSE
+        ELSIF NOT v_lane.created THEN
             UPDATE lane l SET last_at = v_created WHERE l.queue = p_q.name AND l.name = p_lane;
         END IF;
     END IF;
@@ -222,11 +215,11 @@ DECLARE
     v_any boolean := false;
     v_lane record;
     v_l record;
-    v_busy boolean;
     v_names text[] := '{}';
     v_firsts bigint[] := '{}';
     v_busies boolean[] := '{}';
     v_lasts timestamptz[] := '{}';
+    v_news boolean[] := '{}';
     i int;
 BEGIN
     PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
@@ -261,16 +254,11 @@ BEGIN
     FOR v_lane IN SELECT u.lane, min(u.k) AS first FROM unnest(p_lanes) WITH ORDINALITY u(lane, k)
                    WHERE u.lane IS NOT NULL GROUP BY u.lane ORDER BY u.lane LOOP
         v_l := _lane_lock(v_q.name, v_lane.lane, v_now);
-        v_busy := v_l.blocked_id IS NOT NULL
-               OR (v_l.head_id IS NOT NULL
-                   AND EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.id = v_l.head_id));
-        IF NOT v_busy AND v_l.head_id IS NOT NULL THEN
-            v_busy := _lane_next(v_q.name, ARRAY[v_lane.lane], v_now, false) > 0; -- its head vanished (see _send)
-        END IF;
         v_names := v_names || v_lane.lane;
         v_firsts := v_firsts || v_lane.first;
-        v_busies := v_busies || v_busy;
+        v_busies := v_busies || (NOT v_l.created AND _lane_busy(v_q.name, v_lane.lane, v_l.blocked_id, v_now));
         v_lasts := v_lasts || v_l.last_at;
+        v_news := v_news || v_l.created;
     END LOOP;
 
     IF v_q.kind = 'inbox' AND p_keys IS NOT NULL THEN
@@ -281,9 +269,10 @@ BEGIN
             v_any := v_any OR v_ids[i] IS NOT NULL;
         END LOOP;
         -- lanes created above whose every message was a duplicate
-        IF cardinality(v_names) > 0 THEN
-            DELETE FROM lane l WHERE l.queue = v_q.name AND l.name = ANY (v_names)
-               AND l.head_id IS NULL AND l.blocked_id IS NULL;
+        IF true = ANY (v_news) THEN
+            DELETE FROM lane l
+             WHERE l.queue = v_q.name AND l.name = ANY (ARRAY(SELECT x.name FROM unnest(v_names, v_news) x(name, new) WHERE x.new))
+               AND NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.lane = l.name);
         END IF;
     ELSE
         -- Ids are drawn first (after the lane locks) so that they can be
@@ -298,12 +287,10 @@ BEGIN
           FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes)
                WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, k)
           LEFT JOIN unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at) ON x.name = u.lane;
-        IF cardinality(v_names) > 0 THEN
-            UPDATE lane l
-               SET last_at = greatest(v_now, x.last_at),
-                   head_id = CASE WHEN x.busy THEN l.head_id ELSE v_ids[x.first] END
-              FROM unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at)
-             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name;
+        IF false = ANY (v_news) THEN -- a lane created here has last_at = v_now already
+            UPDATE lane l SET last_at = greatest(v_now, x.last_at)
+              FROM unnest(v_names, v_lasts, v_news) x(name, last_at, new)
+             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name AND NOT x.new;
         END IF;
         v_any := true;
     END IF;
