@@ -168,6 +168,15 @@ func MigrateTo(ctx context.Context, conn *pgx.Conn, schema string, version int32
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return MigrateResult{}, fmt.Errorf("create schema %s: %w", schema, err)
 	}
+	// On Citus a migration changes distributed tables and functions in one
+	// transaction, which needs sequential shard commands (Citus refuses
+	// function DDL after a parallel ALTER TABLE on the shards). Elsewhere the
+	// setting is an unused placeholder. Session level: tern runs each
+	// migration in its own transaction on this connection.
+	if _, err := conn.Exec(ctx, "SET citus.multi_shard_modify_mode TO 'sequential'"); err != nil {
+		return MigrateResult{}, fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET citus.multi_shard_modify_mode") }()
 	m, err := loadMigrator(ctx, conn, schema)
 	if err != nil {
 		return MigrateResult{}, err

@@ -124,6 +124,12 @@ func Uninstall(ctx context.Context, db TxBeginner, schema string, opts Uninstall
 		return res, fmt.Errorf("uninstall %s: %w", schema, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// On Citus, dropping distributed tables and changing catalogs in one
+	// transaction needs sequential shard commands; elsewhere the setting is
+	// an unused placeholder.
+	if _, err := tx.Exec(ctx, "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"); err != nil {
+		return res, fmt.Errorf("uninstall %s: %w", schema, err)
+	}
 
 	if err := planUninstall(ctx, tx, &res, opts); err != nil {
 		return res, err

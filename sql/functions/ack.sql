@@ -51,7 +51,9 @@ DECLARE
     v_q queue;
     v_until timestamptz;
 BEGIN
-    PERFORM _check_now('p_now', p_now);
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_lease IS NOT NULL THEN
@@ -93,7 +95,9 @@ DECLARE
     v_ids bigint[];
     v_lanes text[];
 BEGIN
-    PERFORM _check_now('p_now', p_now);
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
     IF p_token IS NULL OR p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
         PERFORM _check_token(p_token);
         PERFORM _check_ids(p_ids);

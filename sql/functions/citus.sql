@@ -169,14 +169,15 @@ $$;
 --     p_queue), and a forced call may only run statements whose queue Citus
 --     reads off their own WHERE clause ("queries must filter by the
 --     distribution argument ..."). Once claim reads the cursor in a statement
---     of its own (WHERE c.queue = p_queue), drop it from this list.
+--     of its own (WHERE c.queue = p_queue), drop it from this list. (Done in
+--     0.22: claim reads the queue and its cursor in two statements.)
 CREATE OR REPLACE FUNCTION _citus_delegated(OUT routine regprocedure, OUT arg_index int, OUT force boolean)
 RETURNS SETOF record
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT p.oid::pg_catalog.regprocedure, a.n::int - 1,
-           p.proname NOT IN ('claim') AND p.prosrc !~ '\mpg_notify\M'
+           p.prosrc !~ '\mpg_notify\M'
       FROM pg_catalog.pg_proc p
      CROSS JOIN LATERAL pg_catalog.unnest(p.proargnames) WITH ORDINALITY a(name, n)
      WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace

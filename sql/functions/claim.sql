@@ -110,7 +110,9 @@ DECLARE
     v_token uuid;
     v_paused boolean;
 BEGIN
-    PERFORM _check_now('p_now', p_now);
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
     -- Hot path: one plain expression checks every argument; only a bad
     -- argument pays for the _check_* calls that name it in the error.
     IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
@@ -119,13 +121,18 @@ BEGIN
         PERFORM _check_int('p_batch', p_batch, 1, 10000);
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, c.created_at, c.id, c.rescanned_at, q.paused
-      INTO v_max, v_lease, v_rescan_every, v_cursor_at, v_cursor_id, v_rescanned, v_paused
-      FROM queue q LEFT JOIN claim_cursor c ON c.queue = q.name
+    -- Two statements, not a join: on Citus queue is a reference table and
+    -- claim_cursor a distributed one, and a delegated claim may only touch
+    -- its own shard (each statement filters by the queue).
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
+      INTO v_max, v_lease, v_rescan_every, v_paused
+      FROM queue q
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned
+      FROM claim_cursor c WHERE c.queue = p_queue;
     IF v_paused THEN
         RETURN;
     END IF;

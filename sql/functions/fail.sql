@@ -41,7 +41,9 @@ DECLARE
     v_dead bigint[];
     v_lanes text[];
 BEGIN
-    PERFORM _check_now('p_now', p_now);
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     IF p_retry_after IS NOT NULL THEN
@@ -81,8 +83,11 @@ BEGIN
 
     RETURN QUERY
     UPDATE message m
-       SET status = 'failed', owner = NULL, token = NULL, visible_at = v_due[least(m.attempt, v_k)], last_error = v_error,
-           parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN v_due[least(m.attempt, v_k)] END
+       -- coalesce: Citus 13.2 mistakes a bare array element at the top of a
+       -- SET for an array assignment and crashes; every element is set
+       SET status = 'failed', owner = NULL, token = NULL, visible_at = coalesce(v_due[least(m.attempt, v_k)], v_now),
+           last_error = v_error,
+           parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN coalesce(v_due[least(m.attempt, v_k)], v_now) END
      WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
        AND m.attempt < v_q.max_attempts
     RETURNING m.id, false;

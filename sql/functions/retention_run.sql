@@ -26,7 +26,11 @@ LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT _retention_finish(p_pass, 'error', p_state || ': ' || p_message) $$;
 
-CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text, p_budget interval, p_now timestamptz,
+-- _retention_run is the pass, for both retention_run procedures below: the
+-- verb (no clock of its own, executable by admins) and the p_now overload
+-- (tests, S_owner only). p_clock is checked by _retention_begin (within 10
+-- years of the clock) like the p_now of the steps an admin's maintain calls.
+CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
     INOUT p_pass_id bigint)
 LANGUAGE plpgsql
 AS $$
@@ -41,7 +45,7 @@ BEGIN
     -- Inside a transaction block this fails here, before anything is taken.
     COMMIT;
     BEGIN
-        p_pass_id := {{ .schema | default "pgsweep" }}._retention_begin(p_name, p_owner, p_budget, p_now);
+        p_pass_id := {{ .schema | default "pgsweep" }}._retention_begin(p_name, p_owner, p_budget, p_clock);
     EXCEPTION WHEN OTHERS THEN
         -- The begin step may have taken the advisory lock before it failed.
         PERFORM {{ .schema | default "pgsweep" }}._retention_unlock(p_name);
@@ -75,12 +79,22 @@ BEGIN
 END
 $$;
 
+-- The p_now overload, for tests (it also returns the pass's id).
+CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text, p_budget interval, p_now timestamptz,
+    INOUT p_pass_id bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    CALL {{ .schema | default "pgsweep" }}._retention_run(p_name, p_owner, p_budget, p_now, p_pass_id);
+END
+$$;
+
 CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_pass bigint;
 BEGIN
-    CALL {{ .schema | default "pgsweep" }}.retention_run(p_name, p_owner, p_budget, NULL, v_pass);
+    CALL {{ .schema | default "pgsweep" }}._retention_run(p_name, p_owner, p_budget, NULL, v_pass);
 END
 $$;

@@ -14,7 +14,7 @@ SELECT has_function('pgsweep', 'maintain', ARRAY['text', 'interval'], 'maintain(
 SELECT is((SELECT prokind::text FROM pg_proc WHERE oid = 'pgsweep.maintain(text, interval)'::regprocedure), 'p', 'maintain is a procedure');
 SELECT set_eq(
     $$SELECT proname::text FROM pg_proc WHERE pronamespace = 'pgsweep'::regnamespace AND prokind = 'p'$$,
-    ARRAY['maintain', '_maintain_retention', 'retention_run'], 'the only procedures (no pinned search_path) are maintain, its retention part and retention_run');
+    ARRAY['maintain', '_maintain_retention', 'retention_run', '_retention_run'], 'the only procedures (no pinned search_path) are maintain, its retention part and retention_run (and its body)');
 SELECT ok((SELECT prosrc !~ '(^|[^.])\m_maintain_' FROM pg_proc WHERE oid = 'pgsweep.maintain(text, interval)'::regprocedure),
     'maintain schema-qualifies every call');
 SELECT has_view('pgsweep', 'maintenance_passes', 'maintenance_passes view exists');
