@@ -3,8 +3,9 @@
 -- * claim reads the queue and its cursor in two statements (a forced,
 --   delegated claim may only touch its own shard), so citus_distribute
 --   forces claim's delegation too.
--- * fail: no bare array element at the top of an UPDATE's SET (Citus 13.2
---   crashes on it).
+-- * fail and the lane promotion: no bare array element at the top of an
+--   UPDATE's SET (Citus 13.2 crashes on it); _inbox_key_kept is PL/pgSQL
+--   (Citus cannot plan a parameterized SQL function in a delegated call).
 -- * The leases, settings and queue_stats views read their tables through
 --   SECURITY DEFINER row functions: a monitor holds no table privilege, and
 --   Citus reads a view's tables as the querying role.
@@ -443,6 +444,618 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/ack.sql
+
+-- pgsweep:include functions/lane.sql
+-- Ordered lanes (DESIGN.md, "Ordered lanes"; docs/queues.md, "Ordered lanes").
+--
+-- A message sent with a lane (send's p_lane, send_batch's p_lanes) belongs to
+-- that lane of its queue. A lane hands out one message at a time, oldest
+-- first by (created_at, id): the next becomes claimable only when the one
+-- before it has left `message` (completed, dead-lettered, cancelled or
+-- purged). Different lanes, and messages without a lane, are claimed in
+-- parallel as before.
+--
+-- The head. At most one message of a lane is its head; every other one waits
+-- parked with parked_until = 'infinity'. A parked row is out of the claim
+-- index (message_claim is partial on parked_until IS NULL, claim.sql), and the
+-- claim's promotion of parked rows (parked_until <= now) never reaches
+-- infinity, so a message waiting behind its head costs a claim nothing: the
+-- claim does not know lanes at all, it only ever sees heads. The head itself
+-- is an ordinary message: pending (due or scheduled), in flight, or failed and
+-- waiting for its retry -- the lane waits meanwhile (head-of-line blocking, the
+-- price of the order). Recovery of an expired lease keeps it the head.
+--
+-- Why 'infinity' and not a lane column in the claim index: a claim scans one
+-- index in (created_at, id) order and takes what it can lock; filtering out
+-- the non-heads there would make every claim walk them (100,000 messages
+-- behind 10,000 heads: 100,000 index entries per claim). Parked at infinity
+-- they are not in that index. The promotion (parked_until back to NULL, or to
+-- the message's own delivery time when it was scheduled for later) happens in
+-- the transaction of the statement that made the head leave.
+--
+-- The lane row. Table lane holds one row per lane that has messages (or is
+-- blocked): blocked_id and last_at, the created_at of the newest message
+-- sent to it. A lane row that is not blocked always has a head, so the row's
+-- existence says whether a new message waits; the head itself is not
+-- recorded (that would be one more row version per message). Its row lock is
+-- what serialises a lane:
+--  * send locks it (_lane_lock) before it decides whether its message is the
+--    head (the lane has no head and is not blocked) or waits, and holds it
+--    until its transaction ends. Sends to one lane therefore serialise, and
+--    created_at = greatest(now, last_at) with an id drawn after the lock
+--    keeps (created_at, id) increasing in lock order, which is commit order:
+--    a lane hands out its messages in the order their sends committed.
+--  * a head that leaves locks it too (_lane_after) and promotes the oldest
+--    waiting message (one statement for all the lanes of a completion). A send that is still open when the head leaves makes
+--    the promotion wait for it (then the promotion sees its message): keep
+--    transactions that send to a lane short. Without the lock a head could
+--    leave between a send's "there is a head" and its commit, and the new
+--    message would wait behind nothing, forever.
+--  * the row goes when the lane is empty (no message, not blocked), so the
+--    table holds only active lanes; queue_stats counts them.
+-- Advisory locks would be no guard (DESIGN: never the only one); the row is
+-- the truth, and under Citus it lives with its queue.
+--
+-- Lock order: lane rows first, in name order, then the waiting messages of
+-- those lanes. complete, fail and recovery hold only their own in-flight
+-- heads when they take the lane locks; cancel and purge lock the lanes before
+-- they delete. A transaction that sends to several lanes takes their locks in
+-- the order it sends; send_batch takes them in name order. Two transactions
+-- that lock lanes in opposite orders may deadlock (PostgreSQL detects it and
+-- fails one, to be retried): send to several lanes in name order.
+--
+-- A dead head (its last attempt failed, or its lease expired on it): with the
+-- queue's lane_dead 'move_on' (the default) the lane moves on to its next
+-- message; with 'block' the lane stops, blocked_id names the dead letter, and
+-- its messages wait until dead_requeue puts that letter back at the head of
+-- its lane or lane_skip(p_queue, p_lane) moves on without it (dead.sql).
+
+-- _check_lane: NULL (no lane) or a non-empty name of at most 200 characters.
+CREATE OR REPLACE FUNCTION _check_lane(p_arg text, p_lane text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_lane IS NOT NULL AND (p_lane = '' OR length(p_lane) > 200) THEN
+        PERFORM _check_text(p_arg, p_lane, 200);
+    END IF;
+END
+$$;
+
+-- _lane_lock locks a lane's row, creating it when the lane has none (created
+-- true: the lane had no message and was not blocked). The row lock is held
+-- until the caller's transaction ends. A row deleted meanwhile (its lane
+-- emptied) is created again.
+CREATE OR REPLACE FUNCTION _lane_lock(p_queue text, p_lane text, p_now timestamptz,
+                                      OUT created boolean, OUT blocked_id bigint, OUT last_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    LOOP
+        INSERT INTO lane AS l (queue, name, last_at) VALUES (p_queue, p_lane, p_now)
+        ON CONFLICT (queue, name) DO NOTHING
+        RETURNING true INTO created;
+        IF created THEN
+            last_at := p_now;
+            RETURN;
+        END IF;
+        SELECT l.blocked_id, l.last_at INTO blocked_id, last_at
+          FROM lane l WHERE l.queue = p_queue AND l.name = p_lane
+           FOR UPDATE;
+        IF FOUND THEN
+            created := false;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- _lane_busy: a lane whose row the caller holds locked, not created by it --
+-- is a message of it handed out next (blocked, or it has a head)? A lane row
+-- that is not blocked has a head (the invariant every verb keeps), unless a
+-- message was deleted by hand: then the lane's oldest message becomes its
+-- head here (and the lane is busy), or, when it has none, the lane is free.
+-- The head is normally the lane's oldest message: the probe reads one or
+-- two entries of message_lane.
+CREATE OR REPLACE FUNCTION _lane_busy(p_queue text, p_lane text, p_blocked bigint, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_blocked IS NOT NULL THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM message m
+                WHERE m.queue = p_queue AND m.lane = p_lane AND m.parked_until IS DISTINCT FROM 'infinity') THEN
+        RETURN true;
+    END IF;
+    RETURN _lane_next(p_queue, ARRAY[p_lane], p_now, false) > 0;
+END
+$$;
+
+-- _lane_next: the lanes p_lanes (locked by the caller, none blocked) have no
+-- head. The oldest message of each, by (created_at, id), becomes its head:
+-- claimable now, or parked until its delivery time when it was scheduled for
+-- later -- one statement for all the lanes. A lane with no message left loses
+-- its row when p_drop_empty (the lane is empty); otherwise (a send is about
+-- to add one) it keeps it. Returns how many were promoted.
+CREATE OR REPLACE FUNCTION _lane_next(p_queue text, p_lanes text[], p_now timestamptz, p_drop_empty boolean)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_until timestamptz;
+    v_one bigint;
+    v_ids bigint[];
+    v_later bigint[];
+    v_at timestamptz[];
+    v_promoted text[];
+BEGIN
+    SELECT array_agg(x.id), array_agg(u.name),
+           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now)
+      INTO v_ids, v_promoted, v_later, v_at
+      FROM unnest(p_lanes) u(name)
+     CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM message m
+                          WHERE m.queue = p_queue AND m.lane = u.name
+                          ORDER BY m.created_at, m.id
+                          LIMIT 1) x;
+    IF v_ids IS NOT NULL THEN
+        -- By id: the rows are locked by nobody else (waiting messages are
+        -- touched only under their lane's lock, which the caller holds).
+        UPDATE message m SET parked_until = NULL WHERE m.queue = p_queue AND m.id = ANY (v_ids);
+        IF v_later IS NOT NULL THEN
+            -- scheduled for later: parked until its time, as send parks it
+            -- (plain values: Citus 13.2 crashes on a bare array element at the
+            -- top of an UPDATE's SET)
+            FOR i IN 1 .. cardinality(v_later) LOOP
+                v_until := v_at[i];
+                v_one := v_later[i];
+                UPDATE message m SET parked_until = v_until WHERE m.queue = p_queue AND m.id = v_one;
+            END LOOP;
+        END IF;
+    END IF;
+    IF p_drop_empty AND coalesce(cardinality(v_ids), 0) < cardinality(p_lanes) THEN
+        DELETE FROM lane l
+         WHERE l.queue = p_queue AND l.name = ANY (p_lanes) AND NOT l.name = ANY (coalesce(v_promoted, '{}'));
+    END IF;
+    RETURN coalesce(cardinality(v_ids), 0);
+END
+$$;
+
+-- _lane_after: the heads of the lanes p_lanes left `message` (completed,
+-- dead-lettered, cancelled, purged): the callers know, because only a
+-- lane's head is ever in flight (complete, fail, recovery) and a cancelled
+-- or purged message that was not parked until infinity was its lane's head.
+-- Each lane moves on to its next message -- unless p_block (the queue's
+-- lane_dead is 'block') and its head was dead-lettered (its id is in
+-- p_dead): then the lane stops, blocked by that dead letter. Lanes are
+-- locked in name order (see the header).
+CREATE OR REPLACE FUNCTION _lane_after(p_queue text, p_lanes text[], p_dead bigint[], p_block boolean, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_next text[];
+    v_block_names text[];
+    v_block_ids bigint[];
+BEGIN
+    IF p_lanes IS NULL OR cardinality(p_lanes) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(l.name) FILTER (WHERE l.blocked_id IS NULL) INTO v_next
+      FROM (SELECT k.name, k.blocked_id FROM lane k
+             WHERE k.queue = p_queue AND k.name = ANY (p_lanes)
+             ORDER BY k.name
+               FOR UPDATE) l;
+    IF v_next IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_block AND p_dead IS NOT NULL THEN
+        SELECT array_agg(d.lane), array_agg(d.id) INTO v_block_names, v_block_ids
+          FROM message_dead d
+         WHERE d.queue = p_queue AND d.id = ANY (p_dead) AND d.lane = ANY (v_next);
+        IF v_block_names IS NOT NULL THEN
+            UPDATE lane l SET blocked_id = b.id
+              FROM unnest(v_block_names, v_block_ids) b(name, id)
+             WHERE l.queue = p_queue AND l.name = ANY (v_block_names) AND l.name = b.name;
+            v_next := ARRAY(SELECT u FROM unnest(v_next) u WHERE NOT u = ANY (v_block_names));
+        END IF;
+    END IF;
+    IF cardinality(v_next) > 0 THEN
+        PERFORM _lane_next(p_queue, v_next, p_now, true);
+    END IF;
+END
+$$;
+
+-- lane_skip: a lane stopped by a dead letter (lane_dead 'block') moves on
+-- without it: its next message becomes the head. The dead letter stays in
+-- message_dead (dead_requeue can still send it back; it then waits its turn
+-- like any message of the lane). Returns true when the lane was blocked,
+-- false (nothing changed) otherwise -- also for a lane that does not exist.
+CREATE OR REPLACE FUNCTION lane_skip(p_queue text, p_lane text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_blocked bigint;
+BEGIN
+    PERFORM _check_text('p_lane', p_lane, 200);
+    PERFORM _queue_get(p_queue);
+    SELECT l.blocked_id INTO v_blocked FROM lane l WHERE l.queue = p_queue AND l.name = p_lane FOR UPDATE;
+    IF v_blocked IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = p_lane;
+    IF _lane_next(p_queue, ARRAY[p_lane], clock_timestamp(), true) > 0 THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- lane_stats: the lanes of one queue that most need an operator, at most
+-- p_limit (1..10000) of them: blocked lanes first, then the lanes whose head
+-- is oldest. It reads every lane of the queue to choose them (a probe of
+-- each lane's first messages) and counts the waiting messages of the lanes
+-- it returns only.
+--   waiting       messages waiting behind the head (or behind the block)
+--   head_id       the head; for a blocked lane, the dead letter it waits for
+--   head_attempt  the head's attempts so far (the dead letter's attempts)
+--   head_state    pending, scheduled (pending, due later), processing,
+--                 failed (waiting for its retry) or dead (blocked)
+--   oldest_age    age (since it was sent) of the lane's oldest message, the
+--                 dead letter's included
+CREATE OR REPLACE FUNCTION lane_stats(p_queue text, p_limit int DEFAULT 100)
+RETURNS TABLE (queue text, lane text, waiting bigint, head_id bigint, head_attempt int, head_state text,
+               oldest_age interval)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_int('p_limit', p_limit, 1, 10000);
+    PERFORM _queue_get(p_queue);
+    RETURN QUERY
+    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.h_id), coalesce(t.d_attempts, t.h_attempt),
+           CASE WHEN t.blocked_id IS NOT NULL THEN 'dead'
+                WHEN t.h_status = 'pending' AND t.h_parked > v_now THEN 'scheduled'
+                ELSE t.h_status END,
+           v_now - least(t.d_created, o.created_at)
+      FROM (SELECT l.name, l.blocked_id, h.id AS h_id, h.attempt AS h_attempt, h.status AS h_status,
+                   h.parked_until AS h_parked, d.attempts AS d_attempts, d.created_at AS d_created,
+                   coalesce(d.created_at, h.created_at) AS since
+              FROM lane l
+              LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until, m.created_at FROM message m
+                                  WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
+                                  ORDER BY m.created_at, m.id LIMIT 1) h ON true
+              LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
+             WHERE l.queue = p_queue
+             ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
+             LIMIT p_limit) t
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c
+                          WHERE c.queue = p_queue AND c.lane = t.name AND c.parked_until = 'infinity') w
+      LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = t.name
+                          ORDER BY c.created_at, c.id LIMIT 1) o ON true
+     ORDER BY t.blocked_id IS NULL, t.since NULLS LAST, t.name;
+END
+$$;
+-- pgsweep:end functions/lane.sql
+
+-- pgsweep:include functions/send.sql
+-- Sending: one message or a batch. Sends run inside the caller's transaction
+-- (that is the point of an outbox): the rows and the notification appear when
+-- it commits, not before.
+--
+-- p_deliver_at: NULL (now) or a finite time at most 10 years after the
+-- database clock (_check_deliver_at, validate.sql); a past time means now.
+--
+-- Inbox de-duplication. On inbox queues the key is the message's identity: a
+-- key that is live (message), processed (message_processed) or dead
+-- (message_dead) is refused with NULL, until retention removes the record.
+-- Indexes hold it (message_inbox_key, message_processed's (queue, key),
+-- message_dead_key), and the order of the steps closes the gap between them:
+--  1. a processed or dead row with the key?   → duplicate
+--  2. INSERT … ON CONFLICT (live key) DO NOTHING → duplicate when a live row has it.
+--     If a complete or fail is moving the live row to message_processed or
+--     message_dead right now, the insert waits for that transaction (unique
+--     check) and proceeds only after it committed;
+--  3. so a processed or dead row with the key is re-checked with a fresh snapshot
+--     (READ COMMITTED: each statement sees what committed before it) and, if
+--     found, our row is deleted again: the call returns NULL, net change nothing.
+-- A concurrent duplicate send waits at step 2 for the first sender's
+-- transaction and then sees its row. Proven by TestInboxDedupConcurrent.
+--
+-- REPEATABLE READ and SERIALIZABLE. There every statement reads the
+-- transaction's snapshot, so step 3 sees nothing new: a complete that
+-- committed after the snapshot was taken (the live row gone, its processed
+-- row invisible) would let the key in twice. There instead:
+--  1b. a live row with the key that the snapshot sees → duplicate (NULL),
+--      whatever happened to it since (completed, dead-lettered: either way
+--      the key is taken);
+--  2.  the insert of step 2 raises 40001 (serialization_failure) by itself
+--      when the live row that holds the key committed after the snapshot;
+--  3b. a probe for the processed row that the snapshot cannot see: our row
+--      is inserted into message_processed ON CONFLICT (queue, key) DO
+--      NOTHING. A unique check sees every committed row, and PostgreSQL
+--      raises 40001 when the conflicting row is invisible to the snapshot
+--      (a complete committed after it); a visible one → duplicate (NULL);
+--      no conflict → the probe row is deleted at once and the send stands.
+--      The probe runs after our live row is in: from then on no other
+--      transaction can complete a row with the key, so the probe never
+--      waits for one (and never deadlocks with one).
+-- The caller retries a 40001 as for any serialization failure; the retry
+-- sees the processed row and returns NULL. Proven by inbox_isolation_test.go.
+-- Not covered: a message whose key was sent, and dead-lettered, both after
+-- the sender's snapshot was taken (message_dead's key index is not unique,
+-- so there is nothing to probe); its key can be sent once more.
+
+CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'p_payload must be a JSON value, got NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_headers IS NOT NULL AND jsonb_typeof(p_headers) <> 'object' THEN
+        RAISE EXCEPTION 'p_headers must be a JSON object, got %', jsonb_typeof(p_headers)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_key IS NOT NULL THEN
+        PERFORM _check_text('p_key', p_key, 1000);
+    END IF;
+END
+$$;
+
+-- _inbox_key_kept: does a processed message or a dead letter of the queue
+-- hold the key? (Live rows are checked by the unique index instead.)
+-- PL/pgSQL, not LANGUAGE sql: Citus cannot plan a parameterized SQL
+-- function inside a delegated call (DESIGN: claim paths are PL/pgSQL).
+CREATE OR REPLACE FUNCTION _inbox_key_kept(p_queue text, p_key text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = p_key)
+        OR EXISTS (SELECT 1 FROM message_dead d WHERE d.queue = p_queue AND d.key = p_key);
+END
+$$;
+
+-- _send inserts one message into a queue already looked up and checked;
+-- p_now is the send's clock. With a lane (lane.sql) it first locks the
+-- lane's row: the message is the lane's head when the lane had no row (no
+-- message, not blocked), otherwise it waits (parked at infinity); its
+-- created_at is greatest(p_now, the lane's newest) and its id is drawn after
+-- the lock, so (created_at, id) increases in the order the sends commit. A
+-- lane whose head vanished without moving it on (a message deleted by hand)
+-- moves on here (_lane_busy). An inbox duplicate changes no lane.
+CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz,
+                                 p_now timestamptz, p_lane text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+    v_headers jsonb := coalesce(p_headers, '{}');
+    v_visible timestamptz := coalesce(p_deliver_at, p_now);
+    v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
+    v_created timestamptz := p_now;
+    v_inbox boolean := p_q.kind = 'inbox' AND p_key IS NOT NULL;
+    v_snapshot boolean; -- REPEATABLE READ or SERIALIZABLE: one snapshot for the transaction
+    v_free boolean;
+    v_lane record;
+    v_head boolean;
+BEGIN
+    IF v_inbox THEN
+        IF _inbox_key_kept(p_q.name, p_key) THEN
+            RETURN NULL;
+        END IF;
+        v_snapshot := current_setting('transaction_isolation') IN ('repeatable read', 'serializable');
+        IF v_snapshot AND EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.key = p_key AND m.dedup) THEN
+            RETURN NULL; -- 1b
+        END IF;
+    END IF;
+    IF p_lane IS NOT NULL THEN
+        v_lane := _lane_lock(p_q.name, p_lane, p_now);
+        v_created := greatest(p_now, v_lane.last_at);
+        v_head := v_lane.created OR NOT _lane_busy(p_q.name, p_lane, v_lane.blocked_id, p_now);
+        IF NOT v_head THEN
+            v_parked := 'infinity';
+        END IF;
+    END IF;
+
+    <<ins>>
+    BEGIN
+        IF v_inbox THEN
+            INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until, lane)
+            VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, v_created, v_parked, p_lane)
+            ON CONFLICT (queue, key) WHERE dedup DO NOTHING
+            RETURNING id INTO v_id;
+            EXIT ins WHEN v_id IS NULL;
+            IF v_snapshot THEN
+                -- 3b: raises 40001 when a processed row with the key committed after our snapshot.
+                INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+                VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now)
+                ON CONFLICT (queue, key) DO NOTHING
+                RETURNING true INTO v_free;
+                IF v_free THEN
+                    DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
+                    EXIT ins;
+                END IF;
+                DELETE FROM message WHERE queue = p_q.name AND id = v_id;
+                v_id := NULL;
+                EXIT ins;
+            END IF;
+            IF _inbox_key_kept(p_q.name, p_key) THEN
+                DELETE FROM message WHERE queue = p_q.name AND id = v_id;
+                v_id := NULL;
+            END IF;
+        ELSE
+            INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane)
+            VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane)
+            RETURNING id INTO v_id;
+        END IF;
+    END ins;
+
+    IF p_lane IS NOT NULL THEN
+        IF v_id IS NULL THEN
+            -- a duplicate: the lane is as it was (a row we created goes again)
+            IF v_lane.created THEN
+                DELETE FROM lane l WHERE l.queue = p_q.name AND l.name = p_lane;
+            END IF;
+        ELSIF NOT v_lane.created THEN
+            UPDATE lane l SET last_at = v_created WHERE l.queue = p_q.name AND l.name = p_lane;
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- send returns the new message's id, or NULL for an inbox duplicate.
+-- p_deliver_at in the future schedules the message (at most 10 years ahead);
+-- NULL or past = now. p_lane (NULL: none; else at most 200 characters)
+-- puts it in that ordered lane of the queue (lane.sql): it is handed out
+-- only after every message sent to the lane before it has left the queue.
+CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
+                                p_deliver_at timestamptz DEFAULT NULL, p_lane text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_queue);
+    v_id bigint;
+BEGIN
+    PERFORM _check_message(p_payload, p_headers, p_key);
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
+    PERFORM _check_lane('p_lane', p_lane);
+    v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp(), p_lane);
+    IF v_id IS NOT NULL THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- send_batch sends up to 10000 messages at once and returns one id per input
+-- element, in input order (NULL for an inbox duplicate, also a duplicate
+-- within the batch). p_headers, p_keys, p_deliver_at and p_lanes are NULL or
+-- arrays of the same length as p_payloads; each p_deliver_at[i] as send's
+-- p_deliver_at, each p_lanes[i] as send's p_lane (NULL: no lane). The lanes
+-- of a batch are locked once each, in name order (two batches never wait for
+-- each other in a cycle); messages of one lane keep their input order. One
+-- notification per batch.
+CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
+                                      p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL,
+                                      p_lanes text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_queue);
+    v_n int := coalesce(cardinality(p_payloads), 0);
+    v_now timestamptz;
+    v_ids bigint[];
+    v_any boolean := false;
+    v_lane record;
+    v_l record;
+    v_names text[] := '{}';
+    v_firsts bigint[] := '{}';
+    v_busies boolean[] := '{}';
+    v_lasts timestamptz[] := '{}';
+    v_news boolean[] := '{}';
+    i int;
+BEGIN
+    PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
+    IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
+        RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_keys IS NOT NULL AND cardinality(p_keys) <> v_n THEN
+        RAISE EXCEPTION 'p_keys must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_keys)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_deliver_at IS NOT NULL AND cardinality(p_deliver_at) <> v_n THEN
+        RAISE EXCEPTION 'p_deliver_at must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_deliver_at)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_lanes IS NOT NULL AND cardinality(p_lanes) <> v_n THEN
+        RAISE EXCEPTION 'p_lanes must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_lanes)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        PERFORM _check_message(p_payloads[i], p_headers[i], p_keys[i]);
+        PERFORM _check_deliver_at(format('p_deliver_at[%s]', i), p_deliver_at[i]);
+        PERFORM _check_lane(format('p_lanes[%s]', i), p_lanes[i]);
+    END LOOP;
+    v_now := clock_timestamp();
+
+    -- The lanes, each locked once, in name order; busy: it has a head (or is
+    -- blocked), so every message of the batch waits; otherwise the batch's
+    -- first message of the lane (first: its index) becomes its head.
+    -- (unnest, not subscripts, in the statements below: a subscript of a
+    -- text or jsonb array walks the array from its start, once per row.)
+    FOR v_lane IN SELECT u.lane, min(u.k) AS first FROM unnest(p_lanes) WITH ORDINALITY u(lane, k)
+                   WHERE u.lane IS NOT NULL GROUP BY u.lane ORDER BY u.lane LOOP
+        v_l := _lane_lock(v_q.name, v_lane.lane, v_now);
+        v_names := v_names || v_lane.lane;
+        v_firsts := v_firsts || v_lane.first;
+        v_busies := v_busies || (NOT v_l.created AND _lane_busy(v_q.name, v_lane.lane, v_l.blocked_id, v_now));
+        v_lasts := v_lasts || v_l.last_at;
+        v_news := v_news || v_l.created;
+    END LOOP;
+
+    IF v_q.kind = 'inbox' AND p_keys IS NOT NULL THEN
+        -- De-duplication needs the per-message steps of _send (which finds
+        -- the lanes locked already).
+        FOR i IN 1 .. v_n LOOP
+            v_ids[i] := _send(v_q, p_payloads[i], p_headers[i], p_keys[i], p_deliver_at[i], v_now, p_lanes[i]);
+            v_any := v_any OR v_ids[i] IS NOT NULL;
+        END LOOP;
+        -- lanes created above whose every message was a duplicate
+        IF true = ANY (v_news) THEN
+            DELETE FROM lane l
+             WHERE l.queue = v_q.name AND l.name = ANY (ARRAY(SELECT x.name FROM unnest(v_names, v_news) x(name, new) WHERE x.new))
+               AND NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.lane = l.name);
+        END IF;
+    ELSE
+        -- Ids are drawn first (after the lane locks) so that they can be
+        -- returned in input order (INSERT … RETURNING does not promise an order).
+        v_ids := ARRAY(SELECT nextval('message_id_seq') FROM generate_series(1, v_n));
+        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until, lane)
+        SELECT v_q.name, u.id, u.key, u.payload, coalesce(u.headers, '{}'), coalesce(u.deliver_at, v_now),
+               CASE WHEN x.name IS NULL THEN v_now ELSE greatest(v_now, x.last_at) END,
+               CASE WHEN x.name IS NOT NULL AND (x.busy OR x.first <> u.k) THEN 'infinity'::timestamptz
+                    WHEN u.deliver_at > v_now THEN u.deliver_at END,
+               u.lane
+          FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes)
+               WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, k)
+          LEFT JOIN unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at) ON x.name = u.lane;
+        IF false = ANY (v_news) THEN -- a lane created here has last_at = v_now already
+            UPDATE lane l SET last_at = greatest(v_now, x.last_at)
+              FROM unnest(v_names, v_lasts, v_news) x(name, last_at, new)
+             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name AND NOT x.new;
+        END IF;
+        v_any := true;
+    END IF;
+    IF v_any THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;
+-- pgsweep:end functions/send.sql
 
 -- pgsweep:include functions/fail.sql
 -- fail: the handler failed. Rows that used their last attempt move to

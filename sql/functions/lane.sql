@@ -140,6 +140,8 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_until timestamptz;
+    v_one bigint;
     v_ids bigint[];
     v_later bigint[];
     v_at timestamptz[];
@@ -159,8 +161,12 @@ BEGIN
         UPDATE message m SET parked_until = NULL WHERE m.queue = p_queue AND m.id = ANY (v_ids);
         IF v_later IS NOT NULL THEN
             -- scheduled for later: parked until its time, as send parks it
+            -- (plain values: Citus 13.2 crashes on a bare array element at the
+            -- top of an UPDATE's SET)
             FOR i IN 1 .. cardinality(v_later) LOOP
-                UPDATE message m SET parked_until = v_at[i] WHERE m.queue = p_queue AND m.id = v_later[i];
+                v_until := v_at[i];
+                v_one := v_later[i];
+                UPDATE message m SET parked_until = v_until WHERE m.queue = p_queue AND m.id = v_one;
             END LOOP;
         END IF;
     END IF;

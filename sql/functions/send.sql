@@ -66,13 +66,17 @@ $$;
 
 -- _inbox_key_kept: does a processed message or a dead letter of the queue
 -- hold the key? (Live rows are checked by the unique index instead.)
+-- PL/pgSQL, not LANGUAGE sql: Citus cannot plan a parameterized SQL
+-- function inside a delegated call (DESIGN: claim paths are PL/pgSQL).
 CREATE OR REPLACE FUNCTION _inbox_key_kept(p_queue text, p_key text)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = p_key)
-        OR EXISTS (SELECT 1 FROM message_dead d WHERE d.queue = p_queue AND d.key = p_key)
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = p_key)
+        OR EXISTS (SELECT 1 FROM message_dead d WHERE d.queue = p_queue AND d.key = p_key);
+END
 $$;
 
 -- _send inserts one message into a queue already looked up and checked;
