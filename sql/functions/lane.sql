@@ -23,7 +23,9 @@
 -- behind 10,000 heads: 100,000 index entries per claim). Parked at infinity
 -- they are not in that index. The promotion (parked_until back to NULL, or to
 -- the message's own delivery time when it was scheduled for later) happens in
--- the transaction of the statement that made the head leave.
+-- the transaction of the statement that made the head leave. Its cost: one
+-- probe of message_lane and one UPDATE per message, and that UPDATE is not
+-- HOT (the row enters the claim index): docs/benchmarks.md, "Ordered lanes".
 --
 -- The lane row. Table lane holds one row per lane that has messages (or is
 -- blocked): blocked_id and last_at, the created_at of the newest message
@@ -32,14 +34,15 @@
 -- recorded (that would be one more row version per message). Its row lock is
 -- what serialises a lane:
 --  * send locks it (_lane_lock) before it decides whether its message is the
---    head (the lane has no head and is not blocked) or waits, and holds it
+--    head (the lane had no row: no message, not blocked) or waits, and holds it
 --    until its transaction ends. Sends to one lane therefore serialise, and
 --    created_at = greatest(now, last_at) with an id drawn after the lock
 --    keeps (created_at, id) increasing in lock order, which is commit order:
 --    a lane hands out its messages in the order their sends committed.
 --  * a head that leaves locks it too (_lane_after) and promotes the oldest
---    waiting message (one statement for all the lanes of a completion). A send that is still open when the head leaves makes
---    the promotion wait for it (then the promotion sees its message): keep
+--    waiting message (_lane_next: one lookup and one UPDATE by id for all
+--    the lanes of a completion). A send that is still open when the head
+--    leaves makes the promotion wait for it (then it sees its message): keep
 --    transactions that send to a lane short. Without the lock a head could
 --    leave between a send's "there is a head" and its commit, and the new
 --    message would wait behind nothing, forever.
