@@ -12,6 +12,8 @@
 -- * An admin may CALL retention_run(name): it called the p_now overload
 --   (owner only); both now call _retention_run.
 -- * The verbs skip the p_now check when they pass no p_now (hot path).
+-- * Adaptive retention pacing settles at 15-25% under live traffic and
+--   speeds up to 100% on an idle database (maintain_retention.sql).
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 -- pgsweep:include functions/claim.sql
@@ -471,7 +473,9 @@ $$;
 -- behind 10,000 heads: 100,000 index entries per claim). Parked at infinity
 -- they are not in that index. The promotion (parked_until back to NULL, or to
 -- the message's own delivery time when it was scheduled for later) happens in
--- the transaction of the statement that made the head leave.
+-- the transaction of the statement that made the head leave. Its cost: one
+-- probe of message_lane and one UPDATE per message, and that UPDATE is not
+-- HOT (the row enters the claim index): docs/benchmarks.md, "Ordered lanes".
 --
 -- The lane row. Table lane holds one row per lane that has messages (or is
 -- blocked): blocked_id and last_at, the created_at of the newest message
@@ -480,14 +484,15 @@ $$;
 -- recorded (that would be one more row version per message). Its row lock is
 -- what serialises a lane:
 --  * send locks it (_lane_lock) before it decides whether its message is the
---    head (the lane has no head and is not blocked) or waits, and holds it
+--    head (the lane had no row: no message, not blocked) or waits, and holds it
 --    until its transaction ends. Sends to one lane therefore serialise, and
 --    created_at = greatest(now, last_at) with an id drawn after the lock
 --    keeps (created_at, id) increasing in lock order, which is commit order:
 --    a lane hands out its messages in the order their sends committed.
 --  * a head that leaves locks it too (_lane_after) and promotes the oldest
---    waiting message (one statement for all the lanes of a completion). A send that is still open when the head leaves makes
---    the promotion wait for it (then the promotion sees its message): keep
+--    waiting message (_lane_next: one lookup and one UPDATE by id for all
+--    the lanes of a completion). A send that is still open when the head
+--    leaves makes the promotion wait for it (then it sees its message): keep
 --    transactions that send to a lane short. Without the lock a head could
 --    leave between a send's "there is a head" and its commit, and the new
 --    message would wait behind nothing, forever.
@@ -2127,6 +2132,277 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/retention_run.sql
+
+-- pgsweep:include functions/maintain_retention.sql
+{{ $s := .schema | default "pgsweep" -}}
+-- The retention part of maintain(): sync the built-in policies, then run
+-- every due retention policy (own and registered; retention_due lists them,
+-- oldest first) until p_deadline.
+--
+-- It drives each policy's pass through the engine's own steps
+-- (_retention_begin / _retention_step / _retention_finish, exactly as
+-- retention_run does) rather than CALL retention_run, because a failing
+-- policy must not end the whole maintain pass: PL/pgSQL cannot catch an
+-- error raised across a COMMIT, so every step is caught here, outside the
+-- COMMITs, recorded on that policy's pass, and the part goes on with the
+-- next policy.
+--
+-- A PROCEDURE without a SET clause (it COMMITs after every batch), so every
+-- name below is qualified with the install schema and the body uses no
+-- operator: comparisons, arithmetic and JSON building live in the pinned
+-- functions _maintain_ret_* below, so nothing on the caller's search_path
+-- (pg_cron's superuser's included) can stand in for them.
+--
+-- Returns in p_result {"deleted": {"<policy>": rows}, "errors": {"<policy>":
+-- "message"}, "more": bool}; "more" means a policy stopped on the budget with
+-- rows left, or due policies were not reached, so the part is due again at once.
+-- _maintain_ret_go: whether the part may start another policy (the
+-- deadline has not passed and the part's lease was renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_go(p_owner text, p_deadline timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF clock_timestamp() >= p_deadline THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_renew('retention', p_owner);
+END
+$$;
+
+-- _maintain_ret_budget: what is left of the part's budget.
+CREATE OR REPLACE FUNCTION _maintain_ret_budget(p_deadline timestamptz)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$ SELECT greatest(p_deadline - clock_timestamp(), interval '0') $$;
+
+-- _maintain_ret_error: an error's text as the history records it.
+CREATE OR REPLACE FUNCTION _maintain_ret_error(p_message text, p_state text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT format('%s (SQLSTATE %s)', p_message, p_state) $$;
+
+-- _maintain_ret_put: p_obj with p_key set to p_value.
+CREATE OR REPLACE FUNCTION _maintain_ret_put(p_obj jsonb, p_key text, p_value jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
+
+-- Pacing: background retention yields to live traffic.
+--
+-- retention_duty_cycle d in 1..100 is a fixed duty cycle: after a batch that
+-- took t, maintain() sleeps t*(100-d)/d. 0 (the default) adapts the duty
+-- cycle after every batch to what the database shows:
+--   * sessions waiting on a lock: halve it (at least 10%): the cleaner may
+--     be in someone's way;
+--   * a batch more than twice as slow per row as the fastest recent one:
+--     cut it by 30% (at least 20%): the cleaner competes for CPU or I/O;
+--   * other sessions of the database running, or active within the last
+--     100 ms (live traffic): raise it by 5 points, to at most 30%;
+--   * nothing else running: raise it by 10 points, to 100% (an idle
+--     database drains at full speed).
+-- It starts at 20%. The 30% cap under traffic and the 20% floor come from
+-- the duty-cycle sweep of `pgsweep bench mixed` (docs/benchmarks.md): at
+-- 20-25% the p99 of live claims stayed near the 1.2x target while the drain
+-- ran at about a third of the unpaced rate; at 50% and more the p99 grew by
+-- half.
+-- CALL retention_run never pauses.
+
+-- _maintain_ret_pace sleeps after a batch as the pacing says and returns
+-- the pacing state for the next batch ({"duty", "best", "pass", "rows"}).
+CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_state jsonb, p_pass bigint, p_batch_start timestamptz,
+    p_deadline timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_fixed int := setting_int('retention_duty_cycle');
+    v_elapsed double precision := greatest(extract(epoch FROM clock_timestamp() - p_batch_start), 0);
+    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 20);
+    v_best double precision := (p_state ->> 'best')::double precision;
+    v_rows bigint;
+    v_batch_rows bigint;
+    v_per_row double precision;
+    v_busy int;
+    v_waiting int;
+BEGIN
+    SELECT p.rows_deleted INTO v_rows FROM retention_pass p WHERE p.id = p_pass;
+    v_batch_rows := coalesce(v_rows, 0) - CASE WHEN (p_state ->> 'pass')::bigint = p_pass
+                                               THEN coalesce((p_state ->> 'rows')::bigint, 0) ELSE 0 END;
+    IF v_fixed BETWEEN 1 AND 100 THEN
+        v_duty := v_fixed;
+    ELSE
+        IF v_batch_rows > 0 THEN
+            v_per_row := v_elapsed / v_batch_rows;
+            -- the fastest recent batch, drifting up slowly so that a
+            -- one-off fast batch does not set the bar forever
+            v_best := least(coalesce(v_best * 1.02, v_per_row), v_per_row);
+        END IF;
+        -- live traffic: sessions running now or within the last 100 ms
+        -- (a claim loop is idle most of the time between short statements)
+        SELECT count(*) FILTER (WHERE (a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Lock')
+                                   OR a.state_change > clock_timestamp() - interval '100 milliseconds'),
+               count(*) FILTER (WHERE a.wait_event_type = 'Lock')
+          INTO v_busy, v_waiting
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+           AND a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type = 'client backend';
+        v_duty := CASE
+            WHEN v_waiting > 0 THEN greatest(10, v_duty / 2)
+            WHEN v_per_row > v_best * 2 THEN greatest(20, v_duty * 0.7)
+            WHEN v_busy > 0 THEN least(30, v_duty + 5)
+            ELSE least(100, v_duty + 10) END;
+    END IF;
+    IF v_duty < 100 THEN
+        PERFORM pg_catalog.pg_sleep(least(v_elapsed * (100 - v_duty) / v_duty,
+                                          greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+    END IF;
+    RETURN jsonb_build_object('duty', v_duty, 'best', v_best, 'pass', p_pass,
+                              'rows', coalesce((SELECT p.rows_deleted FROM retention_pass p WHERE p.id = p_pass), 0));
+END
+$$;
+
+-- _maintain_ret_renew_due: whether the part's lease is due for renewal
+-- (every third of maintain_lease_ttl since p_renewed).
+CREATE OR REPLACE FUNCTION _maintain_ret_renew_due(p_renewed timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT clock_timestamp() - p_renewed > setting_interval('maintain_lease_ttl') / 3 $$;
+
+-- _maintain_ret_tally adds a finished pass to the part's result: its rows
+-- under "deleted", and "more" when it stopped on the budget.
+CREATE OR REPLACE FUNCTION _maintain_ret_tally(p_result jsonb, p_name text, p_pass bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_outcome text;
+    v_rows bigint;
+BEGIN
+    SELECT p.outcome, p.rows_deleted INTO v_outcome, v_rows FROM retention_pass p WHERE p.id = p_pass;
+    p_result := jsonb_set(p_result, ARRAY['deleted', p_name], to_jsonb(coalesce(v_rows, 0)));
+    IF v_outcome = 'budget' THEN
+        p_result := jsonb_set(p_result, '{more}', 'true');
+    END IF;
+    RETURN p_result;
+END
+$$;
+
+-- _maintain_ret_result: the part's result, errors included when there are any.
+CREATE OR REPLACE FUNCTION _maintain_ret_result(p_result jsonb, p_more boolean, p_errors jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT jsonb_build_object('deleted', p_result -> 'deleted',
+                              'more', p_more OR coalesce((p_result ->> 'more')::boolean, false))
+           || CASE WHEN p_errors <> '{}' THEN jsonb_build_object('errors', p_errors) ELSE '{}' END
+$$;
+
+CREATE OR REPLACE PROCEDURE _maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_due text[];
+    v_name text;
+    v_pass bigint;
+    v_step_more boolean;
+    v_error text;
+    v_errors jsonb := '{}';
+    v_tally jsonb := '{"deleted": {}}';
+    v_more boolean := false;
+    v_renewed timestamptz := pg_catalog.clock_timestamp();
+    v_batch_start timestamptz;
+    v_go boolean;
+    v_renew boolean;
+    v_pace jsonb := '{}';
+BEGIN
+    BEGIN
+        PERFORM {{ $s }}.retention_builtin_sync();
+    EXCEPTION WHEN OTHERS THEN
+        v_errors := {{ $s }}._maintain_ret_put(v_errors, 'builtin_sync', pg_catalog.to_jsonb({{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE)));
+    END;
+    COMMIT;
+
+    v_due := ARRAY(SELECT {{ $s }}.retention_due());
+    FOREACH v_name IN ARRAY v_due LOOP
+        v_go := {{ $s }}._maintain_ret_go(p_owner, p_deadline);
+        IF NOT v_go THEN
+            v_more := true; -- out of budget, or lost the part's lease: another owner goes on
+            EXIT;
+        END IF;
+        COMMIT;
+
+        v_error := NULL;
+        v_pass := NULL;
+        BEGIN
+            v_pass := {{ $s }}._retention_begin(v_name, p_owner, {{ $s }}._maintain_ret_budget(p_deadline), NULL);
+        EXCEPTION WHEN OTHERS THEN
+            v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
+        END;
+        IF v_error IS NOT NULL THEN
+            PERFORM {{ $s }}._retention_unlock(v_name);
+            COMMIT;
+            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
+            CONTINUE;
+        END IF;
+        COMMIT;
+        IF v_pass IS NULL THEN
+            -- busy elsewhere (or keeps rows forever): a cleaner that died may
+            -- still hold the policy's lease, so the part is not done with it:
+            -- due again at once, and the lease's expiry lets the next pass in
+            v_more := true;
+            CONTINUE;
+        END IF;
+
+        LOOP
+            v_batch_start := pg_catalog.clock_timestamp();
+            BEGIN
+                v_step_more := {{ $s }}._retention_step(v_pass);
+            EXCEPTION WHEN OTHERS THEN
+                v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
+            END;
+            EXIT WHEN v_error IS NOT NULL;
+            COMMIT;
+            EXIT WHEN NOT v_step_more;
+            -- Background work yields to live traffic (retention_duty_cycle,
+            -- adaptive by default); keep the part's lease alive through a
+            -- long policy.
+            v_pace := {{ $s }}._maintain_ret_pace(v_pace, v_pass, v_batch_start, p_deadline);
+            v_renew := {{ $s }}._maintain_ret_renew_due(v_renewed);
+            IF v_renew THEN
+                v_go := {{ $s }}._maintain_renew('retention', p_owner);
+                IF NOT v_go THEN
+                    v_error := 'lost the maintain:retention lease during the pass';
+                    EXIT;
+                END IF;
+                v_renewed := pg_catalog.clock_timestamp();
+                COMMIT;
+            END IF;
+        END LOOP;
+
+        IF v_error IS NOT NULL THEN
+            PERFORM {{ $s }}._retention_finish(v_pass, 'error', v_error);
+            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
+        ELSE
+            PERFORM {{ $s }}._retention_finish(v_pass, NULL, NULL);
+        END IF;
+        COMMIT;
+        PERFORM {{ $s }}._retention_unlock(v_name);
+        v_tally := {{ $s }}._maintain_ret_tally(v_tally, v_name, v_pass);
+    END LOOP;
+
+    p_result := {{ $s }}._maintain_ret_result(v_tally, v_more, v_errors);
+END
+$$;
+-- pgsweep:end functions/maintain_retention.sql
 
 -- pgsweep:include functions/privileges.sql
 -- The role model, in one place (docs/security.md).

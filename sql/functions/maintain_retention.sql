@@ -59,16 +59,21 @@ AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 -- Pacing: background retention yields to live traffic.
 --
 -- retention_duty_cycle d in 1..100 is a fixed duty cycle: after a batch that
--- took t, maintain() sleeps t*(100-d)/d. 0 (the default) paces adaptively,
--- additive increase / multiplicative decrease of the duty cycle between 5%
--- and 100%, from signals the database shows about the harm the cleaner does:
---   * a batch slower per row than the fastest recent one by more than half
---     (the cleaner competes for CPU or I/O with something), and
---   * more than one other session of this database running right after
---     the batch (live traffic that would queue behind the next batch), and
---   * sessions waiting on a lock.
--- Any of them halves the duty cycle at once; a batch without them raises it
--- by 5 points. Measured in `pgsweep bench mixed` (docs/benchmarks.md).
+-- took t, maintain() sleeps t*(100-d)/d. 0 (the default) adapts the duty
+-- cycle after every batch to what the database shows:
+--   * sessions waiting on a lock: halve it (at least 10%): the cleaner may
+--     be in someone's way;
+--   * a batch more than twice as slow per row as the fastest recent one:
+--     cut it by 30% (at least 20%): the cleaner competes for CPU or I/O;
+--   * other sessions of the database running, or active within the last
+--     100 ms (live traffic): raise it by 5 points, to at most 30%;
+--   * nothing else running: raise it by 10 points, to 100% (an idle
+--     database drains at full speed).
+-- It starts at 20%. The 30% cap under traffic and the 20% floor come from
+-- the duty-cycle sweep of `pgsweep bench mixed` (docs/benchmarks.md): at
+-- 20-25% the p99 of live claims stayed near the 1.2x target while the drain
+-- ran at about a third of the unpaced rate; at 50% and more the p99 grew by
+-- half.
 -- CALL retention_run never pauses.
 
 -- _maintain_ret_pace sleeps after a batch as the pacing says and returns
@@ -82,13 +87,13 @@ AS $$
 DECLARE
     v_fixed int := setting_int('retention_duty_cycle');
     v_elapsed double precision := greatest(extract(epoch FROM clock_timestamp() - p_batch_start), 0);
-    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 25);
+    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 20);
     v_best double precision := (p_state ->> 'best')::double precision;
     v_rows bigint;
     v_batch_rows bigint;
     v_per_row double precision;
     v_busy int;
-    v_harm boolean := false;
+    v_waiting int;
 BEGIN
     SELECT p.rows_deleted INTO v_rows FROM retention_pass p WHERE p.id = p_pass;
     v_batch_rows := coalesce(v_rows, 0) - CASE WHEN (p_state ->> 'pass')::bigint = p_pass
@@ -101,18 +106,21 @@ BEGIN
             -- the fastest recent batch, drifting up slowly so that a
             -- one-off fast batch does not set the bar forever
             v_best := least(coalesce(v_best * 1.02, v_per_row), v_per_row);
-            v_harm := v_per_row > v_best * 1.5;
         END IF;
-        SELECT count(*) FILTER (WHERE a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Activity'),
+        -- live traffic: sessions running now or within the last 100 ms
+        -- (a claim loop is idle most of the time between short statements)
+        SELECT count(*) FILTER (WHERE (a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Lock')
+                                   OR a.state_change > clock_timestamp() - interval '100 milliseconds'),
                count(*) FILTER (WHERE a.wait_event_type = 'Lock')
-          INTO v_busy, v_rows
+          INTO v_busy, v_waiting
           FROM pg_catalog.pg_stat_activity a
          WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
            AND a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type = 'client backend';
-        -- busy: more sessions running right now than the one other core
-        -- the smallest machine leaves them while we delete
-        v_harm := v_harm OR v_busy > 1 OR v_rows > 0;
-        v_duty := CASE WHEN v_harm THEN greatest(5, v_duty / 2) ELSE least(100, v_duty + 5) END;
+        v_duty := CASE
+            WHEN v_waiting > 0 THEN greatest(10, v_duty / 2)
+            WHEN v_per_row > v_best * 2 THEN greatest(20, v_duty * 0.7)
+            WHEN v_busy > 0 THEN least(30, v_duty + 5)
+            ELSE least(100, v_duty + 10) END;
     END IF;
     IF v_duty < 100 THEN
         PERFORM pg_catalog.pg_sleep(least(v_elapsed * (100 - v_duty) / v_duty,
