@@ -46,6 +46,7 @@ install_missing() {
 	[ -x "/usr/lib/postgresql/$pgver/bin/pg_ctl" ] || want+=("postgresql-$pgver")
 	[ -f "/usr/share/postgresql/$pgver/extension/pg_cron.control" ] || want+=("postgresql-$pgver-cron")
 	[ -f "/usr/share/postgresql/$pgver/extension/pgtap.control" ] || want+=("postgresql-$pgver-pgtap")
+	[ -f "/usr/share/postgresql/$pgver/extension/pg_partman.control" ] || want+=("postgresql-$pgver-partman")
 	command -v pg_prove >/dev/null 2>&1 || want+=("libtap-parser-sourcehandler-pgtap-perl")
 	# the isolationtester (make isolation); pinned to the server's version below
 	[ -x "/usr/lib/postgresql/$pgver/lib/pgxs/src/test/isolation/pg_isolation_regress" ] || want+=("postgresql-server-dev-$pgver")
