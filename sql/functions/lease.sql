@@ -144,15 +144,6 @@ BEGIN
 END
 $$;
 
--- _lease_rows: the leases view's rows, read as the owner (a monitor holds
--- no table privilege; on Citus a view's tables are read as the querying
--- role, citusdata/citus#6161).
-CREATE OR REPLACE FUNCTION _lease_rows()
-RETURNS SETOF lease
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$ SELECT * FROM lease $$;
-
 CREATE OR REPLACE VIEW leases AS
 SELECT name,
        owner,
@@ -160,4 +151,4 @@ SELECT name,
        acquired_at,
        expires_at,
        (owner IS NOT NULL AND expires_at > clock_timestamp()) AS live
-  FROM _lease_rows();
+  FROM lease;

@@ -55,13 +55,6 @@ BEGIN
 END
 $$;
 
--- _queue_rows: the queues, read as the owner (see _lease_rows).
-CREATE OR REPLACE FUNCTION _queue_rows()
-RETURNS SETOF queue
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$ SELECT * FROM queue $$;
-
 CREATE OR REPLACE VIEW queue_stats AS
 SELECT q.name AS queue,
        q.kind,
@@ -74,5 +67,5 @@ SELECT q.name AS queue,
        q.paused,
        s.lanes,
        s.blocked_lanes
-  FROM _queue_rows() q
+  FROM queue q
  CROSS JOIN LATERAL _queue_stats(q.name) s;

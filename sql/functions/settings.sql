@@ -147,13 +147,6 @@ BEGIN
 END
 $$;
 
--- _setting_rows: the settings view's rows, read as the owner (see _lease_rows).
-CREATE OR REPLACE FUNCTION _setting_rows()
-RETURNS SETOF setting
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$ SELECT * FROM setting $$;
-
 CREATE OR REPLACE VIEW settings AS
 SELECT name,
        value,
@@ -163,4 +156,4 @@ SELECT name,
             ELSE format('%s .. %s', min_value, max_value) END AS range,
        description,
        updated_at
-  FROM _setting_rows();
+  FROM setting;
