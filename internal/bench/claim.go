@@ -102,7 +102,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
 			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial"}, name) {
-				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker and serial, comma-separated; got %q", ErrUsage, name)
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q (with --lanes N also lanes, laneworker and serial)", ErrUsage, name)
 			}
 			if (name == "lanes" || name == "laneworker" || name == "serial") && lanes == 0 {
 				return fmt.Errorf("%w: --only %s needs --lanes N", ErrUsage, name)
