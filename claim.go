@@ -25,6 +25,20 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 	return ds, wrapErr("claim", err)
 }
 
+// ClaimIDs leases exactly those of ids that claim would hand out now (due,
+// not in flight, not waiting behind their lane's head), in one claim with
+// one token: what direct dispatch calls after the sending transaction
+// commits. See the SQL claim_ids.
+func (c *Client) ClaimIDs(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]Delivery, error) {
+	rows, err := c.db.Query(ctx, "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM "+
+		c.fn("claim_ids")+"($1, $2, $3, $4)", queue, owner, ids, leaseArg(lease))
+	if err != nil {
+		return nil, wrapErr("claim_ids", err)
+	}
+	ds, err := scanDeliveries(rows, queue, len(ids))
+	return ds, wrapErr("claim_ids", err)
+}
+
 func (c *Client) claimSQL() string {
 	return "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM " +
 		c.fn("claim") + "($1, $2, $3, $4)"
@@ -179,6 +193,13 @@ func (c *Client) Renew(ctx context.Context, queue string, token Token, ids []int
 // kept as processed.
 func (c *Client) Complete(ctx context.Context, queue string, token Token, ids []int64) ([]int64, error) {
 	return c.ids(ctx, "complete", "SELECT "+c.fn("complete")+"($1, $2, $3)", queue, token, ids)
+}
+
+// DeadLetter moves ids the claim whose token is token holds to the dead
+// letters at once, whatever attempts they have left (a permanent failure,
+// such as a broker refusing the message for good). See the SQL dead_letter.
+func (c *Client) DeadLetter(ctx context.Context, queue string, token Token, ids []int64, errText string) ([]int64, error) {
+	return c.ids(ctx, "dead_letter", "SELECT "+c.fn("dead_letter")+"($1, $2, $3, $4)", queue, token, ids, errText)
 }
 
 // Fail reports that processing ids failed with errText. Messages with

@@ -187,7 +187,7 @@ func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, e
 		log = slog.Default()
 	}
 	r := &Relay{
-		d:          &db{pool: pool, client: c, q: pgx.Identifier{c.Schema()}.Sanitize(), queue: queue, owner: opts.Owner, lease: opts.Lease},
+		d:          &db{client: c, queue: queue, owner: opts.Owner, lease: opts.Lease},
 		pool:       pool,
 		t:          t,
 		o:          opts,
