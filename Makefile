@@ -87,7 +87,8 @@ test-cron:
 ## (scripts/db.sh on another port and directory), real workers, runners and a producer; kill -9, SIGTERM,
 ## pg_terminate_backend, restarts, a stopped server, statement_timeout; nothing lost, no overlapping runs
 test-faults:
-	PGSWEEP_FAULTS=1 $(GO) test -count=1 -v -timeout 10m -run TestFaults ./internal/faults/
+	$(GO) vet -tags faults ./internal/faults/
+	$(GO) test -tags faults -count=1 -v -timeout 10m -run TestFaults ./internal/faults/
 
 .PHONY: citus citus-stop test-citus
 ## citus: start the throwaway Citus cluster (scripts/citus.sh: a coordinator and two workers from the installed

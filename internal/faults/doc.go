@@ -13,7 +13,7 @@
 // once, every process back at work by itself within documented bounds, and
 // /healthz telling the truth.
 //
-// The suite is in faults_test.go; it runs only with PGSWEEP_FAULTS=1 (the
+// The suite is in faults_test.go, behind the build tag faults (the
 // Makefile's test-faults target sets it) so that `go test ./...` does not
 // run it.
 package faults

@@ -1,3 +1,5 @@
+//go:build faults
+
 package faults
 
 import (
@@ -33,9 +35,6 @@ const (
 )
 
 func TestFaults(t *testing.T) {
-	if os.Getenv("PGSWEEP_FAULTS") != "1" {
-		t.Skip("the fault-injection suite runs only with PGSWEEP_FAULTS=1 (make test-faults)")
-	}
 	s := newSuite(t)
 	for i := 1; i <= numWorkers; i++ {
 		s.spawn(fmt.Sprintf("w%d", i))
@@ -664,9 +663,6 @@ func (s *suite) finish() {
 // It failed while sql/functions/maintain_retention.sql cleared the backlog
 // when a due policy was busy (held by the dead cleaner's lease).
 func TestFaultsKilledCleanerHoldsThePolicyLease(t *testing.T) {
-	if os.Getenv("PGSWEEP_FAULTS") != "1" {
-		t.Skip("the fault-injection suite runs only with PGSWEEP_FAULTS=1 (make test-faults)")
-	}
 	s := newSuite(t)
 	const partTTL, leaseTTL = 5 * time.Second, 30 * time.Second
 	s.exec(fmt.Sprintf(`SELECT pgsweep.setting_set('maintain_lease_ttl', '%d seconds'),
