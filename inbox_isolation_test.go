@@ -117,6 +117,8 @@ func TestInboxSendIsolation(t *testing.T) {
 			{name: "complete_in_flight", maxAttempts: 3, after: send, inFlight: true, want: ser},
 			{name: "sent_after_snapshot_still_live", maxAttempts: 3, after: send, want: ser, live: 1},
 			{name: "visible_live_row_dead_lettered_since", maxAttempts: 1, before: send, after: claimFail, want: null},
+			// 0.23: dead letters keep their inbox key unique, so the probe sees one its snapshot cannot
+			{name: "sent_and_dead_lettered_after_snapshot", maxAttempts: 1, after: func(t *testing.T, q string) { send(t, q); claimFail(t, q) }, want: ser},
 		} {
 			t.Run(fmt.Sprintf("%s/%s", iso, tc.name), func(t *testing.T) {
 				q := fmt.Sprintf("in_%d_%d", l, i)

@@ -41,9 +41,9 @@
 --      waits for one (and never deadlocks with one).
 -- The caller retries a 40001 as for any serialization failure; the retry
 -- sees the processed row and returns NULL. Proven by inbox_isolation_test.go.
--- Not covered: a message whose key was sent, and dead-lettered, both after
--- the sender's snapshot was taken (message_dead's key index is not unique,
--- so there is nothing to probe); its key can be sent once more.
+--  3c. the same probe for a dead letter with the key (message_dead's inbox
+--      keys are unique since 0.23): a key sent and dead-lettered after the
+--      snapshot raises 40001 too.
 
 CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
 RETURNS void
@@ -139,7 +139,17 @@ BEGIN
                 RETURNING true INTO v_free;
                 IF v_free THEN
                     DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
-                    EXIT ins;
+                    -- 3c: the same for a dead letter with the key (message_dead's
+                    -- inbox keys are unique since 0.23)
+                    v_free := NULL;
+                    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, created_at, dead_at, dedup)
+                    VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now, true)
+                    ON CONFLICT (queue, key) WHERE dedup DO NOTHING
+                    RETURNING true INTO v_free;
+                    IF v_free THEN
+                        DELETE FROM message_dead x WHERE x.queue = p_q.name AND x.id = v_id;
+                        EXIT ins;
+                    END IF;
                 END IF;
                 DELETE FROM message WHERE queue = p_q.name AND id = v_id;
                 v_id := NULL;
