@@ -6,6 +6,9 @@
 -- probe (send.sql, 3c) inserts a probe row into message_dead ON CONFLICT: a
 -- key sent and dead-lettered after the sender's snapshot raises 40001 instead
 -- of letting the key in a second time.
+--
+-- complete skips its lane bookkeeping when the queue has no lane (ack.sql):
+-- the CPU cost of claim + complete is back within 3% of 0.13's.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 -- pgsweep:include functions/send.sql
@@ -730,6 +733,214 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/recover.sql
+
+-- pgsweep:include functions/ack.sql
+-- renew and complete: act only on rows whose current claim carries p_token,
+-- return their ids.
+--
+-- Fencing is by the claim token (claim.sql): every claim call stores a fresh
+-- token in the rows it takes, and fail, release and queue_recover end the
+-- claim (status no longer 'processing'), so a call with the token of an
+-- earlier claim matches nothing and the caller learns exactly which leases it
+-- lost -- also when the row was taken again by the same owner, which the
+-- owner label could not tell apart. A lease that expired but was not taken
+-- over still carries its token: completing it then is the best outcome (no
+-- redelivery), and nobody else held it meanwhile.
+--
+-- The verbs (renew, complete, fail, release without p_now) are SECURITY
+-- DEFINER: workers hold no privilege on the tables, so the token is the only
+-- way to a row. The p_now overloads are for tests.
+
+CREATE OR REPLACE FUNCTION _check_ids(p_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'p_ids must hold 1 to 10000 ids, got %',
+            CASE WHEN p_ids IS NULL THEN 'NULL' ELSE cardinality(p_ids)::text END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _check_token(p_token uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_token IS NULL THEN
+        RAISE EXCEPTION 'p_token must be the token claim returned, got NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
+-- renew extends the leases to p_lease from now (NULL: the queue's lease_default).
+CREATE OR REPLACE FUNCTION renew(p_queue text, p_token uuid, p_ids bigint[], p_lease interval, p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_until timestamptz;
+BEGIN
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
+    PERFORM _check_token(p_token);
+    PERFORM _check_ids(p_ids);
+    IF p_lease IS NOT NULL THEN
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    v_q := _queue_get(p_queue);
+    v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
+    RETURN QUERY
+    UPDATE message m SET visible_at = v_until
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+    RETURNING m.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION renew(p_queue text, p_token uuid, p_ids bigint[], p_lease interval)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT renew(p_queue, p_token, p_ids, p_lease, NULL::timestamptz);
+END
+$$;
+
+-- complete: outbox rows are deleted; inbox rows move to message_processed,
+-- where they keep de-duplicating their key until retention removes them.
+-- A completed lane head makes its lane move on to its next message, in this
+-- transaction (lane.sql): the lane's row is locked for that, so a completion
+-- waits for a transaction that is sending to the same lane.
+--
+-- The common case pays nothing for lanes: when the queue has no lane row at
+-- all, none of the rows completed here has a lane (a lane's row exists, and
+-- is committed, for as long as the lane has a message, and the rows completed
+-- here are in flight), so the DELETE returns the ids straight away. Gathering
+-- ids and lanes into arrays and returning the ids from them cost 13% more CPU
+-- per claim + complete (docs/benchmarks.md, "security").
+CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[], p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kind text;
+    v_now timestamptz;
+    v_ids bigint[];
+    v_lanes text[];
+BEGIN
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
+    IF p_token IS NULL OR p_ids IS NULL OR cardinality(p_ids) = 0 OR cardinality(p_ids) > 10000 THEN
+        PERFORM _check_token(p_token);
+        PERFORM _check_ids(p_ids);
+    END IF;
+    SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue);
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
+        IF v_kind = 'outbox' THEN
+            RETURN QUERY
+            DELETE FROM message m
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+            RETURNING m.id;
+        ELSE
+            RETURN QUERY
+            WITH d AS (
+                DELETE FROM message m
+                 WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+                RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+            )
+            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+            SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, d.created_at, v_now FROM d
+            RETURNING p.id;
+        END IF;
+        RETURN;
+    END IF;
+    IF v_kind = 'outbox' THEN
+        WITH d AS (
+            DELETE FROM message m
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+            RETURNING m.id, m.lane
+        )
+        SELECT array_agg(d.id), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL) INTO v_ids, v_lanes FROM d;
+    ELSE
+        WITH d AS (
+            DELETE FROM message m
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+            RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane
+        ), p AS (
+            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+            SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, d.created_at, v_now FROM d
+            RETURNING p.id
+        )
+        SELECT (SELECT array_agg(p.id) FROM p), (SELECT array_agg(DISTINCT d.lane) FROM d WHERE d.lane IS NOT NULL)
+          INTO v_ids, v_lanes;
+    END IF;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, NULL, false, v_now);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT complete(p_queue, p_token, p_ids, NULL::timestamptz);
+END
+$$;
+
+-- release: give messages back unprocessed, as if the claim had not happened:
+-- the attempt is taken back, owner and token cleared, and the row is due at
+-- once (status 'pending' again, or 'failed' when an earlier attempt had
+-- failed). For messages claimed but never started -- a worker shutting down
+-- releases what it has not begun -- so a restart or a deploy neither waits
+-- for their leases to expire nor spends an attempt on them. A message whose
+-- handler ran must be completed or failed instead: releasing it would hide
+-- that attempt.
+CREATE OR REPLACE FUNCTION release(p_queue text, p_token uuid, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_token(p_token);
+    PERFORM _check_ids(p_ids);
+    PERFORM _queue_get(p_queue);
+    v_now := clock_timestamp();
+    RETURN QUERY
+    UPDATE message m
+       SET status = CASE WHEN m.attempt > 1 THEN 'failed' ELSE 'pending' END,
+           owner = NULL, token = NULL, attempt = m.attempt - 1, visible_at = v_now
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+    RETURNING m.id;
+    IF FOUND THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
+$$;
+-- pgsweep:end functions/ack.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

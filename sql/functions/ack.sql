@@ -84,6 +84,13 @@ $$;
 -- A completed lane head makes its lane move on to its next message, in this
 -- transaction (lane.sql): the lane's row is locked for that, so a completion
 -- waits for a transaction that is sending to the same lane.
+--
+-- The common case pays nothing for lanes: when the queue has no lane row at
+-- all, none of the rows completed here has a lane (a lane's row exists, and
+-- is committed, for as long as the lane has a message, and the rows completed
+-- here are in flight), so the DELETE returns the ids straight away. Gathering
+-- ids and lanes into arrays and returning the ids from them cost 13% more CPU
+-- per claim + complete (docs/benchmarks.md, "security").
 CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[], p_now timestamptz)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -107,6 +114,25 @@ BEGIN
         PERFORM _queue_get(p_queue);
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
+    IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
+        IF v_kind = 'outbox' THEN
+            RETURN QUERY
+            DELETE FROM message m
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+            RETURNING m.id;
+        ELSE
+            RETURN QUERY
+            WITH d AS (
+                DELETE FROM message m
+                 WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+                RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at
+            )
+            INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+            SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, d.created_at, v_now FROM d
+            RETURNING p.id;
+        END IF;
+        RETURN;
+    END IF;
     IF v_kind = 'outbox' THEN
         WITH d AS (
             DELETE FROM message m
