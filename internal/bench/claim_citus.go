@@ -125,7 +125,7 @@ func claimCitus(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	for _, sd := range sides {
 		p50, p99, mean := latencies(sd.lat)
-		fmt.Fprintf(out, "  %-42s %8.0f msg/s  claim p50 %8v  p99 %8v  mean %8v  (%d calls)\n",
+		fmt.Fprintf(out, "  %-46s %8.0f msg/s  claim p50 %8v  p99 %8v  mean %8v  (%d calls)\n",
 			labels[sd.label], median(sd.rates), p50, p99, mean, len(sd.lat))
 	}
 	rs := make([]float64, o.Rounds)
@@ -133,7 +133,7 @@ func claimCitus(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		rs[i] = sides[0].rates[i] / sides[1].rates[i]
 	}
 	slices.Sort(rs)
-	fmt.Fprintf(out, "  %-42s %8.2fx  [%.2f–%.2f, median %.2f]\n", "Citus / single node", median(sides[0].rates)/median(sides[1].rates),
+	fmt.Fprintf(out, "  %-46s %8.2fx  [%.2f–%.2f, median %.2f]\n", "Citus / single node", median(sides[0].rates)/median(sides[1].rates),
 		rs[0], rs[len(rs)-1], median(rs))
 	return nil
 }
