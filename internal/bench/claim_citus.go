@@ -144,6 +144,18 @@ func claimCitus(ctx context.Context, o ClaimOptions, out io.Writer) error {
 // returns one queue name per worker node, each hashed to a shard on that
 // node (prefix_0, prefix_1, …, the first that lands on each node).
 func distributeForBench(ctx context.Context, pool *pgxpool.Pool, schema, prefix string) ([]citusQueue, error) {
+	// Only a role the scratch install created may be changed: an owner role
+	// that existed before (another install's, in another database of the
+	// cluster) is left alone.
+	var ours bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{schema, "installed_role"}.Sanitize()+" WHERE role_name = $1)",
+		schema+"_owner").Scan(&ours); err != nil {
+		return nil, fmt.Errorf("who created %s_owner: %w", schema, err)
+	}
+	if !ours {
+		return nil, fmt.Errorf("%w: role %s_owner existed before the scratch install, and --citus would let it log in; choose another --schema",
+			ErrUsage, schema)
+	}
 	if _, err := pool.Exec(ctx, "ALTER ROLE "+pgx.Identifier{schema + "_owner"}.Sanitize()+" LOGIN"); err != nil {
 		return nil, fmt.Errorf("let %s_owner log in: %w", schema, err)
 	}

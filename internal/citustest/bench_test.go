@@ -5,13 +5,16 @@ package citustest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep/internal/bench"
 	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
@@ -79,4 +82,30 @@ func TestCitusBenchClaim(t *testing.T) {
 		return def
 	}
 	t.Log("\n" + benchCitus(t, env("MESSAGES", 20000), env("WORKERS", 4), env("BATCH", 100), env("ROUNDS", 3)))
+}
+
+// bench claim --citus lets only an owner role that its scratch install
+// created log in: one that existed before (another install's, say) makes
+// it stop with a usage error, the role unchanged.
+func TestCitusBenchClaimLeavesOtherRoles(t *testing.T) {
+	c := Get(t)
+	single := scratch.DB{URL: pgtest.URL(t), Schema: pgtest.SchemaName(t)}
+	owner := pgx.Identifier{single.Schema + "_owner"}.Sanitize()
+	conn := pgtest.Conn(t, c.URL)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+owner+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pgtest.Conn(t, c.URL).Exec(context.Background(), "DROP ROLE IF EXISTS "+owner) })
+	err := bench.Claim(ctx, bench.ClaimOptions{DB: single, Citus: c.URL, Messages: 100, Workers: 2, Batch: 10, Rounds: 1}, io.Discard)
+	if !errors.Is(err, bench.ErrUsage) || !strings.Contains(err.Error(), "existed before the scratch install") {
+		t.Fatalf("bench claim --citus with a foreign owner role: %v, want a usage error", err)
+	}
+	var login bool
+	if err := conn.QueryRow(ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", single.Schema+"_owner").Scan(&login); err != nil || login {
+		t.Fatalf("the foreign role: can log in %v (%v), want it left NOLOGIN", login, err)
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", single.Schema); n != 0 {
+		t.Errorf("the scratch schema %s is still on the coordinator", single.Schema)
+	}
 }
