@@ -62,6 +62,10 @@ type ClaimOptions struct {
 	Rounds      int           // times every contender runs, in turn (1..100)
 	ClaimRescan time.Duration // the bench queue's claim_rescan, 0s..1m
 	Lanes       int           // also drain with every message in one of this many ordered lanes (0: not)
+	// Citus is the URL of a Citus coordinator ("": none). Given, the run
+	// compares pgsweep's claim + complete on the coordinator, one queue on
+	// each worker node, with the same on the single node of DB (claim_citus.go).
+	Citus string
 
 	scratch string // the baselines' scratch schema ("": pgsweep_bench_<pid>)
 }
@@ -76,6 +80,9 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker, serial (default all; lanes and laneworker with --lanes, serial with --lanes 1)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
 	fs.DurationVar(&o.ClaimRescan, "claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
+	fs.StringVar(&o.Citus, "citus", "", "URL of a Citus coordinator: instead of the contenders, run pgsweep's claim + complete on it "+
+		"(one queue on each worker node, --messages split between them, --workers spread over them) and on --database-url, "+
+		"side by side, with the per-claim latency; the install is distributed in its scratch schema (--schema) on the coordinator")
 	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes; 1: also serial, one worker claiming one at a time); 0: not")
 }
 
@@ -98,6 +105,12 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
 		lanes < 0 || lanes > n {
 		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages", ErrUsage)
+	}
+	if o.Citus != "" {
+		if only != "" || lanes != 0 {
+			return fmt.Errorf("%w: --citus runs pgsweep's claim + complete only; it excludes --only and --lanes", ErrUsage)
+		}
+		return claimCitus(ctx, o, out)
 	}
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {

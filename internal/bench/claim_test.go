@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -140,4 +141,31 @@ func runWorkload(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return run()
+}
+
+// --citus: excludes --only and --lanes, and refuses a coordinator that is
+// the --database-url server itself (both installs would share the
+// cluster-wide roles of --schema), before it installs anything. Against a
+// real coordinator: internal/citustest, TestCitusBenchClaimSmall.
+func TestBenchClaimCitusUsage(t *testing.T) {
+	db := scratchDB(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--citus", db.URL, "--lanes", "10"}, "excludes --only and --lanes"},
+		{[]string{"--citus", db.URL, "--only", "pgsweep"}, "excludes --only and --lanes"},
+		{[]string{"--citus", db.URL}, "reach the same PostgreSQL server"},
+	} {
+		var out bytes.Buffer
+		args := append([]string{"claim", "--database-url", db.URL, "--schema", db.Schema, "--messages", "100"}, tc.args...)
+		err := runWorkload(context.Background(), args, &out)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want a usage error saying %q", tc.args, err, tc.want)
+		}
+	}
+	var n int
+	if err := pgtest.Conn(t, db.URL).QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", db.Schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("schema %s was created: %d %v", db.Schema, n, err)
+	}
 }

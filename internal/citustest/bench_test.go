@@ -3,32 +3,71 @@
 package citustest
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgsweep/pgsweep"
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/bench"
+	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
+// benchCitus runs `pgsweep bench claim --citus` (bench.Claim with
+// ClaimOptions.Citus) from the single-node test database to the cluster's
+// coordinator: messages and workers per queue, one queue per worker node.
+// It checks that the scratch schema is gone from both databases afterwards.
+func benchCitus(t *testing.T, messages, workers, batch, rounds int) string {
+	t.Helper()
+	c := Get(t)
+	single := scratch.DB{URL: pgtest.URL(t), Schema: pgtest.SchemaName(t)}
+	k := len(c.Workers)
+	var out bytes.Buffer
+	err := bench.Claim(context.Background(), bench.ClaimOptions{DB: single, Citus: c.URL, Messages: messages * k, Workers: workers * k,
+		Batch: batch, Rounds: rounds, ClaimRescan: time.Second}, &out)
+	if err != nil {
+		t.Fatalf("bench claim --citus: %v\n%s", err, out.String())
+	}
+	for _, url := range []string{single.URL, c.URL} {
+		if n := queryInt(t, pgtest.Conn(t, url), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", single.Schema); n != 0 {
+			t.Errorf("the scratch schema %s is still in %s", single.Schema, url)
+		}
+	}
+	return out.String()
+}
+
+// `pgsweep bench claim --citus` on a small load: it installs and distributes
+// a scratch install, puts one queue on each worker, drains both databases
+// completely (it fails otherwise), reports rates and claim latencies, and
+// drops everything it made.
+func TestCitusBenchClaimSmall(t *testing.T) {
+	c := Get(t)
+	out := benchCitus(t, 300, 2, 50, 1)
+	for _, w := range c.Workers {
+		if !strings.Contains(out, fmt.Sprintf("on Citus worker %s:%d", w.Host, w.Port)) {
+			t.Errorf("no queue on %s (port %d):\n%s", w.Name, w.Port, out)
+		}
+	}
+	for _, want := range []string{"(round 1 of 1)", "Citus coordinator, 2 queues on 2 worker nodes", "single node", "claim p50", "Citus / single node"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestCitusBenchClaim is the claim benchmark of docs/benchmarks.md, "Citus":
-// the loop of `pgsweep bench claim`'s pgsweep contender (claim B, complete
-// them, W workers each on a connection of its own) on two queues, once on
-// the Citus coordinator (the queues on different workers; every claim and
-// complete pushed down to its queue's worker) and once on the single-node
-// database, in the same run; it prints both rates and the claim latency
-// (median and p99 per call). It measures; it asserts nothing about speed.
-// It runs only with PGSWEEP_CITUS_BENCH=1 (a benchmark, not a test):
+// `pgsweep bench claim --citus` with the sizes of the record. It measures;
+// it asserts nothing about speed. It runs only with PGSWEEP_CITUS_BENCH=1
+// (a benchmark, not a test):
 //
-//	PGSWEEP_CITUS_BENCH=1 make test-citus (or go test -tags citus -run TestCitusBenchClaim -v ./internal/citustest/)
+//	PGSWEEP_CITUS_BENCH=1 make test-citus (or go test -tags citus -run 'TestCitusBenchClaim$' -v ./internal/citustest/)
 //
 // PGSWEEP_CITUS_BENCH_MESSAGES (per queue, default 20000), _WORKERS (per
 // queue, default 4), _BATCH (default 100) and _ROUNDS (default 3) tune it.
@@ -42,126 +81,31 @@ func TestCitusBenchClaim(t *testing.T) {
 		}
 		return def
 	}
-	n, w, batch, rounds := env("MESSAGES", 20000), env("WORKERS", 4), env("BATCH", 100), env("ROUNDS", 3)
-	citus := New(t, 4)
-	queues := citus.QueuePerWorker(t, "bench")
-	single := pgtest.New(t, 4)
-	type result struct {
-		rate           float64
-		p50, p99, mean time.Duration
+	t.Log("\n" + benchCitus(t, env("MESSAGES", 20000), env("WORKERS", 4), env("BATCH", 100), env("ROUNDS", 3)))
+}
+
+// bench claim --citus lets only an owner role that its scratch install
+// created log in: one that existed before (another install's, say) makes
+// it stop with a usage error, the role unchanged.
+func TestCitusBenchClaimLeavesOtherRoles(t *testing.T) {
+	c := Get(t)
+	single := scratch.DB{URL: pgtest.URL(t), Schema: pgtest.SchemaName(t)}
+	owner := pgx.Identifier{single.Schema + "_owner"}.Sanitize()
+	conn := pgtest.Conn(t, c.URL)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+owner+" NOLOGIN"); err != nil {
+		t.Fatal(err)
 	}
-	run := func(url, schema string, c *pgsweep.Client) result {
-		ctx := context.Background()
-		for _, q := range queues {
-			if err := c.QueueCreate(ctx, q, pgsweep.Outbox, 10); err != nil {
-				t.Fatal(err)
-			}
-			for i := 0; i < n; i += 10000 {
-				ms := make([]pgsweep.Message, min(10000, n-i))
-				for j := range ms {
-					ms[j] = pgsweep.Message{Payload: json.RawMessage(`{"event":"order.created","id":12345,"customer":"c-42"}`)}
-				}
-				if _, err := c.SendBatch(ctx, q, ms); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.MaxConns = int32(w * len(queues))
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		var (
-			mu   sync.Mutex
-			lat  []time.Duration
-			done atomic.Int64
-			wg   sync.WaitGroup
-		)
-		start := time.Now()
-		for _, q := range queues {
-			for k := range w {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					conn, err := pool.Acquire(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					defer conn.Release()
-					wc, _ := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: schema})
-					var mine []time.Duration
-					for {
-						t0 := time.Now()
-						ds, err := wc.Claim(ctx, q, fmt.Sprintf("bench-%d", k), batch, time.Minute)
-						mine = append(mine, time.Since(t0))
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if len(ds) == 0 {
-							break
-						}
-						ids := make([]int64, len(ds))
-						for i, d := range ds {
-							ids[i] = d.ID
-						}
-						if _, err := wc.Complete(ctx, q, ds[0].Token, ids); err != nil {
-							t.Error(err)
-							return
-						}
-						done.Add(int64(len(ids)))
-					}
-					mu.Lock()
-					lat = append(lat, mine...)
-					mu.Unlock()
-				}()
-			}
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		if got := done.Load(); got != int64(n*len(queues)) {
-			t.Fatalf("drained %d of %d", got, n*len(queues))
-		}
-		slices.Sort(lat)
-		var sum time.Duration
-		for _, l := range lat {
-			sum += l
-		}
-		return result{rate: float64(n*len(queues)) / elapsed.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100],
-			mean: sum / time.Duration(len(lat))}
+	t.Cleanup(func() { _, _ = pgtest.Conn(t, c.URL).Exec(context.Background(), "DROP ROLE IF EXISTS "+owner) })
+	err := bench.Claim(ctx, bench.ClaimOptions{DB: single, Citus: c.URL, Messages: 100, Workers: 2, Batch: 10, Rounds: 1}, io.Discard)
+	if !errors.Is(err, bench.ErrUsage) || !strings.Contains(err.Error(), "existed before the scratch install") {
+		t.Fatalf("bench claim --citus with a foreign owner role: %v, want a usage error", err)
 	}
-	var cs, ss []result
-	for r := 1; r <= rounds; r++ {
-		cs = append(cs, run(citus.URL, citus.Schema, citus.Client))
-		ss = append(ss, run(single.URL, single.Schema, single.Client))
-		t.Logf("round %d: citus %.0f msg/s (claim p50 %v p99 %v); single node %.0f msg/s (claim p50 %v p99 %v)", r,
-			cs[r-1].rate, cs[r-1].p50.Round(10*time.Microsecond), cs[r-1].p99.Round(10*time.Microsecond),
-			ss[r-1].rate, ss[r-1].p50.Round(10*time.Microsecond), ss[r-1].p99.Round(10*time.Microsecond))
+	var login bool
+	if err := conn.QueryRow(ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", single.Schema+"_owner").Scan(&login); err != nil || login {
+		t.Fatalf("the foreign role: can log in %v (%v), want it left NOLOGIN", login, err)
 	}
-	med := func(rs []result) result {
-		slices.SortFunc(rs, func(a, b result) int {
-			if a.rate < b.rate {
-				return -1
-			}
-			if a.rate > b.rate {
-				return 1
-			}
-			return 0
-		})
-		return rs[len(rs)/2]
+	if n := queryInt(t, conn, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", single.Schema); n != 0 {
+		t.Errorf("the scratch schema %s is still on the coordinator", single.Schema)
 	}
-	mc, ms := med(cs), med(ss)
-	t.Logf("bench claim (claim %d + complete, %d workers per queue, 2 queues x %d messages; medians of %d rounds):", batch, w, n, rounds)
-	t.Logf("  Citus: coordinator + 2 workers (queues %s on %s, %s on %s): %8.0f msg/s, claim p50 %v, p99 %v, mean %v",
-		queues[0], citus.Workers[0].Name, queues[1], citus.Workers[1].Name, mc.rate, mc.p50.Round(10*time.Microsecond),
-		mc.p99.Round(10*time.Microsecond), mc.mean.Round(10*time.Microsecond))
-	t.Logf("  single node:                                                %8.0f msg/s, claim p50 %v, p99 %v, mean %v",
-		ms.rate, ms.p50.Round(10*time.Microsecond), ms.p99.Round(10*time.Microsecond), ms.mean.Round(10*time.Microsecond))
-	t.Logf("  Citus / single node: %.2fx", mc.rate/ms.rate)
 }

@@ -206,6 +206,20 @@ func TestCitusUpgrade(t *testing.T) {
 			t.Errorf("%s: a send after the upgrade left no row", q)
 		}
 	}
+	// The monitor's views (migration 025 replaced three of them, and Citus
+	// copied those to the workers; citus_distribute put them back on the
+	// coordinator alone) read as on a fresh install.
+	as := asMonitor(t, in)
+	checkViewsForMonitor(t, in, as)
+	if got, err := as("SELECT owner FROM " + in.Rel("leases") + " WHERE name = 'upgrade-leader' AND live"); err != nil || len(got) != 1 || got[0] != "before" {
+		t.Errorf("leases for a monitor login after the upgrade: %v %v; want the live lease of before", got, err)
+	}
+	if got, err := as("SELECT value FROM " + in.Rel("settings") + " WHERE name = 'recovery_batch_size'"); err != nil || len(got) != 1 || got[0] != "321" {
+		t.Errorf("settings for a monitor login after the upgrade: %v %v; want 321", got, err)
+	}
+	if got, err := as("SELECT count(*) FROM "+in.Rel("queue_stats")+" WHERE queue = ANY($1)", queues); err != nil || len(got) != 1 || got[0] != fmt.Sprint(len(queues)) {
+		t.Errorf("queue_stats for a monitor login after the upgrade: %v %v; want %d queues", got, err, len(queues))
+	}
 	if n := in.Int(t, "SELECT count(*) - count(DISTINCT id) FROM (SELECT id FROM "+in.Rel("message")+" UNION ALL SELECT id FROM "+
 		in.Rel("message_processed")+" UNION ALL SELECT id FROM "+in.Rel("message_dead")+") x"); n != 0 {
 		t.Errorf("%d duplicate message ids", n)

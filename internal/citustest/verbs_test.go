@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // pushed reports whether cmds hold a call of the install's function fn sent
@@ -417,34 +417,126 @@ func TestCitusUninstall(t *testing.T) {
 // monitor role). Citus reads a reference or distributed table behind a view
 // with the privileges of the role running the query, not of the view's
 // owner (citusdata/citus#6161), and the monitor role holds no privilege on
-// any table: leases, settings and queue_stats fail with "permission denied
-// for table <shard>" until they select from SECURITY DEFINER functions
-// (owned by S_owner, as the verbs are). The retention and maintenance views
-// read coordinator tables and work as on one server.
+// any table: leases, settings and queue_stats read their tables through
+// SECURITY DEFINER functions owned by S_owner (_lease_rows, _setting_rows,
+// _queue_rows; migration 025), whose result columns are spelled out (a
+// function returning a table's row type made citus_distribute fail with a
+// circular dependency). The retention and maintenance views read
+// coordinator tables and work as on one server. The login still reads no
+// table directly, on the coordinator or on a worker.
 func TestCitusViewsForTheirRoles(t *testing.T) {
-	if os.Getenv("PGSWEEP_CITUS_STRICT") != "1" {
-		t.Skip("KNOWN LIMITATION (issue 15, open): on Citus the leases, settings and queue_stats views fail for a " +
-			"monitor login (Citus reads a view's tables as the querying role; SECURITY DEFINER row functions made " +
-			"citus_distribute fail with a circular dependency); runs with PGSWEEP_CITUS_STRICT=1")
-	}
 	in := New(t, 2)
 	ctx := context.Background()
-	if err := in.Client.QueueCreate(ctx, "v", pgsweep.Outbox, 3); err != nil {
+	queues := in.QueuePerWorker(t, "v")
+	for _, q := range queues {
+		if err := in.Client.QueueCreate(ctx, q, pgsweep.Outbox, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := in.Client.Send(ctx, queues[1], pgsweep.Message{Payload: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
+	if _, ok, err := in.Client.LeaseAcquire(ctx, "views", "me", time.Minute); err != nil || !ok {
+		t.Fatalf("lease_acquire: %v %v", ok, err)
+	}
+	as := asMonitor(t, in)
+	checkViewsForMonitor(t, in, as)
+	// The rows are the tables' rows.
+	if got, err := as("SELECT queue || ':' || pending FROM " + in.Rel("queue_stats") + " ORDER BY queue"); err != nil ||
+		strings.Join(got, ",") != queues[0]+":0,"+queues[1]+":1" {
+		t.Errorf("queue_stats for a monitor login: %v %v; want %s:0 and %s:1", got, err, queues[0], queues[1])
+	}
+	if got, err := as("SELECT pending FROM "+in.Rel("queue_stats")+" WHERE queue = $1", queues[1]); err != nil || len(got) != 1 || got[0] != "1" {
+		t.Errorf("queue_stats WHERE queue = %s for a monitor login: %v %v; want 1", queues[1], got, err)
+	}
+	if got, err := as("SELECT owner FROM " + in.Rel("leases") + " WHERE name = 'views' AND live"); err != nil || len(got) != 1 || got[0] != "me" {
+		t.Errorf("leases for a monitor login: %v %v; want the live lease of me", got, err)
+	}
+	want := in.Int(t, "SELECT count(*) FROM "+in.Rel("setting"))
+	if got, err := as("SELECT name FROM " + in.Rel("settings")); err != nil || len(got) == 0 || int64(len(got)) != want {
+		t.Errorf("settings for a monitor login: %d rows, %v; want %d", len(got), err, want)
+	}
+
+	// A migration that replaces a view on a distributed install (025 did)
+	// has Citus copy it, with the functions it calls, to the workers;
+	// citus_distribute, called after every migration, puts it back on the
+	// coordinator alone, still readable by the monitor.
+	var def string
+	if err := in.Pool.QueryRow(ctx, "SELECT pg_get_viewdef($1::regclass)", in.Schema+".leases").Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	in.Exec(t, "CREATE OR REPLACE VIEW "+in.Rel("leases")+" AS "+def)
+	for _, w := range in.Workers {
+		if n := queryInt(t, pgtest.Conn(t, w.URL), "SELECT count(*) FROM pg_views WHERE schemaname = $1 AND viewname = 'leases'", in.Schema); n != 1 {
+			t.Fatalf("CREATE OR REPLACE VIEW leases on the coordinator left %d copies on %s, want 1: Citus no longer copies replaced views, drop this part", n, w.Name)
+		}
+	}
+	in.Distribute(t)
+	checkViewsForMonitor(t, in, as)
+	if got, err := as("SELECT owner FROM " + in.Rel("leases") + " WHERE name = 'views' AND live"); err != nil || len(got) != 1 || got[0] != "me" {
+		t.Errorf("leases for a monitor login after citus_distribute: %v %v; want the live lease of me", got, err)
+	}
+}
+
+// monitorViews are the views granted to the monitor role (_view_grants).
+var monitorViews = []string{"queue_stats", "leases", "settings", "retention_policies", "retention_passes", "maintenance_passes", "maintenance_runs"}
+
+// asMonitor creates a login role of the install's monitor role (dropped
+// when the test ends) and returns a function that runs sql as that login
+// and returns the first column of every row as text.
+func asMonitor(t *testing.T, in *Install) func(sql string, args ...any) ([]string, error) {
+	t.Helper()
+	ctx := context.Background()
 	login := pgx.Identifier{in.Schema + "_dash"}.Sanitize()
 	in.Exec(t, "CREATE ROLE "+login+" LOGIN IN ROLE "+pgx.Identifier{in.Schema + "_monitor"}.Sanitize())
 	t.Cleanup(func() { _, _ = in.Pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+login) })
-	for _, v := range []string{"queue_stats", "leases", "settings", "retention_policies", "retention_passes", "maintenance_passes", "maintenance_runs"} {
+	return func(sql string, args ...any) ([]string, error) {
+		var got []string
 		err := pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+login); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "SELECT * FROM "+in.Rel(v))
-			return err
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				vals, err := rows.Values()
+				if err != nil {
+					return err
+				}
+				got = append(got, fmt.Sprint(vals[0]))
+			}
+			return rows.Err()
 		})
-		if err != nil {
+		return got, err
+	}
+}
+
+// checkViewsForMonitor: the monitor's login reads every view of the
+// monitor role, and no table (42501) -- on the coordinator, the views
+// exist there alone, as citus_distribute creates them, not on a worker.
+func checkViewsForMonitor(t *testing.T, in *Install, as func(sql string, args ...any) ([]string, error)) {
+	t.Helper()
+	for _, v := range monitorViews {
+		if _, err := as("SELECT * FROM " + in.Rel(v)); err != nil {
 			t.Errorf("view %s for a monitor login: %v", v, err)
 		}
+	}
+	for _, table := range []string{"queue", "lease", "setting", "message"} {
+		_, err := as("SELECT * FROM " + in.Rel(table))
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("SELECT FROM %s as a monitor login: %v, want permission denied (42501)", table, err)
+		}
+	}
+	for _, w := range in.Workers {
+		if n := queryInt(t, pgtest.Conn(t, w.URL), "SELECT count(*) FROM pg_views WHERE schemaname = $1", in.Schema); n != 0 {
+			t.Errorf("%s holds %d of the install's views; citus_distribute keeps them on the coordinator", w.Name, n)
+		}
+	}
+	if n := in.Int(t, `SELECT count(*) FROM pg_dist_object o JOIN pg_class c ON o.classid = 'pg_class'::regclass AND o.objid = c.oid
+		WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'v'`, in.Schema); n != 0 {
+		t.Errorf("%d of the install's views are distributed objects; citus_distribute keeps them on the coordinator", n)
 	}
 }

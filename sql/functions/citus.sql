@@ -235,6 +235,12 @@ $$;
 -- copy every view over a converted table to the workers with the view's
 -- dependencies -- and retention_passes reads pg_catalog.pg_stat_activity,
 -- which Citus then tries to create on the workers: only a superuser may.
+-- The same happens when there is no table to convert but Citus has copied a
+-- view to the workers anyway: a migration's CREATE OR REPLACE VIEW on a
+-- distributed install propagates the view and the functions it calls (025:
+-- leases, settings, queue_stats). Dropped (on the workers too) and created
+-- again on the coordinator alone, the views of an upgraded install are
+-- where a fresh install's are.
 CREATE OR REPLACE FUNCTION citus_distribute()
 RETURNS TABLE (object_kind text, object_name text, placement text, changed boolean)
 LANGUAGE plpgsql
@@ -290,7 +296,11 @@ BEGIN
     FOR i IN 1 .. coalesce(pg_catalog.cardinality(v_fk_rel), 0) LOOP
         EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I', v_fk_rel[i], v_fk_name[i]);
     END LOOP;
-    IF v_pending IS NOT NULL THEN
+    IF v_pending IS NOT NULL
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                    JOIN pg_catalog.pg_dist_object o
+                      ON o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND o.objid = c.oid AND o.objsubid = 0
+                   WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v') THEN
         SELECT pg_catalog.array_agg(c.relname::text ORDER BY c.oid),
                pg_catalog.array_agg(pg_catalog.pg_get_viewdef(c.oid) ORDER BY c.oid),
                pg_catalog.array_agg(coalesce(' WITH (' || pg_catalog.array_to_string(c.reloptions, ', ') || ')', '') ORDER BY c.oid),

@@ -144,6 +144,23 @@ BEGIN
 END
 $$;
 
+-- _lease_rows: the rows of the leases view, read as S_owner (SECURITY
+-- DEFINER, like every function here). The view reads its table through it
+-- because a monitor holds no privilege on any table, and on Citus a view's
+-- tables are read with the privileges of the querying role, not the view's
+-- owner (citusdata/citus#6161): `FROM lease` failed there for a monitor
+-- login. The columns are spelled out, not RETURNS SETOF lease: with the
+-- table's row type as its result, citus_distribute fails ("Citus can not
+-- handle circular dependencies between distributed objects") when it
+-- distributes the function. Granted to S_monitor
+-- (the caller of a view needs EXECUTE on what it calls); it returns what
+-- the view shows, no more.
+CREATE OR REPLACE FUNCTION _lease_rows()
+RETURNS TABLE (name text, owner text, token bigint, acquired_at timestamptz, expires_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT l.name, l.owner, l.token, l.acquired_at, l.expires_at FROM lease l $$;
+
 CREATE OR REPLACE VIEW leases AS
 SELECT name,
        owner,
@@ -151,4 +168,4 @@ SELECT name,
        acquired_at,
        expires_at,
        (owner IS NOT NULL AND expires_at > clock_timestamp()) AS live
-  FROM lease;
+  FROM _lease_rows();

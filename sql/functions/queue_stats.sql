@@ -55,6 +55,17 @@ BEGIN
 END
 $$;
 
+-- _queue_rows: the queues as queue_stats shows them, read as S_owner (see
+-- _lease_rows, lease.sql, for why a view reads its table through a
+-- function). `WHERE queue = 'x'` on the view still filters the queues
+-- before _queue_stats is called: the filter applies to this function's
+-- rows.
+CREATE OR REPLACE FUNCTION _queue_rows()
+RETURNS TABLE (name text, kind text, paused boolean)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT q.name, q.kind, q.paused FROM queue q $$;
+
 CREATE OR REPLACE VIEW queue_stats AS
 SELECT q.name AS queue,
        q.kind,
@@ -67,5 +78,5 @@ SELECT q.name AS queue,
        q.paused,
        s.lanes,
        s.blocked_lanes
-  FROM queue q
+  FROM _queue_rows() q
  CROSS JOIN LATERAL _queue_stats(q.name) s;

@@ -147,6 +147,19 @@ BEGIN
 END
 $$;
 
+-- _setting_rows: the rows of the settings view, read as S_owner (see
+-- _lease_rows, lease.sql, for why a view reads its table through a
+-- function).
+CREATE OR REPLACE FUNCTION _setting_rows()
+RETURNS TABLE (name text, value text, default_value text, kind text, min_value text, max_value text,
+               infinite_ok boolean, description text, updated_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT s.name, s.value, s.default_value, s.kind, s.min_value, s.max_value, s.infinite_ok, s.description, s.updated_at
+      FROM setting s
+$$;
+
 CREATE OR REPLACE VIEW settings AS
 SELECT name,
        value,
@@ -156,4 +169,4 @@ SELECT name,
             ELSE format('%s .. %s', min_value, max_value) END AS range,
        description,
        updated_at
-  FROM setting;
+  FROM _setting_rows();

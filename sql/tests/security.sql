@@ -9,7 +9,7 @@
 -- security_cron_test.go.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(65);
+SELECT plan(72);
 
 -- as_role runs p_sql as p_role and returns its SQLSTATE ('ok' when it
 -- succeeds; its effects stay). as_role_val returns the first column instead.
@@ -171,6 +171,20 @@ SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.message'), '4
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.message_dead'), '42501', 'monitor cannot SELECT message_dead');
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.message_processed'), '42501', 'monitor cannot SELECT message_processed');
 SELECT is(pg_temp.as_role('sectap_monitor', $$SELECT * FROM pgsweep.claim('sectap', 'm', 1, '30 seconds')$$), '42501', 'monitor cannot claim');
+-- leases, settings and queue_stats read their tables through SECURITY
+-- DEFINER functions (Citus reads a view's tables as the querying role):
+-- the monitor reads the views, never the tables, and the functions are the
+-- monitor's alone (they show what the views show).
+SELECT pgsweep.lease_acquire('sectap_lease', 'holder', '1 minute');
+SELECT is(pg_temp.as_role_val('sectap_monitor', $$SELECT owner FROM pgsweep.leases WHERE name = 'sectap_lease' AND live$$), 'holder',
+    'monitor reads leases');
+SELECT is(pg_temp.as_role_val('sectap_monitor', $$SELECT count(*)::text FROM pgsweep.settings$$),
+    (SELECT count(*)::text FROM pgsweep.setting), 'monitor reads settings, every row');
+SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.lease'), '42501', 'monitor cannot SELECT lease');
+SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.setting'), '42501', 'monitor cannot SELECT setting');
+SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.queue'), '42501', 'monitor cannot SELECT queue');
+SELECT is(pg_temp.as_role('sectap_worker', 'SELECT * FROM pgsweep._lease_rows()'), '42501', 'worker cannot call _lease_rows');
+SELECT is(pg_temp.as_role('sectap_nobody', 'SELECT * FROM pgsweep._queue_rows()'), '42501', 'a role without a grant cannot call _queue_rows');
 
 -- admin
 SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep.queue_create('sectap_admin')$$), 'ok', 'admin creates a queue');
