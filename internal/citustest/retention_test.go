@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,4 +310,90 @@ func TestCitusRetentionCAP(t *testing.T) {
 		t.Logf("exclusive: %d eligible, %d deleted in %d passes (%d cleaners found it busy); %d re-queued meanwhile",
 			eligible, deleted, len(passes), cleaners-ran, rq.requeues.Load())
 	})
+}
+
+// TestCitusRetentionOneShardAStatement: a pass over a distributed table, on
+// a connection that logs every command the coordinator sends to the workers
+// (citus.log_remote_commands), sends each batch's DELETE to one shard --
+// exactly one DELETE command a batch, naming one shard -- and sweeps every
+// shard; never a multi-shard statement with ctid. Both strategies, with a
+// batch size that makes several batches a shard.
+func TestCitusRetentionOneShardAStatement(t *testing.T) {
+	const rows, batch = 8_000, 200
+	in := New(t, 4)
+	ctx := context.Background()
+	tr := in.NewTraced(t)
+	c, _ := pgsweep.NewClient(tr.Conn, &pgsweep.ClientOptions{Schema: in.Schema})
+	for _, strategy := range []string{pgsweep.RetentionTIDRange, pgsweep.RetentionKeyset} {
+		t.Run(strategy, func(t *testing.T) {
+			tbl := "onesh_" + strategy
+			name, truth, eligible := capTable(t, in, tbl, rows)
+			policy := "cap." + tbl
+			if err := in.Client.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: policy, Table: name,
+				TimeColumn: "ExpiresAt", OlderThan: time.Hour, StatusColumn: "StatusName",
+				Statuses: []string{"Succeeded", "Failed"}, BatchSize: batch, Mode: pgsweep.RetentionParallel}); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.Client.RetentionSetStrategy(ctx, policy, strategy); err != nil {
+				t.Fatal(err)
+			}
+			var shardNames []string
+			rs, err := in.Pool.Query(ctx, `SELECT shard_name(logicalrelid, shardid, false) FROM pg_dist_shard WHERE logicalrelid = $1::regclass`, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shardNames, err = pgx.CollectRows(rs, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.Take()
+			p, ran, err := c.RetentionRun(ctx, policy, "traced", time.Minute)
+			if err != nil || !ran {
+				t.Fatalf("retention_run: ran %v, %v", ran, err)
+			}
+			cmds := tr.Take()
+			deletes, perShard := 0, map[string]int{}
+			for _, cmd := range cmds {
+				if !strings.HasPrefix(cmd.SQL, "DELETE FROM ") {
+					continue
+				}
+				named := 0
+				for _, s := range shardNames {
+					if strings.Contains(cmd.SQL, s+" ") {
+						named++
+						perShard[s]++
+					}
+				}
+				if named != 1 {
+					t.Errorf("a DELETE names %d shards of %s: %s", named, name, cmd.SQL)
+				}
+				deletes++
+			}
+			if deletes != p.Batches {
+				t.Errorf("%d DELETE commands went to the workers for %d batches: not one shard a batch", deletes, p.Batches)
+			}
+			if len(perShard) != len(shardNames) {
+				t.Errorf("DELETEs went to %d of the %d shards", len(perShard), len(shardNames))
+			}
+			if p.Batches > 0 && p.RowsDeleted/int64(p.Batches) > batch {
+				t.Errorf("%d rows in %d batches: over the batch size %d", p.RowsDeleted, p.Batches, batch)
+			}
+			if left := in.Int(t, `SELECT count(*) FROM `+name+` WHERE `+capEligible); left != 0 {
+				t.Errorf("%d eligible rows are left", left)
+			}
+			if wrong := in.Int(t, fmt.Sprintf(`SELECT count(*) FROM %s t WHERE NOT t.eligible
+				AND NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = t."Id")`, truth, name)); wrong != 0 {
+				t.Errorf("%d ineligible rows were deleted", wrong)
+			}
+			if p.RowsDeleted != eligible {
+				t.Errorf("the pass deleted %d rows, %d were eligible", p.RowsDeleted, eligible)
+			}
+			per := make([]int, 0, len(perShard))
+			for _, s := range shardNames {
+				per = append(per, perShard[s])
+			}
+			t.Logf("%s: %d rows deleted in %d batches (%d units) over %d shards, one DELETE a batch, each to one shard (DELETEs by shard: %v)",
+				strategy, p.RowsDeleted, p.Batches, p.Units, len(shardNames), per)
+		})
+	}
 }
