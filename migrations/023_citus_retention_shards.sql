@@ -374,7 +374,9 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
         'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
-        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END),
+        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END)
+               -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+               || CASE WHEN p_shard IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END,
         CASE WHEN p_shard IS NULL THEN _retention_exec_body(v_sql, p_kind, p_target)
              ELSE _retention_shard_body(p_pol, p_strategy, p_shard, p_lo::text, p_hi::text, p_cutoff) END);
     EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
@@ -1080,6 +1082,12 @@ $$;
 --     A read that returned batch_size rows leaves its unit open (the next
 --     batch reads the unit again: the rows just deleted are gone); one that
 --     returned fewer, or deleted nothing, finishes it.
+--   * the DELETE waits for a row lock no longer than retention_lock_timeout,
+--     on the worker too: Citus does not pass a function's settings on to
+--     the workers, so the batch sets lock_timeout with SET LOCAL under
+--     citus.propagate_set_commands = local, which Citus sends with the
+--     transaction to the shard's worker. A lock timeout there (55P03) defers
+--     the unit to a later pass, as on one server (_retention_step).
 --   * never a multi-shard statement with ctid or SKIP LOCKED, exclusive and
 --     parallel modes unchanged (units are claimed as before).
 -- Reference tables and Citus local tables hold all their rows on the
@@ -1294,6 +1302,7 @@ BEGIN
     j := r.result::json;
     c := (j ->> 'n')::bigint;
     IF c > 0 THEN
+        EXECUTE 'SET LOCAL lock_timeout = ' || quote_literal(current_setting('lock_timeout'));
         EXECUTE %L USING ARRAY(SELECT json_array_elements_text(j -> 't'))::tid[],
                          ARRAY(SELECT json_array_elements_text(j -> 'k')), $3, $4, $5;
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -397,3 +397,73 @@ func TestCitusRetentionOneShardAStatement(t *testing.T) {
 		})
 	}
 }
+
+// TestCitusRetentionLockedRowDefers: an application holds a row of a
+// distributed table locked (on its worker); a pass waits for it no longer
+// than retention_lock_timeout, there too, and defers that unit to a later
+// pass instead of hanging; the locked row stays, every other unit is swept,
+// and the next pass, after the lock is gone, sweeps the rest.
+func TestCitusRetentionLockedRowDefers(t *testing.T) {
+	const rows, batch = 8_000, 200
+	in := New(t, 4)
+	ctx := context.Background()
+	name, truth, eligible := capTable(t, in, "locked", rows)
+	if err := in.Client.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "cap.locked", Table: name,
+		TimeColumn: "ExpiresAt", OlderThan: time.Hour, StatusColumn: "StatusName",
+		Statuses: []string{"Succeeded", "Failed"}, BatchSize: batch, Mode: pgsweep.RetentionParallel}); err != nil {
+		t.Fatal(err)
+	}
+	locked := in.Int(t, `SELECT min("Id") FROM `+name+` WHERE `+capEligible)
+	holder, err := pgx.Connect(ctx, in.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+name+` WHERE "Id" = $1 FOR UPDATE`, locked); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	p, ran, err := in.Client.RetentionRun(runCtx, "cap.locked", "locked-1", 30*time.Second)
+	if err != nil || !ran {
+		t.Fatalf("first pass (a row locked): ran %v, %v after %s", ran, err, time.Since(start))
+	}
+	took := time.Since(start)
+	if p.Outcome != "deferred" {
+		t.Errorf("first pass: outcome %q, want deferred (one unit's row was locked)", p.Outcome)
+	}
+	if n := in.Int(t, `SELECT count(*) FROM `+name+` WHERE "Id" = $1`, locked); n != 1 {
+		t.Errorf("the locked row is gone")
+	}
+	left := in.Int(t, `SELECT count(*) FROM `+name+` WHERE `+capEligible)
+	if left == 0 || left > batch*2 {
+		t.Errorf("after the first pass %d eligible rows are left; want those of the deferred unit only (1..%d)", left, batch*2)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p2, ran, err := in.Client.RetentionRun(runCtx, "cap.locked", "locked-2", 30*time.Second)
+	if err != nil || !ran {
+		t.Fatalf("second pass: ran %v, %v", ran, err)
+	}
+	if left := in.Int(t, `SELECT count(*) FROM `+name+` WHERE `+capEligible); left != 0 {
+		t.Errorf("after the second pass %d eligible rows are left", left)
+	}
+	if wrong := in.Int(t, fmt.Sprintf(`SELECT count(*) FROM %s t WHERE NOT t.eligible
+		AND NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = t."Id")`, truth, name)); wrong != 0 {
+		t.Errorf("%d ineligible rows were deleted", wrong)
+	}
+	if p.RowsDeleted+p2.RowsDeleted != eligible {
+		t.Errorf("the passes deleted %d + %d rows, %d were eligible", p.RowsDeleted, p2.RowsDeleted, eligible)
+	}
+	t.Logf("a row locked on its worker: the first pass took %s, deleted %d rows in %d batches and deferred a unit (%d eligible rows left); the second deleted %d",
+		took.Round(time.Millisecond), p.RowsDeleted, p.Batches, left, p2.RowsDeleted)
+}

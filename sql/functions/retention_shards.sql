@@ -35,6 +35,12 @@
 --     A read that returned batch_size rows leaves its unit open (the next
 --     batch reads the unit again: the rows just deleted are gone); one that
 --     returned fewer, or deleted nothing, finishes it.
+--   * the DELETE waits for a row lock no longer than retention_lock_timeout,
+--     on the worker too: Citus does not pass a function's settings on to
+--     the workers, so the batch sets lock_timeout with SET LOCAL under
+--     citus.propagate_set_commands = local, which Citus sends with the
+--     transaction to the shard's worker. A lock timeout there (55P03) defers
+--     the unit to a later pass, as on one server (_retention_step).
 --   * never a multi-shard statement with ctid or SKIP LOCKED, exclusive and
 --     parallel modes unchanged (units are claimed as before).
 -- Reference tables and Citus local tables hold all their rows on the
@@ -249,6 +255,7 @@ BEGIN
     j := r.result::json;
     c := (j ->> 'n')::bigint;
     IF c > 0 THEN
+        EXECUTE 'SET LOCAL lock_timeout = ' || quote_literal(current_setting('lock_timeout'));
         EXECUTE %L USING ARRAY(SELECT json_array_elements_text(j -> 't'))::tid[],
                          ARRAY(SELECT json_array_elements_text(j -> 'k')), $3, $4, $5;
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -359,7 +359,9 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
         'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
-        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END),
+        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END)
+               -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+               || CASE WHEN p_shard IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END,
         CASE WHEN p_shard IS NULL THEN _retention_exec_body(v_sql, p_kind, p_target)
              ELSE _retention_shard_body(p_pol, p_strategy, p_shard, p_lo::text, p_hi::text, p_cutoff) END);
     EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
