@@ -124,6 +124,8 @@ DECLARE
     v_nodes text[] := '{}';
     v_ports int[] := '{}';
     v_cmds text[] := '{}';
+    v_keys text[] := '{}';
+    v_k int;
     v_where record;
     v_name text[];
     v_sweep bigint;
@@ -136,8 +138,9 @@ DECLARE
 BEGIN
     EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
        INTO v_shards USING v_rel;
-    -- Each shard's blocks and statistics, read on its worker (by name: no
-    -- privilege on the table's schema is needed).
+    -- Each shard's blocks and statistics, read on its worker: one command
+    -- (one connection) a node, finding the shards by name (no privilege on
+    -- the table's schema is needed).
     FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
         v_where := _retention_shard_placement(v_rel, v_shards[i]);
         IF v_where.node IS NULL THEN
@@ -145,21 +148,30 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state';
         END IF;
         v_name := parse_ident(v_where.shard);
-        v_nodes := v_nodes || v_where.node;
-        v_ports := v_ports || v_where.port;
-        v_cmds := v_cmds || format(
-            'SELECT %s || '' '' || coalesce((SELECT pg_catalog.pg_relation_size(c.oid) / %s || '' '' || c.reltuples || '' '' || c.relpages '
-            'FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace '
-            'WHERE n.nspname = %L AND c.relname = %L), ''0 -1 0'')',
-            v_shards[i], v_block_size, v_name[1], v_name[2]);
+        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
+        IF v_k IS NULL THEN
+            v_keys := v_keys || (v_where.node || ':' || v_where.port);
+            v_nodes := v_nodes || v_where.node;
+            v_ports := v_ports || v_where.port;
+            v_cmds := v_cmds || ''::text;
+            v_k := cardinality(v_keys);
+        END IF;
+        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
+                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
     END LOOP;
     -- "shard blocks tuples pages", one line a shard
-    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, v_cmds, true) LOOP
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
+                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
+                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                               'FROM (VALUES %s) v(shard, nsp, rel) '
+                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
+                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
         IF NOT r.success THEN
             RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
                 r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';
         END IF;
-        v_sizes := v_sizes || r.result;
+        v_sizes := v_sizes || string_to_array(r.result, ',');
     END LOOP;
     SELECT coalesce(sum(split_part(l, ' ', 2)::bigint), 0) INTO v_blocks FROM unnest(v_sizes) l;
 
