@@ -1098,6 +1098,10 @@ $$;
 -- column, so their statements already go to one shard: they are planned as
 -- today too.
 --
+-- The read's own session has no lock_timeout (master_run_on_worker sends
+-- one statement, and a relation lock is taken before any set_config in it
+-- could run): DDL that holds the shard's lock holds the batch up.
+--
 -- Values in the read travel as literals (format %L; a time as ISO 8601 in
 -- UTC, so no DateStyle or TimeZone of either session changes it):
 -- master_run_on_worker takes text only. A shard that no longer exists when
