@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,33 +199,31 @@ func TestCitusRetentionCAP(t *testing.T) {
 		return in.Int(t, "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = $1::regclass", in.Schema+"."+tbl)
 	}
 	// shardwise: the batches of the passes deleted at most the batch size
-	// each, and the sweep was cut into at least one unit per shard (each
-	// batch finishes one unit).
-	// KNOWN LIMITATION (issue 15, open): retention plans a distributed table
-	// from the coordinator's empty shell, so a pass runs one multi-shard
-	// statement instead of units per shard. The correctness checks (no
-	// deadlock, nothing ineligible deleted, everything eligible gone) always
-	// run; the shard-by-shard ones only with PGSWEEP_CITUS_STRICT=1, until
-	// planning per shard lands.
-	strict := os.Getenv("PGSWEEP_CITUS_STRICT") == "1"
+	// each, and the sweep was cut into at least one unit per shard (a
+	// shard's unit is finished by the batch that reads fewer than a batch
+	// of its rows).
 	shardwise := func(t *testing.T, tbl string, passes []pgsweep.RetentionPass) {
 		t.Helper()
-		errorf := t.Errorf
-		if !strict {
-			errorf = func(format string, args ...any) { t.Logf("KNOWN LIMITATION (issue 15): "+format, args...) }
-		}
 		n := shards(tbl)
-		units := 0
+		units, batches := 0, 0
+		var rows, most int64
 		for _, p := range passes {
 			units += p.Units
+			batches += p.Batches
+			rows += p.RowsDeleted
 			if p.Batches > 0 && p.RowsDeleted/int64(p.Batches) > batch {
-				errorf("pass %d (%s) deleted %d rows in %d batches: over the batch size %d (a multi-shard statement per batch)",
+				t.Errorf("pass %d (%s) deleted %d rows in %d batches: over the batch size %d (a multi-shard statement per batch)",
 					p.ID, p.Strategy, p.RowsDeleted, p.Batches, batch)
+			}
+			if p.Batches > 0 && p.RowsDeleted/int64(p.Batches) > most {
+				most = p.RowsDeleted / int64(p.Batches)
 			}
 		}
 		if int64(units) < n {
-			errorf("the passes finished %d units for a table of %d shards: not shard by shard", units, n)
+			t.Errorf("the passes finished %d units for a table of %d shards: not shard by shard", units, n)
 		}
+		t.Logf("shard by shard: %d units finished over %d shards (%.1f a shard), %d batches, %d rows (%.0f a batch; at most %d a batch in one pass)",
+			units, n, float64(units)/float64(n), batches, rows, float64(rows)/float64(max(batches, 1)), most)
 	}
 
 	t.Run("parallel", func(t *testing.T) {
@@ -312,4 +310,160 @@ func TestCitusRetentionCAP(t *testing.T) {
 		t.Logf("exclusive: %d eligible, %d deleted in %d passes (%d cleaners found it busy); %d re-queued meanwhile",
 			eligible, deleted, len(passes), cleaners-ran, rq.requeues.Load())
 	})
+}
+
+// TestCitusRetentionOneShardAStatement: a pass over a distributed table, on
+// a connection that logs every command the coordinator sends to the workers
+// (citus.log_remote_commands), sends each batch's DELETE to one shard --
+// exactly one DELETE command a batch, naming one shard -- and sweeps every
+// shard; never a multi-shard statement with ctid. Both strategies, with a
+// batch size that makes several batches a shard.
+func TestCitusRetentionOneShardAStatement(t *testing.T) {
+	const rows, batch = 8_000, 200
+	in := New(t, 4)
+	ctx := context.Background()
+	tr := in.NewTraced(t)
+	c, _ := pgsweep.NewClient(tr.Conn, &pgsweep.ClientOptions{Schema: in.Schema})
+	for _, strategy := range []string{pgsweep.RetentionTIDRange, pgsweep.RetentionKeyset} {
+		t.Run(strategy, func(t *testing.T) {
+			tbl := "onesh_" + strategy
+			name, truth, eligible := capTable(t, in, tbl, rows)
+			policy := "cap." + tbl
+			if err := in.Client.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: policy, Table: name,
+				TimeColumn: "ExpiresAt", OlderThan: time.Hour, StatusColumn: "StatusName",
+				Statuses: []string{"Succeeded", "Failed"}, BatchSize: batch, Mode: pgsweep.RetentionParallel}); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.Client.RetentionSetStrategy(ctx, policy, strategy); err != nil {
+				t.Fatal(err)
+			}
+			var shardNames []string
+			rs, err := in.Pool.Query(ctx, `SELECT shard_name(logicalrelid, shardid, false) FROM pg_dist_shard WHERE logicalrelid = $1::regclass`, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shardNames, err = pgx.CollectRows(rs, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.Take()
+			p, ran, err := c.RetentionRun(ctx, policy, "traced", time.Minute)
+			if err != nil || !ran {
+				t.Fatalf("retention_run: ran %v, %v", ran, err)
+			}
+			cmds := tr.Take()
+			deletes, perShard := 0, map[string]int{}
+			for _, cmd := range cmds {
+				if !strings.HasPrefix(cmd.SQL, "DELETE FROM ") {
+					continue
+				}
+				named := 0
+				for _, s := range shardNames {
+					if strings.Contains(cmd.SQL, s+" ") {
+						named++
+						perShard[s]++
+					}
+				}
+				if named != 1 {
+					t.Errorf("a DELETE names %d shards of %s: %s", named, name, cmd.SQL)
+				}
+				deletes++
+			}
+			if deletes != p.Batches {
+				t.Errorf("%d DELETE commands went to the workers for %d batches: not one shard a batch", deletes, p.Batches)
+			}
+			if len(perShard) != len(shardNames) {
+				t.Errorf("DELETEs went to %d of the %d shards", len(perShard), len(shardNames))
+			}
+			if p.Batches > 0 && p.RowsDeleted/int64(p.Batches) > batch {
+				t.Errorf("%d rows in %d batches: over the batch size %d", p.RowsDeleted, p.Batches, batch)
+			}
+			if left := in.Int(t, `SELECT count(*) FROM `+name+` WHERE `+capEligible); left != 0 {
+				t.Errorf("%d eligible rows are left", left)
+			}
+			if wrong := in.Int(t, fmt.Sprintf(`SELECT count(*) FROM %s t WHERE NOT t.eligible
+				AND NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = t."Id")`, truth, name)); wrong != 0 {
+				t.Errorf("%d ineligible rows were deleted", wrong)
+			}
+			if p.RowsDeleted != eligible {
+				t.Errorf("the pass deleted %d rows, %d were eligible", p.RowsDeleted, eligible)
+			}
+			per := make([]int, 0, len(perShard))
+			for _, s := range shardNames {
+				per = append(per, perShard[s])
+			}
+			t.Logf("%s: %d rows deleted in %d batches (%d units) over %d shards, one DELETE a batch, each to one shard (DELETEs by shard: %v)",
+				strategy, p.RowsDeleted, p.Batches, p.Units, len(shardNames), per)
+		})
+	}
+}
+
+// TestCitusRetentionLockedRowDefers: an application holds a row of a
+// distributed table locked (on its worker); a pass waits for it no longer
+// than retention_lock_timeout, there too, and defers that unit to a later
+// pass instead of hanging; the locked row stays, every other unit is swept,
+// and the next pass, after the lock is gone, sweeps the rest.
+func TestCitusRetentionLockedRowDefers(t *testing.T) {
+	const rows, batch = 8_000, 200
+	in := New(t, 4)
+	ctx := context.Background()
+	name, truth, eligible := capTable(t, in, "locked", rows)
+	if err := in.Client.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "cap.locked", Table: name,
+		TimeColumn: "ExpiresAt", OlderThan: time.Hour, StatusColumn: "StatusName",
+		Statuses: []string{"Succeeded", "Failed"}, BatchSize: batch, Mode: pgsweep.RetentionParallel}); err != nil {
+		t.Fatal(err)
+	}
+	locked := in.Int(t, `SELECT min("Id") FROM `+name+` WHERE `+capEligible)
+	holder, err := pgx.Connect(ctx, in.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+name+` WHERE "Id" = $1 FOR UPDATE`, locked); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	p, ran, err := in.Client.RetentionRun(runCtx, "cap.locked", "locked-1", 30*time.Second)
+	if err != nil || !ran {
+		t.Fatalf("first pass (a row locked): ran %v, %v after %s", ran, err, time.Since(start))
+	}
+	took := time.Since(start)
+	if p.Outcome != "deferred" {
+		t.Errorf("first pass: outcome %q, want deferred (one unit's row was locked)", p.Outcome)
+	}
+	if n := in.Int(t, `SELECT count(*) FROM `+name+` WHERE "Id" = $1`, locked); n != 1 {
+		t.Errorf("the locked row is gone")
+	}
+	left := in.Int(t, `SELECT count(*) FROM `+name+` WHERE `+capEligible)
+	if left == 0 || left > batch*2 {
+		t.Errorf("after the first pass %d eligible rows are left; want those of the deferred unit only (1..%d)", left, batch*2)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p2, ran, err := in.Client.RetentionRun(runCtx, "cap.locked", "locked-2", 30*time.Second)
+	if err != nil || !ran {
+		t.Fatalf("second pass: ran %v, %v", ran, err)
+	}
+	if left := in.Int(t, `SELECT count(*) FROM `+name+` WHERE `+capEligible); left != 0 {
+		t.Errorf("after the second pass %d eligible rows are left", left)
+	}
+	if wrong := in.Int(t, fmt.Sprintf(`SELECT count(*) FROM %s t WHERE NOT t.eligible
+		AND NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = t."Id")`, truth, name)); wrong != 0 {
+		t.Errorf("%d ineligible rows were deleted", wrong)
+	}
+	if p.RowsDeleted+p2.RowsDeleted != eligible {
+		t.Errorf("the passes deleted %d + %d rows, %d were eligible", p.RowsDeleted, p2.RowsDeleted, eligible)
+	}
+	t.Logf("a row locked on its worker: the first pass took %s, deleted %d rows in %d batches and deferred a unit (%d eligible rows left); the second deleted %d",
+		took.Round(time.Millisecond), p.RowsDeleted, p.Batches, left, p2.RowsDeleted)
 }

@@ -23,6 +23,10 @@
 --   use the status list as an index condition and fetched the heap row of
 --   every old row of any status: 0.75x of one DELETE at 1% eligible.
 --
+-- A hash-distributed (Citus) table is planned per shard instead: units per
+-- shard, each batch one read on the shard's worker and one DELETE routed
+-- to that shard alone (retention_shards.sql).
+--
 -- 'auto' takes keyset when such an index exists and at most
 -- retention_keyset_fraction() (5%) of the table is eligible, else tid_range.
 -- The fraction is measured on a sample of about 400 random blocks
@@ -42,7 +46,9 @@ SET search_path FROM CURRENT
 AS $$ SELECT 0.05::double precision $$;
 
 -- _retention_sample_pct: the share of the table's blocks the planning
--- sample reads (about 400 blocks), NULL for an empty table.
+-- sample reads (about 400 blocks), NULL for an empty table and for a
+-- hash-distributed one (planned per shard, retention_shards.sql: its
+-- coordinator's table is an empty shell).
 CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
 RETURNS double precision
 LANGUAGE plpgsql STABLE
@@ -52,7 +58,8 @@ DECLARE
     v_blocks bigint := pg_catalog.pg_relation_size(_retention_table(p_pol.table_schema, p_pol.table_name))
                        / current_setting('block_size')::int;
 BEGIN
-    IF v_blocks > 0 THEN
+    IF v_blocks > 0 AND (p_pol.owner = _owner_role()
+                         OR _retention_distribution(_retention_table(p_pol.table_schema, p_pol.table_name)) IS NULL) THEN
         RETURN least(100, 400 * 100.0 / v_blocks);
     END IF;
     RETURN NULL;
@@ -104,6 +111,12 @@ DECLARE
 BEGIN
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) = 'p' THEN
         RETURN _retention_plan_partitioned(p_pol, p_now, p_owner);
+    END IF;
+    -- A hash-distributed (Citus) table: units per shard (retention_shards.sql).
+    -- Built-in policies filter by their distribution column (one queue): one
+    -- shard already.
+    IF p_pol.owner <> _owner_role() AND _retention_distribution(v_rel) IS NOT NULL THEN
+        RETURN _retention_plan_shards(p_pol, p_now, p_owner);
     END IF;
     SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;

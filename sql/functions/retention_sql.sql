@@ -15,7 +15,10 @@
 --
 -- Parameters, the same in every statement: $1, $2 the range (TIDs, or the
 -- keyset lower bound), $3 the cutoff, $4 the statuses, $5 the filter values.
--- Values travel as parameters, never as SQL text; names through %I.
+-- Values travel as parameters, never as SQL text; names through %I. (One
+-- exception: the read a batch on a shard of a distributed (Citus) table
+-- sends to the shard's worker takes literals, format %L: it goes there as
+-- text. Its DELETE takes parameters like every other; retention_shards.sql.)
 --
 -- Time: the cutoff is carried as timestamptz. For a timestamp column it holds
 -- the local cutoff (now - older_than, in the policy's time zone) encoded as if
@@ -63,14 +66,18 @@ AS $$
         ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END
 $$;
 
--- _retention_predicate is the policy's full eligibility test as SQL over $3..$5.
-CREATE OR REPLACE FUNCTION _retention_predicate(p_pol retention_policy, p_rel regclass)
+-- _retention_predicate_with is the same test over the given SQL for the
+-- cutoff, the statuses and the filter values: parameters ($3..$5), or
+-- literals for a statement sent as text to another node (a shard's batch,
+-- _retention_shard_body).
+CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
+    p_cutoff text, p_statuses text, p_filters text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, '$3'));
+    v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, p_cutoff));
     v_col record;
 BEGIN
     IF p_pol.status_column IS NOT NULL THEN
@@ -79,7 +86,7 @@ BEGIN
             RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
                 quote_ident(p_pol.status_column), p_rel::text USING ERRCODE = 'undefined_column';
         END IF;
-        v_sql := v_sql || format(' AND %I = ANY ($4::%s[])', p_pol.status_column, v_col.type_sql);
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.status_column, p_statuses, v_col.type_sql);
     END IF;
     IF p_pol.filter_column IS NOT NULL THEN
         v_col := _retention_column(p_rel, p_pol.filter_column);
@@ -87,11 +94,18 @@ BEGIN
             RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
                 quote_ident(p_pol.filter_column), p_rel::text USING ERRCODE = 'undefined_column';
         END IF;
-        v_sql := v_sql || format(' AND %I = ANY ($5::%s[])', p_pol.filter_column, v_col.type_sql);
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.filter_column, p_filters, v_col.type_sql);
     END IF;
     RETURN v_sql;
 END
 $$;
+
+-- _retention_predicate is the policy's full eligibility test as SQL over $3..$5.
+CREATE OR REPLACE FUNCTION _retention_predicate(p_pol retention_policy, p_rel regclass)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
 
 -- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
 -- p_target, one leaf of it (a partitioned policy's units name their leaf).
@@ -306,8 +320,10 @@ $$;
 -- _retention_as_owner runs one statement of a policy as its owner and
 -- returns the DELETE's row count or the sample's three values. It runs as
 -- its caller (SECURITY INVOKER): the caller must be able to act as the owner.
+-- p_shard: a batch on one shard of a distributed (Citus) table
+-- (_retention_shard_body; sampled is then the number of rows it read).
 CREATE OR REPLACE FUNCTION _retention_as_owner(p_pol retention_policy, p_kind text, p_strategy text,
-    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz, p_target regclass,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz, p_target regclass, p_shard bigint DEFAULT NULL,
     OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -343,7 +359,11 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
         'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
-        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' THEN p_strategy END), _retention_exec_body(v_sql, p_kind, p_target));
+        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END)
+               -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+               || CASE WHEN p_shard IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END,
+        CASE WHEN p_shard IS NULL THEN _retention_exec_body(v_sql, p_kind, p_target)
+             ELSE _retention_shard_body(p_pol, p_strategy, p_shard, p_lo::text, p_hi::text, p_cutoff) END);
     EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
     v_before := _retention_session_state();
     BEGIN

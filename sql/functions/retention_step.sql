@@ -201,6 +201,15 @@ BEGIN
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
+    -- A distributed table's unit names its shard (retention_shards.sql): a
+    -- shard that is gone (split, redistributed) leaves its rows to the next sweep.
+    IF v_unit.shard_id IS NOT NULL
+       AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
+        DELETE FROM retention_unit
+         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        o_more := true;
+        RETURN;
+    END IF;
     -- A partitioned policy's unit names its leaf (retention_partition.sql).
     IF v_unit.leaf_name IS NOT NULL THEN
         -- by the catalog, not to_regclass: this runs as <schema>_owner, which
@@ -245,6 +254,23 @@ BEGIN
     v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
     UPDATE retention_pass
        SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_batch records a batch that leaves its unit open (a
+-- shard's unit with more rows to read, retention_shards.sql).
+CREATE OR REPLACE FUNCTION _retention_step_batch(p_pass bigint, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1,
            last_batch_at = v_now, strategy = p_strategy
      WHERE id = p_pass;
 END
@@ -327,10 +353,11 @@ BEGIN
             ELSIF v.o_strategy = 'tid_range' THEN
                 v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
                     pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
-                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff, v.o_target);
+                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff, v.o_target,
+                    (v.o_unit).shard_id);
             ELSE
                 v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
-                    v.o_cutoff, v.o_target);
+                    v.o_cutoff, v.o_target, (v.o_unit).shard_id);
             END IF;
         EXCEPTION WHEN lock_not_available THEN
             -- A row of the unit stayed locked past retention_lock_timeout:
@@ -338,7 +365,14 @@ BEGIN
             PERFORM _retention_step_deferred(p_pass, v.o_unit);
             RETURN true;
         END;
-        PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+        -- A shard's batch reads at most batch_size rows of its unit: one
+        -- that read that many and deleted some leaves the unit open for the
+        -- next batch (retention_shards.sql).
+        IF (v.o_unit).shard_id IS NOT NULL AND v_run.sampled >= (v.o_pol).batch_size AND v_run.deleted > 0 THEN
+            PERFORM _retention_step_batch(p_pass, v.o_strategy, v_run.deleted);
+        ELSE
+            PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+        END IF;
     END IF;
     RETURN v.o_more;
 END

@@ -1,0 +1,285 @@
+-- Retention of a distributed (Citus) table: shard by shard
+-- (docs/operations.md, "Scaling out with Citus").
+--
+-- On a Citus coordinator a hash-distributed table is an empty shell: its rows
+-- live in shards on the workers. Planned like a plain table, a sweep would
+-- see no blocks and make one unit, and each batch would be one multi-shard
+-- DELETE over every shard -- unbounded, and with ctid in it, which Citus
+-- runs on every shard (the same ctid means a different row in each). So a
+-- policy on a hash-distributed table (pg_dist_partition.partmethod 'h') is
+-- planned per shard instead:
+--
+--   * units per shard (retention_unit.shard_id): tid_range units over the
+--     shard's own blocks, sized like a plain table's from the shard's size
+--     and statistics (read on its worker), or, for a keyset policy, one
+--     window (-infinity, infinity) per shard. Units are numbered round-robin
+--     over the shards, so parallel cleaners spread over the shards (and the
+--     workers) instead of queuing on the first one.
+--   * a batch is two statements, both on that shard alone:
+--       1. a read, sent to the shard's worker as text with
+--          master_run_on_worker (a connection of its own, as the policy's
+--          owner): the ctid and distribution value of at most batch_size
+--          eligible rows of the unit's range of that shard, in ctid (or
+--          time) order. It locks nothing and changes nothing; it only says
+--          which rows to try.
+--       2. the DELETE, on the coordinator in the batch's transaction, of
+--          exactly those rows: WHERE <distribution column> = ANY (their
+--          values) AND ctid = ANY (their ctids) AND <the policy's full
+--          predicate>. The distribution values all hash into the one shard,
+--          so Citus's router planner sends the DELETE to that shard only
+--          (a single-shard statement, where ctid is safe), and the full
+--          predicate is re-checked on every row as it is deleted (READ
+--          COMMITTED: a row re-queued since the read is skipped; a row
+--          updated since the read has a new ctid and is skipped). A batch
+--          deletes at most batch_size rows.
+--     A read that returned batch_size rows leaves its unit open (the next
+--     batch reads the unit again: the rows just deleted are gone); one that
+--     returned fewer, or deleted nothing, finishes it.
+--   * the DELETE waits for a row lock no longer than retention_lock_timeout,
+--     on the worker too: Citus does not pass a function's settings on to
+--     the workers, so the batch sets lock_timeout with SET LOCAL under
+--     citus.propagate_set_commands = local, which Citus sends with the
+--     transaction to the shard's worker. A lock timeout there (55P03) defers
+--     the unit to a later pass, as on one server (_retention_step).
+--   * never a multi-shard statement with ctid or SKIP LOCKED, exclusive and
+--     parallel modes unchanged (units are claimed as before).
+-- Reference tables and Citus local tables hold all their rows on the
+-- coordinator's side of a single statement: they are planned as today, as
+-- are plain tables (the check is one catalog read when Citus is installed,
+-- one pg_extension read when it is not). pgsweep's own built-in policies
+-- (message_processed, message_dead) filter by one queue, their distribution
+-- column, so their statements already go to one shard: they are planned as
+-- today too.
+--
+-- The read's own session has no lock_timeout (master_run_on_worker sends
+-- one statement, and a relation lock is taken before any set_config in it
+-- could run): DDL that holds the shard's lock holds the batch up.
+--
+-- Values in the read travel as literals (format %L; a time as ISO 8601 in
+-- UTC, so no DateStyle or TimeZone of either session changes it):
+-- master_run_on_worker takes text only. A shard that no longer exists when
+-- its unit comes up (split, or its table redistributed) drops the unit; its
+-- rows are swept by the next sweep. A shard that moved is found where it is
+-- now (pg_dist_placement is read at every batch).
+
+-- _retention_distribution: the distribution column of a hash-distributed
+-- Citus table, NULL for any other table (and without Citus).
+CREATE OR REPLACE FUNCTION _retention_distribution(p_rel regclass)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_col text;
+BEGIN
+    IF NOT _citus_available() THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT pg_catalog.column_to_column_name(d.logicalrelid, d.partkey) FROM pg_catalog.pg_dist_partition d '
+            'WHERE d.logicalrelid = $1 AND d.partmethod = ''h'''
+       INTO v_col USING p_rel;
+    RETURN v_col;
+END
+$$;
+
+-- _retention_shard_placement: where a shard of p_rel is now -- the node and
+-- port of its active primary placement and its name (schema-qualified,
+-- quoted) -- or NULLs when the shard is gone.
+CREATE OR REPLACE FUNCTION _retention_shard_placement(p_rel regclass, p_shard bigint,
+    OUT node text, OUT port int, OUT shard text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    EXECUTE 'SELECT n.nodename::text, n.nodeport, pg_catalog.shard_name(s.logicalrelid, s.shardid, false) '
+            'FROM pg_catalog.pg_dist_shard s '
+            'JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid '
+            'JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid '
+            'WHERE s.shardid = $1 AND s.logicalrelid = $2 AND n.noderole = ''primary'' AND n.isactive '
+            'ORDER BY p.placementid LIMIT 1'
+       INTO node, port, shard USING p_shard, p_rel;
+END
+$$;
+
+-- _retention_time_literal: a time as an SQL literal that means the same in
+-- any session (ISO 8601 in UTC; infinity as itself).
+CREATE OR REPLACE FUNCTION _retention_time_literal(p_at timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.format('%L::pg_catalog.timestamptz', CASE WHEN pg_catalog.isfinite(p_at)
+        THEN pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE p_at::text END)
+$$;
+
+-- _retention_plan_shards plans a sweep of a hash-distributed table: units
+-- per shard (see the top of this file).
+CREATE OR REPLACE FUNCTION _retention_plan_shards(p_pol retention_policy, p_now timestamptz, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_strategy text := CASE WHEN p_pol.strategy = 'keyset' THEN 'keyset' ELSE 'tid_range' END;
+    v_block_size int := current_setting('block_size')::int;
+    v_shards bigint[];
+    v_nodes text[] := '{}';
+    v_ports int[] := '{}';
+    v_cmds text[] := '{}';
+    v_keys text[] := '{}';
+    v_k int;
+    v_where record;
+    v_name text[];
+    v_sweep bigint;
+    v_sizes text[] := '{}';
+    v_units int;
+    v_blocks bigint := 0;
+    v_at timestamptz := clock_timestamp();
+    r record;
+    i int;
+BEGIN
+    EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
+       INTO v_shards USING v_rel;
+    -- Each shard's blocks and statistics, read on its worker: one command
+    -- (one connection) a node, finding the shards by name (no privilege on
+    -- the table's schema is needed).
+    FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
+        v_where := _retention_shard_placement(v_rel, v_shards[i]);
+        IF v_where.node IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, v_shards[i], v_rel::text
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        v_name := parse_ident(v_where.shard);
+        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
+        IF v_k IS NULL THEN
+            v_keys := v_keys || (v_where.node || ':' || v_where.port);
+            v_nodes := v_nodes || v_where.node;
+            v_ports := v_ports || v_where.port;
+            v_cmds := v_cmds || ''::text;
+            v_k := cardinality(v_keys);
+        END IF;
+        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
+                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
+    END LOOP;
+    -- "shard blocks tuples pages", one line a shard
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
+                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
+                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                               'FROM (VALUES %s) v(shard, nsp, rel) '
+                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
+                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
+                r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';
+        END IF;
+        v_sizes := v_sizes || string_to_array(r.result, ',');
+    END LOOP;
+    SELECT coalesce(sum(split_part(l, ' ', 2)::bigint), 0) INTO v_blocks FROM unnest(v_sizes) l;
+
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks)
+    RETURNING id INTO v_sweep;
+    IF v_strategy = 'tid_range' THEN
+        -- As a plain table's (retention_plan.sql), per shard: rows per block
+        -- from the shard's statistics, or, before its first ANALYZE, about
+        -- 64 bytes a row (a read stops at batch_size rows whatever a unit
+        -- holds); the last unit of a shard is open-ended.
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, shard_id)
+        SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY g.k, s.shard), g.lo,
+               CASE WHEN g.lo + s.step < s.blocks THEN g.lo + s.step END, s.shard
+          FROM (SELECT z.shard, z.blocks,
+                       greatest(1, ceil(p_pol.batch_size / greatest(
+                           CASE WHEN z.tuples > 0 AND z.pages > 0 THEN z.tuples / z.pages ELSE v_block_size / 64.0 END,
+                           1)))::bigint AS step
+                  FROM (SELECT split_part(l, ' ', 1)::bigint AS shard, split_part(l, ' ', 2)::bigint AS blocks,
+                               split_part(l, ' ', 3)::double precision AS tuples, split_part(l, ' ', 4)::bigint AS pages
+                          FROM unnest(v_sizes) l) z) s
+         CROSS JOIN LATERAL generate_series(0, greatest(s.blocks - 1, 0), s.step) WITH ORDINALITY g(lo, k);
+    ELSE
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, time_lo, time_hi, shard_id)
+        SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY s.shard), '-infinity', 'infinity', s.shard
+          FROM unnest(v_shards) s(shard);
+    END IF;
+    GET DIAGNOSTICS v_units = ROW_COUNT;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
+
+-- _retention_shard_body: the PL/pgSQL body of one batch on one shard, run
+-- as the policy's owner in the temporary function of _retention_as_owner
+-- (its parameters: $1, $2 the unit's range as text -- TIDs or encoded
+-- times --, $3 the cutoff, $4 the statuses, $5 the filter values). The read
+-- goes to the shard's worker, the DELETE through the coordinator to that
+-- shard alone (see the top of this file). Returns the rows deleted and,
+-- as sampled, the rows the read returned.
+CREATE OR REPLACE FUNCTION _retention_shard_body(p_pol retention_policy, p_strategy text, p_shard bigint,
+    p_lo text, p_hi text, p_cutoff timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_dist text := _retention_distribution(v_rel);
+    v_type text;
+    v_where record;
+    v_range text;
+    v_order text;
+    v_read text;
+    v_delete text;
+BEGIN
+    IF v_dist IS NULL THEN
+        RAISE EXCEPTION 'retention policy %: % is no longer a distributed table', p_pol.name, v_rel::text
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT format_type(a.atttypid, a.atttypmod) INTO v_type
+      FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_dist;
+    v_where := _retention_shard_placement(v_rel, p_shard);
+    IF v_where.node IS NULL THEN
+        RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, p_shard, v_rel::text
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF p_strategy = 'tid_range' THEN
+        v_range := format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi);
+        v_order := 'ctid';
+    ELSE
+        v_range := format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                          _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
+                          _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz)));
+        v_order := format('%I', p_pol.time_column);
+    END IF;
+    v_read := format(
+        'SELECT pg_catalog.json_build_object(''n'', pg_catalog.count(*), ''t'', pg_catalog.array_agg(s.t), ''k'', pg_catalog.array_agg(s.k))::text '
+        'FROM (SELECT ctid::text AS t, %I::text AS k FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s) s',
+        v_dist, v_where.shard, v_range,
+        _retention_predicate_with(p_pol, v_rel, _retention_time_literal(p_cutoff),
+                                  format('%L', p_pol.statuses::text), format('%L', p_pol.filter_values::text)),
+        v_order, p_pol.batch_size);
+    v_delete := format('DELETE FROM %I.%I WHERE %I = ANY ($2::%s[]) AND ctid = ANY ($1) AND %s',
+                       p_pol.table_schema, p_pol.table_name, v_dist, v_type, _retention_predicate(p_pol, v_rel));
+    RETURN format($b$DECLARE r record; j json; c bigint; n bigint := 0;
+BEGIN
+    SELECT w.success, w.result INTO r FROM pg_catalog.master_run_on_worker(ARRAY[%L], ARRAY[%s], ARRAY[%L], false) w;
+    IF NOT r.success THEN
+        RAISE EXCEPTION USING ERRCODE = 'external_routine_exception', MESSAGE = %L || r.result;
+    END IF;
+    j := r.result::json;
+    c := (j ->> 'n')::bigint;
+    IF c > 0 THEN
+        EXECUTE 'SET LOCAL lock_timeout = ' || quote_literal(current_setting('lock_timeout'));
+        EXECUTE %L USING ARRAY(SELECT json_array_elements_text(j -> 't'))::tid[],
+                         ARRAY(SELECT json_array_elements_text(j -> 'k')), $3, $4, $5;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END IF;
+    RETURN QUERY SELECT n, NULL::float8, c, NULL::timestamptz[];
+END$b$,
+        v_where.node, v_where.port, v_read,
+        format('retention policy %s: reading shard %s on %s:%s failed: ', p_pol.name, v_where.shard, v_where.node, v_where.port),
+        v_delete);
+END
+$$;
