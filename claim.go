@@ -78,16 +78,22 @@ func (c *Client) canPipeline() bool {
 	return ok
 }
 
-// completeAndClaim is CompleteAndClaim for the ids of several claims: one
-// complete per token, then the claim, pipelined in one transaction. It
+// completeAndClaim is CompleteAndClaim for the ids of several claims: the
+// complete of one token and the claim, pipelined in one transaction. It
 // returns the ids completed, over all the groups.
+//
+// Several tokens are completed one call (one transaction) each, before the
+// claim: each complete locks the lanes of its messages in name order
+// (lane.sql), and two completes in one transaction would lock a second set
+// after the first -- out of name order -- and deadlock with a send_batch
+// locking the same lanes in name order (seen: TestWorkerLanesKeepOrder...).
 func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks []ackGroup, batch int, lease time.Duration) ([]int64, []Delivery, error) {
 	if len(acks) == 0 {
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
 		return nil, ds, err
 	}
 	bs, ok := c.db.(batchSender)
-	if !ok {
+	if !ok || len(acks) > 1 {
 		var completed []int64
 		for i, a := range acks {
 			done, err := c.Complete(ctx, queue, a.token, a.ids)

@@ -7,9 +7,10 @@ import (
 )
 
 // completeAndClaim completes every held message (all finished without
-// error) and claims up to n more in one round trip: one complete per claim
-// token, then the claim, pipelined in one transaction. When it fails, the
-// completions wait for the next flush.
+// error) and claims up to n more: the complete of one claim token and the
+// claim pipelined in one round trip and one transaction; several tokens are
+// completed one transaction each first (lane lock order: Client's
+// completeAndClaim). When it fails, the completions wait for the next flush.
 func (l *loop) completeAndClaim(n int) (int, error) {
 	ctx, cancel := context.WithTimeout(l.base, flushTimeout)
 	defer cancel()
