@@ -28,9 +28,24 @@
 -- to finalize. The short-lock DETACH works the same for pg_cron-only
 -- installs and for the Go runner.
 --
--- The rows a dropped leaf held are counted (count(*), before the lock is
--- requested, so the count does not hold writers up) and reported as
--- deleted, as a swept leaf's are.
+-- Two steps, two transactions (0.27). A drop unit first empties its leaf:
+-- TRUNCATE, which locks the leaf alone (writers insert into today's leaf;
+-- queries on the parent that prune the old leaf do not touch it), and whose
+-- commit unlinks the leaf's files. The next step detaches and drops the
+-- now empty leaf: the ACCESS EXCLUSIVE lock on the parent is held for about
+-- a millisecond. In one transaction the parent stayed locked through the
+-- commit, and the commit unlinks the files: 35-55 ms for a leaf of 1,000,000
+-- rows, every insert into the parent waiting meanwhile (docs/benchmarks.md,
+-- "cleanup --partitioned"). Between the steps the leaf is attached and
+-- empty; a row that lands in it meanwhile has a time before the cutoff and
+-- goes with the leaf.
+--
+-- The rows a dropped leaf held are reported as deleted, as a swept leaf's
+-- are, counted from the statistics rather than read: the cumulative
+-- statistics' live tuples (exact for a partition only ever inserted into),
+-- else pg_class.reltuples (the last VACUUM or ANALYZE), and count(*) only for
+-- a leaf that has neither. A count(*) reads the whole leaf: 2.2 of the 2.4 s
+-- that dropping 8 leaves of 1,000,000 rows took, for a number.
 
 -- _retention_leaf_upper: the exclusive upper bound of a RANGE leaf on the
 -- policy's time column, encoded like the cutoff (_retention_cutoff); NULL
@@ -150,7 +165,8 @@ END
 $$;
 
 -- _retention_drop_sql: the statements that remove a leaf whole, as the
--- policy's owner: count its rows, detach it from its parent, drop it.
+-- policy's owner: count its rows (from the statistics), detach it from its
+-- parent, drop it; _retention_truncate_sql empties it first.
 CREATE OR REPLACE FUNCTION _retention_drop_sql(p_leaf regclass, OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -164,8 +180,24 @@ BEGIN
     SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
       FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE i.inhrelid = p_leaf;
-    count_sql := format('SELECT count(*) FROM ONLY %s', v_leaf);
+    count_sql := format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 '
+                        'THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
+                        'WHEN c.reltuples >= 0 THEN c.reltuples::bigint '
+                        'ELSE (SELECT count(*) FROM ONLY %s) END '
+                        'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf, p_leaf::oid);
     detach_sql := format('ALTER TABLE %s DETACH PARTITION %s', v_parent, v_leaf);
     drop_sql := format('DROP TABLE %s', v_leaf);
 END
+$$;
+
+-- _retention_truncate_sql: the statement that empties a leaf before it is
+-- dropped (the first of a drop unit's two steps, see above).
+CREATE OR REPLACE FUNCTION _retention_truncate_sql(p_leaf regclass)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.format('TRUNCATE ONLY %I.%I', n.nspname, c.relname)
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_leaf
 $$;

@@ -199,10 +199,16 @@ LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_kind
-        WHEN 'drop' THEN (SELECT pg_catalog.format(
-            'DECLARE n bigint; BEGIN EXECUTE %L INTO n; EXECUTE %L; EXECUTE %L; '
+        -- a drop unit's two steps (retention_partition.sql): count and empty
+        -- the leaf; then detach and drop it
+        WHEN 'truncate' THEN (SELECT pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L INTO n; EXECUTE %L; '
             'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-            d.count_sql, d.detach_sql, d.drop_sql) FROM _retention_drop_sql(p_target) d)
+            d.count_sql, _retention_truncate_sql(p_target)) FROM _retention_drop_sql(p_target) d)
+        WHEN 'drop' THEN (SELECT pg_catalog.format(
+            'BEGIN EXECUTE %L; EXECUTE %L; '
+            'RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+            d.detach_sql, d.drop_sql) FROM _retention_drop_sql(p_target) d)
         WHEN 'delete' THEN pg_catalog.format(
             'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
             'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
@@ -350,8 +356,8 @@ BEGIN
     END IF;
     IF p_kind = 'delete' THEN
         v_sql := _retention_sweep_sql(p_pol, p_strategy, p_target);
-    ELSIF p_kind = 'drop' THEN
-        v_sql := NULL; -- _retention_exec_body builds the drop from p_target
+    ELSIF p_kind IN ('truncate', 'drop') THEN
+        v_sql := NULL; -- _retention_exec_body builds them from p_target
     ELSE
         v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
     END IF;

@@ -347,7 +347,15 @@ BEGIN
         END IF;
     ELSIF v.o_action IN ('delete', 'drop') THEN
         BEGIN
-            IF v.o_action = 'drop' THEN
+            IF v.o_action = 'drop' AND (v.o_unit).block_lo IS NULL THEN
+                -- first step: count and empty the leaf; the unit stays open,
+                -- marked emptied (block_lo 0), and the next step drops it
+                v_run := _retention_as_owner(v.o_pol, 'truncate', NULL, NULL::tid, NULL::tid, v.o_cutoff, v.o_target);
+                UPDATE retention_unit u SET block_lo = 0
+                 WHERE u.policy = (v.o_unit).policy AND u.sweep_id = (v.o_unit).sweep_id AND u.unit_no = (v.o_unit).unit_no;
+                PERFORM _retention_step_batch(p_pass, v.o_strategy, v_run.deleted);
+                RETURN true;
+            ELSIF v.o_action = 'drop' THEN
                 v_run := _retention_as_owner(v.o_pol, 'drop', NULL, NULL::tid, NULL::tid, v.o_cutoff, v.o_target);
                 PERFORM _retention_dropped(p_pass);
             ELSIF v.o_strategy = 'tid_range' THEN

@@ -3,7 +3,7 @@
 -- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
 -- status-filtered) are swept row by row.
 BEGIN;
-SELECT plan(21);
+SELECT plan(24);
 
 CREATE SCHEMA rp;
 -- RANGE by day, with a default partition
@@ -48,6 +48,39 @@ INSERT INTO rp.events_d0 SELECT g, '2025-12-31 00:00+00'::timestamptz + g * inte
 ALTER TABLE rp.events ATTACH PARTITION rp.events_d0 FOR VALUES FROM ('2025-12-31 00:00+00') TO ('2026-01-01 00:00+00');
 SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'another pass runs');
 SELECT ok(to_regclass('rp.events_d0') IS NULL, 'a leaf attached after registration is covered (dropped)');
+
+-- a drop takes two steps (two transactions under retention_run): the leaf is
+-- emptied first (TRUNCATE locks the leaf alone), then detached and dropped;
+-- its rows are counted from the statistics (ANALYZE set reltuples)
+CREATE TABLE rp.events_dm1 PARTITION OF rp.events FOR VALUES FROM ('2025-12-30 00:00+00') TO ('2025-12-31 00:00+00');
+INSERT INTO rp.events SELECT 3000 + g, '2025-12-30 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
+ANALYZE rp.events_dm1;
+CREATE TEMP TABLE dm1_steps (step int, present boolean, n bigint);
+CREATE FUNCTION pg_temp.run_watching(p_name text, p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE v_pass bigint; v_more boolean; v_step int := 0; v_n bigint;
+BEGIN
+    v_pass := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', p_now);
+    LOOP
+        v_more := pgsweep._retention_step(v_pass);
+        v_step := v_step + 1;
+        IF to_regclass('rp.events_dm1') IS NOT NULL THEN
+            EXECUTE 'SELECT count(*) FROM rp.events_dm1' INTO v_n;
+        ELSE
+            v_n := NULL;
+        END IF;
+        INSERT INTO dm1_steps VALUES (v_step, to_regclass('rp.events_dm1') IS NOT NULL, v_n);
+        EXIT WHEN NOT v_more;
+    END LOOP;
+    PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);
+    PERFORM pgsweep._retention_unlock(p_name);
+    RETURN v_pass;
+END $$;
+SELECT isnt(pg_temp.run_watching('events', '2026-01-03 12:00+00'), NULL, 'a pass with an expired leaf runs');
+SELECT ok((SELECT min(step) FROM dm1_steps WHERE present AND n = 0)
+          < (SELECT min(step) FROM dm1_steps WHERE NOT present),
+          'the leaf is emptied by one step and dropped by a later one');
+SELECT results_eq($$SELECT rows_deleted, partitions_dropped FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1$$,
+    $$VALUES (24::bigint, 1)$$, 'its 24 rows are counted (from the statistics) and the drop');
 
 -- a status filter: leaves are never dropped whole, only swept
 CREATE TABLE rp.jobs (id bigint NOT NULL, at timestamptz NOT NULL, status text NOT NULL) PARTITION BY RANGE (at);
