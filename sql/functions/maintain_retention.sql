@@ -64,22 +64,51 @@ AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 --   * sessions waiting on a lock: halve it (at least 10%): the cleaner may
 --     be in someone's way;
 --   * a batch more than twice as slow per row as the fastest recent one:
---     cut it by 30% (at least 20%): the cleaner competes for CPU or I/O;
+--     cut it by 30% (at least 35%): the cleaner competes for CPU or I/O;
 --   * other sessions of the database running, or active within the last
---     100 ms (live traffic): raise it by 5 points, to at most 30%;
+--     100 ms (live traffic, _maintain_ret_traffic): raise it by 5 points, to
+--     at most 65%;
 --   * nothing else running: raise it by 10 points, to 100% (an idle
 --     database drains at full speed).
--- It starts at 20%. The 30% cap under traffic and the 20% floor come from
--- the duty-cycle sweep of `pgsweep bench mixed` (docs/benchmarks.md): at
--- 20-25% the p99 of live claims stayed near the 1.2x target while the drain
--- ran at about a third of the unpaced rate; at 50% and more the p99 grew by
--- half.
+-- It starts at 35%. The bounds come from `pgsweep bench mixed` runs of 0.28
+-- (docs/benchmarks.md, "mixed"), once the pacing saw the traffic again:
+-- 20-30% drained at 0.09x of the unpaced rate, 30-60% at 0.13-0.23x and
+-- 40-75% at 0.28-0.41x with the claims' p99 at 0.9x, 1.1x and 1.4-1.6x of
+-- its quiet value; 35-65% sits between, on a machine too loaded to settle it.
 -- CALL retention_run never pauses.
+
+-- _maintain_ret_traffic: the live traffic the pacing yields to, as the
+-- maintenance role sees it: busy, the other client sessions of this
+-- database running now or within the last 100 ms (a claim loop is idle most
+-- of the time between short statements); waiting, those waiting for a lock.
+-- SECURITY INVOKER (privileges.sql, _invoker_routines), called by the
+-- procedure, which runs as its caller: pg_stat_activity shows another
+-- role's session state only to a superuser or a member of
+-- pg_read_all_stats, and the owner role is neither (as a SECURITY DEFINER
+-- function this saw no traffic at all, and the pacing ran at 100%). A
+-- session the caller may not see counts as busy: without the privilege the
+-- pacing yields to every other session rather than to none. Grant the
+-- maintenance role pg_read_all_stats (or pg_monitor) for the exact picture
+-- (docs/operations.md).
+CREATE OR REPLACE FUNCTION _maintain_ret_traffic(OUT busy int, OUT waiting int)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT (count(*) FILTER (WHERE a.state IS NULL
+                                OR (a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Lock')
+                                OR a.state_change > pg_catalog.clock_timestamp() - interval '100 milliseconds'))::int,
+           (count(*) FILTER (WHERE a.wait_event_type = 'Lock'))::int
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       -- a session the caller may not see shows no backend_type either
+       AND (a.backend_type = 'client backend' OR a.backend_type IS NULL)
+$$;
 
 -- _maintain_ret_pace sleeps after a batch as the pacing says and returns
 -- the pacing state for the next batch ({"duty", "best", "pass", "rows"}).
 CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_state jsonb, p_pass bigint, p_batch_start timestamptz,
-    p_deadline timestamptz)
+    p_deadline timestamptz, p_busy int, p_waiting int)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -87,13 +116,11 @@ AS $$
 DECLARE
     v_fixed int := setting_int('retention_duty_cycle');
     v_elapsed double precision := greatest(extract(epoch FROM clock_timestamp() - p_batch_start), 0);
-    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 20);
+    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 35);
     v_best double precision := (p_state ->> 'best')::double precision;
     v_rows bigint;
     v_batch_rows bigint;
     v_per_row double precision;
-    v_busy int;
-    v_waiting int;
 BEGIN
     SELECT p.rows_deleted INTO v_rows FROM retention_pass p WHERE p.id = p_pass;
     v_batch_rows := coalesce(v_rows, 0) - CASE WHEN (p_state ->> 'pass')::bigint = p_pass
@@ -107,19 +134,10 @@ BEGIN
             -- one-off fast batch does not set the bar forever
             v_best := least(coalesce(v_best * 1.02, v_per_row), v_per_row);
         END IF;
-        -- live traffic: sessions running now or within the last 100 ms
-        -- (a claim loop is idle most of the time between short statements)
-        SELECT count(*) FILTER (WHERE (a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Lock')
-                                   OR a.state_change > clock_timestamp() - interval '100 milliseconds'),
-               count(*) FILTER (WHERE a.wait_event_type = 'Lock')
-          INTO v_busy, v_waiting
-          FROM pg_catalog.pg_stat_activity a
-         WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-           AND a.pid <> pg_catalog.pg_backend_pid() AND a.backend_type = 'client backend';
         v_duty := CASE
-            WHEN v_waiting > 0 THEN greatest(10, v_duty / 2)
-            WHEN v_per_row > v_best * 2 THEN greatest(20, v_duty * 0.7)
-            WHEN v_busy > 0 THEN least(30, v_duty + 5)
+            WHEN p_waiting > 0 THEN greatest(10, v_duty / 2)
+            WHEN v_per_row > v_best * 2 THEN greatest(35, v_duty * 0.7)
+            WHEN p_busy > 0 THEN least(65, v_duty + 5)
             ELSE least(100, v_duty + 10) END;
     END IF;
     IF v_duty < 100 THEN
@@ -187,6 +205,8 @@ DECLARE
     v_go boolean;
     v_renew boolean;
     v_pace jsonb := '{}';
+    v_busy int;
+    v_waiting int;
 BEGIN
     BEGIN
         PERFORM {{ $s }}.retention_builtin_sync();
@@ -239,7 +259,8 @@ BEGIN
             -- Background work yields to live traffic (retention_duty_cycle,
             -- adaptive by default); keep the part's lease alive through a
             -- long policy.
-            v_pace := {{ $s }}._maintain_ret_pace(v_pace, v_pass, v_batch_start, p_deadline);
+            SELECT t.busy, t.waiting INTO v_busy, v_waiting FROM {{ $s }}._maintain_ret_traffic() t;
+            v_pace := {{ $s }}._maintain_ret_pace(v_pace, v_pass, v_batch_start, p_deadline, v_busy, v_waiting);
             v_renew := {{ $s }}._maintain_ret_renew_due(v_renewed);
             IF v_renew THEN
                 v_go := {{ $s }}._maintain_renew('retention', p_owner);

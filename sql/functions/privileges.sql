@@ -48,7 +48,9 @@ SET search_path FROM CURRENT
 AS $$
     SELECT ARRAY['retention_register', '_retention_resolve', '_retention_step', '_retention_as_owner', '_grant_all',
                  -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
-                 'cron_schedule', 'cron_unschedule', 'cron_job', '_cron_available', '_cron_require']::text[]
+                 'cron_schedule', 'cron_unschedule', 'cron_job', '_cron_available', '_cron_require',
+                 -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
+                 '_maintain_ret_traffic']::text[]
 $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
@@ -87,7 +89,7 @@ AS $$
         '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
         '_retention_as_owner', '_retention_finish_error', '_retention_run', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
         '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
-        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
+        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_traffic', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
         -- the session check of _retention_as_owner (retention_sql.sql)
         '_retention_session_state', '_retention_session_restore',
         '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
