@@ -202,11 +202,14 @@ BEGIN
     IF p_lanes IS NULL OR cardinality(p_lanes) = 0 THEN
         RETURN;
     END IF;
+    -- A join with the names, not name = ANY (p_lanes): on a table of a few
+    -- thousand lanes the planner scans it whole and compares every row with
+    -- every name (1,000 lanes, 100 names: 1.1 ms of a 3.5 ms completion).
     SELECT array_agg(l.name) FILTER (WHERE l.blocked_id IS NULL) INTO v_next
-      FROM (SELECT k.name, k.blocked_id FROM lane k
-             WHERE k.queue = p_queue AND k.name = ANY (p_lanes)
+      FROM (SELECT k.name, k.blocked_id FROM unnest(p_lanes) u(name)
+              JOIN lane k ON k.queue = p_queue AND k.name = u.name
              ORDER BY k.name
-               FOR UPDATE) l;
+               FOR UPDATE OF k) l;
     IF v_next IS NULL THEN
         RETURN;
     END IF;
