@@ -1,6 +1,17 @@
--- pgsweep 0.26: lanes faster.
+-- pgsweep 0.26: ordered lanes cost less per message (docs/benchmarks.md,
+-- "Ordered lanes").
 --
--- TODO: say what this migration changes and why.
+-- * A completion locks its lanes by joining their names to lane, not with
+--   name = ANY (names): on a lane table of a few thousand rows the planner
+--   scanned it whole and compared every row with every name (1.1 ms of a
+--   3.5 ms completion of 100 lane messages).
+-- * The promotion of the next heads moves the claim cursor back to the
+--   oldest of them (when the cursor row is free): they usually lie behind
+--   it, where only a claim's pass before the cursor found them, walking
+--   every dead index entry and row in flight from the head of the queue.
+--   A claim no longer moves the cursor forward when it went back since the
+--   claim read it. It updates them by ctid and id (no primary key descent).
+-- No table changes.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 -- pgsweep:include functions/lane.sql
@@ -32,6 +43,9 @@ SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 -- the transaction of the statement that made the head leave. Its cost: one
 -- probe of message_lane and one UPDATE per message, and that UPDATE is not
 -- HOT (the row enters the claim index): docs/benchmarks.md, "Ordered lanes".
+-- A new head usually lies behind the claim cursor (claim.sql): the
+-- promotion moves the cursor back to the oldest new head, so the next claims
+-- find it from the cursor on, not in their pass from the head of the queue.
 --
 -- The lane row. Table lane holds one row per lane that has messages (or is
 -- blocked): blocked_id and last_at, the created_at of the newest message
@@ -155,19 +169,43 @@ DECLARE
     v_later bigint[];
     v_at timestamptz[];
     v_promoted text[];
+    v_low_at timestamptz;
+    v_low_id bigint;
+    v_tids tid[];
 BEGIN
-    SELECT array_agg(x.id), array_agg(u.name),
-           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now)
-      INTO v_ids, v_promoted, v_later, v_at
+    SELECT array_agg(x.id), array_agg(x.ctid), array_agg(u.name),
+           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now),
+           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now))[1],
+           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now))[1]
+      INTO v_ids, v_tids, v_promoted, v_later, v_at, v_low_at, v_low_id
       FROM unnest(p_lanes) u(name)
-     CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM message m
+     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at FROM message m
                           WHERE m.queue = p_queue AND m.lane = u.name
                           ORDER BY m.created_at, m.id
                           LIMIT 1) x;
     IF v_ids IS NOT NULL THEN
-        -- By id: the rows are locked by nobody else (waiting messages are
-        -- touched only under their lane's lock, which the caller holds).
-        UPDATE message m SET parked_until = NULL WHERE m.queue = p_queue AND m.id = ANY (v_ids);
+        -- By ctid (and id, as claim does: whichever the planner takes, it
+        -- touches only these rows): the rows are locked by nobody else --
+        -- waiting messages are touched only under their lane's lock, which
+        -- the caller holds -- so their ctids stay. By id alone, each row cost
+        -- a descent of the primary key.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+        IF v_low_at IS NOT NULL THEN
+            -- The new heads usually lie behind the claim cursor (their lanes
+            -- were sent long ago), where only a claim's pass before the
+            -- cursor finds them, walking every dead entry and row in flight
+            -- from the head of the queue (claim.sql). Move the cursor back to
+            -- the oldest of them, so the next claims start there. Only when
+            -- the row is free (SKIP LOCKED, like the claims' own updates):
+            -- the cursor is a hint, and the pass before it still finds every
+            -- due row.
+            UPDATE claim_cursor c SET created_at = v_low_at, id = v_low_id
+             WHERE c.queue = p_queue
+               AND c.ctid = (SELECT k.ctid FROM claim_cursor k
+                              WHERE k.queue = p_queue AND (k.created_at, k.id) > (v_low_at, v_low_id)
+                                FOR UPDATE SKIP LOCKED);
+        END IF;
         IF v_later IS NOT NULL THEN
             -- scheduled for later: parked until its time, as send parks it
             -- (plain values: Citus 13.2 crashes on a bare array element at the
@@ -311,6 +349,269 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/lane.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
+
+-- pgsweep:include functions/claim.sql
+-- claim: lease up to p_batch due messages of one queue to p_owner.
+--
+-- The token. Every claim call draws a fresh, unguessable token
+-- (gen_random_uuid()), stores it in message.token of every row it takes and
+-- returns it with each of them: renew, complete, fail and release act only on
+-- rows whose current claim carries their p_token (ack.sql). p_owner is only a
+-- label -- who holds the row, for people and metrics -- so an owner that takes
+-- its own expired lease back gets a new token and its old token acts on
+-- nothing. token is in no index: claims stay HOT updates.
+--
+-- Candidates: rows with visible_at <= now and attempt < max_attempts. visible_at
+-- is the delivery/retry time of pending and failed rows and the lease expiry
+-- of processing rows, so expired leases are taken by the same scan. A row that
+-- used its last attempt (attempt >= max_attempts) is never handed out again:
+-- fail dead-letters it, and queue_recover dead-letters one whose lease expired.
+--
+-- The scan walks message_claim (queue, created_at, id) in order, locks up to
+-- n rows FOR UPDATE SKIP LOCKED and stops: rows another claimer has locked
+-- are skipped, not waited for, and a row that a concurrent claim updated and
+-- committed meanwhile is re-checked against the predicate before it is
+-- locked, so two claimers never get the same row. The UPDATE then finds the
+-- locked rows by ctid (stable: we hold their locks) instead of descending the
+-- primary key once per row, and changes only columns no index holds (status,
+-- owner, token, attempt, visible_at), so it is a HOT update.
+--
+-- Parked rows. A row that is not due for a while -- a scheduled message, a
+-- retry waiting for its backoff, a requeued dead letter with a delivery time
+-- -- is parked: parked_until holds its due time. It is not in message_claim,
+-- whose predicate is parked_until IS NULL, but in message_parked (queue,
+-- parked_until). Without this, every scan from the head walked all of them
+-- (measured: 100,000 messages scheduled for tomorrow made a quiet queue's
+-- claims 30 times slower). Each claim first promotes the parked rows that
+-- came due (one probe of message_parked when none did). Leases are not
+-- parked, and parked_until is a column of its own rather than visible_at:
+-- claims set visible_at every time, and an indexed column they change --
+-- even one only a partial index holds -- would end their HOT updates. Rows
+-- in flight number at most the workers' batches.
+--
+-- The claim cursor (table claim_cursor, one row per queue) is why a claim
+-- does not slow down as a queue drains. Completed rows leave dead entries at
+-- the head of message_claim until VACUUM removes them, and rows in flight sit
+-- there too; a scan from the start walks all of them, on every claim, so the
+-- cost grows with the rows processed since the last vacuum (measured: from 100
+-- to 2,000 buffers per claim while 200,000 messages drained). The cursor is
+-- the newest (created_at, id) any claim has taken, and the scan starts there.
+-- Rows behind it are in flight, waiting for a retry or a schedule, or gone --
+-- except those that became due since: expired leases, retries and scheduled
+-- rows whose time came, rows of a claim that rolled back, and rows committed
+-- late by a long transaction (created_at is the send time, not the commit
+-- time). A rescan from the start finds them: the first claim more than the
+-- queue's claim_rescan (default 1 second) after the last rescan does one, and
+-- so does every claim that cannot fill its batch from the cursor on (it takes
+-- the rest from the rows before the cursor). So a due row waits behind the
+-- cursor only while claims fill whole batches with newer rows -- the queue has
+-- a backlog -- and then at most about claim_rescan: oldest first is exact when
+-- a queue keeps up, and within claim_rescan when it does not. A queue that
+-- needs the exact order always sets claim_rescan to 0: every claim then scans
+-- from the head and pays for the dead index entries there (docs/benchmarks.md).
+-- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
+-- claims never wait for each other; a skipped update only means the next
+-- claim starts a little further back.
+--
+-- Ordered lanes (lane.sql) need nothing here: only a lane's head is ever in
+-- the claim index; the messages waiting behind it are parked until
+-- 'infinity', which the promotion below never reaches. So a claim never
+-- returns two messages of one lane, and its cost does not grow with the
+-- messages waiting behind heads (sql/tests/lanes.sql counts the scans). A
+-- lane's next head usually lies behind the cursor (its lane was sent long
+-- ago); the promotion moves the cursor back to it (_lane_next), so claims
+-- find it from the cursor on instead of in the pass before it.
+--
+-- Each row carries its lane (NULL: none) last, so that a consumer knows which
+-- of its messages must keep their order among themselves.
+--
+-- A paused queue (queue_pause, queue_ops.sql) claims nothing: the flag is read
+-- with the settings the claim reads anyway.
+--
+-- The clock is read once into v_now and the token drawn once into v_token
+-- (scale-out rule: plain values in UPDATE). p_lease NULL means the queue's
+-- lease_default. Rows come back oldest first.
+--
+-- This overload takes the time from its caller (p_now, NULL = the clock): for
+-- tests only. claim(p_queue, p_owner, p_batch, p_lease) below is the verb.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rescan_every interval;
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_cursor_at timestamptz;
+    v_cursor_id bigint;
+    v_rescanned timestamptz;
+    v_rescan boolean;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_to_at timestamptz;
+    v_to_id bigint;
+    v_tids tid[];
+    v_ids bigint[];
+    v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
+    v_n int := 0;
+    v_at timestamptz;
+    v_id bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+    v_token uuid;
+    v_paused boolean;
+    v_read_at timestamptz;
+    v_read_id bigint;
+BEGIN
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
+    -- Hot path: one plain expression checks every argument; only a bad
+    -- argument pays for the _check_* calls that name it in the error.
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
+       OR p_lease < interval '1 second' OR p_lease > interval '1 hour' THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_int('p_batch', p_batch, 1, 10000);
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    -- Two statements, not a join: on Citus queue is a reference table and
+    -- claim_cursor a distributed one, and a delegated claim may only touch
+    -- its own shard (each statement filters by the queue).
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
+      INTO v_max, v_lease, v_rescan_every, v_paused
+      FROM queue q
+     WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned
+      FROM claim_cursor c WHERE c.queue = p_queue;
+    v_read_at := v_cursor_at;
+    v_read_id := v_cursor_id;
+    IF v_paused THEN
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
+    -- the clock the caller uses (tests pin p_now in both directions).
+    -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
+    -- the cursor is not trusted or pass 1 could not fill the batch.
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
+    IF v_rescan THEN
+        v_cursor_at := '-infinity';
+        v_cursor_id := -9223372036854775808;
+    END IF;
+    v_from_at := v_cursor_at;
+    v_from_id := v_cursor_id;
+    v_to_at := 'infinity';
+    v_to_id := 9223372036854775807;
+    -- Parked rows that came due join the claim index, where the scans below
+    -- (or the next claims) find them. When none is due this is one probe of
+    -- message_parked; rows other claims are promoting are skipped.
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
+    FOR pass IN 1 .. 2 LOOP
+        SELECT array_agg(c.ctid), array_agg(c.id),
+               (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+               (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+          INTO v_tids, v_ids, v_at, v_id
+          FROM (SELECT s.ctid, s.created_at, s.id
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL
+                   AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                   AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                 ORDER BY s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+            IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                v_last_at := v_at;
+                v_last_id := v_id;
+            END IF;
+        END IF;
+        EXIT WHEN v_n = p_batch OR v_rescan;
+        v_rescan := true;
+        v_from_at := '-infinity';
+        v_from_id := -9223372036854775808;
+        v_to_at := v_cursor_at;
+        v_to_id := v_cursor_id;
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    IF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, v_last_at, v_last_id, v_now)
+        ON CONFLICT (queue) DO NOTHING;
+    ELSE
+        -- A rescan may move the cursor back (to the stragglers it found);
+        -- other claims only move it forward, and not when it went back
+        -- since this claim read it (below what it read): a rescan, or the
+        -- new heads of lanes (lane.sql, _lane_next), which a claim moving it
+        -- past them would leave to the pass before the cursor.
+        UPDATE claim_cursor c
+           SET created_at = v_last_at, id = v_last_id,
+               rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
+         WHERE c.queue = p_queue
+           AND (v_rescan OR ((c.created_at, c.id) < (v_last_at, v_last_id)
+                             AND (c.created_at, c.id) >= (v_read_at, v_read_id)))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    v_token := gen_random_uuid();
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane
+    )
+    SELECT * FROM claimed ORDER BY 6, 1;
+END
+$$;
+
+-- The verb: the database clock; p_lease left out or NULL is the queue's
+-- lease_default.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT NULL)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM claim(p_queue, p_owner, p_batch, p_lease, NULL::timestamptz);
+END
+$$;
+-- pgsweep:end functions/claim.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();
