@@ -64,7 +64,10 @@
 -- the claim index; the messages waiting behind it are parked until
 -- 'infinity', which the promotion below never reaches. So a claim never
 -- returns two messages of one lane, and its cost does not grow with the
--- messages waiting behind heads (sql/tests/lanes.sql counts the scans).
+-- messages waiting behind heads (sql/tests/lanes.sql counts the scans). A
+-- lane's next head usually lies behind the cursor (its lane was sent long
+-- ago); the promotion moves the cursor back to it (_lane_next), so claims
+-- find it from the cursor on instead of in the pass before it.
 --
 -- Each row carries its lane (NULL: none) last, so that a consumer knows which
 -- of its messages must keep their order among themselves.
@@ -109,6 +112,8 @@ DECLARE
     v_last_id bigint;
     v_token uuid;
     v_paused boolean;
+    v_read_at timestamptz;
+    v_read_id bigint;
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -133,6 +138,8 @@ BEGIN
     END IF;
     SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned
       FROM claim_cursor c WHERE c.queue = p_queue;
+    v_read_at := v_cursor_at;
+    v_read_id := v_cursor_id;
     IF v_paused THEN
         RETURN;
     END IF;
@@ -210,12 +217,16 @@ BEGIN
         ON CONFLICT (queue) DO NOTHING;
     ELSE
         -- A rescan may move the cursor back (to the stragglers it found);
-        -- other claims only move it forward.
+        -- other claims only move it forward, and not when it went back
+        -- since this claim read it (below what it read): a rescan, or the
+        -- new heads of lanes (lane.sql, _lane_next), which a claim moving it
+        -- past them would leave to the pass before the cursor.
         UPDATE claim_cursor c
            SET created_at = v_last_at, id = v_last_id,
                rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
          WHERE c.queue = p_queue
-           AND (v_rescan OR (c.created_at, c.id) < (v_last_at, v_last_id))
+           AND (v_rescan OR ((c.created_at, c.id) < (v_last_at, v_last_id)
+                             AND (c.created_at, c.id) >= (v_read_at, v_read_id)))
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 

@@ -11,7 +11,7 @@ BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.message_processed; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
 SET LOCAL client_min_messages = warning;
-SELECT plan(86);
+SELECT plan(90);
 
 SELECT has_table('pgsweep', 'lane', 'lane table');
 SELECT col_is_pk('pgsweep', 'lane', ARRAY['queue', 'name'], 'lane key leads with queue');
@@ -240,6 +240,21 @@ SELECT diag(format('claim cost (index entries + heap tuples for 5 claims of 100)
                    big, small)) FROM cost;
 SELECT ok(big <= 2 * small, 'messages waiting behind lane heads do not make claims dearer (at most 2x)') FROM cost;
 SELECT is(big_parked, 0::bigint, 'the promotion probes never walked the waiting messages in message_parked') FROM cost;
+
+-- A lane's next head behind the claim cursor: its promotion moves the cursor
+-- back to it, so the next claim takes it from the cursor on (lane.sql).
+SELECT pgsweep.queue_create('cur');
+CREATE TEMP TABLE cur AS SELECT n, pgsweep.send('cur', to_jsonb(n), '{}', NULL, NULL, l) AS id
+  FROM (VALUES ('a1', 'a'), ('a2', 'a'), ('b1', 'b')) v(n, l);
+CREATE TEMP TABLE cur_claim AS SELECT id, token FROM pgsweep.claim('cur', 'w', 10);
+SELECT results_eq($$SELECT id FROM cur_claim ORDER BY id$$,
+    $$SELECT id FROM cur WHERE n IN ('a1', 'b1') ORDER BY id$$, 'the heads a1 and b1 are claimed; the cursor is at b1');
+SELECT is((SELECT c.id FROM pgsweep.claim_cursor c WHERE c.queue = 'cur'), (SELECT id FROM cur WHERE n = 'b1'), 'cursor at b1');
+SELECT is((SELECT count(*) FROM pgsweep.complete('cur', (SELECT token FROM cur_claim LIMIT 1), ARRAY(SELECT id FROM cur WHERE n = 'a1'))),
+    1::bigint, 'a1 completed');
+SELECT results_eq($$SELECT c.created_at, c.id FROM pgsweep.claim_cursor c WHERE c.queue = 'cur'$$,
+    $$SELECT m.created_at, m.id FROM pgsweep.message m WHERE m.queue = 'cur' AND m.id = (SELECT id FROM cur WHERE n = 'a2')$$,
+    'the promotion of a2, behind the cursor, moved the cursor back to it');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,0 +1,617 @@
+-- pgsweep 0.29: ordered lanes cost less per message (docs/benchmarks.md,
+-- "Ordered lanes").
+--
+-- * A completion locks its lanes by joining their names to lane, not with
+--   name = ANY (names): on a lane table of a few thousand rows the planner
+--   scanned it whole and compared every row with every name (1.1 ms of a
+--   3.5 ms completion of 100 lane messages).
+-- * The promotion of the next heads moves the claim cursor back to the
+--   oldest of them (when the cursor row is free): they usually lie behind
+--   it, where only a claim's pass before the cursor found them, walking
+--   every dead index entry and row in flight from the head of the queue.
+--   A claim no longer moves the cursor forward when it went back since the
+--   claim read it. It updates them by ctid and id (no primary key descent).
+-- No table changes.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+-- pgsweep:include functions/lane.sql
+-- Ordered lanes (DESIGN.md, "Ordered lanes"; docs/queues.md, "Ordered lanes").
+--
+-- A message sent with a lane (send's p_lane, send_batch's p_lanes) belongs to
+-- that lane of its queue. A lane hands out one message at a time, oldest
+-- first by (created_at, id): the next becomes claimable only when the one
+-- before it has left `message` (completed, dead-lettered, cancelled or
+-- purged). Different lanes, and messages without a lane, are claimed in
+-- parallel as before.
+--
+-- The head. At most one message of a lane is its head; every other one waits
+-- parked with parked_until = 'infinity'. A parked row is out of the claim
+-- index (message_claim is partial on parked_until IS NULL, claim.sql), and the
+-- claim's promotion of parked rows (parked_until <= now) never reaches
+-- infinity, so a message waiting behind its head costs a claim nothing: the
+-- claim does not know lanes at all, it only ever sees heads. The head itself
+-- is an ordinary message: pending (due or scheduled), in flight, or failed and
+-- waiting for its retry -- the lane waits meanwhile (head-of-line blocking, the
+-- price of the order). Recovery of an expired lease keeps it the head.
+--
+-- Why 'infinity' and not a lane column in the claim index: a claim scans one
+-- index in (created_at, id) order and takes what it can lock; filtering out
+-- the non-heads there would make every claim walk them (100,000 messages
+-- behind 10,000 heads: 100,000 index entries per claim). Parked at infinity
+-- they are not in that index. The promotion (parked_until back to NULL, or to
+-- the message's own delivery time when it was scheduled for later) happens in
+-- the transaction of the statement that made the head leave. Its cost: one
+-- probe of message_lane and one UPDATE per message, and that UPDATE is not
+-- HOT (the row enters the claim index): docs/benchmarks.md, "Ordered lanes".
+-- A new head usually lies behind the claim cursor (claim.sql): the
+-- promotion moves the cursor back to the oldest new head, so the next claims
+-- find it from the cursor on, not in their pass from the head of the queue.
+--
+-- The lane row. Table lane holds one row per lane that has messages (or is
+-- blocked): blocked_id and last_at, the created_at of the newest message
+-- sent to it. A lane row that is not blocked always has a head, so the row's
+-- existence says whether a new message waits; the head itself is not
+-- recorded (that would be one more row version per message). Its row lock is
+-- what serialises a lane:
+--  * send locks it (_lane_lock) before it decides whether its message is the
+--    head (the lane had no row: no message, not blocked) or waits, and holds it
+--    until its transaction ends. Sends to one lane therefore serialise, and
+--    created_at = greatest(now, last_at) with an id drawn after the lock
+--    keeps (created_at, id) increasing in lock order, which is commit order:
+--    a lane hands out its messages in the order their sends committed.
+--  * a head that leaves locks it too (_lane_after) and promotes the oldest
+--    waiting message (_lane_next: one lookup and one UPDATE by id for all
+--    the lanes of a completion). A send that is still open when the head
+--    leaves makes the promotion wait for it (then it sees its message): keep
+--    transactions that send to a lane short. Without the lock a head could
+--    leave between a send's "there is a head" and its commit, and the new
+--    message would wait behind nothing, forever.
+--  * the row goes when the lane is empty (no message, not blocked), so the
+--    table holds only active lanes; queue_stats counts them.
+-- Advisory locks would be no guard (DESIGN: never the only one); the row is
+-- the truth, and under Citus it lives with its queue.
+--
+-- Lock order: lane rows first, in name order, then the waiting messages of
+-- those lanes. complete, fail and recovery hold only their own in-flight
+-- heads when they take the lane locks; cancel and purge lock the lanes before
+-- they delete. A transaction that sends to several lanes takes their locks in
+-- the order it sends; send_batch takes them in name order. Two transactions
+-- that lock lanes in opposite orders may deadlock (PostgreSQL detects it and
+-- fails one, to be retried): send to several lanes in name order.
+--
+-- A dead head (its last attempt failed, or its lease expired on it): with the
+-- queue's lane_dead 'move_on' (the default) the lane moves on to its next
+-- message; with 'block' the lane stops, blocked_id names the dead letter, and
+-- its messages wait until dead_requeue puts that letter back at the head of
+-- its lane or lane_skip(p_queue, p_lane) moves on without it (dead.sql).
+
+-- _check_lane: NULL (no lane) or a non-empty name of at most 200 characters.
+CREATE OR REPLACE FUNCTION _check_lane(p_arg text, p_lane text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_lane IS NOT NULL AND (p_lane = '' OR length(p_lane) > 200) THEN
+        PERFORM _check_text(p_arg, p_lane, 200);
+    END IF;
+END
+$$;
+
+-- _lane_lock locks a lane's row, creating it when the lane has none (created
+-- true: the lane had no message and was not blocked). The row lock is held
+-- until the caller's transaction ends. A row deleted meanwhile (its lane
+-- emptied) is created again.
+CREATE OR REPLACE FUNCTION _lane_lock(p_queue text, p_lane text, p_now timestamptz,
+                                      OUT created boolean, OUT blocked_id bigint, OUT last_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    LOOP
+        INSERT INTO lane AS l (queue, name, last_at) VALUES (p_queue, p_lane, p_now)
+        ON CONFLICT (queue, name) DO NOTHING
+        RETURNING true INTO created;
+        IF created THEN
+            last_at := p_now;
+            RETURN;
+        END IF;
+        SELECT l.blocked_id, l.last_at INTO blocked_id, last_at
+          FROM lane l WHERE l.queue = p_queue AND l.name = p_lane
+           FOR UPDATE;
+        IF FOUND THEN
+            created := false;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- _lane_busy: a lane whose row the caller holds locked, not created by it --
+-- is a message of it handed out next (blocked, or it has a head)? A lane row
+-- that is not blocked has a head (the invariant every verb keeps), unless a
+-- message was deleted by hand: then the lane's oldest message becomes its
+-- head here (and the lane is busy), or, when it has none, the lane is free.
+-- The head is normally the lane's oldest message: the probe reads one or
+-- two entries of message_lane.
+CREATE OR REPLACE FUNCTION _lane_busy(p_queue text, p_lane text, p_blocked bigint, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_blocked IS NOT NULL THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM message m
+                WHERE m.queue = p_queue AND m.lane = p_lane AND m.parked_until IS DISTINCT FROM 'infinity') THEN
+        RETURN true;
+    END IF;
+    RETURN _lane_next(p_queue, ARRAY[p_lane], p_now, false) > 0;
+END
+$$;
+
+-- _lane_next: the lanes p_lanes (locked by the caller, none blocked) have no
+-- head. The oldest message of each, by (created_at, id), becomes its head:
+-- claimable now, or parked until its delivery time when it was scheduled for
+-- later -- one statement for all the lanes. A lane with no message left loses
+-- its row when p_drop_empty (the lane is empty); otherwise (a send is about
+-- to add one) it keeps it. Returns how many were promoted.
+CREATE OR REPLACE FUNCTION _lane_next(p_queue text, p_lanes text[], p_now timestamptz, p_drop_empty boolean)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_until timestamptz;
+    v_one bigint;
+    v_ids bigint[];
+    v_later bigint[];
+    v_at timestamptz[];
+    v_promoted text[];
+    v_low_at timestamptz;
+    v_low_id bigint;
+    v_tids tid[];
+BEGIN
+    SELECT array_agg(x.id), array_agg(x.ctid), array_agg(u.name),
+           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now),
+           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now))[1],
+           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now))[1]
+      INTO v_ids, v_tids, v_promoted, v_later, v_at, v_low_at, v_low_id
+      FROM unnest(p_lanes) u(name)
+     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at FROM message m
+                          WHERE m.queue = p_queue AND m.lane = u.name
+                          ORDER BY m.created_at, m.id
+                          LIMIT 1) x;
+    IF v_ids IS NOT NULL THEN
+        -- By ctid (and id, as claim does: whichever the planner takes, it
+        -- touches only these rows): the rows are locked by nobody else --
+        -- waiting messages are touched only under their lane's lock, which
+        -- the caller holds -- so their ctids stay. By id alone, each row cost
+        -- a descent of the primary key.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+        IF v_low_at IS NOT NULL THEN
+            -- The new heads usually lie behind the claim cursor (their lanes
+            -- were sent long ago), where only a claim's pass before the
+            -- cursor finds them, walking every dead entry and row in flight
+            -- from the head of the queue (claim.sql). Move the cursor back to
+            -- the oldest of them, so the next claims start there. Only when
+            -- the row is free (SKIP LOCKED, like the claims' own updates):
+            -- the cursor is a hint, and the pass before it still finds every
+            -- due row.
+            UPDATE claim_cursor c SET created_at = v_low_at, id = v_low_id
+             WHERE c.queue = p_queue
+               AND c.ctid = (SELECT k.ctid FROM claim_cursor k
+                              WHERE k.queue = p_queue AND (k.created_at, k.id) > (v_low_at, v_low_id)
+                                FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF v_later IS NOT NULL THEN
+            -- scheduled for later: parked until its time, as send parks it
+            -- (plain values: Citus 13.2 crashes on a bare array element at the
+            -- top of an UPDATE's SET)
+            FOR i IN 1 .. cardinality(v_later) LOOP
+                v_until := v_at[i];
+                v_one := v_later[i];
+                UPDATE message m SET parked_until = v_until WHERE m.queue = p_queue AND m.id = v_one;
+            END LOOP;
+        END IF;
+    END IF;
+    IF p_drop_empty AND coalesce(cardinality(v_ids), 0) < cardinality(p_lanes) THEN
+        DELETE FROM lane l
+         WHERE l.queue = p_queue AND l.name = ANY (p_lanes) AND NOT l.name = ANY (coalesce(v_promoted, '{}'));
+    END IF;
+    RETURN coalesce(cardinality(v_ids), 0);
+END
+$$;
+
+-- _lane_after: the heads of the lanes p_lanes left `message` (completed,
+-- dead-lettered, cancelled, purged): the callers know, because only a
+-- lane's head is ever in flight (complete, fail, recovery) and a cancelled
+-- or purged message that was not parked until infinity was its lane's head.
+-- Each lane moves on to its next message -- unless p_block (the queue's
+-- lane_dead is 'block') and its head was dead-lettered (its id is in
+-- p_dead): then the lane stops, blocked by that dead letter. Lanes are
+-- locked in name order (see the header).
+CREATE OR REPLACE FUNCTION _lane_after(p_queue text, p_lanes text[], p_dead bigint[], p_block boolean, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_next text[];
+    v_block_names text[];
+    v_block_ids bigint[];
+BEGIN
+    IF p_lanes IS NULL OR cardinality(p_lanes) = 0 THEN
+        RETURN;
+    END IF;
+    -- A join with the names, not name = ANY (p_lanes): on a table of a few
+    -- thousand lanes the planner scans it whole and compares every row with
+    -- every name (1,000 lanes, 100 names: 1.1 ms of a 3.5 ms completion).
+    SELECT array_agg(l.name) FILTER (WHERE l.blocked_id IS NULL) INTO v_next
+      FROM (SELECT k.name, k.blocked_id FROM unnest(p_lanes) u(name)
+              JOIN lane k ON k.queue = p_queue AND k.name = u.name
+             ORDER BY k.name
+               FOR UPDATE OF k) l;
+    IF v_next IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_block AND p_dead IS NOT NULL THEN
+        SELECT array_agg(d.lane), array_agg(d.id) INTO v_block_names, v_block_ids
+          FROM message_dead d
+         WHERE d.queue = p_queue AND d.id = ANY (p_dead) AND d.lane = ANY (v_next);
+        IF v_block_names IS NOT NULL THEN
+            UPDATE lane l SET blocked_id = b.id
+              FROM unnest(v_block_names, v_block_ids) b(name, id)
+             WHERE l.queue = p_queue AND l.name = ANY (v_block_names) AND l.name = b.name;
+            v_next := ARRAY(SELECT u FROM unnest(v_next) u WHERE NOT u = ANY (v_block_names));
+        END IF;
+    END IF;
+    IF cardinality(v_next) > 0 THEN
+        PERFORM _lane_next(p_queue, v_next, p_now, true);
+    END IF;
+END
+$$;
+
+-- lane_skip: a lane stopped by a dead letter (lane_dead 'block') moves on
+-- without it: its next message becomes the head. The dead letter stays in
+-- message_dead (dead_requeue can still send it back; it then waits its turn
+-- like any message of the lane). Returns true when the lane was blocked,
+-- false (nothing changed) otherwise -- also for a lane that does not exist.
+CREATE OR REPLACE FUNCTION lane_skip(p_queue text, p_lane text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_blocked bigint;
+BEGIN
+    PERFORM _check_text('p_lane', p_lane, 200);
+    PERFORM _queue_get(p_queue);
+    SELECT l.blocked_id INTO v_blocked FROM lane l WHERE l.queue = p_queue AND l.name = p_lane FOR UPDATE;
+    IF v_blocked IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = p_lane;
+    IF _lane_next(p_queue, ARRAY[p_lane], clock_timestamp(), true) > 0 THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- lane_stats: the lanes of one queue that most need an operator, at most
+-- p_limit (1..10000) of them: blocked lanes first, then the lanes whose head
+-- is oldest. It reads every lane of the queue to choose them (a probe of
+-- each lane's first messages) and counts the waiting messages of the lanes
+-- it returns only.
+--   waiting       messages waiting behind the head (or behind the block)
+--   head_id       the head; for a blocked lane, the dead letter it waits for
+--   head_attempt  the head's attempts so far (the dead letter's attempts)
+--   head_state    pending, scheduled (pending, due later), processing,
+--                 failed (waiting for its retry) or dead (blocked)
+--   oldest_age    age (since it was sent) of the lane's oldest message, the
+--                 dead letter's included
+CREATE OR REPLACE FUNCTION lane_stats(p_queue text, p_limit int DEFAULT 100)
+RETURNS TABLE (queue text, lane text, waiting bigint, head_id bigint, head_attempt int, head_state text,
+               oldest_age interval)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_int('p_limit', p_limit, 1, 10000);
+    PERFORM _queue_get(p_queue);
+    RETURN QUERY
+    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.h_id), coalesce(t.d_attempts, t.h_attempt),
+           CASE WHEN t.blocked_id IS NOT NULL THEN 'dead'
+                WHEN t.h_status = 'pending' AND t.h_parked > v_now THEN 'scheduled'
+                ELSE t.h_status END,
+           v_now - least(t.d_created, o.created_at)
+      FROM (SELECT l.name, l.blocked_id, h.id AS h_id, h.attempt AS h_attempt, h.status AS h_status,
+                   h.parked_until AS h_parked, d.attempts AS d_attempts, d.created_at AS d_created,
+                   coalesce(d.created_at, h.created_at) AS since
+              FROM lane l
+              LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until, m.created_at FROM message m
+                                  WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
+                                  ORDER BY m.created_at, m.id LIMIT 1) h ON true
+              LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
+             WHERE l.queue = p_queue
+             ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
+             LIMIT p_limit) t
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c
+                          WHERE c.queue = p_queue AND c.lane = t.name AND c.parked_until = 'infinity') w
+      LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = t.name
+                          ORDER BY c.created_at, c.id LIMIT 1) o ON true
+     ORDER BY t.blocked_id IS NULL, t.since NULLS LAST, t.name;
+END
+$$;
+-- pgsweep:end functions/lane.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
+
+-- pgsweep:include functions/claim.sql
+-- claim: lease up to p_batch due messages of one queue to p_owner.
+--
+-- The token. Every claim call draws a fresh, unguessable token
+-- (gen_random_uuid()), stores it in message.token of every row it takes and
+-- returns it with each of them: renew, complete, fail and release act only on
+-- rows whose current claim carries their p_token (ack.sql). p_owner is only a
+-- label -- who holds the row, for people and metrics -- so an owner that takes
+-- its own expired lease back gets a new token and its old token acts on
+-- nothing. token is in no index: claims stay HOT updates.
+--
+-- Candidates: rows with visible_at <= now and attempt < max_attempts. visible_at
+-- is the delivery/retry time of pending and failed rows and the lease expiry
+-- of processing rows, so expired leases are taken by the same scan. A row that
+-- used its last attempt (attempt >= max_attempts) is never handed out again:
+-- fail dead-letters it, and queue_recover dead-letters one whose lease expired.
+--
+-- The scan walks message_claim (queue, created_at, id) in order, locks up to
+-- n rows FOR UPDATE SKIP LOCKED and stops: rows another claimer has locked
+-- are skipped, not waited for, and a row that a concurrent claim updated and
+-- committed meanwhile is re-checked against the predicate before it is
+-- locked, so two claimers never get the same row. The UPDATE then finds the
+-- locked rows by ctid (stable: we hold their locks) instead of descending the
+-- primary key once per row, and changes only columns no index holds (status,
+-- owner, token, attempt, visible_at), so it is a HOT update.
+--
+-- Parked rows. A row that is not due for a while -- a scheduled message, a
+-- retry waiting for its backoff, a requeued dead letter with a delivery time
+-- -- is parked: parked_until holds its due time. It is not in message_claim,
+-- whose predicate is parked_until IS NULL, but in message_parked (queue,
+-- parked_until). Without this, every scan from the head walked all of them
+-- (measured: 100,000 messages scheduled for tomorrow made a quiet queue's
+-- claims 30 times slower). Each claim first promotes the parked rows that
+-- came due (one probe of message_parked when none did). Leases are not
+-- parked, and parked_until is a column of its own rather than visible_at:
+-- claims set visible_at every time, and an indexed column they change --
+-- even one only a partial index holds -- would end their HOT updates. Rows
+-- in flight number at most the workers' batches.
+--
+-- The claim cursor (table claim_cursor, one row per queue) is why a claim
+-- does not slow down as a queue drains. Completed rows leave dead entries at
+-- the head of message_claim until VACUUM removes them, and rows in flight sit
+-- there too; a scan from the start walks all of them, on every claim, so the
+-- cost grows with the rows processed since the last vacuum (measured: from 100
+-- to 2,000 buffers per claim while 200,000 messages drained). The cursor is
+-- the newest (created_at, id) any claim has taken, and the scan starts there.
+-- Rows behind it are in flight, waiting for a retry or a schedule, or gone --
+-- except those that became due since: expired leases, retries and scheduled
+-- rows whose time came, rows of a claim that rolled back, and rows committed
+-- late by a long transaction (created_at is the send time, not the commit
+-- time). A rescan from the start finds them: the first claim more than the
+-- queue's claim_rescan (default 1 second) after the last rescan does one, and
+-- so does every claim that cannot fill its batch from the cursor on (it takes
+-- the rest from the rows before the cursor). So a due row waits behind the
+-- cursor only while claims fill whole batches with newer rows -- the queue has
+-- a backlog -- and then at most about claim_rescan: oldest first is exact when
+-- a queue keeps up, and within claim_rescan when it does not. A queue that
+-- needs the exact order always sets claim_rescan to 0: every claim then scans
+-- from the head and pays for the dead index entries there (docs/benchmarks.md).
+-- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
+-- claims never wait for each other; a skipped update only means the next
+-- claim starts a little further back.
+--
+-- Ordered lanes (lane.sql) need nothing here: only a lane's head is ever in
+-- the claim index; the messages waiting behind it are parked until
+-- 'infinity', which the promotion below never reaches. So a claim never
+-- returns two messages of one lane, and its cost does not grow with the
+-- messages waiting behind heads (sql/tests/lanes.sql counts the scans). A
+-- lane's next head usually lies behind the cursor (its lane was sent long
+-- ago); the promotion moves the cursor back to it (_lane_next), so claims
+-- find it from the cursor on instead of in the pass before it.
+--
+-- Each row carries its lane (NULL: none) last, so that a consumer knows which
+-- of its messages must keep their order among themselves.
+--
+-- A paused queue (queue_pause, queue_ops.sql) claims nothing: the flag is read
+-- with the settings the claim reads anyway.
+--
+-- The clock is read once into v_now and the token drawn once into v_token
+-- (scale-out rule: plain values in UPDATE). p_lease NULL means the queue's
+-- lease_default. Rows come back oldest first.
+--
+-- This overload takes the time from its caller (p_now, NULL = the clock): for
+-- tests only. claim(p_queue, p_owner, p_batch, p_lease) below is the verb.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rescan_every interval;
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_cursor_at timestamptz;
+    v_cursor_id bigint;
+    v_rescanned timestamptz;
+    v_rescan boolean;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_to_at timestamptz;
+    v_to_id bigint;
+    v_tids tid[];
+    v_ids bigint[];
+    v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
+    v_n int := 0;
+    v_at timestamptz;
+    v_id bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+    v_token uuid;
+    v_paused boolean;
+    v_read_at timestamptz;
+    v_read_id bigint;
+BEGIN
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
+    -- Hot path: one plain expression checks every argument; only a bad
+    -- argument pays for the _check_* calls that name it in the error.
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
+       OR p_lease < interval '1 second' OR p_lease > interval '1 hour' THEN
+        PERFORM _check_text('p_owner', p_owner);
+        PERFORM _check_int('p_batch', p_batch, 1, 10000);
+        PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+    END IF;
+    -- Two statements, not a join: on Citus queue is a reference table and
+    -- claim_cursor a distributed one, and a delegated claim may only touch
+    -- its own shard (each statement filters by the queue).
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
+      INTO v_max, v_lease, v_rescan_every, v_paused
+      FROM queue q
+     WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned
+      FROM claim_cursor c WHERE c.queue = p_queue;
+    v_read_at := v_cursor_at;
+    v_read_id := v_cursor_id;
+    IF v_paused THEN
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
+    -- the clock the caller uses (tests pin p_now in both directions).
+    -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
+    -- the cursor is not trusted or pass 1 could not fill the batch.
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
+    IF v_rescan THEN
+        v_cursor_at := '-infinity';
+        v_cursor_id := -9223372036854775808;
+    END IF;
+    v_from_at := v_cursor_at;
+    v_from_id := v_cursor_id;
+    v_to_at := 'infinity';
+    v_to_id := 9223372036854775807;
+    -- Parked rows that came due join the claim index, where the scans below
+    -- (or the next claims) find them. When none is due this is one probe of
+    -- message_parked; rows other claims are promoting are skipped.
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
+    FOR pass IN 1 .. 2 LOOP
+        SELECT array_agg(c.ctid), array_agg(c.id),
+               (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+               (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+          INTO v_tids, v_ids, v_at, v_id
+          FROM (SELECT s.ctid, s.created_at, s.id
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL
+                   AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                   AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                 ORDER BY s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+            IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                v_last_at := v_at;
+                v_last_id := v_id;
+            END IF;
+        END IF;
+        EXIT WHEN v_n = p_batch OR v_rescan;
+        v_rescan := true;
+        v_from_at := '-infinity';
+        v_from_id := -9223372036854775808;
+        v_to_at := v_cursor_at;
+        v_to_id := v_cursor_id;
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    IF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, v_last_at, v_last_id, v_now)
+        ON CONFLICT (queue) DO NOTHING;
+    ELSE
+        -- A rescan may move the cursor back (to the stragglers it found);
+        -- other claims only move it forward, and not when it went back
+        -- since this claim read it (below what it read): a rescan, or the
+        -- new heads of lanes (lane.sql, _lane_next), which a claim moving it
+        -- past them would leave to the pass before the cursor.
+        UPDATE claim_cursor c
+           SET created_at = v_last_at, id = v_last_id,
+               rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
+         WHERE c.queue = p_queue
+           AND (v_rescan OR ((c.created_at, c.id) < (v_last_at, v_last_id)
+                             AND (c.created_at, c.id) >= (v_read_at, v_read_id)))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    v_token := gen_random_uuid();
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane
+    )
+    SELECT * FROM claimed ORDER BY 6, 1;
+END
+$$;
+
+-- The verb: the database clock; p_lease left out or NULL is the queue's
+-- lease_default.
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int DEFAULT 100, p_lease interval DEFAULT NULL)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM claim(p_queue, p_owner, p_batch, p_lease, NULL::timestamptz);
+END
+$$;
+-- pgsweep:end functions/claim.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
