@@ -17,13 +17,24 @@ INSERT INTO rp.events SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interva
 INSERT INTO rp.events SELECT 1000 + g, '2025-06-01 00:00+00'::timestamptz + g * interval '1 day' FROM generate_series(0, 9) g; -- default, old
 INSERT INTO rp.events VALUES (2000, '2030-01-01 00:00+00'); -- default, young
 
-CREATE FUNCTION pg_temp.run(p_name text, p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE v_pass bigint; v_more boolean;
+-- run: one pass of policy p_name; p_watch (a leaf) records after every
+-- step whether the leaf is there and how many rows it holds (run_steps)
+CREATE TEMP TABLE run_steps (step int, present boolean, n bigint);
+CREATE FUNCTION pg_temp.run(p_name text, p_now timestamptz, p_watch text DEFAULT NULL) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE v_pass bigint; v_more boolean; v_step int := 0; v_n bigint;
 BEGIN
     v_pass := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', p_now);
     IF v_pass IS NULL THEN RETURN NULL; END IF;
     LOOP
         v_more := pgsweep._retention_step(v_pass);
+        IF p_watch IS NOT NULL THEN
+            v_step := v_step + 1;
+            v_n := NULL;
+            IF to_regclass(p_watch) IS NOT NULL THEN
+                EXECUTE format('SELECT count(*) FROM %s', to_regclass(p_watch)) INTO v_n;
+            END IF;
+            INSERT INTO run_steps VALUES (v_step, to_regclass(p_watch) IS NOT NULL, v_n);
+        END IF;
         EXIT WHEN NOT v_more;
     END LOOP;
     PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);
@@ -55,29 +66,9 @@ SELECT ok(to_regclass('rp.events_d0') IS NULL, 'a leaf attached after registrati
 CREATE TABLE rp.events_dm1 PARTITION OF rp.events FOR VALUES FROM ('2025-12-30 00:00+00') TO ('2025-12-31 00:00+00');
 INSERT INTO rp.events SELECT 3000 + g, '2025-12-30 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
 ANALYZE rp.events_dm1;
-CREATE TEMP TABLE dm1_steps (step int, present boolean, n bigint);
-CREATE FUNCTION pg_temp.run_watching(p_name text, p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE v_pass bigint; v_more boolean; v_step int := 0; v_n bigint;
-BEGIN
-    v_pass := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', p_now);
-    LOOP
-        v_more := pgsweep._retention_step(v_pass);
-        v_step := v_step + 1;
-        IF to_regclass('rp.events_dm1') IS NOT NULL THEN
-            EXECUTE 'SELECT count(*) FROM rp.events_dm1' INTO v_n;
-        ELSE
-            v_n := NULL;
-        END IF;
-        INSERT INTO dm1_steps VALUES (v_step, to_regclass('rp.events_dm1') IS NOT NULL, v_n);
-        EXIT WHEN NOT v_more;
-    END LOOP;
-    PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);
-    PERFORM pgsweep._retention_unlock(p_name);
-    RETURN v_pass;
-END $$;
-SELECT isnt(pg_temp.run_watching('events', '2026-01-03 12:00+00'), NULL, 'a pass with an expired leaf runs');
-SELECT ok((SELECT min(step) FROM dm1_steps WHERE present AND n = 0)
-          < (SELECT min(step) FROM dm1_steps WHERE NOT present),
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00', 'rp.events_dm1'), NULL, 'a pass with an expired leaf runs');
+SELECT ok((SELECT min(step) FROM run_steps WHERE present AND n = 0)
+          < (SELECT min(step) FROM run_steps WHERE NOT present),
           'the leaf is emptied by one step and dropped by a later one');
 SELECT results_eq($$SELECT rows_deleted, partitions_dropped FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1$$,
     $$VALUES (24::bigint, 1)$$, 'its 24 rows are counted (from the statistics) and the drop');
