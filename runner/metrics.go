@@ -101,7 +101,7 @@ func (m *Metrics) setQueues(stats []QueueStats) {
 	for _, q := range stats {
 		for state, n := range map[string]int64{"pending": q.Pending, "processing": q.Processing, "failed": q.Failed,
 			"processed": q.Processed, "dead": q.Dead} {
-			m.queueDepth.WithLabelValues(q.Queue, q.Kind, state).Set(float64(n))
+			m.queueDepth.WithLabelValues(q.Queue, string(q.Kind), state).Set(float64(n))
 		}
 		m.oldestPending.WithLabelValues(q.Queue).Set(q.OldestPendingAge.Seconds())
 	}

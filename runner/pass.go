@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pgsweep/pgsweep"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,19 +44,8 @@ type RecoveryCounts struct {
 	DeadLettered int64 `json:"dead_lettered"`
 }
 
-// QueueStats is one row of the queue_stats view.
-type QueueStats struct {
-	// Queue is the queue's name and Kind is "outbox" or "inbox".
-	Queue, Kind string
-	// Message counts: Pending waiting for their first attempt (scheduled ones
-	// included), Processing leased (live or expired leases), Failed waiting
-	// for a retry, Processed completed inbox messages kept for
-	// de-duplication, Dead dead letters.
-	Pending, Processing, Failed, Processed, Dead int64
-	// OldestPendingAge is how long ago the oldest due, unleased message was
-	// sent (database clock); zero when there is none.
-	OldestPendingAge time.Duration
-}
+// QueueStats is one row of the queue_stats view (pgsweep.QueueStats).
+type QueueStats = pgsweep.QueueStats
 
 // Settings are the runner settings read from the database after each pass
 // (runner_interval, runner_jitter).
@@ -67,7 +57,24 @@ type Settings struct {
 	Interval, Jitter time.Duration
 }
 
-func (r *Runner) fn(name string) string { return r.q + "." + name }
+// sql returns the client that runs pgsweep's statements on conn.
+func (r *Runner) sql(conn Conn) *pgsweep.Client { return r.client.WithDB(conn) }
+
+// noConn stands in for a connection in the Runner's client until WithDB
+// gives it a pass's own.
+type noConn struct{}
+
+var errNoConn = errors.New("runner: no connection")
+
+func (noConn) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNoConn
+}
+func (noConn) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errNoConn }
+func (noConn) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow{} }
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errNoConn }
 
 // callMaintain runs one pass. A database error raised by maintain() (the
 // connection still works) is recorded against this owner's unfinished
@@ -77,7 +84,7 @@ func (r *Runner) fn(name string) string { return r.q + "." + name }
 // the network failed), nothing more can be said on it: the record is left
 // pending, for a fresh connection once the pass's backend is gone (RunOnce).
 func (r *Runner) callMaintain(ctx context.Context, conn Conn) error {
-	_, err := conn.Exec(ctx, "CALL "+r.fn("maintain")+"($1, $2)", r.owner, r.opts.Budget)
+	err := r.sql(conn).Maintain(ctx, r.owner, r.opts.Budget)
 	if err == nil {
 		return nil
 	}
@@ -100,7 +107,7 @@ func (r *Runner) callMaintain(ctx context.Context, conn Conn) error {
 	// record; anything else raised by maintain() is recorded.
 	if isPg && pgErr.Code != "3F000" && pgErr.Code != "42883" && pgErr.Code != "42P01" {
 		msg := fmt.Sprintf("maintain raised: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
-		if _, ferr := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, msg); ferr != nil {
+		if ferr := r.sql(conn).MaintainFailOwner(ctx, r.owner, msg); ferr != nil {
 			r.log.Warn("could not record the failed pass", "error", redactErr(ferr))
 		}
 	}
@@ -125,28 +132,21 @@ func connDead(conn Conn, err error) bool {
 
 // readPass reads back this owner's latest pass.
 func (r *Runner) readPass(ctx context.Context, conn Conn) (*Pass, error) {
-	var (
-		p                   Pass
-		recovery, retention *string
-		counts              []byte
-		errText             *string
-	)
-	err := conn.QueryRow(ctx, "SELECT id, recovery, retention, counts, error FROM "+r.fn("maintenance_passes")+
-		" WHERE owner = $1 ORDER BY id DESC LIMIT 1", r.owner).Scan(&p.ID, &recovery, &retention, &counts, &errText)
+	row, found, err := r.sql(conn).LatestMaintenancePass(ctx, r.owner)
+	if err == nil && !found {
+		err = errors.New("no pass of this owner")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read pass: %w", err)
 	}
-	p.Parts = map[string]string{}
-	if recovery != nil {
-		p.Parts["recovery"] = *recovery
+	p := Pass{ID: row.ID, Error: row.Error, Parts: map[string]string{}}
+	if row.Recovery != "" {
+		p.Parts["recovery"] = row.Recovery
 	}
-	if retention != nil {
-		p.Parts["retention"] = *retention
+	if row.Retention != "" {
+		p.Parts["retention"] = row.Retention
 	}
-	if errText != nil {
-		p.Error = *errText
-	}
-	if err := parseCounts(counts, &p); err != nil {
+	if err := parseCounts(row.Counts, &p); err != nil {
 		return nil, fmt.Errorf("read pass %d: %w", p.ID, err)
 	}
 	return &p, nil
@@ -178,39 +178,30 @@ func parseCounts(raw []byte, p *Pass) error {
 // applies to the sleep after the next pass.
 func (r *Runner) readSettings(ctx context.Context, conn Conn) (Settings, error) {
 	var s Settings
-	err := conn.QueryRow(ctx, "SELECT "+r.fn("setting_interval")+"('runner_interval'), "+
-		r.fn("setting_interval")+"('runner_jitter')").Scan(&s.Interval, &s.Jitter)
-	if err != nil {
+	var err error
+	if s.Interval, err = r.sql(conn).SettingInterval(ctx, "runner_interval"); err != nil {
+		return s, fmt.Errorf("read runner settings: %w", err)
+	}
+	if s.Jitter, err = r.sql(conn).SettingInterval(ctx, "runner_jitter"); err != nil {
 		return s, fmt.Errorf("read runner settings: %w", err)
 	}
 	return s, nil
 }
 
-// ReadQueueStats reads the queue_stats view. It returns (nil, ErrNoQueueStats)
-// when the view does not exist (a schema without the message store).
-func ReadQueueStats(ctx context.Context, db interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, schema string) ([]QueueStats, error) {
-	rows, err := db.Query(ctx, "SELECT queue::text, kind::text, pending::bigint, processing::bigint, failed::bigint, "+
-		"processed::bigint, dead::bigint, coalesce(oldest_pending_age, interval '0') FROM "+
-		pgx.Identifier{schema, "queue_stats"}.Sanitize()+" ORDER BY queue")
+// ReadQueueStats reads the queue_stats view of schema on db (Client.QueueStats).
+// It returns (nil, ErrNoQueueStats) when the view does not exist (a schema
+// without the message store).
+func ReadQueueStats(ctx context.Context, db pgsweep.DBTX, schema string) ([]QueueStats, error) {
+	c, err := pgsweep.NewClient(db, &pgsweep.ClientOptions{Schema: schema})
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-			return nil, ErrNoQueueStats
-		}
-		return nil, fmt.Errorf("read queue_stats: %w", err)
+		return nil, err
 	}
-	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueStats, error) {
-		var q QueueStats
-		err := row.Scan(&q.Queue, &q.Kind, &q.Pending, &q.Processing, &q.Failed, &q.Processed, &q.Dead, &q.OldestPendingAge)
-		return q, err
-	})
+	stats, err := c.QueueStats(ctx)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return nil, ErrNoQueueStats
+	}
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-			return nil, ErrNoQueueStats
-		}
 		return nil, fmt.Errorf("read queue_stats: %w", err)
 	}
 	return stats, nil

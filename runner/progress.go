@@ -17,19 +17,10 @@ type progressMark struct {
 
 // readProgress reads the progress of this owner's latest pass.
 func (r *Runner) readProgress(ctx context.Context, conn Conn) (progressMark, error) {
-	var m progressMark
-	var expiry *time.Time
-	err := conn.QueryRow(ctx, `WITH p AS (SELECT id, started_at FROM `+r.q+`.maintenance_passes
-		 WHERE owner = $1 ORDER BY id DESC LIMIT 1)
-		SELECT coalesce((SELECT id FROM p), 0),
-		       (SELECT coalesce(sum(steps), 0) + count(finished_at) FROM `+r.q+`.maintenance_runs
-		         WHERE pass_id = (SELECT id FROM p))::bigint,
-		       (SELECT coalesce(sum(batches), 0) FROM `+r.q+`.retention_passes
-		         WHERE owner = $1 AND started_at >= (SELECT started_at FROM p))::bigint,
-		       (SELECT max(expires_at) FROM `+r.q+`.leases WHERE owner = $1)`, r.owner).
-		Scan(&m.pass, &m.steps, &m.batches, &expiry)
-	if expiry != nil {
-		m.leaseExpiry = expiry.UnixMicro()
+	p, err := r.sql(conn).MaintenanceProgress(ctx, r.owner)
+	m := progressMark{pass: p.Pass, steps: p.Steps, batches: p.Batches}
+	if !p.LeaseExpiry.IsZero() {
+		m.leaseExpiry = p.LeaseExpiry.UnixMicro()
 	}
 	return m, err
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 )
@@ -51,7 +50,7 @@ type Runner struct {
 	opts    Options
 	connect Connector
 	owner   string
-	q       string // quoted schema
+	client  *pgsweep.Client // its statements; WithDB(conn) runs them on a pass's connection
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -160,11 +159,15 @@ func New(connect Connector, opts Options) (*Runner, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
+	client, err := pgsweep.NewClient(noConn{}, &pgsweep.ClientOptions{Schema: opts.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
 	return &Runner{
 		opts:    opts,
 		connect: connect,
 		owner:   opts.Owner,
-		q:       pgx.Identifier{opts.Schema}.Sanitize(),
+		client:  client,
 		log:     log.With("owner", opts.Owner),
 		metrics: m,
 		now:     time.Now,
@@ -379,8 +382,8 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	}
 	if pc, ok := conn.(interface{ PgConn() *pgconn.PgConn }); ok {
 		b := backend{pid: pc.PgConn().PID()}
-		if err := conn.QueryRow(ctx, "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&b.start); err != nil {
-			b.start = time.Time{}
+		if start, err := r.sql(conn).BackendStart(ctx); err == nil {
+			b.start = start
 		}
 		r.mu.Lock()
 		r.passBackend = b
@@ -458,16 +461,13 @@ func (r *Runner) releaseLeases() {
 	r.mu.Lock()
 	pending := r.pending != nil
 	r.mu.Unlock()
-	release := "SELECT " + r.fn("lease_release_owner") + "($1)"
+	// With a failed pass to record, _maintain_fail_owner releases the leases
+	// (recordPending): only list them here.
+	release := r.sql(conn).LeaseReleaseOwner
 	if pending {
-		release = "SELECT name FROM " + r.q + ".leases WHERE owner = $1 ORDER BY name"
+		release = r.sql(conn).OwnerLeases
 	}
-	rows, err := conn.Query(ctx, release, r.owner)
-	if err != nil {
-		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
-		return
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := release(ctx, r.owner)
 	if err != nil {
 		r.log.Warn("could not release leases; they expire after their TTL", "error", redactErr(err))
 		return
@@ -495,7 +495,7 @@ func (r *Runner) recordPending(ctx context.Context, conn Conn) error {
 	for _, b := range p.backends {
 		r.awaitBackend(ctx, conn, b)
 	}
-	if _, err := conn.Exec(ctx, "SELECT "+r.fn("_maintain_fail_owner")+"($1, $2)", r.owner, p.msg); err != nil {
+	if err := r.sql(conn).MaintainFailOwner(ctx, r.owner, p.msg); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -537,21 +537,19 @@ func (r *Runner) awaitBackend(ctx context.Context, conn Conn, b backend) {
 	if b.pid == 0 {
 		return
 	}
-	const match = " FROM pg_stat_activity WHERE pid = $1 AND pid <> pg_backend_pid() AND ($2::timestamptz IS NULL OR backend_start = $2)"
 	var start *time.Time
 	if !b.start.IsZero() {
 		start = &b.start
 	}
 	alive := func() bool {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*)"+match, int64(b.pid), start).Scan(&n)
-		return err == nil && n > 0
+		ok, err := r.sql(conn).BackendAlive(ctx, b.pid, start)
+		return err == nil && ok
 	}
 	terminate := time.Now().Add(3 * time.Second)
 	for alive() && ctx.Err() == nil {
 		if time.Now().After(terminate) {
 			r.log.Warn("the ended pass's backend is still running; terminating it", "pid", b.pid)
-			_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend(pid)"+match, int64(b.pid), start)
+			_ = r.sql(conn).TerminateBackend(ctx, b.pid, start)
 			terminate = time.Now().Add(time.Hour)
 		}
 		select {

@@ -111,13 +111,15 @@ func (h *harness) expectPass(interval, jitter time.Duration, counts string, stat
 	}
 	h.mock.ExpectExec(`CALL "pgsweep"\.maintain\(\$1, \$2\)`).WithArgs(owner, 30*time.Second).
 		WillReturnResult(pgconn.NewCommandTag("CALL"))
-	h.mock.ExpectQuery(`SELECT id, recovery, retention, counts, error FROM "pgsweep"\.maintenance_passes WHERE owner = \$1`).
+	h.mock.ExpectQuery(`SELECT id, owner, started_at, duration, coalesce\(recovery, ''\), coalesce\(retention, ''\), counts, coalesce\(error, ''\) FROM "pgsweep"\.maintenance_passes WHERE owner = \$1`).
 		WithArgs(owner).
-		WillReturnRows(pgxmock.NewRows([]string{"id", "recovery", "retention", "counts", "error"}).
-			AddRow(int64(7), &rec, &ret, []byte(counts), (*string)(nil)))
-	h.mock.ExpectQuery(`setting_interval"?\('runner_interval'\)`).
-		WillReturnRows(pgxmock.NewRows([]string{"i", "j"}).AddRow(interval, jitter))
-	h.mock.ExpectQuery(`FROM "pgsweep"\."queue_stats"`).WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "pgsweep.queue_stats" does not exist`})
+		WillReturnRows(pgxmock.NewRows([]string{"id", "owner", "started_at", "duration", "recovery", "retention", "counts", "error"}).
+			AddRow(int64(7), owner, time.Now(), (*time.Duration)(nil), rec, ret, []byte(counts), ""))
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(\$1\)`).WithArgs("runner_interval").
+		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval))
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(\$1\)`).WithArgs("runner_jitter").
+		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(jitter))
+	h.mock.ExpectQuery(`FROM "pgsweep"\.queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "pgsweep.queue_stats" does not exist`})
 	h.mock.ExpectClose()
 }
 
@@ -358,16 +360,17 @@ func TestQueueStatsParsing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery(`SELECT queue::text, kind::text, pending::bigint, processing::bigint, failed::bigint, processed::bigint, dead::bigint, coalesce\(oldest_pending_age, interval '0'\) FROM "pgsweep"\."queue_stats" ORDER BY queue`).
-		WillReturnRows(pgxmock.NewRows([]string{"queue", "kind", "pending", "processing", "failed", "processed", "dead", "oldest_pending_age"}).
-			AddRow("orders", "outbox", int64(10), int64(2), int64(1), int64(0), int64(3), 90*time.Second).
-			AddRow("payments", "inbox", int64(0), int64(0), int64(0), int64(500), int64(0), time.Duration(0)))
+	mock.ExpectQuery(`SELECT queue, kind, pending, processing, failed, processed, dead, coalesce\(extract\(epoch FROM oldest_pending_age\), 0\)::float8, paused, lanes, blocked_lanes FROM "pgsweep"\.queue_stats ORDER BY queue`).
+		WillReturnRows(pgxmock.NewRows([]string{"queue", "kind", "pending", "processing", "failed", "processed", "dead", "oldest_pending_age", "paused", "lanes", "blocked_lanes"}).
+			AddRow("orders", "outbox", int64(10), int64(2), int64(1), int64(0), int64(3), float64(90), true, int64(4), int64(1)).
+			AddRow("payments", "inbox", int64(0), int64(0), int64(0), int64(500), int64(0), float64(0), false, int64(0), int64(0)))
 	stats, err := ReadQueueStats(context.Background(), mock, "pgsweep")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []QueueStats{
-		{Queue: "orders", Kind: "outbox", Pending: 10, Processing: 2, Failed: 1, Dead: 3, OldestPendingAge: 90 * time.Second},
+		{Queue: "orders", Kind: "outbox", Pending: 10, Processing: 2, Failed: 1, Dead: 3, OldestPendingAge: 90 * time.Second,
+			Paused: true, Lanes: 4, BlockedLanes: 1},
 		{Queue: "payments", Kind: "inbox", Processed: 500},
 	}
 	if len(stats) != 2 || stats[0] != want[0] || stats[1] != want[1] {

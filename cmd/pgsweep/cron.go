@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgsweep/pgsweep"
 )
 
 // runCron is `pgsweep cron schedule|unschedule`: maintain() run by pg_cron
@@ -38,10 +38,13 @@ func runCron(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	q := pgx.Identifier{db.schema}.Sanitize()
+	client, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: db.schema})
+	if err != nil {
+		return err
+	}
 	if sub == "unschedule" {
-		var removed bool
-		if err := conn.QueryRow(ctx, "SELECT "+q+".cron_unschedule()").Scan(&removed); err != nil {
+		removed, err := client.CronUnschedule(ctx)
+		if err != nil {
 			return withHint(err)
 		}
 		if removed {
@@ -51,16 +54,15 @@ func runCron(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return nil
 	}
-	var id int64
-	var command string
-	err = conn.QueryRow(ctx, "SELECT "+q+".cron_schedule($1, $2)", *schedule, *budget).Scan(&id)
+	id, err := client.CronSchedule(ctx, *schedule, *budget)
 	if err != nil {
 		return withHint(err)
 	}
-	if err := conn.QueryRow(ctx, "SELECT command FROM "+q+".cron_job()").Scan(&command); err != nil {
+	job, _, err := client.CronJob(ctx)
+	if err != nil {
 		return withHint(err)
 	}
-	fmt.Fprintf(out, "pg_cron job %d runs %q on %q\n", id, command, *schedule)
+	fmt.Fprintf(out, "pg_cron job %d runs %q on %q\n", id, job.Command, *schedule)
 	return nil
 }
 

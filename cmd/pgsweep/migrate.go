@@ -70,23 +70,21 @@ func runMigrate(ctx context.Context, args []string, out io.Writer) error {
 // line saying where everything is. Without Citus the SQL says what to do
 // (55000 and a hint), and the hint is printed with the error.
 func migrateCitus(ctx context.Context, conn *pgx.Conn, schema string, out io.Writer) error {
-	rows, err := conn.Query(ctx, "SELECT object_kind, placement, changed FROM "+pgx.Identifier{schema}.Sanitize()+".citus_distribute()")
+	client, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: schema})
+	if err != nil {
+		return err
+	}
+	objs, err := client.CitusDistribute(ctx)
 	if err != nil {
 		return citusError(err)
 	}
 	counts := map[string]int{}
 	changed := 0
-	var kind, placement string
-	var ch bool
-	_, err = pgx.ForEachRow(rows, []any{&kind, &placement, &ch}, func() error {
-		counts[kind+": "+placement]++
-		if ch {
+	for _, o := range objs {
+		counts[o.Kind+": "+o.Placement]++
+		if o.Changed {
 			changed++
 		}
-		return nil
-	})
-	if err != nil {
-		return citusError(err)
 	}
 	delegated := 0
 	for k, n := range counts {

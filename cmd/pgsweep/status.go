@@ -19,31 +19,13 @@ import (
 
 // statusReport is what `pgsweep status` shows; --json prints it as is.
 type statusReport struct {
-	Schema    string              `json:"schema"`
-	Queues    []runner.QueueStats `json:"queues"`
-	Leases    []pgsweep.Lease     `json:"leases"`
-	Retention *genericTable       `json:"retention_policies"`
-	Passes    []passRow           `json:"recent_passes"`
-	Cron      *cronRow            `json:"cron_job"`
-	Missing   map[string]string   `json:"missing,omitempty"` // part → why it is not shown
-}
-
-type passRow struct {
-	ID        int64           `json:"id"`
-	Owner     string          `json:"owner"`
-	StartedAt time.Time       `json:"started_at"`
-	Duration  *time.Duration  `json:"duration"`
-	Recovery  string          `json:"recovery"`
-	Retention string          `json:"retention"`
-	Counts    json.RawMessage `json:"counts"`
-	Error     string          `json:"error,omitempty"`
-}
-
-type cronRow struct {
-	JobID    int64  `json:"jobid"`
-	Schedule string `json:"schedule"`
-	Command  string `json:"command"`
-	Active   bool   `json:"active"`
+	Schema    string                    `json:"schema"`
+	Queues    []runner.QueueStats       `json:"queues"`
+	Leases    []pgsweep.Lease           `json:"leases"`
+	Retention *genericTable             `json:"retention_policies"`
+	Passes    []pgsweep.MaintenancePass `json:"recent_passes"`
+	Cron      *pgsweep.CronJob          `json:"cron_job"`
+	Missing   map[string]string         `json:"missing,omitempty"` // part → why it is not shown
 }
 
 // genericTable holds a view whose columns this binary need not know (the
@@ -115,28 +97,15 @@ func collectStatus(ctx context.Context, conn *pgx.Conn, schema string, nPasses i
 		return nil, err
 	}
 
-	rows, err := conn.Query(ctx, "SELECT id, owner, started_at, duration, coalesce(recovery, ''), coalesce(retention, ''), counts, coalesce(error, '') FROM "+
-		q+".maintenance_passes ORDER BY id DESC LIMIT $1", nPasses)
-	if err != nil {
-		return nil, fmt.Errorf("read maintenance_passes: %w", err)
+	if rep.Passes, err = client.MaintenancePasses(ctx, nPasses); err != nil {
+		return nil, err
 	}
-	rep.Passes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (passRow, error) {
-		var p passRow
-		err := r.Scan(&p.ID, &p.Owner, &p.StartedAt, &p.Duration, &p.Recovery, &p.Retention, &p.Counts, &p.Error)
-		return p, err
-	})
+	job, found, err := client.CronJob(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read maintenance_passes: %w", err)
-	}
-
-	var c cronRow
-	err = conn.QueryRow(ctx, "SELECT jobid, schedule, command, active FROM "+q+".cron_job()").Scan(&c.JobID, &c.Schedule, &c.Command, &c.Active)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
 		return nil, fmt.Errorf("read cron job: %w", err)
-	default:
-		rep.Cron = &c
+	}
+	if found {
+		rep.Cron = &job
 	}
 	return rep, nil
 }
