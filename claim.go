@@ -63,7 +63,11 @@ func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, toke
 	if len(done) > 0 {
 		acks = []ackGroup{{token: token, ids: done}}
 	}
-	return c.completeAndClaim(ctx, queue, owner, acks, batch, lease)
+	byGroup, ds, err := c.completeAndClaim(ctx, queue, owner, acks, batch, lease)
+	if len(byGroup) == 0 {
+		return nil, ds, err
+	}
+	return byGroup[0], ds, err
 }
 
 // ackGroup is ids of one claim, to complete under its token.
@@ -80,33 +84,33 @@ func (c *Client) canPipeline() bool {
 
 // completeAndClaim is CompleteAndClaim for the ids of several claims: the
 // complete of one token and the claim, pipelined in one transaction. It
-// returns the ids completed, over all the groups.
+// returns, for each group of acks, the ids completed, or nil for a group
+// whose complete was not committed: all nil after an error of the pipelined
+// call (one transaction); without pipelining, the groups before the one
+// that failed stand, and the claim's error leaves every group's result.
 //
 // Several tokens are completed one call (one transaction) each, before the
 // claim: each complete locks the lanes of its messages in name order
 // (lane.sql), and two completes in one transaction would lock a second set
 // after the first -- out of name order -- and deadlock with a send_batch
 // locking the same lanes in name order (seen: TestWorkerLanesKeepOrder...).
-func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks []ackGroup, batch int, lease time.Duration) ([]int64, []Delivery, error) {
+func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks []ackGroup, batch int, lease time.Duration) ([][]int64, []Delivery, error) {
 	if len(acks) == 0 {
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
 		return nil, ds, err
 	}
+	byGroup := make([][]int64, len(acks))
 	bs, ok := c.db.(batchSender)
 	if !ok || len(acks) > 1 {
-		var completed []int64
 		for i, a := range acks {
 			done, err := c.Complete(ctx, queue, a.token, a.ids)
 			if err != nil {
-				if i == 0 {
-					return nil, nil, err
-				}
-				return completed, nil, err // the earlier completions stand
+				return byGroup, nil, err // the earlier completions stand
 			}
-			completed = append(completed, done...)
+			byGroup[i] = append([]int64{}, done...)
 		}
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
-		return completed, ds, err // the completion stands even if the claim failed
+		return byGroup, ds, err // the completions stand even if the claim failed
 	}
 	b := &pgx.Batch{}
 	for _, a := range acks {
@@ -114,8 +118,7 @@ func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks
 	}
 	b.Queue(c.claimSQL(), queue, owner, batch, leaseArg(lease))
 	br := bs.SendBatch(ctx, b)
-	var completed []int64
-	for range acks {
+	for i := range acks {
 		rows, err := br.Query()
 		if err != nil {
 			_ = br.Close()
@@ -126,10 +129,7 @@ func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks
 			_ = br.Close()
 			return nil, nil, wrapErr("complete", err)
 		}
-		completed = append(completed, done...)
-	}
-	if completed == nil {
-		completed = []int64{}
+		byGroup[i] = append([]int64{}, done...)
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -144,7 +144,7 @@ func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks
 	if err := br.Close(); err != nil {
 		return nil, nil, wrapErr("claim", err)
 	}
-	return completed, ds, nil
+	return byGroup, ds, nil
 }
 
 // scanDeliveries reads claim's rows, which the SQL returns oldest first.

@@ -1,5 +1,7 @@
 package pgsweep
 
+import "context"
+
 // Test hooks for the external tests of package pgsweep_test.
 
 // ObserveHeld makes w call f with the number of messages it holds (queued,
@@ -14,4 +16,15 @@ func CrashWorker(w *Worker) { close(w.crash) }
 // NewWorkerOn is NewWorker on any DBTX (such as a pgxmock pool), polling only.
 func NewWorkerOn(db DBTX, h Handler, opts WorkerOptions) (*Worker, error) {
 	return newWorker(db, nil, h, opts)
+}
+
+// CompleteGroupsAndClaim is the Worker's flush with claim: it completes
+// each token's ids (tokens[i] with ids[i]) and claims up to batch more,
+// returning per token the ids completed (nil: not committed).
+func CompleteGroupsAndClaim(c *Client, queue, owner string, tokens []Token, ids [][]int64, batch int) ([][]int64, []Delivery, error) {
+	acks := make([]ackGroup, len(tokens))
+	for i := range tokens {
+		acks[i] = ackGroup{token: tokens[i], ids: ids[i]}
+	}
+	return c.completeAndClaim(context.Background(), queue, owner, acks, batch, 0)
 }

@@ -10,32 +10,37 @@ import (
 // error) and claims up to n more: the complete of one claim token and the
 // claim pipelined in one round trip and one transaction; several tokens are
 // completed one transaction each first (lane lock order: Client's
-// completeAndClaim). When it fails, the completions wait for the next flush.
+// completeAndClaim). The tokens whose complete was committed are settled;
+// the others (a failure part way, or the pipelined call failing as a whole)
+// wait for the next flush.
 func (l *loop) completeAndClaim(n int) (int, error) {
 	ctx, cancel := context.WithTimeout(l.base, flushTimeout)
 	defer cancel()
 	acks := make([]ackGroup, 0, len(l.acks))
-	sent := 0
 	for tok, ids := range l.acks {
 		acks = append(acks, ackGroup{token: tok, ids: ids})
-		sent += len(ids)
 	}
 	start := time.Now()
-	done, ds, err := l.w.client.completeAndClaim(ctx, l.o.Queue, l.o.Owner, acks, n, l.o.Lease)
-	if err != nil && done == nil {
-		l.flushErr = true
-		return 0, err
+	byGroup, ds, err := l.w.client.completeAndClaim(ctx, l.o.Queue, l.o.Owner, acks, n, l.o.Lease)
+	settled := 0
+	for i, done := range byGroup {
+		if done == nil {
+			continue
+		}
+		// done is every id of the group completed; the others' leases were
+		// lost meanwhile.
+		a := acks[i]
+		l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
+		l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(a.ids)-len(done))
+		l.settle(a.ids)
+		delete(l.acks, a.token)
+		settled++
 	}
-	// Pipelined (the loop uses this only then), the completions and the
-	// claim commit together: done is every id completed, the others' leases
-	// were lost meanwhile.
-	l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
-	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, sent-len(done))
-	for tok, ids := range l.acks {
-		l.settle(ids)
-		delete(l.acks, tok)
+	if settled < len(acks) {
+		l.flushErr = true // the rest: retried on the next flush, after a backoff
+	} else {
+		l.flushBackoff = 0
 	}
-	l.flushBackoff = 0
 	if err != nil {
 		return 0, err
 	}

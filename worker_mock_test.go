@@ -210,3 +210,37 @@ func TestWorkerShutdownDeadlineCutsAHangingCall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A flush that completes the ids of several claims commits one token at a
+// time: when the second complete fails, the first token's ids stand and are
+// reported, the second's are reported as not committed (nil), so the Worker
+// keeps them for the next flush instead of counting them completed or lost.
+func TestCompleteGroupsReportsWhatWasCommitted(t *testing.T) {
+	mock, c := newMockClient(t)
+	other := pgsweep.Token{1, 2, 3}
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{1, 2}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(1)))
+	boom := errors.New("connection reset")
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", other, []int64{3}).WillReturnError(boom)
+	byGroup, ds, err := pgsweep.CompleteGroupsAndClaim(c, "q", "w", []pgsweep.Token{mockToken, other}, [][]int64{{1, 2}, {3}}, 10)
+	if !errors.Is(err, boom) || ds != nil {
+		t.Fatalf("got deliveries %v, err %v; want the second complete's error and no claim", ds, err)
+	}
+	if len(byGroup) != 2 || len(byGroup[0]) != 1 || byGroup[0][0] != 1 || byGroup[1] != nil {
+		t.Fatalf("per token %v, want [[1] nil]: id 1 completed (2's lease lost), token 2 not committed", byGroup)
+	}
+
+	// both committed, all leases lost on the second: an empty, non-nil result
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", mockToken, []int64{4}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(4)))
+	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", other, []int64{5}).
+		WillReturnRows(pgxmock.NewRows([]string{"complete"}))
+	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, nil).WillReturnRows(oneDelivery(6))
+	byGroup, ds, err = pgsweep.CompleteGroupsAndClaim(c, "q", "w", []pgsweep.Token{mockToken, other}, [][]int64{{4}, {5}}, 10)
+	if err != nil || len(ds) != 1 || len(byGroup) != 2 || len(byGroup[0]) != 1 || byGroup[1] == nil || len(byGroup[1]) != 0 {
+		t.Fatalf("got %v, %v, %v; want [[4] []] and one delivery", byGroup, ds, err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
