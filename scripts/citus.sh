@@ -154,7 +154,12 @@ start_node() {
 		"SELECT 1 FROM pg_database WHERE datname = '$dbname'" | grep -q 1; then
 		as_pg "$bindir/createdb" -h "$(socket_dir)" -p "$(port_of "$node")" -U postgres "$dbname"
 	fi
-	psql_on "$node" -c "CREATE EXTENSION IF NOT EXISTS citus; CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+	# Only when missing: on a cluster that was stopped, Citus refuses even an
+	# IF NOT EXISTS on a worker that holds metadata, and the coordinator's
+	# connects to the registered nodes.
+	if [ "$(psql_on "$node" -qAtX -c "SELECT count(*) FROM pg_extension WHERE extname IN ('citus', 'pg_stat_statements')")" != 2 ]; then
+		psql_on "$node" -c "CREATE EXTENSION IF NOT EXISTS citus; CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+	fi
 	# pg_cron runs on the coordinator only: created there with Citus's DDL
 	# propagation off (propagated, it would fail on the workers, which do not preload it).
 	if [ "$node" = coordinator ] && [ -f "/usr/share/postgresql/$pgver/extension/pg_cron.control" ]; then
