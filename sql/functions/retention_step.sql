@@ -384,8 +384,10 @@ $$;
 -- _retention_release_claim gathers a release step's tables: the sweep's
 -- detached units not taken by another cleaner (p_unit's included). A unit
 -- whose table is no longer the one it detached (dropped, re-attached,
--- renamed) or that the policy's owner can no longer drop (the policy
--- changed hands) is closed and its table left alone (a NOTICE names it).
+-- renamed), that the policy's owner can no longer drop (the policy changed
+-- hands), or that something else depends on (a view made on it since, a
+-- foreign key to it) is closed and its table left alone (a NOTICE names it):
+-- a DROP that fails would fail every pass.
 CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
     OUT o_units int[], OUT o_tables oid[])
 LANGUAGE plpgsql
@@ -408,7 +410,11 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                     WHERE c.oid = v_unit.block_hi::oid AND c.relkind = 'r' AND NOT c.relispartition
                       AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
-                      AND pg_catalog.pg_has_role(v_owner, c.relowner, 'USAGE')) THEN
+                      AND pg_catalog.pg_has_role(v_owner, c.relowner, 'USAGE')
+                      -- nothing outside it depends on it (a view, a foreign key): DROP would fail
+                      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                       WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = c.oid
+                                         AND d.deptype = 'n')) THEN
             o_units := o_units || v_unit.unit_no;
             o_tables := o_tables || v_unit.block_hi::oid;
         ELSE

@@ -3,7 +3,7 @@
 -- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
 -- status-filtered) are swept row by row.
 BEGIN;
-SELECT plan(33);
+SELECT plan(38);
 
 CREATE SCHEMA rp;
 -- RANGE by day, with a default partition
@@ -100,6 +100,21 @@ SELECT pgsweep._retention_plan_partitioned(p, '2026-01-03 12:00+00', 'tap') AS s
 SELECT is((SELECT string_agg(DISTINCT u.leaf_name, ',' ORDER BY u.leaf_name) FROM pgsweep.retention_unit u, young_plan y WHERE u.sweep_id = y.sweep),
           'events_d2,events_def', 'a plan covers the leaf the cutoff cuts through and the default, not the young leaf');
 DELETE FROM pgsweep.retention_sweep s USING young_plan y WHERE s.id = y.sweep;
+
+-- a view made on a detached table before the next pass: that pass leaves
+-- the table (DROP would fail every pass) and closes its unit
+CREATE TABLE rp.events_dm3 PARTITION OF rp.events FOR VALUES FROM ('2025-12-28 00:00+00') TO ('2025-12-29 00:00+00');
+INSERT INTO rp.events SELECT 4000 + g, '2025-12-28 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
+CREATE TEMP TABLE dm3 AS SELECT 'rp.events_dm3'::regclass::oid AS o;
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'a pass detaches another leaf');
+SELECT lives_ok(format('CREATE VIEW rp.on_detached AS SELECT * FROM rp.%I', (SELECT 'pgsweep_detached_' || o FROM dm3)),
+    'a view is made on the detached table');
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'the next pass runs');
+SELECT ok(EXISTS (SELECT 1 FROM pg_class c, dm3 WHERE c.oid = dm3.o)
+          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE policy = 'events'),
+          'it leaves the table the view depends on and closes its unit');
+SELECT is((SELECT outcome FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1), 'drained',
+    'without an error');
 
 -- a status filter: leaves are never dropped whole, only swept
 CREATE TABLE rp.jobs (id bigint NOT NULL, at timestamptz NOT NULL, status text NOT NULL) PARTITION BY RANGE (at);
