@@ -29,9 +29,12 @@
 -- the request at most that long), each leaf's with NOWAIT once the parent's
 -- is held (a leaf another transaction is reading -- a long report, say -- is
 -- skipped and its unit deferred to a later pass, instead of holding the
--- parent while waiting for it), and the lock is held for about 0.1 ms a leaf
--- plus the commit: inserts wait for it once per pass, not once per leaf. A
--- parent lock that is not granted in time defers every unit of the step.
+-- parent while waiting for it), and the lock is held for about 0.1-0.3 ms a
+-- leaf plus the commit: inserts wait for it once per pass, not once per
+-- leaf. Before the parent, each leaf is locked SHARE UPDATE EXCLUSIVE (which
+-- no insert or query waits for) so that an autovacuum worker on it yields
+-- first (_retention_detach_body). A parent lock that is not granted in time
+-- defers every unit of the step.
 -- DETACH ... CONCURRENTLY is not used: it cannot run in a function or
 -- procedure (so not under pg_cron or CALL maintain()), PostgreSQL refuses it
 -- when the table has a default partition, it waits for every older
@@ -234,11 +237,22 @@ AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
 
 -- _retention_detach_body: the PL/pgSQL body (run as the policy's owner by
 -- _retention_as_owner) that detaches the leaves p_leaves of p_parent in one
--- transaction: their rows counted first, from the statistics; then the
--- parent locked (lock_timeout); then each leaf locked NOWAIT (a leaf someone
--- else holds is skipped), detached and renamed. It returns the rows of the
--- leaves it detached; which ones it detached the catalog tells
--- (_retention_step_detached).
+-- transaction:
+--   1. each leaf's rows counted, from the statistics;
+--   2. each leaf locked SHARE UPDATE EXCLUSIVE, with lock_timeout raised to
+--      retention_lock_timeout + deadlock_timeout: that mode blocks no insert
+--      and no query, only VACUUM, ANALYZE and DDL; an autovacuum worker on
+--      the leaf (one starts on every partition that got many inserts) is
+--      cancelled by PostgreSQL after deadlock_timeout instead of making the
+--      leaf wait for a later pass; a leaf still held after that is skipped;
+--   3. the parent locked ACCESS EXCLUSIVE, with lock_timeout =
+--      retention_lock_timeout: from here on inserts and queries on the
+--      parent wait;
+--   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
+--      writing the leaf directly makes it skipped: nobody waits while the
+--      parent is locked), detached and renamed.
+-- It returns the rows of the leaves it detached; which ones it detached the
+-- catalog tells (_retention_step_detached).
 CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -247,9 +261,12 @@ AS $$
 DECLARE
     v_parent text;
     v_counts text := '';
+    v_prelocks text := '';
     v_steps text := '';
     v_leaf record;
     v_sql record;
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_deadlock bigint := (extract(epoch FROM pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint;
 BEGIN
     SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
@@ -262,15 +279,22 @@ BEGIN
     LOOP
         v_sql := _retention_drop_sql(v_leaf.oid::regclass);
         v_counts := v_counts || format('EXECUTE %L INTO c; r[%s] := c; ', v_sql.count_sql, v_leaf.ord);
+        v_prelocks := v_prelocks || format(
+            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; ',
+            format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
         v_steps := v_steps || format(
-            'BEGIN EXECUTE %L; ok := true; EXCEPTION WHEN lock_not_available THEN ok := false; END; '
-            'IF ok THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; END IF; ',
-            format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_sql.detach_sql,
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; END IF; ',
+            v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
+            v_leaf.ord, v_sql.detach_sql,
             format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
     END LOOP;
-    RETURN format('DECLARE n bigint := 0; c bigint; r bigint[]; ok boolean; BEGIN %s EXECUTE %L; %s'
+    RETURN format('DECLARE n bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
                   'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-                  v_counts, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
+                  v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
+                  format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END
 $$;
 

@@ -514,9 +514,11 @@ BEGIN
             v_run := _retention_as_owner(v.o_pol, 'detach', NULL, v_batch.o_leaves, v_batch.o_leaves, v.o_cutoff,
                                          v_batch.o_parent);
             v_rows := v_run.deleted;
-        EXCEPTION WHEN lock_not_available THEN
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
             -- the parent (or the default partition) stayed locked past
-            -- retention_lock_timeout: nothing was detached, a later pass retries
+            -- retention_lock_timeout, or a session that holds the parent
+            -- (ANALYZE of the whole table, say) waited for a leaf this step
+            -- held: nothing was detached, a later pass retries
             NULL;
         END;
         PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_rows, v.o_strategy);
