@@ -268,8 +268,8 @@ AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
 --   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
 --      writing the leaf directly makes it skipped: nobody waits while the
 --      parent is locked), detached and renamed.
--- It returns the rows of the leaves it detached; which ones it detached the
--- catalog tells (_retention_step_detached).
+-- It returns the rows of the leaves it detached (deleted) and how many it
+-- detached (sampled); which ones, the catalog tells (_retention_step_detached).
 CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -301,15 +301,15 @@ BEGIN
             format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
         v_steps := v_steps || format(
             'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; END IF; '
-            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; END IF; ',
+            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
             v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
             v_leaf.ord, v_sql.detach_sql,
             format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
     END LOOP;
-    RETURN format('DECLARE n bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+    RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
                   'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
                   'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
-                  'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                  'RETURN QUERY SELECT n, NULL::float8, d, NULL::timestamptz[]; END',
                   v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
                   format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END
@@ -1123,14 +1123,48 @@ BEGIN
 END
 $$;
 
--- _retention_step_detached records a detach step: a leaf now named
--- pgsweep_detached_<oid> and out of its parent was detached: its unit is
--- marked so (block_lo -1, block_hi the oid) and left to a later pass, which
--- drops the table; the pass counts its rows (p_rows, all the detached
+-- _retention_step_detaching records a detach step before it runs, as if
+-- every leaf of it will be detached: each unit marked detached (block_lo -1,
+-- block_hi the leaf's oid, left to a later pass, which drops the table), the
+-- pass's batch and partitions counted. Done before the parent is locked, so
+-- that the lock is held for the detaches and little else; the step
+-- corrects it when a leaf stays (_retention_step_detached) and rolls it back
+-- with the detaches when the parent's lock is not granted.
+CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_unit u SET block_lo = -1, block_hi = l.oid::bigint, deferred_pass = p_pass
+      FROM unnest(p_units, p_leaves) l(unit_no, oid)
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
+    UPDATE retention_pass
+       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_rows adds a detach step's rows to its pass.
+CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
+
+-- _retention_step_detached records a detach step from the catalog: a leaf
+-- now named pgsweep_detached_<oid> and out of its parent was detached: its
+-- unit is marked so (block_lo -1, block_hi the oid) and left to a later pass,
+-- which drops the table; the pass counts its rows (p_rows, all the detached
 -- leaves') and the partition. A leaf still attached (locked by another
 -- transaction, or the whole step rolled back) is deferred to a later pass.
+-- p_premarked: _retention_step_detaching counted every leaf already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
-    p_rows bigint, p_strategy text)
+    p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1146,8 +1180,8 @@ BEGIN
           FROM unnest(p_units, p_leaves) x(unit_no, oid)
     ), u AS (
         UPDATE retention_unit u
-           SET block_lo = CASE WHEN l.detached THEN -1 ELSE u.block_lo END,
-               block_hi = CASE WHEN l.detached THEN l.oid::bigint ELSE u.block_hi END,
+           SET block_lo = CASE WHEN l.detached THEN -1 END,
+               block_hi = CASE WHEN l.detached THEN l.oid::bigint END,
                deferred_pass = p_pass
           FROM l
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
@@ -1157,8 +1191,9 @@ BEGIN
     v_now := clock_timestamp();
     UPDATE retention_pass
        SET rows_deleted = rows_deleted + CASE WHEN v_detached > 0 THEN p_rows ELSE 0 END,
-           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END,
-           partitions_dropped = partitions_dropped + v_detached,
+           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + v_detached
+                                - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
            deferred = deferred + cardinality(p_leaves) - v_detached,
            last_batch_at = CASE WHEN v_detached > 0 THEN v_now ELSE last_batch_at END,
            strategy = p_strategy
@@ -1281,7 +1316,6 @@ DECLARE
     v_run record;
     v_batch record;
     v_batch2 record;
-    v_rows bigint;
 BEGIN
     v := _retention_step_claim(p_pass);
     IF v.o_action = 'plan' THEN
@@ -1294,19 +1328,26 @@ BEGIN
     ELSIF v.o_action = 'detach' THEN
         -- every droppable leaf of the parent in one transaction (retention_partition.sql)
         v_batch := _retention_detach_claim(p_pass, v.o_unit, v.o_target, v.o_cutoff);
-        v_rows := 0;
         BEGIN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM _retention_step_detaching(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v.o_strategy);
             v_run := _retention_as_owner(v.o_pol, 'detach', NULL, v_batch.o_leaves, v_batch.o_leaves, v.o_cutoff,
                                          v_batch.o_parent);
-            v_rows := v_run.deleted;
+            IF v_run.sampled = cardinality(v_batch.o_leaves) THEN
+                PERFORM _retention_step_rows(p_pass, v_run.deleted);
+            ELSE -- a leaf was in use and stays: the record follows the catalog
+                PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_run.deleted,
+                                                 v.o_strategy, true);
+            END IF;
         EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
             -- the parent (or the default partition) stayed locked past
             -- retention_lock_timeout, or a session that holds the parent
             -- (ANALYZE of the whole table, say) waited for a leaf this step
-            -- held: nothing was detached, a later pass retries
-            NULL;
+            -- held: nothing was detached (the record above rolled back with
+            -- it), a later pass retries
+            PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, 0, v.o_strategy, false);
         END;
-        PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_rows, v.o_strategy);
         RETURN true;
     ELSIF v.o_action = 'release' THEN
         -- drop the tables earlier passes detached; no lock on the parent
@@ -1973,7 +2014,7 @@ AS $$
         '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
         '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_owner_role',
         -- a partitioned policy's drop units (retention_partition.sql)
-        '_retention_detach_claim', '_retention_step_detached', '_retention_release_claim', '_retention_step_released',
+        '_retention_detach_claim', '_retention_step_detaching', '_retention_step_rows', '_retention_step_detached', '_retention_release_claim', '_retention_step_released',
         '_retention_detach_body', '_retention_release_body',
         '_retention_step_batch', '_retention_shard_body', -- a shard's batch (retention_shards.sql)
         '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',

@@ -251,8 +251,8 @@ AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
 --   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
 --      writing the leaf directly makes it skipped: nobody waits while the
 --      parent is locked), detached and renamed.
--- It returns the rows of the leaves it detached; which ones it detached the
--- catalog tells (_retention_step_detached).
+-- It returns the rows of the leaves it detached (deleted) and how many it
+-- detached (sampled); which ones, the catalog tells (_retention_step_detached).
 CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -284,15 +284,15 @@ BEGIN
             format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
         v_steps := v_steps || format(
             'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; END IF; '
-            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; END IF; ',
+            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
             v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
             v_leaf.ord, v_sql.detach_sql,
             format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
     END LOOP;
-    RETURN format('DECLARE n bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+    RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
                   'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
                   'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
-                  'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                  'RETURN QUERY SELECT n, NULL::float8, d, NULL::timestamptz[]; END',
                   v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
                   format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END

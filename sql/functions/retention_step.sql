@@ -338,14 +338,48 @@ BEGIN
 END
 $$;
 
--- _retention_step_detached records a detach step: a leaf now named
--- pgsweep_detached_<oid> and out of its parent was detached: its unit is
--- marked so (block_lo -1, block_hi the oid) and left to a later pass, which
--- drops the table; the pass counts its rows (p_rows, all the detached
+-- _retention_step_detaching records a detach step before it runs, as if
+-- every leaf of it will be detached: each unit marked detached (block_lo -1,
+-- block_hi the leaf's oid, left to a later pass, which drops the table), the
+-- pass's batch and partitions counted. Done before the parent is locked, so
+-- that the lock is held for the detaches and little else; the step
+-- corrects it when a leaf stays (_retention_step_detached) and rolls it back
+-- with the detaches when the parent's lock is not granted.
+CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_unit u SET block_lo = -1, block_hi = l.oid::bigint, deferred_pass = p_pass
+      FROM unnest(p_units, p_leaves) l(unit_no, oid)
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
+    UPDATE retention_pass
+       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_rows adds a detach step's rows to its pass.
+CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
+
+-- _retention_step_detached records a detach step from the catalog: a leaf
+-- now named pgsweep_detached_<oid> and out of its parent was detached: its
+-- unit is marked so (block_lo -1, block_hi the oid) and left to a later pass,
+-- which drops the table; the pass counts its rows (p_rows, all the detached
 -- leaves') and the partition. A leaf still attached (locked by another
 -- transaction, or the whole step rolled back) is deferred to a later pass.
+-- p_premarked: _retention_step_detaching counted every leaf already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
-    p_rows bigint, p_strategy text)
+    p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -361,8 +395,8 @@ BEGIN
           FROM unnest(p_units, p_leaves) x(unit_no, oid)
     ), u AS (
         UPDATE retention_unit u
-           SET block_lo = CASE WHEN l.detached THEN -1 ELSE u.block_lo END,
-               block_hi = CASE WHEN l.detached THEN l.oid::bigint ELSE u.block_hi END,
+           SET block_lo = CASE WHEN l.detached THEN -1 END,
+               block_hi = CASE WHEN l.detached THEN l.oid::bigint END,
                deferred_pass = p_pass
           FROM l
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
@@ -372,8 +406,9 @@ BEGIN
     v_now := clock_timestamp();
     UPDATE retention_pass
        SET rows_deleted = rows_deleted + CASE WHEN v_detached > 0 THEN p_rows ELSE 0 END,
-           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END,
-           partitions_dropped = partitions_dropped + v_detached,
+           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + v_detached
+                                - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
            deferred = deferred + cardinality(p_leaves) - v_detached,
            last_batch_at = CASE WHEN v_detached > 0 THEN v_now ELSE last_batch_at END,
            strategy = p_strategy
@@ -496,7 +531,6 @@ DECLARE
     v_run record;
     v_batch record;
     v_batch2 record;
-    v_rows bigint;
 BEGIN
     v := _retention_step_claim(p_pass);
     IF v.o_action = 'plan' THEN
@@ -509,19 +543,26 @@ BEGIN
     ELSIF v.o_action = 'detach' THEN
         -- every droppable leaf of the parent in one transaction (retention_partition.sql)
         v_batch := _retention_detach_claim(p_pass, v.o_unit, v.o_target, v.o_cutoff);
-        v_rows := 0;
         BEGIN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM _retention_step_detaching(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v.o_strategy);
             v_run := _retention_as_owner(v.o_pol, 'detach', NULL, v_batch.o_leaves, v_batch.o_leaves, v.o_cutoff,
                                          v_batch.o_parent);
-            v_rows := v_run.deleted;
+            IF v_run.sampled = cardinality(v_batch.o_leaves) THEN
+                PERFORM _retention_step_rows(p_pass, v_run.deleted);
+            ELSE -- a leaf was in use and stays: the record follows the catalog
+                PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_run.deleted,
+                                                 v.o_strategy, true);
+            END IF;
         EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
             -- the parent (or the default partition) stayed locked past
             -- retention_lock_timeout, or a session that holds the parent
             -- (ANALYZE of the whole table, say) waited for a leaf this step
-            -- held: nothing was detached, a later pass retries
-            NULL;
+            -- held: nothing was detached (the record above rolled back with
+            -- it), a later pass retries
+            PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, 0, v.o_strategy, false);
         END;
-        PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_rows, v.o_strategy);
         RETURN true;
     ELSIF v.o_action = 'release' THEN
         -- drop the tables earlier passes detached; no lock on the parent
