@@ -84,7 +84,10 @@ AS $$
         '_maintain_pass_begin', '_maintain_pass_end', '_maintain_part_begin', '_maintain_part_step',
         '_maintain_part_end', '_maintain_recovery', '_maintain_retention', '_maintain_renew',
         '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
-        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_retention_dropped', '_owner_role',
+        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_owner_role',
+        -- a partitioned policy's drop units (retention_partition.sql)
+        '_retention_detach_claim', '_retention_step_detaching', '_retention_step_rows', '_retention_step_detached', '_retention_release_claim', '_retention_step_released',
+        '_retention_detach_body', '_retention_release_body',
         '_retention_step_batch', '_retention_shard_body', -- a shard's batch (retention_shards.sql)
         '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
         '_retention_as_owner', '_retention_finish_error', '_retention_run', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',

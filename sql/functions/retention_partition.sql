@@ -16,42 +16,59 @@
 -- of its own, with the same guarantees (the full predicate in every DELETE,
 -- exclusive and parallel modes).
 --
--- Locks: DETACH and DROP take an ACCESS EXCLUSIVE lock on the parent. The
--- drop runs with lock_timeout = retention_lock_timeout (1 s by default):
--- writers and readers queue behind the request at most that long, and a
--- drop that cannot get the lock in time (a long transaction reading the old
--- partition, say) is deferred to a later pass (outcome 'deferred') instead
--- of waiting while everyone queues behind it. DETACH ... CONCURRENTLY is not
--- used: it cannot run in a function or procedure (so not under pg_cron or
--- CALL maintain()), it waits for every older snapshot, and a run killed
--- between its two transactions leaves a partition half-detached for a DBA
--- to finalize. The short-lock DETACH works the same for pg_cron-only
--- installs and for the Go runner.
+-- A RANGE leaf on the time column whose lower bound is at or after the
+-- cutoff holds no eligible row: the plan leaves it alone (0.33). Before, every
+-- young leaf got tid_range units and each pass read it whole for nothing:
+-- 0.85 of the 1.3 s a pass over the benchmark's 10 leaves took.
 --
--- Two steps, two transactions (0.27). A drop unit first empties its leaf:
--- TRUNCATE, which locks the leaf alone (writers insert into today's leaf;
--- queries on the parent that prune the old leaf do not touch it), and whose
--- commit unlinks the leaf's files. The next step detaches and drops the
--- now empty leaf: the ACCESS EXCLUSIVE lock on the parent is held for about
--- a millisecond. In one transaction the parent stayed locked through the
--- commit, and the commit unlinks the files: 35-55 ms for a leaf of 1,000,000
--- rows, every insert into the parent waiting meanwhile (docs/benchmarks.md,
--- "cleanup --partitioned"). Between the steps the leaf is attached and
--- empty; a row that lands in it meanwhile has a time before the cutoff and
--- goes with the leaf.
+-- Locks: DETACH takes an ACCESS EXCLUSIVE lock on the parent (and on the
+-- default partition, if there is one). A drop unit's first step detaches
+-- every droppable leaf of the sweep under that parent in ONE transaction
+-- (0.33): the parent's lock is requested with lock_timeout =
+-- retention_lock_timeout (1 s by default; writers and readers queue behind
+-- the request at most that long), each leaf's with NOWAIT once the parent's
+-- is held (a leaf another transaction is reading -- a long report, say -- is
+-- skipped and its unit deferred to a later pass, instead of holding the
+-- parent while waiting for it), and the lock is held for about 0.1-0.3 ms a
+-- leaf plus the commit: inserts wait for it once per pass, not once per
+-- leaf. Before the parent, each leaf is locked SHARE UPDATE EXCLUSIVE (which
+-- no insert or query waits for) so that an autovacuum worker on it yields
+-- first (_retention_detach_body). A parent lock that is not granted in time
+-- defers every unit of the step.
+-- DETACH ... CONCURRENTLY is not used: it cannot run in a function or
+-- procedure (so not under pg_cron or CALL maintain()), PostgreSQL refuses it
+-- when the table has a default partition, it waits for every older
+-- snapshot, and a run killed between its two transactions leaves a
+-- partition half-detached for a DBA to finalize.
 --
--- The rows a dropped leaf held are reported as deleted, as a swept leaf's
+-- Detached, not dropped (0.33). The detached leaf is renamed
+-- pgsweep_detached_<oid> in the same transaction (its name is free again at
+-- once, and nothing writes into it by its old name) and its unit stays open,
+-- marked detached (block_lo -1, block_hi its oid). Its rows are gone from
+-- the policy's table at that commit, so they count as deleted then, and the
+-- pass may end 'drained'. The next pass (retention_due lists the policy at
+-- once) drops the detached tables first, in one transaction that holds no
+-- lock on the parent: the commit releases the files, 25-50 ms a leaf of
+-- 1,000,000 rows on ext4 (docs/benchmarks.md), one buffer-pool scan for all
+-- of them. PostgreSQL releases a dropped table's files after the commit has
+-- released its locks, so no writer waits for that either way; moving it to
+-- the next pass takes it out of the pass that removes the rows.
+-- 0.27-0.29 emptied a leaf with TRUNCATE before detaching it; a unit left
+-- emptied (block_lo 0) by those versions is detached like any other.
+--
+-- The rows a detached leaf held are reported as deleted, as a swept leaf's
 -- are, counted from the statistics rather than read: the cumulative
 -- statistics' live tuples (exact for a partition only ever inserted into),
 -- else pg_class.reltuples (the last VACUUM or ANALYZE), and count(*) only for
 -- a leaf that has neither. A count(*) reads the whole leaf: 2.2 of the 2.4 s
--- that dropping 8 leaves of 1,000,000 rows took, for a number.
+-- that dropping 8 leaves of 1,000,000 rows took, for a number. The counts
+-- are read before the parent is locked.
 
--- _retention_leaf_upper: the exclusive upper bound of a RANGE leaf on the
--- policy's time column, encoded like the cutoff (_retention_cutoff); NULL
--- when the leaf is not such a range (LIST, HASH, DEFAULT, a multi-column or
--- other-column key, MAXVALUE).
-CREATE OR REPLACE FUNCTION _retention_leaf_upper(p_pol retention_policy, p_leaf regclass)
+-- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
+-- lower bound of a RANGE leaf on the policy's time column, encoded like the
+-- cutoff (_retention_cutoff); NULL when the leaf is not such a range (LIST,
+-- HASH, DEFAULT, a multi-column or other-column key, MINVALUE, MAXVALUE).
+CREATE OR REPLACE FUNCTION _retention_leaf_bound(p_pol retention_policy, p_leaf regclass, p_lower boolean)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -62,7 +79,7 @@ DECLARE
     v_natts int;
     v_attnum int;
     v_bound text;
-    v_upper text;
+    v_value text;
 BEGIN
     SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
     IF v_parent IS NULL THEN
@@ -77,16 +94,25 @@ BEGIN
     END IF;
     SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) INTO v_bound FROM pg_catalog.pg_class c WHERE c.oid = p_leaf;
     -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
-    v_upper := substring(v_bound FROM ' TO \((.*)\)$');
-    IF v_upper IS NULL OR v_upper ILIKE '%MAXVALUE%' OR v_upper ILIKE '%MINVALUE%' THEN
+    v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
+                    ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
+    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN
         RETURN NULL;
     END IF;
-    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_upper,
+    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
         CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
        INTO v_bound;
     RETURN v_bound::timestamptz;
 END
 $$;
+
+-- _retention_leaf_upper: the exclusive upper bound of a RANGE leaf on the
+-- policy's time column (see _retention_leaf_bound).
+CREATE OR REPLACE FUNCTION _retention_leaf_upper(p_pol retention_policy, p_leaf regclass)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_leaf_bound(p_pol, p_leaf, false) $$;
 
 -- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
 -- (see the rules above).
@@ -142,6 +168,8 @@ BEGIN
          WHERE t.isleaf AND c.relkind = 'r'
          ORDER BY n.nspname, c.relname
     LOOP
+        -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible
+        CONTINUE WHEN _retention_leaf_bound(p_pol, v_leaf.leaf, true) >= v_cutoff;
         IF _retention_leaf_droppable(p_pol, v_leaf.leaf, v_cutoff) THEN
             v_units := v_units + 1;
             INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, action)
@@ -166,7 +194,7 @@ $$;
 
 -- _retention_drop_sql: the statements that remove a leaf whole, as the
 -- policy's owner: count its rows (from the statistics), detach it from its
--- parent, drop it; _retention_truncate_sql empties it first.
+-- parent, drop it.
 CREATE OR REPLACE FUNCTION _retention_drop_sql(p_leaf regclass, OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -190,14 +218,108 @@ BEGIN
 END
 $$;
 
--- _retention_truncate_sql: the statement that empties a leaf before it is
--- dropped (the first of a drop unit's two steps, see above).
-CREATE OR REPLACE FUNCTION _retention_truncate_sql(p_leaf regclass)
+-- _retention_unit_detached: whether a unit is a drop unit whose leaf a pass
+-- detached (block_lo -1, block_hi the detached table's oid); its table is
+-- dropped by a later pass whatever happens to the policy's definition.
+CREATE OR REPLACE FUNCTION _retention_unit_detached(p_action text, p_block_lo bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_action = 'drop' AND p_block_lo IS NOT DISTINCT FROM -1 $$;
+
+-- _retention_detached_name: the name a detached leaf gets until a later
+-- pass drops it.
+CREATE OR REPLACE FUNCTION _retention_detached_name(p_leaf oid)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
+
+-- _retention_detach_body: the PL/pgSQL body (run as the policy's owner by
+-- _retention_as_owner) that detaches the leaves p_leaves of p_parent in one
+-- transaction:
+--   1. each leaf's rows counted, from the statistics;
+--   2. each leaf locked SHARE UPDATE EXCLUSIVE, with lock_timeout raised to
+--      retention_lock_timeout + deadlock_timeout: that mode blocks no insert
+--      and no query, only VACUUM, ANALYZE and DDL; an autovacuum worker on
+--      the leaf (one starts on every partition that got many inserts) is
+--      cancelled by PostgreSQL after deadlock_timeout instead of making the
+--      leaf wait for a later pass; a leaf still held after that is skipped;
+--   3. the parent locked ACCESS EXCLUSIVE, with lock_timeout =
+--      retention_lock_timeout: from here on inserts and queries on the
+--      parent wait;
+--   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
+--      writing the leaf directly makes it skipped: nobody waits while the
+--      parent is locked), detached and renamed.
+-- It returns the rows of the leaves it detached (deleted) and how many it
+-- detached (sampled); which ones, the catalog tells (_retention_step_detached).
+CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT pg_catalog.format('TRUNCATE ONLY %I.%I', n.nspname, c.relname)
-      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-     WHERE c.oid = p_leaf
+DECLARE
+    v_parent text;
+    v_counts text := '';
+    v_prelocks text := '';
+    v_steps text := '';
+    v_leaf record;
+    v_sql record;
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_deadlock bigint := (extract(epoch FROM pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    FOR v_leaf IN
+        SELECT l.oid, l.ord, format('%I.%I', n.nspname, c.relname) AS name
+          FROM unnest(p_leaves) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        v_sql := _retention_drop_sql(v_leaf.oid::regclass);
+        v_counts := v_counts || format('EXECUTE %L INTO c; r[%s] := c; ', v_sql.count_sql, v_leaf.ord);
+        v_prelocks := v_prelocks || format(
+            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; ',
+            format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
+        v_steps := v_steps || format(
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
+            v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
+            v_leaf.ord, v_sql.detach_sql,
+            format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
+    END LOOP;
+    RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
+                  'RETURN QUERY SELECT n, NULL::float8, d, NULL::timestamptz[]; END',
+                  v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
+                  format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
+END
+$$;
+
+-- _retention_release_body: the PL/pgSQL body (run as the policy's owner)
+-- that drops the detached tables p_tables in one transaction; a table
+-- someone else holds past lock_timeout is left to a later pass.
+CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_steps text := '';
+    v_name text;
+BEGIN
+    FOR v_name IN
+        SELECT format('%I.%I', n.nspname, c.relname)
+          FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        v_steps := v_steps || format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                     format('DROP TABLE %s', v_name));
+    END LOOP;
+    RETURN format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', v_steps);
+END
 $$;

@@ -199,16 +199,10 @@ LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_kind
-        -- a drop unit's two steps (retention_partition.sql): count and empty
-        -- the leaf; then detach and drop it
-        WHEN 'truncate' THEN (SELECT pg_catalog.format(
-            'DECLARE n bigint; BEGIN EXECUTE %L INTO n; EXECUTE %L; '
-            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-            d.count_sql, _retention_truncate_sql(p_target)) FROM _retention_drop_sql(p_target) d)
-        WHEN 'drop' THEN (SELECT pg_catalog.format(
-            'BEGIN EXECUTE %L; EXECUTE %L; '
-            'RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-            d.detach_sql, d.drop_sql) FROM _retention_drop_sql(p_target) d)
+        -- a drop unit's two steps (retention_partition.sql): detach leaves,
+        -- later drop the detached tables; bodies built from the catalog there
+        WHEN 'detach' THEN p_sql
+        WHEN 'release' THEN p_sql
         WHEN 'delete' THEN pg_catalog.format(
             'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
             'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
@@ -356,8 +350,10 @@ BEGIN
     END IF;
     IF p_kind = 'delete' THEN
         v_sql := _retention_sweep_sql(p_pol, p_strategy, p_target);
-    ELSIF p_kind IN ('truncate', 'drop') THEN
-        v_sql := NULL; -- _retention_exec_body builds them from p_target
+    ELSIF p_kind = 'detach' THEN
+        v_sql := _retention_detach_body(p_target, p_lo::text::oid[]); -- p_lo: the leaves
+    ELSIF p_kind = 'release' THEN
+        v_sql := _retention_release_body(p_lo::text::oid[]); -- p_lo: the detached tables
     ELSE
         v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
     END IF;

@@ -107,7 +107,10 @@ $$;
 -- _retention_step_claim does the bookkeeping of one step (as <schema>_owner)
 -- and tells _retention_step what to run as the policy's owner: o_action
 -- 'plan' (take the planning sample, then _retention_plan_from_sample),
--- 'delete' (the unit o_unit is locked for this transaction), or NULL with
+-- 'delete' (the unit o_unit is locked for this transaction), 'detach' (o_unit
+-- is a drop unit of the leaf o_target: detach it and the sweep's other
+-- droppable leaves of its parent), 'release' (o_unit is a detached leaf:
+-- drop the sweep's detached tables), or NULL with
 -- o_more false when the pass is over (outcome recorded) and true to be
 -- called again.
 CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint, OUT o_action text, OUT o_more boolean,
@@ -210,8 +213,10 @@ BEGIN
         o_more := true;
         RETURN;
     END IF;
-    -- A partitioned policy's unit names its leaf (retention_partition.sql).
-    IF v_unit.leaf_name IS NOT NULL THEN
+    -- A partitioned policy's unit names its leaf (retention_partition.sql);
+    -- a drop unit whose leaf an earlier step detached (block_lo -1) names the
+    -- detached table by its oid (block_hi): _retention_release_claim checks it.
+    IF v_unit.leaf_name IS NOT NULL AND NOT _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN
         -- by the catalog, not to_regclass: this runs as <schema>_owner, which
         -- need not have USAGE on the table's schema
         SELECT c.oid INTO o_target
@@ -231,7 +236,8 @@ BEGIN
             RETURNING * INTO v_unit;
         END IF;
     END IF;
-    o_action := CASE WHEN v_unit.action = 'drop' THEN 'drop' ELSE 'delete' END;
+    o_action := CASE WHEN _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN 'release'
+                     WHEN v_unit.action = 'drop' THEN 'detach' ELSE 'delete' END;
     o_more := true;
     o_pol := v_pol;
     o_strategy := v_sweep.strategy;
@@ -293,12 +299,199 @@ BEGIN
 END
 $$;
 
--- _retention_dropped counts a leaf the pass removed whole.
-CREATE OR REPLACE FUNCTION _retention_dropped(p_pass bigint)
+-- _retention_detach_claim gathers a detach step's leaves: p_leaf (the
+-- claimed unit's) and the leaves of the sweep's other drop units under the
+-- same parent that are still attached, droppable and not taken by another
+-- cleaner (FOR UPDATE SKIP LOCKED), at most 64 in all.
+CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
+    p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_oid oid;
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_unit.policy;
+    SELECT i.inhparent INTO o_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    o_units := ARRAY[p_unit.unit_no];
+    o_leaves := ARRAY[p_leaf::oid];
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
+           AND u.action = 'drop' AND u.block_lo IS DISTINCT FROM -1 AND u.deferred_pass IS DISTINCT FROM p_pass
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        EXIT WHEN cardinality(o_leaves) >= 64;
+        SELECT c.oid INTO v_oid
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
+        -- gone, moved or no longer droppable: its own step finds out
+        CONTINUE WHEN v_oid IS NULL
+            OR (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_oid) IS DISTINCT FROM o_parent
+            OR NOT _retention_leaf_droppable(v_pol, v_oid::regclass, p_cutoff);
+        o_units := o_units || v_unit.unit_no;
+        o_leaves := o_leaves || v_oid;
+    END LOOP;
+END
+$$;
+
+-- _retention_step_detaching records a detach step before it runs, as if
+-- every leaf of it will be detached: each unit marked detached (block_lo -1,
+-- block_hi the leaf's oid, left to a later pass, which drops the table), the
+-- pass's batch and partitions counted. Done before the parent is locked, so
+-- that the lock is held for the detaches and little else; the step
+-- corrects it when a leaf stays (_retention_step_detached) and rolls it back
+-- with the detaches when the parent's lock is not granted.
+CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_unit u SET block_lo = -1, block_hi = l.oid::bigint, deferred_pass = p_pass
+      FROM unnest(p_units, p_leaves) l(unit_no, oid)
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
+    UPDATE retention_pass
+       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_rows adds a detach step's rows to its pass.
+CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
 RETURNS void
 LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$ UPDATE retention_pass SET partitions_dropped = partitions_dropped + 1 WHERE id = p_pass $$;
+AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
+
+-- _retention_step_detached records a detach step from the catalog: a leaf
+-- now named pgsweep_detached_<oid> and out of its parent was detached: its
+-- unit is marked so (block_lo -1, block_hi the oid) and left to a later pass,
+-- which drops the table; the pass counts its rows (p_rows, all the detached
+-- leaves') and the partition. A leaf still attached (locked by another
+-- transaction, or the whole step rolled back) is deferred to a later pass.
+-- p_premarked: _retention_step_detaching counted every leaf already.
+CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_rows bigint, p_strategy text, p_premarked boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_detached int;
+    v_now timestamptz;
+BEGIN
+    WITH l AS (
+        SELECT x.unit_no, x.oid,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                        WHERE c.oid = x.oid AND c.relname = _retention_detached_name(x.oid) AND NOT c.relispartition) AS detached
+          FROM unnest(p_units, p_leaves) x(unit_no, oid)
+    ), u AS (
+        UPDATE retention_unit u
+           SET block_lo = CASE WHEN l.detached THEN -1 END,
+               block_hi = CASE WHEN l.detached THEN l.oid::bigint END,
+               deferred_pass = p_pass
+          FROM l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
+        RETURNING l.detached
+    )
+    SELECT count(*) FILTER (WHERE u.detached) INTO v_detached FROM u;
+    v_now := clock_timestamp();
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + CASE WHEN v_detached > 0 THEN p_rows ELSE 0 END,
+           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + v_detached
+                                - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
+           deferred = deferred + cardinality(p_leaves) - v_detached,
+           last_batch_at = CASE WHEN v_detached > 0 THEN v_now ELSE last_batch_at END,
+           strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_release_claim gathers a release step's tables: the sweep's
+-- detached units not taken by another cleaner (p_unit's included). A unit
+-- whose table is no longer the one it detached (dropped, re-attached,
+-- renamed), that the policy's owner can no longer drop (the policy changed
+-- hands), or that something else depends on (a view made on it since, a
+-- foreign key to it) is closed and its table left alone (a NOTICE names it):
+-- a DROP that fails would fail every pass.
+CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
+    OUT o_units int[], OUT o_tables oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole := (SELECT p.owner FROM retention_policy p WHERE p.name = p_unit.policy);
+    v_unit retention_unit;
+BEGIN
+    o_units := '{}';
+    o_tables := '{}';
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id
+           AND (u.unit_no = p_unit.unit_no
+                OR (u.action = 'drop' AND u.block_lo = -1 AND u.deferred_pass IS DISTINCT FROM p_pass))
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                    WHERE c.oid = v_unit.block_hi::oid AND c.relkind = 'r' AND NOT c.relispartition
+                      AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
+                      AND pg_catalog.pg_has_role(v_owner, c.relowner, 'USAGE')
+                      -- nothing outside it depends on it (a view, a foreign key): DROP would fail
+                      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                       WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = c.oid
+                                         AND d.deptype = 'n')) THEN
+            o_units := o_units || v_unit.unit_no;
+            o_tables := o_tables || v_unit.block_hi::oid;
+        ELSE
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.block_hi::oid) THEN
+                RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
+                    p_unit.policy, v_unit.block_hi::oid::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
+            END IF;
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- _retention_step_released records a release step: a unit whose table is
+-- gone is done; one whose table is still there (locked past lock_timeout by
+-- another transaction) is deferred to a later pass. A release is not a
+-- batch: the pass goes on to plan its own sweep.
+CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_released int;
+    v_left int;
+BEGIN
+    WITH l AS (
+        SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
+          FROM unnest(p_units, p_tables) x(unit_no, oid)
+    ), d AS (
+        DELETE FROM retention_unit u USING l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_released FROM d;
+    UPDATE retention_unit u SET deferred_pass = p_pass
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = ANY (p_units);
+    GET DIAGNOSTICS v_left = ROW_COUNT;
+    UPDATE retention_pass SET units = units + v_released, deferred = deferred + v_left WHERE id = p_pass;
+END
+$$;
 
 -- _retention_plan_from_sample plans the pass's sweep from the sample.
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
@@ -336,6 +529,8 @@ AS $$
 DECLARE
     v record;
     v_run record;
+    v_batch record;
+    v_batch2 record;
 BEGIN
     v := _retention_step_claim(p_pass);
     IF v.o_action = 'plan' THEN
@@ -345,20 +540,45 @@ BEGIN
         ELSE -- an empty table, or a partitioned one (planned per leaf): no sample
             PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
         END IF;
-    ELSIF v.o_action IN ('delete', 'drop') THEN
+    ELSIF v.o_action = 'detach' THEN
+        -- every droppable leaf of the parent in one transaction (retention_partition.sql)
+        v_batch := _retention_detach_claim(p_pass, v.o_unit, v.o_target, v.o_cutoff);
         BEGIN
-            IF v.o_action = 'drop' AND (v.o_unit).block_lo IS NULL THEN
-                -- first step: count and empty the leaf; the unit stays open,
-                -- marked emptied (block_lo 0), and the next step drops it
-                v_run := _retention_as_owner(v.o_pol, 'truncate', NULL, NULL::tid, NULL::tid, v.o_cutoff, v.o_target);
-                UPDATE retention_unit u SET block_lo = 0
-                 WHERE u.policy = (v.o_unit).policy AND u.sweep_id = (v.o_unit).sweep_id AND u.unit_no = (v.o_unit).unit_no;
-                PERFORM _retention_step_batch(p_pass, v.o_strategy, v_run.deleted);
-                RETURN true;
-            ELSIF v.o_action = 'drop' THEN
-                v_run := _retention_as_owner(v.o_pol, 'drop', NULL, NULL::tid, NULL::tid, v.o_cutoff, v.o_target);
-                PERFORM _retention_dropped(p_pass);
-            ELSIF v.o_strategy = 'tid_range' THEN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM _retention_step_detaching(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v.o_strategy);
+            v_run := _retention_as_owner(v.o_pol, 'detach', NULL, v_batch.o_leaves, v_batch.o_leaves, v.o_cutoff,
+                                         v_batch.o_parent);
+            IF v_run.sampled = cardinality(v_batch.o_leaves) THEN
+                PERFORM _retention_step_rows(p_pass, v_run.deleted);
+            ELSE -- a leaf was in use and stays: the record follows the catalog
+                PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_run.deleted,
+                                                 v.o_strategy, true);
+            END IF;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            -- the parent (or the default partition) stayed locked past
+            -- retention_lock_timeout, or a session that holds the parent
+            -- (ANALYZE of the whole table, say) waited for a leaf this step
+            -- held: nothing was detached (the record above rolled back with
+            -- it), a later pass retries
+            PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, 0, v.o_strategy, false);
+        END;
+        RETURN true;
+    ELSIF v.o_action = 'release' THEN
+        -- drop the tables earlier passes detached; no lock on the parent
+        v_batch2 := _retention_release_claim(p_pass, v.o_unit);
+        IF cardinality(v_batch2.o_tables) > 0 THEN
+            BEGIN
+                v_run := _retention_as_owner(v.o_pol, 'release', NULL, v_batch2.o_tables, v_batch2.o_tables, v.o_cutoff, NULL);
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;
+            END;
+            PERFORM _retention_step_released(p_pass, v.o_unit, v_batch2.o_units, v_batch2.o_tables);
+        END IF;
+        RETURN true;
+    ELSIF v.o_action = 'delete' THEN
+        BEGIN
+            IF v.o_strategy = 'tid_range' THEN
                 v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
                     pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
                     pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff, v.o_target,

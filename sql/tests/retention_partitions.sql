@@ -3,7 +3,7 @@
 -- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
 -- status-filtered) are swept row by row.
 BEGIN;
-SELECT plan(24);
+SELECT plan(38);
 
 CREATE SCHEMA rp;
 -- RANGE by day, with a default partition
@@ -60,18 +60,61 @@ ALTER TABLE rp.events ATTACH PARTITION rp.events_d0 FOR VALUES FROM ('2025-12-31
 SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'another pass runs');
 SELECT ok(to_regclass('rp.events_d0') IS NULL, 'a leaf attached after registration is covered (dropped)');
 
--- a drop takes two steps (two transactions under retention_run): the leaf is
--- emptied first (TRUNCATE locks the leaf alone), then detached and dropped;
--- its rows are counted from the statistics (ANALYZE set reltuples)
+-- a drop takes two passes (0.33): one step detaches every expired leaf of
+-- the parent in one transaction (one lock on the parent) and renames it
+-- pgsweep_detached_<oid>; the rows count as deleted then (from the
+-- statistics: ANALYZE set reltuples); the next pass drops the detached
+-- tables, and retention_due lists the policy at once meanwhile
 CREATE TABLE rp.events_dm1 PARTITION OF rp.events FOR VALUES FROM ('2025-12-30 00:00+00') TO ('2025-12-31 00:00+00');
-INSERT INTO rp.events SELECT 3000 + g, '2025-12-30 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
-ANALYZE rp.events_dm1;
-SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00', 'rp.events_dm1'), NULL, 'a pass with an expired leaf runs');
-SELECT ok((SELECT min(step) FROM run_steps WHERE present AND n = 0)
-          < (SELECT min(step) FROM run_steps WHERE NOT present),
-          'the leaf is emptied by one step and dropped by a later one');
+CREATE TABLE rp.events_dm2 PARTITION OF rp.events FOR VALUES FROM ('2025-12-29 00:00+00') TO ('2025-12-30 00:00+00');
+INSERT INTO rp.events SELECT 3000 + g, '2025-12-29 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 47) g;
+ANALYZE rp.events_dm1, rp.events_dm2;
+CREATE TEMP TABLE dm AS SELECT 'rp.events_dm1'::regclass::oid AS dm1, 'rp.events_dm2'::regclass::oid AS dm2;
+CREATE TEMP TABLE before_pass AS SELECT count(*) AS n FROM rp.events;
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00', 'rp.events'), NULL, 'a pass with two expired leaves runs');
+SELECT is((SELECT count(*) FROM (SELECT n - coalesce(lag(n) OVER (ORDER BY step), (SELECT n FROM before_pass)) AS d FROM run_steps) x
+            WHERE d <> 0),
+          1::bigint, 'the rows of both leaves leave the parent in one step');
+SELECT is((SELECT min(n) FROM run_steps), (SELECT n - 48 FROM before_pass), 'all 48 of them');
+SELECT ok(to_regclass('rp.events_dm1') IS NULL AND to_regclass('rp.events_dm2') IS NULL
+          AND NOT EXISTS (SELECT 1 FROM pg_partition_tree('rp.events') t, dm WHERE t.relid::oid IN (dm.dm1, dm.dm2)),
+          'both leaves are detached and their names free');
+SELECT is((SELECT string_agg(c.relname || ':' || c.relispartition, ',' ORDER BY c.oid) FROM pg_class c, dm WHERE c.oid IN (dm.dm1, dm.dm2)),
+          (SELECT string_agg('pgsweep_detached_' || o || ':false', ',' ORDER BY o) FROM dm, unnest(ARRAY[dm.dm1, dm.dm2]) o),
+          'each is left as a plain table named pgsweep_detached_<oid> until the next pass');
 SELECT results_eq($$SELECT rows_deleted, partitions_dropped FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1$$,
-    $$VALUES (24::bigint, 1)$$, 'its 24 rows are counted (from the statistics) and the drop');
+    $$VALUES (48::bigint, 2)$$, 'their 48 rows are counted (from the statistics) with the drops, at the detach');
+SELECT ok('events' = ANY (ARRAY(SELECT pgsweep.retention_due('2026-01-03 12:00+00'))), 'the policy is due at once');
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'the next pass runs');
+SELECT ok(NOT EXISTS (SELECT 1 FROM pg_class c, dm WHERE c.oid IN (dm.dm1, dm.dm2)), 'it dropped the detached tables');
+SELECT results_eq($$SELECT rows_deleted, partitions_dropped, outcome FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1$$,
+    $$VALUES (0::bigint, 0, 'drained')$$, 'without counting their rows again');
+SELECT ok(NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE policy = 'events')
+          AND NOT 'events' = ANY (ARRAY(SELECT pgsweep.retention_due('2026-01-03 12:00+00'))),
+          'nothing is left open, and the policy is no longer due at once');
+
+-- a leaf wholly younger than the cutoff is not planned at all (no row of it
+-- can be eligible); the leaf the cutoff cuts through and the default are
+CREATE TEMP TABLE young_plan AS
+SELECT pgsweep._retention_plan_partitioned(p, '2026-01-03 12:00+00', 'tap') AS sweep FROM pgsweep.retention_policy p WHERE p.name = 'events';
+SELECT is((SELECT string_agg(DISTINCT u.leaf_name, ',' ORDER BY u.leaf_name) FROM pgsweep.retention_unit u, young_plan y WHERE u.sweep_id = y.sweep),
+          'events_d2,events_def', 'a plan covers the leaf the cutoff cuts through and the default, not the young leaf');
+DELETE FROM pgsweep.retention_sweep s USING young_plan y WHERE s.id = y.sweep;
+
+-- a view made on a detached table before the next pass: that pass leaves
+-- the table (DROP would fail every pass) and closes its unit
+CREATE TABLE rp.events_dm3 PARTITION OF rp.events FOR VALUES FROM ('2025-12-28 00:00+00') TO ('2025-12-29 00:00+00');
+INSERT INTO rp.events SELECT 4000 + g, '2025-12-28 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
+CREATE TEMP TABLE dm3 AS SELECT 'rp.events_dm3'::regclass::oid AS o;
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'a pass detaches another leaf');
+SELECT lives_ok(format('CREATE VIEW rp.on_detached AS SELECT * FROM rp.%I', (SELECT 'pgsweep_detached_' || o FROM dm3)),
+    'a view is made on the detached table');
+SELECT isnt(pg_temp.run('events', '2026-01-03 12:00+00'), NULL, 'the next pass runs');
+SELECT ok(EXISTS (SELECT 1 FROM pg_class c, dm3 WHERE c.oid = dm3.o)
+          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE policy = 'events'),
+          'it leaves the table the view depends on and closes its unit');
+SELECT is((SELECT outcome FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1), 'drained',
+    'without an error');
 
 -- a status filter: leaves are never dropped whole, only swept
 CREATE TABLE rp.jobs (id bigint NOT NULL, at timestamptz NOT NULL, status text NOT NULL) PARTITION BY RANGE (at);

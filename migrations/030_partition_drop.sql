@@ -1,0 +1,2123 @@
+-- pgsweep 0.33: expired partitions are detached together, dropped by the next pass.
+--
+-- A sweep of a partitioned table skips the RANGE leaves wholly younger than
+-- the cutoff (each pass used to read them whole), detaches every droppable
+-- leaf under a parent in one transaction (one short ACCESS EXCLUSIVE lock on
+-- the parent per pass instead of one per leaf; leaves another transaction
+-- holds are skipped with NOWAIT and deferred), renames them
+-- pgsweep_detached_<oid>, counts their rows as deleted then, and leaves the
+-- DROP of the detached tables -- whose commit releases the files, 25-50 ms a
+-- leaf -- to the next pass, which retention_due makes due at once
+-- (retention_partition.sql). The TRUNCATE step of 0.27 is gone.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+DROP FUNCTION _retention_truncate_sql(regclass);
+DROP FUNCTION _retention_dropped(bigint);
+
+-- pgsweep:include functions/retention_partition.sql
+-- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
+--
+-- A policy on a partitioned table (RANGE, LIST or HASH, any depth) covers
+-- every leaf partition, present and future: each sweep lists the leaves
+-- again when it is planned. A leaf is removed whole -- detached and dropped
+-- -- when
+--   * its parent is partitioned by RANGE on the policy's time column alone,
+--   * its upper bound is at or before the cutoff (every row it can hold is
+--     older than the cutoff),
+--   * the policy has no status and no filter condition (all its rows would
+--     be deleted), and
+--   * the policy's owner owns the leaf and its parent (DROP and DETACH need
+--     ownership; a policy owner with only SELECT and DELETE gets sweeps).
+-- Every other leaf -- the default partition, LIST and HASH leaves, a leaf
+-- the cutoff cuts through -- is swept like a plain table, in tid_range units
+-- of its own, with the same guarantees (the full predicate in every DELETE,
+-- exclusive and parallel modes).
+--
+-- A RANGE leaf on the time column whose lower bound is at or after the
+-- cutoff holds no eligible row: the plan leaves it alone (0.33). Before, every
+-- young leaf got tid_range units and each pass read it whole for nothing:
+-- 0.85 of the 1.3 s a pass over the benchmark's 10 leaves took.
+--
+-- Locks: DETACH takes an ACCESS EXCLUSIVE lock on the parent (and on the
+-- default partition, if there is one). A drop unit's first step detaches
+-- every droppable leaf of the sweep under that parent in ONE transaction
+-- (0.33): the parent's lock is requested with lock_timeout =
+-- retention_lock_timeout (1 s by default; writers and readers queue behind
+-- the request at most that long), each leaf's with NOWAIT once the parent's
+-- is held (a leaf another transaction is reading -- a long report, say -- is
+-- skipped and its unit deferred to a later pass, instead of holding the
+-- parent while waiting for it), and the lock is held for about 0.1-0.3 ms a
+-- leaf plus the commit: inserts wait for it once per pass, not once per
+-- leaf. Before the parent, each leaf is locked SHARE UPDATE EXCLUSIVE (which
+-- no insert or query waits for) so that an autovacuum worker on it yields
+-- first (_retention_detach_body). A parent lock that is not granted in time
+-- defers every unit of the step.
+-- DETACH ... CONCURRENTLY is not used: it cannot run in a function or
+-- procedure (so not under pg_cron or CALL maintain()), PostgreSQL refuses it
+-- when the table has a default partition, it waits for every older
+-- snapshot, and a run killed between its two transactions leaves a
+-- partition half-detached for a DBA to finalize.
+--
+-- Detached, not dropped (0.33). The detached leaf is renamed
+-- pgsweep_detached_<oid> in the same transaction (its name is free again at
+-- once, and nothing writes into it by its old name) and its unit stays open,
+-- marked detached (block_lo -1, block_hi its oid). Its rows are gone from
+-- the policy's table at that commit, so they count as deleted then, and the
+-- pass may end 'drained'. The next pass (retention_due lists the policy at
+-- once) drops the detached tables first, in one transaction that holds no
+-- lock on the parent: the commit releases the files, 25-50 ms a leaf of
+-- 1,000,000 rows on ext4 (docs/benchmarks.md), one buffer-pool scan for all
+-- of them. PostgreSQL releases a dropped table's files after the commit has
+-- released its locks, so no writer waits for that either way; moving it to
+-- the next pass takes it out of the pass that removes the rows.
+-- 0.27-0.29 emptied a leaf with TRUNCATE before detaching it; a unit left
+-- emptied (block_lo 0) by those versions is detached like any other.
+--
+-- The rows a detached leaf held are reported as deleted, as a swept leaf's
+-- are, counted from the statistics rather than read: the cumulative
+-- statistics' live tuples (exact for a partition only ever inserted into),
+-- else pg_class.reltuples (the last VACUUM or ANALYZE), and count(*) only for
+-- a leaf that has neither. A count(*) reads the whole leaf: 2.2 of the 2.4 s
+-- that dropping 8 leaves of 1,000,000 rows took, for a number. The counts
+-- are read before the parent is locked.
+
+-- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
+-- lower bound of a RANGE leaf on the policy's time column, encoded like the
+-- cutoff (_retention_cutoff); NULL when the leaf is not such a range (LIST,
+-- HASH, DEFAULT, a multi-column or other-column key, MINVALUE, MAXVALUE).
+CREATE OR REPLACE FUNCTION _retention_leaf_bound(p_pol retention_policy, p_leaf regclass, p_lower boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent regclass;
+    v_strategy "char";
+    v_natts int;
+    v_attnum int;
+    v_bound text;
+    v_value text;
+BEGIN
+    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    IF v_parent IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT pt.partstrat, pt.partnatts, pt.partattrs[0] INTO v_strategy, v_natts, v_attnum
+      FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = v_parent;
+    IF v_strategy IS DISTINCT FROM 'r' OR v_natts <> 1 OR v_attnum = 0
+       OR (SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_parent AND a.attnum = v_attnum)
+          IS DISTINCT FROM p_pol.time_column THEN
+        RETURN NULL;
+    END IF;
+    SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) INTO v_bound FROM pg_catalog.pg_class c WHERE c.oid = p_leaf;
+    -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
+    v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
+                    ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
+    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
+        CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
+       INTO v_bound;
+    RETURN v_bound::timestamptz;
+END
+$$;
+
+-- _retention_leaf_upper: the exclusive upper bound of a RANGE leaf on the
+-- policy's time column (see _retention_leaf_bound).
+CREATE OR REPLACE FUNCTION _retention_leaf_upper(p_pol retention_policy, p_leaf regclass)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_leaf_bound(p_pol, p_leaf, false) $$;
+
+-- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
+-- (see the rules above).
+CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_upper timestamptz;
+    v_parent regclass;
+BEGIN
+    IF p_pol.status_column IS NOT NULL OR p_pol.filter_column IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    v_upper := _retention_leaf_upper(p_pol, p_leaf);
+    IF v_upper IS NULL OR v_upper > p_cutoff THEN
+        RETURN false;
+    END IF;
+    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    RETURN pg_catalog.pg_has_role(p_pol.owner, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf), 'USAGE')
+       AND pg_catalog.pg_has_role(p_pol.owner, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = v_parent), 'USAGE');
+END
+$$;
+
+-- _retention_plan_partitioned plans a sweep of a partitioned table: one
+-- 'drop' unit per droppable leaf, tid_range units over every other leaf.
+CREATE OR REPLACE FUNCTION _retention_plan_partitioned(p_pol retention_policy, p_now timestamptz, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_block_size int := current_setting('block_size')::int;
+    v_leaf record;
+    v_sweep bigint;
+    v_units int := 0;
+    v_blocks bigint;
+    v_step bigint;
+    v_rpb double precision;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units)
+    VALUES (p_pol.name, 'tid_range', v_cutoff, v_at, p_owner, 0)
+    RETURNING id INTO v_sweep;
+    FOR v_leaf IN
+        SELECT t.relid::regclass AS leaf, n.nspname, c.relname, c.reltuples, c.relpages
+          FROM pg_catalog.pg_partition_tree(v_rel) t
+          JOIN pg_catalog.pg_class c ON c.oid = t.relid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE t.isleaf AND c.relkind = 'r'
+         ORDER BY n.nspname, c.relname
+    LOOP
+        -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible
+        CONTINUE WHEN _retention_leaf_bound(p_pol, v_leaf.leaf, true) >= v_cutoff;
+        IF _retention_leaf_droppable(p_pol, v_leaf.leaf, v_cutoff) THEN
+            v_units := v_units + 1;
+            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, action)
+            VALUES (p_pol.name, v_sweep, v_units, v_leaf.nspname, v_leaf.relname, 'drop');
+            CONTINUE;
+        END IF;
+        v_blocks := pg_catalog.pg_relation_size(v_leaf.leaf) / v_block_size;
+        v_rpb := greatest(CASE WHEN v_leaf.reltuples > 0 AND v_leaf.relpages > 0
+                               THEN v_leaf.reltuples / v_leaf.relpages END, 1);
+        v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, action)
+        SELECT p_pol.name, v_sweep, v_units + g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END,
+               v_leaf.nspname, v_leaf.relname, 'delete'
+          FROM generate_series(0, greatest(v_blocks - 1, 0), v_step) WITH ORDINALITY g(lo, n);
+        v_units := v_units + (greatest(v_blocks - 1, 0) / v_step + 1)::int;
+    END LOOP;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
+
+-- _retention_drop_sql: the statements that remove a leaf whole, as the
+-- policy's owner: count its rows (from the statistics), detach it from its
+-- parent, drop it.
+CREATE OR REPLACE FUNCTION _retention_drop_sql(p_leaf regclass, OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_leaf text;
+    v_parent text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_leaf
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE i.inhrelid = p_leaf;
+    count_sql := format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 '
+                        'THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
+                        'WHEN c.reltuples >= 0 THEN c.reltuples::bigint '
+                        'ELSE (SELECT count(*) FROM ONLY %s) END '
+                        'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf, p_leaf::oid);
+    detach_sql := format('ALTER TABLE %s DETACH PARTITION %s', v_parent, v_leaf);
+    drop_sql := format('DROP TABLE %s', v_leaf);
+END
+$$;
+
+-- _retention_unit_detached: whether a unit is a drop unit whose leaf a pass
+-- detached (block_lo -1, block_hi the detached table's oid); its table is
+-- dropped by a later pass whatever happens to the policy's definition.
+CREATE OR REPLACE FUNCTION _retention_unit_detached(p_action text, p_block_lo bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_action = 'drop' AND p_block_lo IS NOT DISTINCT FROM -1 $$;
+
+-- _retention_detached_name: the name a detached leaf gets until a later
+-- pass drops it.
+CREATE OR REPLACE FUNCTION _retention_detached_name(p_leaf oid)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
+
+-- _retention_detach_body: the PL/pgSQL body (run as the policy's owner by
+-- _retention_as_owner) that detaches the leaves p_leaves of p_parent in one
+-- transaction:
+--   1. each leaf's rows counted, from the statistics;
+--   2. each leaf locked SHARE UPDATE EXCLUSIVE, with lock_timeout raised to
+--      retention_lock_timeout + deadlock_timeout: that mode blocks no insert
+--      and no query, only VACUUM, ANALYZE and DDL; an autovacuum worker on
+--      the leaf (one starts on every partition that got many inserts) is
+--      cancelled by PostgreSQL after deadlock_timeout instead of making the
+--      leaf wait for a later pass; a leaf still held after that is skipped;
+--   3. the parent locked ACCESS EXCLUSIVE, with lock_timeout =
+--      retention_lock_timeout: from here on inserts and queries on the
+--      parent wait;
+--   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
+--      writing the leaf directly makes it skipped: nobody waits while the
+--      parent is locked), detached and renamed.
+-- It returns the rows of the leaves it detached (deleted) and how many it
+-- detached (sampled); which ones, the catalog tells (_retention_step_detached).
+CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent text;
+    v_counts text := '';
+    v_prelocks text := '';
+    v_steps text := '';
+    v_leaf record;
+    v_sql record;
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_deadlock bigint := (extract(epoch FROM pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    FOR v_leaf IN
+        SELECT l.oid, l.ord, format('%I.%I', n.nspname, c.relname) AS name
+          FROM unnest(p_leaves) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        v_sql := _retention_drop_sql(v_leaf.oid::regclass);
+        v_counts := v_counts || format('EXECUTE %L INTO c; r[%s] := c; ', v_sql.count_sql, v_leaf.ord);
+        v_prelocks := v_prelocks || format(
+            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; ',
+            format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
+        v_steps := v_steps || format(
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
+            v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
+            v_leaf.ord, v_sql.detach_sql,
+            format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
+    END LOOP;
+    RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
+                  'RETURN QUERY SELECT n, NULL::float8, d, NULL::timestamptz[]; END',
+                  v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
+                  format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
+END
+$$;
+
+-- _retention_release_body: the PL/pgSQL body (run as the policy's owner)
+-- that drops the detached tables p_tables in one transaction; a table
+-- someone else holds past lock_timeout is left to a later pass.
+CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_steps text := '';
+    v_name text;
+BEGIN
+    FOR v_name IN
+        SELECT format('%I.%I', n.nspname, c.relname)
+          FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        v_steps := v_steps || format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                     format('DROP TABLE %s', v_name));
+    END LOOP;
+    RETURN format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', v_steps);
+END
+$$;
+-- pgsweep:end functions/retention_partition.sql
+
+-- pgsweep:include functions/retention_sql.sql
+-- Retention: the SQL each batch runs against the policy's table.
+--
+-- Safety rule: a row is deleted only if it is eligible when it is deleted.
+-- Every DELETE carries the policy's full predicate in its own WHERE clause.
+-- Under READ COMMITTED, when a DELETE meets a row version that a concurrent
+-- transaction updated, PostgreSQL follows the update to the newest version and
+-- re-evaluates the whole WHERE clause on it (EvalPlanQual): a row re-queued
+-- meanwhile (status or time changed) no longer matches and is skipped. The
+-- range condition (ctid range, ctid list) is re-checked too; a new version
+-- that moved outside the range is skipped, which is safe, and a still-eligible
+-- row skipped that way is deleted by a later sweep. CAP's
+-- DELETE ... WHERE "Id" IN (SELECT ... LIMIT n) re-checks only "Id", which is
+-- why it deletes re-queued rows. sql/tests/retention_run.sql and the Go tests
+-- prove the difference.
+--
+-- Parameters, the same in every statement: $1, $2 the range (TIDs, or the
+-- keyset lower bound), $3 the cutoff, $4 the statuses, $5 the filter values.
+-- Values travel as parameters, never as SQL text; names through %I. (One
+-- exception: the read a batch on a shard of a distributed (Citus) table
+-- sends to the shard's worker takes literals, format %L: it goes there as
+-- text. Its DELETE takes parameters like every other; retention_shards.sql.)
+--
+-- Time: the cutoff is carried as timestamptz. For a timestamp column it holds
+-- the local cutoff (now - older_than, in the policy's time zone) encoded as if
+-- it were UTC, and the SQL decodes it with AT TIME ZONE 'UTC' applied to the
+-- parameter (immutable, so the index on the column still serves); a date
+-- column compares with the local cutoff's date, so a day is deleted only when
+-- all of it is older than the cutoff.
+
+-- _retention_cutoff computes a policy's cutoff for a clock reading.
+CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_pol.time_type = 'timestamptz' THEN
+        RETURN p_now - p_pol.older_than;
+    END IF;
+    RETURN ((p_now - p_pol.older_than) AT TIME ZONE coalesce(p_pol.time_zone, current_setting('TimeZone')))
+           AT TIME ZONE 'UTC';
+END
+$$;
+
+-- _retention_param decodes an encoded time parameter into the column's type.
+CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_pol.time_type
+        WHEN 'timestamptz' THEN p_param
+        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
+        ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END
+$$;
+
+-- _retention_encode encodes a column value (an SQL expression) like the cutoff.
+CREATE OR REPLACE FUNCTION _retention_encode(p_pol retention_policy, p_expr text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_pol.time_type
+        WHEN 'timestamptz' THEN p_expr
+        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_expr)
+        ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END
+$$;
+
+-- _retention_predicate_with is the same test over the given SQL for the
+-- cutoff, the statuses and the filter values: parameters ($3..$5), or
+-- literals for a statement sent as text to another node (a shard's batch,
+-- _retention_shard_body).
+CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
+    p_cutoff text, p_statuses text, p_filters text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, p_cutoff));
+    v_col record;
+BEGIN
+    IF p_pol.status_column IS NOT NULL THEN
+        v_col := _retention_column(p_rel, p_pol.status_column);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(p_pol.status_column), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.status_column, p_statuses, v_col.type_sql);
+    END IF;
+    IF p_pol.filter_column IS NOT NULL THEN
+        v_col := _retention_column(p_rel, p_pol.filter_column);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(p_pol.filter_column), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.filter_column, p_filters, v_col.type_sql);
+    END IF;
+    RETURN v_sql;
+END
+$$;
+
+-- _retention_predicate is the policy's full eligibility test as SQL over $3..$5.
+CREATE OR REPLACE FUNCTION _retention_predicate(p_pol retention_policy, p_rel regclass)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
+
+-- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
+-- p_target, one leaf of it (a partitioned policy's units name their leaf).
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
+    v_pred text := _retention_predicate(p_pol, v_rel);
+BEGIN
+    IF p_target IS NOT NULL THEN
+        SELECT format('%I.%I', n.nspname, c.relname) INTO v_tbl
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target;
+    END IF;
+    IF p_strategy = 'tid_range' THEN
+        RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
+    END IF;
+    RETURN format('DELETE FROM %s WHERE %I >= %s AND %I < %s AND %s', v_tbl, p_pol.time_column,
+                  _retention_param(p_pol, '$1'), p_pol.time_column, _retention_param(p_pol, '$2'), v_pred);
+END
+$$;
+
+-- _retention_sample_sql builds the planning sample (see retention_plan.sql):
+-- the eligible fraction, the sample size and the eligible rows' encoded
+-- times in order, over about p_pct percent of the table's blocks.
+CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+BEGIN
+    RETURN format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
+                  'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
+                  _retention_predicate(p_pol, v_rel), _retention_encode(p_pol, quote_ident(p_pol.time_column)),
+                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct);
+END
+$$;
+
+-- Running a policy's statements as its owner.
+--
+-- A policy belongs to the role that registered it, and every statement a
+-- run makes on the policy's table (the planning sample, each batch's
+-- DELETE) runs as that role: the table's privileges, row-level security and
+-- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
+-- superuser included). A plain SET ROLE is not enough: a trigger of the
+-- owner's could RESET ROLE back to a superuser session user. So the
+-- statement runs inside a SECURITY DEFINER function owned by the policy's
+-- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
+-- _retention_as_owner creates it in this session's pg_temp (built now from
+-- validated policy fields; no stored SQL), hands it to the owner, calls it
+-- once and drops it, all in the caller's transaction, so no other session
+-- ever sees it and it is never called twice. Creating and dropping costs
+-- about 0.2 ms a batch. The caller (maintain's or retention_run's session
+-- role) must be able to act as the owner (be a member of it, or a
+-- superuser); otherwise the run of that policy fails with 42501 and says
+-- which GRANT is missing, and other policies still run.
+--
+-- The owner's code (triggers, rules, row-level security policies) runs in
+-- the maintenance session, between the caller's own statements. Whatever it
+-- leaves in that session would act later with the caller's rights, which
+-- may be a superuser's: a search_path set with plain SET outlives the
+-- function that pins it (PostgreSQL keeps a SET made inside a function with a
+-- SET clause), so the caller's next unqualified name would resolve in the
+-- owner's schema; a temporary view or type would shadow a catalog name; a
+-- prepared statement would stand in for the client's; and a role's
+-- membership is checked against the session user, so a call made inside the
+-- statement could register a policy as any role the caller may act as. So
+-- _retention_as_owner checks, before it looks up any name again, that the
+-- statement left search_path, every setting a role may SET, the session's
+-- prepared statements, retention_policy and the catalogs' object rows
+-- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
+-- the new prepared statements (they outlive a rollback) and raises 42501:
+-- the batch rolls back with everything the statement did (settings,
+-- objects, rows); the error is recorded on the policy's pass and other
+-- policies still run. The check costs about 0.1 ms a batch
+-- (_retention_session_state). docs/security.md tells the whole story.
+--
+-- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
+-- _retention_builtin_exec instead, a SECURITY DEFINER function of
+-- <schema>_owner that builds the statement from the policy itself.
+
+-- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
+CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_kind
+        -- a drop unit's two steps (retention_partition.sql): detach leaves,
+        -- later drop the detached tables; bodies built from the catalog there
+        WHEN 'detach' THEN p_sql
+        WHEN 'release' THEN p_sql
+        WHEN 'delete' THEN pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
+        ELSE pg_catalog.format(
+            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
+$$;
+
+-- _retention_exec_settings: the settings a statement runs with: a
+-- tid_range DELETE is pinned to its Tid Range Scan (see retention_plan.sql);
+-- JIT off everywhere, batches are too short to gain from it; and it waits
+-- for no lock longer than retention_lock_timeout (a row an application holds
+-- locked defers the unit to a later pass, _retention_step).
+CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_strategy
+        WHEN 'tid_range' THEN ' SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off SET jit = off'
+        ELSE ' SET jit = off' END
+        || pg_catalog.format(' SET lock_timeout = %L',
+                             (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
+$$;
+
+-- _retention_session_state: what _retention_as_owner compares before and
+-- after a statement run as a policy's owner. settings: every setting a role
+-- may SET (context 'user' in PostgreSQL 15; a name a server lacks reads as
+-- NULL) but search_path, which is pinned here (the caller compares its own);
+-- prepared: the session's prepared statements (name and text); writes: rows
+-- this transaction wrote to retention_policy and inserted into pg_class,
+-- pg_type and pg_proc (a new table, view, type or function), from the
+-- transaction's statistics counters, or, with track_counts off, a digest of
+-- the policies and of this session's temporary objects.
+CREATE OR REPLACE FUNCTION _retention_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    settings := ARRAY(SELECT n || '=' || coalesce(pg_catalog.current_setting(n, true), '<unset>') FROM pg_catalog.unnest(ARRAY[
+        'DateStyle', 'IntervalStyle', 'TimeZone', 'application_name', 'array_nulls', 'backend_flush_after',
+        'backslash_quote', 'bytea_output', 'check_function_bodies', 'client_connection_check_interval',
+        'client_encoding', 'client_min_messages', 'commit_siblings', 'constraint_exclusion', 'cpu_index_tuple_cost',
+        'cpu_operator_cost', 'cpu_tuple_cost', 'cursor_tuple_fraction', 'debug_pretty_print', 'debug_print_parse',
+        'debug_print_plan', 'debug_print_rewritten', 'default_statistics_target', 'default_table_access_method',
+        'default_tablespace', 'default_text_search_config', 'default_toast_compression',
+        'default_transaction_deferrable', 'default_transaction_isolation', 'default_transaction_read_only',
+        'effective_cache_size', 'effective_io_concurrency', 'enable_async_append', 'enable_bitmapscan',
+        'enable_gathermerge', 'enable_hashagg', 'enable_hashjoin', 'enable_incremental_sort', 'enable_indexonlyscan',
+        'enable_indexscan', 'enable_material', 'enable_memoize', 'enable_mergejoin', 'enable_nestloop',
+        'enable_parallel_append', 'enable_parallel_hash', 'enable_partition_pruning', 'enable_partitionwise_aggregate',
+        'enable_partitionwise_join', 'enable_seqscan', 'enable_sort', 'enable_tidscan', 'escape_string_warning',
+        'exit_on_error', 'extra_float_digits', 'force_parallel_mode', 'from_collapse_limit', 'geqo', 'geqo_effort',
+        'geqo_generations', 'geqo_pool_size', 'geqo_seed', 'geqo_selection_bias', 'geqo_threshold',
+        'gin_fuzzy_search_limit', 'gin_pending_list_limit', 'hash_mem_multiplier',
+        'idle_in_transaction_session_timeout', 'idle_session_timeout', 'jit', 'jit_above_cost', 'jit_expressions',
+        'jit_inline_above_cost', 'jit_optimize_above_cost', 'jit_tuple_deforming', 'join_collapse_limit',
+        'lc_monetary', 'lc_numeric', 'lc_time', 'local_preload_libraries', 'lock_timeout',
+        'log_parameter_max_length_on_error', 'logical_decoding_work_mem', 'maintenance_io_concurrency',
+        'maintenance_work_mem', 'max_parallel_maintenance_workers', 'max_parallel_workers',
+        'max_parallel_workers_per_gather', 'min_parallel_index_scan_size', 'min_parallel_table_scan_size',
+        'parallel_leader_participation', 'parallel_setup_cost', 'parallel_tuple_cost', 'password_encryption',
+        'plan_cache_mode', 'quote_all_identifiers', 'random_page_cost', 'recursive_worktable_factor',
+        'restrict_nonsystem_relation_kind', 'row_security', 'seq_page_cost', 'standard_conforming_strings',
+        'statement_timeout', 'stats_fetch_consistency', 'synchronize_seqscans', 'synchronous_commit',
+        'tcp_keepalives_count', 'tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_user_timeout', 'temp_buffers',
+        'temp_tablespaces', 'timezone_abbreviations', 'trace_notify', 'trace_sort', 'transaction_deferrable',
+        'transaction_isolation', 'transaction_read_only', 'transform_null_equals', 'vacuum_cost_delay',
+        'vacuum_cost_limit', 'vacuum_cost_page_dirty', 'vacuum_cost_page_hit', 'vacuum_cost_page_miss',
+        'vacuum_failsafe_age', 'vacuum_freeze_min_age', 'vacuum_freeze_table_age', 'vacuum_multixact_failsafe_age',
+        'vacuum_multixact_freeze_min_age', 'vacuum_multixact_freeze_table_age', 'wal_sender_timeout',
+        'wal_skip_threshold', 'work_mem', 'xmlbinary', 'xmloption', 'plpgsql.check_asserts', 'plpgsql.extra_errors',
+        'plpgsql.extra_warnings', 'plpgsql.print_strict_params']) n);
+    prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
+    IF pg_catalog.current_setting('track_counts')::boolean THEN
+        writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                              + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+                     FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r)::text
+                  || ' ' ||
+                  (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+                     FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r)::text;
+    ELSE
+        writes := (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p)
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema())::text;
+    END IF;
+END
+$$;
+
+-- _retention_session_restore deletes the prepared statements that are not
+-- in p_prepared (as _retention_session_state lists them): a statement run
+-- as a policy's owner made them, and they outlive a rollback. It returns
+-- their names.
+CREATE OR REPLACE FUNCTION _retention_session_restore(p_prepared text[])
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_names text[] := ARRAY(SELECT p.name FROM pg_catalog.pg_prepared_statements p
+                             WHERE NOT (p.name || ' ' || p.statement) = ANY (coalesce(p_prepared, '{}')) ORDER BY 1);
+    v_name text;
+BEGIN
+    FOREACH v_name IN ARRAY v_names LOOP
+        EXECUTE pg_catalog.format('DEALLOCATE %I', v_name);
+    END LOOP;
+    RETURN v_names;
+END
+$$;
+
+-- _retention_as_owner runs one statement of a policy as its owner and
+-- returns the DELETE's row count or the sample's three values. It runs as
+-- its caller (SECURITY INVOKER): the caller must be able to act as the owner.
+-- p_shard: a batch on one shard of a distributed (Citus) table
+-- (_retention_shard_body; sampled is then the number of rows it read).
+CREATE OR REPLACE FUNCTION _retention_as_owner(p_pol retention_policy, p_kind text, p_strategy text,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz, p_target regclass, p_shard bigint DEFAULT NULL,
+    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_sql text;
+    v_type text := pg_catalog.format_type(pg_catalog.pg_typeof(p_lo), NULL);
+    v_sig text;
+    v_path text := pg_catalog.current_setting('search_path');
+    v_before record;
+    v_after record;
+    v_changed text;
+BEGIN
+    IF p_pol.owner = _owner_role() THEN
+        SELECT * INTO deleted, fraction, sampled, times
+          FROM _retention_builtin_exec(p_pol.name, p_kind, p_strategy, p_lo, p_hi, p_cutoff);
+        RETURN;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, p_pol.owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'retention policy %: % cannot act as the policy''s owner %', p_pol.name, current_user, p_pol.owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
+                                           p_pol.owner, p_pol.owner::text, current_user);
+    END IF;
+    IF p_kind = 'delete' THEN
+        v_sql := _retention_sweep_sql(p_pol, p_strategy, p_target);
+    ELSIF p_kind = 'detach' THEN
+        v_sql := _retention_detach_body(p_target, p_lo::text::oid[]); -- p_lo: the leaves
+    ELSIF p_kind = 'release' THEN
+        v_sql := _retention_release_body(p_lo::text::oid[]); -- p_lo: the detached tables
+    ELSE
+        v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
+    END IF;
+    v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v_type, v_type);
+    EXECUTE pg_catalog.format(
+        'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
+        'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
+        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END)
+               -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+               || CASE WHEN p_shard IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END,
+        CASE WHEN p_shard IS NULL THEN _retention_exec_body(v_sql, p_kind, p_target)
+             ELSE _retention_shard_body(p_pol, p_strategy, p_shard, p_lo::text, p_hi::text, p_cutoff) END);
+    EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
+    v_before := _retention_session_state();
+    BEGIN
+        EXECUTE pg_catalog.format('SELECT * FROM %s', pg_catalog.replace(v_sig,
+                pg_catalog.format('(%s, %s, timestamptz, text[], text[])', v_type, v_type), '($1, $2, $3, $4, $5)'))
+           INTO deleted, fraction, sampled, times
+          USING p_lo, p_hi, p_cutoff, p_pol.statuses, p_pol.filter_values;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        -- Rolled back with the block: settings, objects, rows. Not prepared statements.
+        PERFORM _retention_session_restore(v_before.prepared);
+        RAISE;
+    END;
+    -- The owner's code may have set search_path for the session: compare it
+    -- before any name is looked up again (pg_catalog only, no operator).
+    IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
+        v_changed := 'search_path';
+    ELSE
+        v_after := _retention_session_state();
+        v_changed := CASE
+            WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
+                'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
+                                  FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
+            WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
+            WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
+    END IF;
+    IF v_changed IS NOT NULL THEN
+        PERFORM {{ .schema | default "pgsweep" }}._retention_session_restore(v_before.prepared);
+        RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
+            p_pol.name, p_pol.owner, v_changed
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
+                         'they must not SET parameters, create objects, prepare statements or register retention policies.';
+    END IF;
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+END
+$$;
+
+-- _retention_builtin_exec runs one statement of a built-in policy (owned by
+-- <schema>_owner, on pgsweep's own tables) as <schema>_owner. It takes no
+-- SQL: it builds the statement from the policy, and refuses any other policy.
+CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
+    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET jit = off
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    IF NOT FOUND OR v_pol.owner <> _owner_role() OR v_pol.table_schema <> pg_catalog.current_schema()
+       OR v_pol.table_name NOT IN ('message_processed', 'message_dead') THEN
+        RAISE EXCEPTION 'retention policy %: not a built-in policy', p_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_kind = 'delete' THEN
+        -- as _retention_exec_settings: wait on no lock longer than retention_lock_timeout
+        PERFORM pg_catalog.set_config('lock_timeout',
+            (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms', true);
+        EXECUTE _retention_sweep_sql(v_pol, p_strategy) USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    ELSE
+        EXECUTE _retention_sample_sql(v_pol, p_lo::text::double precision) INTO fraction, sampled, times
+          USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_sql.sql
+
+-- pgsweep:include functions/retention_step.sql
+-- Retention: the steps of a pass. retention_run (a procedure, so that it can
+-- commit) calls them and commits after each; all logic lives here, in
+-- functions that pin search_path (a procedure that commits cannot).
+--
+-- Exclusive mode takes two locks for the whole pass, in this order:
+--   1. pg_try_advisory_lock on the policy (session level, held across the
+--      pass's commits): while a cleaner is connected and in its pass, no other
+--      session can start one, even if the lease expired because the cleaner
+--      stalled. Failing it returns at once: no waiting, no retry loop.
+--   2. the lease retention:<name> (lease.sql), the truth that survives the
+--      session: a crashed cleaner's lease blocks others until its TTL ends, and
+--      every batch first checks that this pass still holds it (renewing it
+--      every third of the TTL), so a pass that lost it stops before deleting.
+-- The advisory lock is released only after the commit that released the
+-- lease and recorded the end of the pass, so pass records never overlap.
+
+CREATE OR REPLACE FUNCTION _retention_lock_key(p_name text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT pg_catalog.hashtextextended(current_schema() || ' retention:' || p_name, 0) $$;
+
+-- _retention_unlock releases every hold this session has on the policy's
+-- advisory lock: after a pass, and before the next one, in case an aborted
+-- call (a cancel between steps) left one behind on a pooled connection.
+CREATE OR REPLACE FUNCTION _retention_unlock(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_key bigint := _retention_lock_key(p_name);
+    v_held int;
+BEGIN
+    SELECT count(*) INTO v_held
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
+       AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
+    -- pg_locks shows a lock once however often it was taken; unlock until it is gone.
+    WHILE v_held > 0 LOOP
+        EXIT WHEN NOT pg_catalog.pg_advisory_unlock(v_key);
+        SELECT count(*) INTO v_held
+          FROM pg_catalog.pg_locks l
+         WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
+           AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
+    END LOOP;
+END
+$$;
+
+-- _retention_begin starts a pass and returns its id, or NULL when there is
+-- nothing to do: the policy keeps rows forever, or (exclusive) another
+-- cleaner holds it.
+CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_owner text;
+    v_token bigint;
+    v_id bigint;
+    v_start timestamptz;
+    v_at timestamptz;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_text('p_name', p_name);
+    IF p_owner IS NOT NULL THEN
+        PERFORM _check_text('p_owner', p_owner);
+    END IF;
+    PERFORM _check_interval('p_budget', p_budget, interval '0', interval '1 day');
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    IF v_pol.older_than IS NULL THEN
+        RETURN NULL; -- keep forever
+    END IF;
+    v_owner := coalesce(p_owner,
+        format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
+
+    IF v_pol.mode = 'exclusive' THEN
+        PERFORM _retention_unlock(p_name);
+        IF NOT pg_catalog.pg_try_advisory_lock(_retention_lock_key(p_name)) THEN
+            RAISE NOTICE 'retention policy %: another cleaner is running it; nothing done', p_name;
+            RETURN NULL;
+        END IF;
+        v_token := lease_acquire('retention:' || p_name, v_owner, v_pol.lease_ttl);
+        IF v_token IS NULL THEN
+            PERFORM pg_catalog.pg_advisory_unlock(_retention_lock_key(p_name));
+            RAISE NOTICE 'retention policy %: lease retention:% is held by another cleaner; nothing done', p_name, p_name;
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    SELECT a.backend_start INTO v_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid();
+    v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
+    INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
+                                now_override, renewed_at)
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, v_at,
+            v_at + p_budget, p_now, v_at)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
+$$;
+
+-- _retention_step_claim does the bookkeeping of one step (as <schema>_owner)
+-- and tells _retention_step what to run as the policy's owner: o_action
+-- 'plan' (take the planning sample, then _retention_plan_from_sample),
+-- 'delete' (the unit o_unit is locked for this transaction), 'detach' (o_unit
+-- is a drop unit of the leaf o_target: detach it and the sweep's other
+-- droppable leaves of its parent), 'release' (o_unit is a detached leaf:
+-- drop the sweep's detached tables), or NULL with
+-- o_more false when the pass is over (outcome recorded) and true to be
+-- called again.
+CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint, OUT o_action text, OUT o_more boolean,
+    OUT o_pol retention_policy, OUT o_strategy text, OUT o_unit retention_unit, OUT o_cutoff timestamptz,
+    OUT o_now timestamptz, OUT o_pct double precision, OUT o_target regclass)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_sweep retention_sweep;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    o_more := false;
+    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
+    IF NOT FOUND THEN
+        RETURN; -- the policy was unregistered during the pass
+    END IF;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+
+    -- The budget bounds the pass; a pass always gets its first batch.
+    IF v_now >= v_pass.deadline AND v_pass.batches > 0 THEN
+        UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+        RETURN;
+    END IF;
+
+    IF v_pass.mode = 'exclusive' THEN
+        IF v_now >= v_pass.renewed_at + v_pol.lease_ttl / 3 THEN
+            IF NOT lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl) THEN
+                UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
+                RETURN;
+            END IF;
+            v_now := clock_timestamp();
+            UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
+        ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
+                             AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
+            UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
+    -- never waited for; a unit this pass deferred (a row of it was locked by
+    -- another transaction past retention_lock_timeout) waits for a later pass.
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
+     ORDER BY u.sweep_id, u.unit_no
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- A pass works one sweep: it joins the open one or plans one. Units
+        -- left but locked belong to cleaners that will finish them.
+        IF v_pass.deferred > 0 THEN
+            UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
+            RETURN;
+        END IF;
+        IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
+           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
+            RETURN;
+        END IF;
+        -- Plan under the policy row's lock, taken without waiting; a cleaner
+        -- that finds it taken polls briefly for the units being planned.
+        PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
+                UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+                RETURN;
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.005);
+            o_more := true;
+            RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+            o_more := true; -- planned and committed by another cleaner just now
+            RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM retention_sweep s WHERE s.policy = v_pol.name AND s.planned_at >= v_pass.started_at) THEN
+            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
+            RETURN;
+        END IF;
+        o_action := 'plan';
+        o_more := true;
+        o_pol := v_pol;
+        o_now := coalesce(v_pass.now_override, clock_timestamp());
+        o_cutoff := _retention_cutoff(v_pol, o_now);
+        o_pct := _retention_sample_pct(v_pol);
+        RETURN;
+    END IF;
+
+    SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
+    -- A distributed table's unit names its shard (retention_shards.sql): a
+    -- shard that is gone (split, redistributed) leaves its rows to the next sweep.
+    IF v_unit.shard_id IS NOT NULL
+       AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
+        DELETE FROM retention_unit
+         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        o_more := true;
+        RETURN;
+    END IF;
+    -- A partitioned policy's unit names its leaf (retention_partition.sql);
+    -- a drop unit whose leaf an earlier step detached (block_lo -1) names the
+    -- detached table by its oid (block_hi): _retention_release_claim checks it.
+    IF v_unit.leaf_name IS NOT NULL AND NOT _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN
+        -- by the catalog, not to_regclass: this runs as <schema>_owner, which
+        -- need not have USAGE on the table's schema
+        SELECT c.oid INTO o_target
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
+        IF o_target IS NULL THEN -- the leaf is gone (dropped by someone else): nothing left to do
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+            o_more := true;
+            RETURN;
+        END IF;
+        -- Planned as a drop but no longer droppable (re-attached elsewhere,
+        -- the policy changed): sweep the whole leaf instead.
+        IF v_unit.action = 'drop' AND NOT _retention_leaf_droppable(v_pol, o_target, v_sweep.cutoff) THEN
+            UPDATE retention_unit SET action = 'delete', block_lo = 0, block_hi = NULL
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
+            RETURNING * INTO v_unit;
+        END IF;
+    END IF;
+    o_action := CASE WHEN _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN 'release'
+                     WHEN v_unit.action = 'drop' THEN 'detach' ELSE 'delete' END;
+    o_more := true;
+    o_pol := v_pol;
+    o_strategy := v_sweep.strategy;
+    o_unit := v_unit;
+    o_cutoff := v_sweep.cutoff;
+END
+$$;
+
+-- _retention_step_done records a unit's batch: the unit is done.
+CREATE OR REPLACE FUNCTION _retention_step_done(p_pass bigint, p_unit retention_unit, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    DELETE FROM retention_unit
+     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
+    v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_batch records a batch that leaves its unit open (a
+-- shard's unit with more rows to read, retention_shards.sql).
+CREATE OR REPLACE FUNCTION _retention_step_batch(p_pass bigint, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1,
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_deferred leaves a unit to a later pass: one of its rows
+-- was locked by another transaction for longer than retention_lock_timeout.
+-- The cleaner never waits longer than that on anyone (an idle-in-transaction
+-- session cannot stall a policy) and never deletes a row it could not lock,
+-- so it cannot delete a row that is no longer eligible.
+CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    UPDATE retention_unit SET deferred_pass = p_pass
+     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
+    UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
+END
+$$;
+
+-- _retention_detach_claim gathers a detach step's leaves: p_leaf (the
+-- claimed unit's) and the leaves of the sweep's other drop units under the
+-- same parent that are still attached, droppable and not taken by another
+-- cleaner (FOR UPDATE SKIP LOCKED), at most 64 in all.
+CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
+    p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_oid oid;
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_unit.policy;
+    SELECT i.inhparent INTO o_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    o_units := ARRAY[p_unit.unit_no];
+    o_leaves := ARRAY[p_leaf::oid];
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
+           AND u.action = 'drop' AND u.block_lo IS DISTINCT FROM -1 AND u.deferred_pass IS DISTINCT FROM p_pass
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        EXIT WHEN cardinality(o_leaves) >= 64;
+        SELECT c.oid INTO v_oid
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
+        -- gone, moved or no longer droppable: its own step finds out
+        CONTINUE WHEN v_oid IS NULL
+            OR (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_oid) IS DISTINCT FROM o_parent
+            OR NOT _retention_leaf_droppable(v_pol, v_oid::regclass, p_cutoff);
+        o_units := o_units || v_unit.unit_no;
+        o_leaves := o_leaves || v_oid;
+    END LOOP;
+END
+$$;
+
+-- _retention_step_detaching records a detach step before it runs, as if
+-- every leaf of it will be detached: each unit marked detached (block_lo -1,
+-- block_hi the leaf's oid, left to a later pass, which drops the table), the
+-- pass's batch and partitions counted. Done before the parent is locked, so
+-- that the lock is held for the detaches and little else; the step
+-- corrects it when a leaf stays (_retention_step_detached) and rolls it back
+-- with the detaches when the parent's lock is not granted.
+CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_unit u SET block_lo = -1, block_hi = l.oid::bigint, deferred_pass = p_pass
+      FROM unnest(p_units, p_leaves) l(unit_no, oid)
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
+    UPDATE retention_pass
+       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_rows adds a detach step's rows to its pass.
+CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
+
+-- _retention_step_detached records a detach step from the catalog: a leaf
+-- now named pgsweep_detached_<oid> and out of its parent was detached: its
+-- unit is marked so (block_lo -1, block_hi the oid) and left to a later pass,
+-- which drops the table; the pass counts its rows (p_rows, all the detached
+-- leaves') and the partition. A leaf still attached (locked by another
+-- transaction, or the whole step rolled back) is deferred to a later pass.
+-- p_premarked: _retention_step_detaching counted every leaf already.
+CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_rows bigint, p_strategy text, p_premarked boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_detached int;
+    v_now timestamptz;
+BEGIN
+    WITH l AS (
+        SELECT x.unit_no, x.oid,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                        WHERE c.oid = x.oid AND c.relname = _retention_detached_name(x.oid) AND NOT c.relispartition) AS detached
+          FROM unnest(p_units, p_leaves) x(unit_no, oid)
+    ), u AS (
+        UPDATE retention_unit u
+           SET block_lo = CASE WHEN l.detached THEN -1 END,
+               block_hi = CASE WHEN l.detached THEN l.oid::bigint END,
+               deferred_pass = p_pass
+          FROM l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
+        RETURNING l.detached
+    )
+    SELECT count(*) FILTER (WHERE u.detached) INTO v_detached FROM u;
+    v_now := clock_timestamp();
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + CASE WHEN v_detached > 0 THEN p_rows ELSE 0 END,
+           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + v_detached
+                                - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
+           deferred = deferred + cardinality(p_leaves) - v_detached,
+           last_batch_at = CASE WHEN v_detached > 0 THEN v_now ELSE last_batch_at END,
+           strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_release_claim gathers a release step's tables: the sweep's
+-- detached units not taken by another cleaner (p_unit's included). A unit
+-- whose table is no longer the one it detached (dropped, re-attached,
+-- renamed), that the policy's owner can no longer drop (the policy changed
+-- hands), or that something else depends on (a view made on it since, a
+-- foreign key to it) is closed and its table left alone (a NOTICE names it):
+-- a DROP that fails would fail every pass.
+CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
+    OUT o_units int[], OUT o_tables oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole := (SELECT p.owner FROM retention_policy p WHERE p.name = p_unit.policy);
+    v_unit retention_unit;
+BEGIN
+    o_units := '{}';
+    o_tables := '{}';
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id
+           AND (u.unit_no = p_unit.unit_no
+                OR (u.action = 'drop' AND u.block_lo = -1 AND u.deferred_pass IS DISTINCT FROM p_pass))
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                    WHERE c.oid = v_unit.block_hi::oid AND c.relkind = 'r' AND NOT c.relispartition
+                      AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
+                      AND pg_catalog.pg_has_role(v_owner, c.relowner, 'USAGE')
+                      -- nothing outside it depends on it (a view, a foreign key): DROP would fail
+                      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                       WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = c.oid
+                                         AND d.deptype = 'n')) THEN
+            o_units := o_units || v_unit.unit_no;
+            o_tables := o_tables || v_unit.block_hi::oid;
+        ELSE
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.block_hi::oid) THEN
+                RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
+                    p_unit.policy, v_unit.block_hi::oid::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
+            END IF;
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- _retention_step_released records a release step: a unit whose table is
+-- gone is done; one whose table is still there (locked past lock_timeout by
+-- another transaction) is deferred to a later pass. A release is not a
+-- batch: the pass goes on to plan its own sweep.
+CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_released int;
+    v_left int;
+BEGIN
+    WITH l AS (
+        SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
+          FROM unnest(p_units, p_tables) x(unit_no, oid)
+    ), d AS (
+        DELETE FROM retention_unit u USING l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_released FROM d;
+    UPDATE retention_unit u SET deferred_pass = p_pass
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = ANY (p_units);
+    GET DIAGNOSTICS v_left = ROW_COUNT;
+    UPDATE retention_pass SET units = units + v_released, deferred = deferred + v_left WHERE id = p_pass;
+END
+$$;
+
+-- _retention_plan_from_sample plans the pass's sweep from the sample.
+CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_pol retention_policy;
+    v_sweep_id bigint;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_sweep_id := _retention_plan(v_pol, p_now, v_pass.owner, p_pct, p_fraction, p_sampled, p_times);
+    UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step does one step of a pass: at most one batch. It returns
+-- false when the pass is over (outcome recorded), true to be called again.
+-- It runs as its caller: the bookkeeping runs as <schema>_owner
+-- (_retention_step_claim, _retention_step_done), the statements on the
+-- policy's table as the policy's owner (_retention_as_owner).
+CREATE OR REPLACE FUNCTION _retention_step(p_pass bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+    v_run record;
+    v_batch record;
+    v_batch2 record;
+BEGIN
+    v := _retention_step_claim(p_pass);
+    IF v.o_action = 'plan' THEN
+        IF v.o_pct IS NOT NULL THEN
+            v_run := _retention_as_owner(v.o_pol, 'sample', NULL, v.o_pct, NULL::double precision, v.o_cutoff, NULL);
+            PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
+        ELSE -- an empty table, or a partitioned one (planned per leaf): no sample
+            PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
+        END IF;
+    ELSIF v.o_action = 'detach' THEN
+        -- every droppable leaf of the parent in one transaction (retention_partition.sql)
+        v_batch := _retention_detach_claim(p_pass, v.o_unit, v.o_target, v.o_cutoff);
+        BEGIN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM _retention_step_detaching(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v.o_strategy);
+            v_run := _retention_as_owner(v.o_pol, 'detach', NULL, v_batch.o_leaves, v_batch.o_leaves, v.o_cutoff,
+                                         v_batch.o_parent);
+            IF v_run.sampled = cardinality(v_batch.o_leaves) THEN
+                PERFORM _retention_step_rows(p_pass, v_run.deleted);
+            ELSE -- a leaf was in use and stays: the record follows the catalog
+                PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_run.deleted,
+                                                 v.o_strategy, true);
+            END IF;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            -- the parent (or the default partition) stayed locked past
+            -- retention_lock_timeout, or a session that holds the parent
+            -- (ANALYZE of the whole table, say) waited for a leaf this step
+            -- held: nothing was detached (the record above rolled back with
+            -- it), a later pass retries
+            PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, 0, v.o_strategy, false);
+        END;
+        RETURN true;
+    ELSIF v.o_action = 'release' THEN
+        -- drop the tables earlier passes detached; no lock on the parent
+        v_batch2 := _retention_release_claim(p_pass, v.o_unit);
+        IF cardinality(v_batch2.o_tables) > 0 THEN
+            BEGIN
+                v_run := _retention_as_owner(v.o_pol, 'release', NULL, v_batch2.o_tables, v_batch2.o_tables, v.o_cutoff, NULL);
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;
+            END;
+            PERFORM _retention_step_released(p_pass, v.o_unit, v_batch2.o_units, v_batch2.o_tables);
+        END IF;
+        RETURN true;
+    ELSIF v.o_action = 'delete' THEN
+        BEGIN
+            IF v.o_strategy = 'tid_range' THEN
+                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
+                    pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
+                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff, v.o_target,
+                    (v.o_unit).shard_id);
+            ELSE
+                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
+                    v.o_cutoff, v.o_target, (v.o_unit).shard_id);
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            -- A row of the unit stayed locked past retention_lock_timeout:
+            -- the batch rolled back whole; a later pass takes the unit.
+            PERFORM _retention_step_deferred(p_pass, v.o_unit);
+            RETURN true;
+        END;
+        -- A shard's batch reads at most batch_size rows of its unit: one
+        -- that read that many and deleted some leaves the unit open for the
+        -- next batch (retention_shards.sql).
+        IF (v.o_unit).shard_id IS NOT NULL AND v_run.sampled >= (v.o_pol).batch_size AND v_run.deleted > 0 THEN
+            PERFORM _retention_step_batch(p_pass, v.o_strategy, v_run.deleted);
+        ELSE
+            PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+        END IF;
+    END IF;
+    RETURN v.o_more;
+END
+$$;
+
+-- _retention_finish records the end of a pass and releases its lease. The
+-- caller commits, then releases the advisory lock (_retention_unlock).
+CREATE OR REPLACE FUNCTION _retention_finish(p_pass bigint, p_outcome text, p_error text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_pass
+       SET finished_at = v_at,
+           outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
+           error = p_error
+     WHERE id = p_pass
+    RETURNING * INTO v_pass;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_pass.mode = 'exclusive' THEN
+        PERFORM lease_release('retention:' || v_pass.policy, v_pass.owner);
+    END IF;
+    -- A bounded history: the last 1000 passes of each policy.
+    DELETE FROM retention_pass p
+     WHERE p.policy = v_pass.policy
+       AND p.id <= (SELECT p2.id FROM retention_pass p2 WHERE p2.policy = v_pass.policy
+                     ORDER BY p2.id DESC OFFSET 1000 LIMIT 1);
+END
+$$;
+-- pgsweep:end functions/retention_step.sql
+
+-- pgsweep:include functions/retention_register.sql
+-- Retention: registering policies and their options.
+--
+-- Every argument is checked before anything changes (SQLSTATE 22023 naming the
+-- argument). Re-registering a policy with the same definition changes nothing
+-- but updated_at, so every replica may register its tables at start-up; a
+-- changed definition drops the open sweep (its units were planned for the old
+-- definition) and the next run plans a new one.
+
+CREATE OR REPLACE FUNCTION _retention_invalid(p_message text, VARIADIC p_args text[] DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RAISE EXCEPTION USING MESSAGE = format(p_message, VARIADIC p_args), ERRCODE = 'invalid_parameter_value';
+END
+$$;
+
+-- Ownership: a policy belongs to the role that registers it, and every
+-- run deletes as that role (retention_sql.sql, _retention_as_owner).
+-- A SECURITY DEFINER function cannot see the role that called it, and a
+-- role name passed in could be anyone's; so the caller proves who it is:
+-- retention_register runs as its caller and creates an empty temporary
+-- table (pg_temp.pgsweep_owner_proof_<random>), which only the calling role
+-- can have created and which PostgreSQL records as owned by it;
+-- _retention_register (SECURITY DEFINER) takes the policy's owner from that
+-- table's owner, accepting only such a table of this session; then the
+-- wrapper drops it (an error in between rolls its creation back: a proof
+-- exists only while its own registration runs, and no other code runs
+-- then). Code running as another role
+-- in the same session (a SECURITY DEFINER trigger of a hostile admin, say)
+-- can prove only its own role, never the session's. The owner needs SELECT
+-- and DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
+-- registered (the built-in policies cover them). Registering a name again
+-- re-points it, under the new caller's name and rights.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_oid regclass;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    v_oid := pg_catalog.to_regclass(v_proof);
+    PERFORM _retention_register(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                p_batch_size, p_mode, p_interval, v_oid);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+-- _retention_register takes the owner from the proof table (see above).
+CREATE OR REPLACE FUNCTION _retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval, p_proof regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole;
+BEGIN
+    SELECT c.relowner::regrole INTO v_owner
+      FROM pg_catalog.pg_class c
+     WHERE c.oid = p_proof AND c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relpersistence = 't'
+       AND c.relname LIKE 'pgsweep\_owner\_proof\_%';
+    IF v_owner IS NULL THEN
+        RAISE EXCEPTION 'retention_register: no proof of the calling role (call retention_register, not _retention_register)'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                  p_batch_size, p_mode, p_interval, v_owner, false);
+END
+$$;
+
+-- _retention_policy_put validates and stores a policy for p_owner. Only
+-- SECURITY DEFINER code calls it (_retention_register, the built-in sync):
+-- nobody else may execute it.
+CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
+    p_owner regrole, p_builtin boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text;
+    v_table text;
+    v_kind "char";
+    v_persistence "char";
+    v_time record;
+    v_status record;
+    v_time_type text;
+    v_old retention_policy;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    IF p_table IS NULL THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
+    END IF;
+    SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+    END IF;
+    -- Only plain tables: the TID-range walk needs one heap. A partitioned
+    -- table's partitions are registered one by one (or dropped when old).
+    -- Ordinary or partitioned (retention_partition.sql: every leaf, present
+    -- and future), never temporary: a cleaner runs in another session.
+    IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
+        PERFORM _retention_invalid('p_table must be an ordinary or partitioned, non-temporary table, got %s (relkind %s)',
+            p_table::text, v_kind::text);
+    END IF;
+    IF p_builtin THEN
+        IF p_owner <> _owner_role() OR v_schema <> pg_catalog.current_schema()
+           OR v_table NOT IN ('message_processed', 'message_dead') THEN
+            RAISE EXCEPTION 'built-in retention policies belong to % and cover pgsweep''s own tables', _owner_role()
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    ELSE
+        IF (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_table) = _owner_role() THEN
+            PERFORM _retention_invalid('p_table must not be one of pgsweep''s own tables (their built-in policies '
+                'cover them: queue_configure processed_retention/dead_retention), got %s', p_table::text);
+        END IF;
+        IF NOT pg_catalog.has_table_privilege(p_owner, p_table, 'SELECT')
+           OR NOT pg_catalog.has_table_privilege(p_owner, p_table, 'DELETE') THEN
+            RAISE EXCEPTION 'retention_register: role % needs SELECT and DELETE on % to register a policy for it', p_owner, p_table
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Every run deletes as the role that registered the policy.';
+        END IF;
+    END IF;
+
+    PERFORM _check_text('p_time_column', p_time_column, 63);
+    v_time := _retention_column(p_table, p_time_column);
+    IF v_time.type_sql IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
+    END IF;
+    v_time_type := CASE v_time.base_type
+        WHEN 'timestamptz'::regtype THEN 'timestamptz'
+        WHEN 'timestamp'::regtype THEN 'timestamp'
+        WHEN 'date'::regtype THEN 'date' END;
+    IF v_time_type IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
+            quote_ident(p_time_column), v_time.base_type::text);
+    END IF;
+
+    -- 0 is allowed: for an expiry column (CAP's ExpiresAt) the cutoff is now.
+    -- At most 100 years, so that now() - p_older_than is a valid moment.
+    IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
+                                     OR NOT pg_catalog.isfinite(p_older_than)) THEN
+        PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
+            _interval_text(p_older_than));
+    END IF;
+
+    IF p_status_column IS NOT NULL THEN
+        PERFORM _check_text('p_status_column', p_status_column, 63);
+        v_status := _retention_column(p_table, p_status_column);
+        IF v_status.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_status_column must name a column of %s, got %s', p_table::text,
+                quote_ident(p_status_column));
+        END IF;
+        IF v_status.category <> 'S' THEN
+            PERFORM _retention_invalid('p_status_column must be text-like (text, varchar, char), got %s of type %s',
+                quote_ident(p_status_column), v_status.base_type::text);
+        END IF;
+        IF p_statuses IS NULL OR cardinality(p_statuses) = 0 OR array_position(p_statuses, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_statuses must be a non-empty array without NULLs when p_status_column is given, got %s',
+                coalesce(p_statuses::text, 'NULL'));
+        END IF;
+    ELSIF p_statuses IS NOT NULL THEN
+        PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
+    END IF;
+
+    PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
+    IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
+        PERFORM _retention_invalid('p_mode must be ''exclusive'' or ''parallel'', got %s', coalesce(quote_literal(p_mode), 'NULL'));
+    END IF;
+    IF p_interval IS NULL OR p_interval <= interval '0' THEN
+        PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
+    END IF;
+
+    -- Checks done: from here on the call succeeds.
+    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
+                  v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode, v_old.owner)
+                 IS DISTINCT FROM
+                 (v_schema, v_table, p_time_column, v_time_type, p_older_than,
+                  p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
+        DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+    END IF;
+    INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
+                                       status_column, statuses, batch_size, mode, run_interval,
+                                       registered_at, updated_at, owner)
+    VALUES (p_name, v_schema, v_table, p_time_column, v_time_type, p_older_than,
+            p_status_column, p_statuses, p_batch_size, p_mode, p_interval, v_now, v_now, p_owner)
+    ON CONFLICT (name) DO UPDATE
+       SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
+           time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
+           status_column = excluded.status_column, statuses = excluded.statuses,
+           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           -- a filter names a column of the old table: it cannot carry over to another table
+           filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_column END,
+           filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_values END,
+           updated_at = excluded.updated_at;
+
+    IF _retention_index(p_table, p_time_column, p_status_column,
+                        (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
+        RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
+            p_name, p_table::text, quote_ident(p_time_column)
+            USING HINT = format('CREATE INDEX ON %s (%I)', p_table::text, p_time_column);
+    END IF;
+END
+$$;
+
+-- _retention_resolve resolves a table name on the given search_path (the
+-- caller's), or raises 22023 naming p_table.
+CREATE OR REPLACE FUNCTION _retention_resolve(p_name text, p_table text, p_search_path text)
+RETURNS regclass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass;
+    v_pinned text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    PERFORM _check_text('p_table', p_table, 300);
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
+        v_rel := pg_catalog.to_regclass(p_table);
+        PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+    EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
+        v_rel := NULL;
+    END;
+    PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+    IF v_rel IS NULL THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got %s', quote_literal(p_table));
+    END IF;
+    RETURN v_rel;
+END
+$$;
+
+-- The same, for a table given by name, resolved on the CALLER's
+-- search_path like every PostgreSQL command (retention_register('x',
+-- 'orders_archive', ...) finds public.orders_archive). This overload pins no
+-- search_path so that it can read the caller's; its body is one call with
+-- every name schema-qualified, and the lookup itself runs in
+-- _retention_resolve, which pins its own path and only resolves the name. A
+-- name that resolves to no table is a 22023 naming p_table. A string literal
+-- argument resolves to this overload.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT {{ .schema | default "pgsweep" }}.retention_register(p_name,
+        {{ .schema | default "pgsweep" }}._retention_resolve(p_name, p_table, pg_catalog.current_setting('search_path')),
+        p_time_column, p_older_than, p_status_column, p_statuses, p_batch_size, p_mode, p_interval)
+$$;
+
+CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_table text;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    -- partitions a pass detached and no pass dropped yet stay behind
+    FOR v_table IN
+        SELECT c.oid::regclass::text FROM retention_unit u JOIN pg_catalog.pg_class c ON c.oid = u.block_hi::oid
+         WHERE u.policy = p_name AND _retention_unit_detached(u.action, u.block_lo)
+    LOOP
+        RAISE NOTICE 'retention policy %: the detached partition % is left in place (DROP TABLE it)', p_name, v_table;
+    END LOOP;
+    DELETE FROM retention_policy WHERE name = p_name;
+    RETURN FOUND;
+END
+$$;
+
+-- _retention_policy_for_update loads a policy for a setter, or raises 22023.
+CREATE OR REPLACE FUNCTION _retention_policy_for_update(p_name text)
+RETURNS retention_policy
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    RETURN v_pol;
+END
+$$;
+
+-- The time zone in which a timestamp-without-time-zone (or date) column is
+-- read: CAP writes local times. NULL: the database's TimeZone at run time.
+-- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
+CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_for_update(p_name);
+    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo); -- the open sweep's cutoff was computed in the old zone
+END
+$$;
+
+-- An extra fixed filter: only rows whose p_column is one of p_values are
+-- deleted. pgsweep's built-in policies use it for per-queue periods
+-- (queue = 'orders'). p_column NULL removes the filter.
+CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy := _retention_policy_for_update(p_name);
+    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
+    v_col record;
+    v_at timestamptz;
+BEGIN
+    IF p_column IS NOT NULL THEN
+        PERFORM _check_text('p_column', p_column, 63);
+        v_col := _retention_column(v_rel, p_column);
+        IF v_col.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
+        END IF;
+        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
+        END IF;
+        -- Values are cast to the column's type in every batch: fail now, not then.
+        BEGIN
+            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
+                v_col.base_type::text, p_values::text);
+        END;
+    ELSIF p_values IS NOT NULL THEN
+        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
+    END IF;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
+     WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+END
+$$;
+
+-- How a sweep walks the table: 'auto' (the default) picks per sweep, see
+-- _retention_plan; 'tid_range' or 'keyset' force one.
+CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_for_update(p_name);
+    IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
+        PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
+            coalesce(quote_literal(p_strategy), 'NULL'));
+    END IF;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET strategy = p_strategy, updated_at = v_at WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+END
+$$;
+
+-- The TTL of an exclusive policy's lease retention:<name>: how long another
+-- cleaner waits after a crash. A live cleaner renews it every third of it.
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_for_update(p_name);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = v_at WHERE name = p_name;
+END
+$$;
+-- pgsweep:end functions/retention_register.sql
+
+-- pgsweep:include functions/retention_views.sql
+-- Retention: what a DBA looks at, and what maintain() asks.
+
+-- retention_passes: the pass history. A pass still marked running whose
+-- session is gone (killed, crashed) shows as abandoned.
+CREATE OR REPLACE VIEW retention_passes AS
+SELECT p.id,
+       p.policy,
+       p.owner,
+       p.mode,
+       p.strategy,
+       CASE WHEN p.outcome = 'running' AND NOT EXISTS (
+                SELECT 1 FROM pg_catalog.pg_stat_activity a
+                 WHERE a.pid = p.pid AND (a.backend_start IS NULL OR a.backend_start = p.backend_start))
+            THEN 'abandoned' ELSE p.outcome END AS outcome,
+       p.started_at,
+       p.finished_at,
+       p.last_batch_at,
+       coalesce(p.finished_at, p.last_batch_at, p.started_at) - p.started_at AS elapsed,
+       p.rows_deleted,
+       p.batches,
+       p.units,
+       p.lease_token,
+       p.planned_sweep,
+       p.error,
+       p.deferred,
+       p.partitions_dropped
+  FROM retention_pass p;
+
+-- retention_policies: every policy with its last pass.
+CREATE OR REPLACE VIEW retention_policies AS
+SELECT r.name,
+       format('%I.%I', r.table_schema, r.table_name) AS table_name,
+       r.time_column,
+       r.time_type,
+       r.older_than,
+       r.status_column,
+       r.statuses,
+       r.filter_column,
+       r.filter_values,
+       r.batch_size,
+       r.mode,
+       r.run_interval,
+       coalesce(r.time_zone, current_setting('TimeZone')) AS time_zone,
+       r.lease_ttl,
+       r.strategy,
+       (SELECT count(*) FROM retention_unit u WHERE u.policy = r.name) AS open_units,
+       lp.started_at AS last_started_at,
+       lp.finished_at AS last_finished_at,
+       lp.outcome AS last_outcome,
+       lp.owner AS last_owner,
+       lp.strategy AS last_strategy,
+       lp.rows_deleted AS last_rows_deleted,
+       lp.batches AS last_batches,
+       lp.elapsed AS last_elapsed,
+       lp.error AS last_error,
+       r.owner -- every run deletes as this role: maintenance needs GRANT <owner> TO <its role>
+  FROM retention_policy r
+  LEFT JOIN LATERAL (
+      SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
+
+-- retention_due lists the policies that are due, oldest first: what
+-- maintain() runs. A policy is due when its interval has passed since its
+-- last pass began (or it never ran), and at once when its last pass left
+-- work behind: it stopped on its budget ('budget'), lost its lease
+-- ('lease_lost'), skipped units a transaction held locked ('deferred'), or
+-- its session died mid-pass (still 'running' with the session gone:
+-- abandoned, e.g. a runner stopped by SIGTERM or kill -9). A pass that ended
+-- in an error waits for the interval (a persistent error would otherwise
+-- repeat every pass). Policies that keep rows forever are never due.
+CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz DEFAULT NULL)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    RETURN QUERY
+    SELECT r.name
+      FROM retention_policy r
+      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome, p.pid, p.backend_start
+                           FROM retention_pass p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true
+     WHERE r.older_than IS NOT NULL
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
+            OR lp.outcome IN ('budget', 'lease_lost', 'deferred')
+            -- partitions a pass detached: the next pass drops them (retention_partition.sql)
+            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.action = 'drop' AND u.block_lo = -1)
+            OR (lp.outcome = 'running' AND NOT EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_stat_activity a
+                     WHERE a.pid = lp.pid AND (a.backend_start IS NULL OR a.backend_start = lp.backend_start))))
+     ORDER BY lp.at NULLS FIRST, r.name;
+END
+$$;
+-- pgsweep:end functions/retention_views.sql
+
+-- pgsweep:include functions/privileges.sql
+-- The role model, in one place (docs/security.md).
+--
+-- Installing into schema S uses four NOLOGIN roles (created by the
+-- migration when missing, see _ensure_roles):
+--   S_owner    owns the schema and every object in it; never a superuser
+--   S_admin    queues, settings, retention policies, cron, maintenance (and S_monitor)
+--   S_worker   send, claim, renew, complete, fail, release, leases
+--   S_monitor  the stats views; never payloads
+-- DBAs grant one of them to an application's own login role. PUBLIC gets
+-- nothing: not the schema, not a table, not a function.
+--
+-- Every function is SECURITY DEFINER (runs as S_owner, search_path pinned
+-- with pg_temp last) except the few that must run as their caller
+-- (_invoker_routines): the retention_register wrappers, which pass the
+-- caller's role on as the policy owner, the retention steps that delete as
+-- the policy's owner, and the pg_cron functions (the job runs as the role
+-- that scheduled it, which needs pg_cron's own grants). Worker and monitor roles hold no privilege on any
+-- table, so a fence cannot be bypassed with a direct UPDATE, and payloads
+-- are reachable only through the verbs. Procedures (maintain, retention_run)
+-- cannot be SECURITY DEFINER (they commit): they run as their caller and
+-- call only schema-qualified functions.
+--
+-- Every migration ends with SELECT _grant_all(): ownership, security and
+-- grants are re-applied from this file, so an upgraded install's ACLs equal
+-- a fresh one's.
+
+-- _role_names: the four role names of this install.
+CREATE OR REPLACE FUNCTION _role_names(OUT owner_role text, OUT admin_role text, OUT worker_role text, OUT monitor_role text)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.current_schema() || '_owner', pg_catalog.current_schema() || '_admin',
+           pg_catalog.current_schema() || '_worker', pg_catalog.current_schema() || '_monitor'
+$$;
+
+-- _owner_role: S_owner as a regrole (built-in retention policies belong to it).
+CREATE OR REPLACE FUNCTION _owner_role()
+RETURNS regrole
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (pg_catalog.current_schema() || '_owner')::pg_catalog.regrole $$;
+
+-- Routines that run as their caller; every other function is SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION _invoker_routines()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY['retention_register', '_retention_resolve', '_retention_step', '_retention_as_owner', '_grant_all',
+                 -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+                 'cron_schedule', 'cron_unschedule', 'cron_job', '_cron_available', '_cron_require',
+                 -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
+                 '_maintain_ret_traffic']::text[]
+$$;
+
+-- The grant matrix: which role may execute which routine. Routines not
+-- listed are callable by S_owner only (internal helpers, the p_now test
+-- overloads: a routine is listed by name, so _grant_all leaves out a
+-- signature that takes p_now when the routine has one without it).
+CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
+        'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
+        'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
+    UNION ALL
+    SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
+        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
+        'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
+        'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
+        'notify_channel', 'version',
+        'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
+        -- what the invoker functions (retention_register's wrappers, the
+        -- retention steps, cron) call: argument checks, pure
+        '_check_text', '_check_int', '_check_interval', '_interval_text', '_retention_invalid',
+        -- what the procedures (running as their caller) call
+        '_maintain_pass_begin', '_maintain_pass_end', '_maintain_part_begin', '_maintain_part_step',
+        '_maintain_part_end', '_maintain_recovery', '_maintain_retention', '_maintain_renew',
+        '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
+        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_owner_role',
+        -- a partitioned policy's drop units (retention_partition.sql)
+        '_retention_detach_claim', '_retention_step_detaching', '_retention_step_rows', '_retention_step_detached', '_retention_release_claim', '_retention_step_released',
+        '_retention_detach_body', '_retention_release_body',
+        '_retention_step_batch', '_retention_shard_body', -- a shard's batch (retention_shards.sql)
+        '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
+        '_retention_as_owner', '_retention_finish_error', '_retention_run', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
+        '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
+        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_traffic', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
+        -- the session check of _retention_as_owner (retention_sql.sql)
+        '_retention_session_state', '_retention_session_restore',
+        '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
+    UNION ALL
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'lane_stats', 'version',
+        '_lease_rows', '_setting_rows', '_queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+$$;
+
+-- The views each role may read (all run as S_owner, their owner).
+CREATE OR REPLACE FUNCTION _view_grants(OUT role_kind text, OUT view_name text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'monitor', v FROM pg_catalog.unnest(ARRAY[
+        'queue_stats', 'leases', 'retention_policies', 'retention_passes', 'maintenance_passes',
+        'maintenance_runs', 'settings']) v
+$$;
+
+-- _grant_all applies the model to everything in the schema. It runs as the
+-- migrating role (which must be S_owner's member or a superuser), at the end
+-- of every migration; it is idempotent.
+CREATE OR REPLACE FUNCTION _grant_all()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_roles record := _role_names();
+    v_owner text := v_roles.owner_role;
+    r record;
+    v_role text;
+BEGIN
+    IF (SELECT ro.rolsuper FROM pg_catalog.pg_roles ro WHERE ro.rolname = v_owner) THEN
+        RAISE EXCEPTION 'role % is a superuser: pgsweep''s objects must not be owned by one', v_owner
+            USING ERRCODE = 'insufficient_privilege', HINT = pg_catalog.format('ALTER ROLE %I NOSUPERUSER', v_owner);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER SCHEMA %I OWNER TO %I', v_schema, v_owner);
+    EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', v_schema);
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %I, %I, %I', v_schema,
+                              v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    EXECUTE pg_catalog.format('GRANT %I TO %I', v_roles.monitor_role, v_roles.admin_role);
+
+    -- Relations: owned by S_owner, nobody else holds a privilege. A sequence
+    -- owned by a column follows its table.
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                 WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                                   AND d.deptype IN ('a', 'i') AND c.relkind = 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('ALTER %s %I.%I OWNER TO %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+            v_schema, r.relname, v_owner);
+    END LOOP;
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %I.%I FROM PUBLIC, %I, %I, %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, v_schema, r.relname,
+            v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    END LOOP;
+    FOR r IN SELECT g.role_kind, g.view_name FROM _view_grants() g LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, r.view_name)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON %I.%I TO %I', v_schema, r.view_name, v_schema || '_' || r.role_kind);
+        END IF;
+    END LOOP;
+
+    -- Routines: owned by S_owner, SECURITY DEFINER unless listed as
+    -- invoker, executable by nobody but the roles the matrix names.
+    FOR r IN SELECT p.proname, p.prokind, p.pronargs,
+                    pg_catalog.format('%I.%I(%s)', v_schema, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)) AS sig,
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a = 'p_now') AS has_now, p.oid
+               FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_schema::regnamespace ORDER BY 4 LOOP
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', r.sig, v_owner);
+        EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, %I, %I, %I', r.sig,
+                                  v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+        IF r.prokind = 'f' THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s %s', r.sig,
+                CASE WHEN r.proname = ANY (_invoker_routines()) THEN 'SECURITY INVOKER' ELSE 'SECURITY DEFINER' END);
+        END IF;
+        -- p_now overloads are for tests: S_owner alone. A routine whose every
+        -- signature takes p_now (the maintenance steps, retention_due,
+        -- queue_recover, _queue_stats: p_now has a default) is granted as the
+        -- matrix says, or no role but S_owner could call it at all.
+        CONTINUE WHEN r.has_now AND EXISTS (
+            SELECT 1 FROM pg_catalog.pg_proc q
+             WHERE q.pronamespace = v_schema::regnamespace AND q.proname = r.proname AND q.oid <> r.oid
+               AND NOT 'p_now' = ANY (coalesce(q.proargnames, '{}')));
+        FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
+        END LOOP;
+    END LOOP;
+END
+$$;
+-- pgsweep:end functions/privileges.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
