@@ -1,4 +1,4 @@
--- pgsweep 0.33: expired partitions are detached together, dropped by the next pass.
+-- pgsweep 0.30: expired partitions are detached together, dropped by the next pass.
 --
 -- A sweep of a partitioned table skips the RANGE leaves wholly younger than
 -- the cutoff (each pass used to read them whole), detaches every droppable
@@ -34,14 +34,14 @@ DROP FUNCTION _retention_dropped(bigint);
 -- exclusive and parallel modes).
 --
 -- A RANGE leaf on the time column whose lower bound is at or after the
--- cutoff holds no eligible row: the plan leaves it alone (0.33). Before, every
+-- cutoff holds no eligible row: the plan leaves it alone (0.30). Before, every
 -- young leaf got tid_range units and each pass read it whole for nothing:
 -- 0.85 of the 1.3 s a pass over the benchmark's 10 leaves took.
 --
 -- Locks: DETACH takes an ACCESS EXCLUSIVE lock on the parent (and on the
 -- default partition, if there is one). A drop unit's first step detaches
 -- every droppable leaf of the sweep under that parent in ONE transaction
--- (0.33): the parent's lock is requested with lock_timeout =
+-- (0.30): the parent's lock is requested with lock_timeout =
 -- retention_lock_timeout (1 s by default; writers and readers queue behind
 -- the request at most that long), each leaf's with NOWAIT once the parent's
 -- is held (a leaf another transaction is reading -- a long report, say -- is
@@ -58,7 +58,7 @@ DROP FUNCTION _retention_dropped(bigint);
 -- snapshot, and a run killed between its two transactions leaves a
 -- partition half-detached for a DBA to finalize.
 --
--- Detached, not dropped (0.33). The detached leaf is renamed
+-- Detached, not dropped (0.30). The detached leaf is renamed
 -- pgsweep_detached_<oid> in the same transaction (its name is free again at
 -- once, and nothing writes into it by its old name) and its unit stays open,
 -- marked detached (block_lo -1, block_hi its oid). Its rows are gone from
