@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Claim leases up to batch (1..10000) due messages of queue for lease (1
@@ -29,14 +30,61 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 // not in flight, not waiting behind their lane's head), in one claim with
 // one token: what direct dispatch calls after the sending transaction
 // commits. See the SQL claim_ids.
+//
+// On a pool, or a connection outside a transaction, the call runs with
+// plan_cache_mode force_generic_plan for its own (implicit) transaction:
+// claim_ids is called for a few ids at a time, and its statements'
+// custom plans, which PostgreSQL keeps choosing for them, cost more to plan
+// than the generic plan costs to run (measured: 0.21 ms against 0.09 ms per
+// call of one id). The setting and the call are pipelined in one round trip
+// and one transaction, which ends the setting with it; inside a caller's
+// transaction (a pgx.Tx, a connection in a transaction) the plain call runs.
 func (c *Client) ClaimIDs(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]Delivery, error) {
-	rows, err := c.db.Query(ctx, "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM "+
-		c.fn("claim_ids")+"($1, $2, $3, $4)", queue, owner, ids, leaseArg(lease))
+	q := "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM " +
+		c.fn("claim_ids") + "($1, $2, $3, $4)"
+	if bs, ok := c.genericPlanSender(); ok {
+		b := &pgx.Batch{}
+		b.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+		b.Queue(q, queue, owner, ids, leaseArg(lease))
+		br := bs.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, wrapErr("claim_ids", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return nil, wrapErr("claim_ids", err)
+		}
+		ds, err := scanDeliveries(rows, queue, len(ids))
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, wrapErr("claim_ids", err)
+		}
+		return ds, nil
+	}
+	rows, err := c.db.Query(ctx, q, queue, owner, ids, leaseArg(lease))
 	if err != nil {
 		return nil, wrapErr("claim_ids", err)
 	}
 	ds, err := scanDeliveries(rows, queue, len(ids))
 	return ds, wrapErr("claim_ids", err)
+}
+
+// genericPlanSender returns the client's DBTX as a batchSender when a batch
+// it sends runs in a transaction of its own (a pool; a connection that is
+// not in a transaction), so a transaction-local setting in the batch ends
+// with it.
+func (c *Client) genericPlanSender() (batchSender, bool) {
+	switch db := c.db.(type) {
+	case *pgxpool.Pool:
+		return db, true
+	case *pgx.Conn:
+		return db, db.PgConn().TxStatus() == 'I'
+	}
+	return nil, false
 }
 
 func (c *Client) claimSQL() string {
