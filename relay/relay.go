@@ -432,12 +432,7 @@ func (r *Relay) process(ctx, hard context.Context, hs []held) {
 	ackAt := make([]time.Time, len(hs))
 
 	// Renew the leases while publishes take long.
-	stopRenew := make(chan struct{})
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		r.renewWhile(hard, hs, stopRenew)
-	}()
+	stopRenew := r.renewLater(hard, hs)
 
 	rounds := lanesInOrder(hs)
 	stopped := map[string]bool{} // lanes whose message did not go through
@@ -484,8 +479,7 @@ func (r *Relay) process(ctx, hard context.Context, hs []held) {
 			}
 		}
 	}
-	close(stopRenew)
-	<-renewDone
+	stopRenew()
 	r.settle(ctx, hs, out, res, ackAt)
 }
 
@@ -513,17 +507,44 @@ func lanesInOrder(hs []held) [][]int {
 	return rounds
 }
 
-// renewWhile renews, every Lease/3, the leases of hs until stop is closed.
+// renewLater renews the leases of hs every Lease/3 from Lease/3 on, until
+// the returned stop is called; stop returns once no renewal runs. A publish
+// that ends before Lease/3 -- nearly all of them -- costs one timer, no
+// goroutine.
+func (r *Relay) renewLater(ctx context.Context, hs []held) (stop func()) {
+	stopCh := make(chan struct{})
+	done := make(chan struct{})
+	t := time.AfterFunc(r.o.Lease/3, func() {
+		defer close(done)
+		r.renewWhile(ctx, hs, stopCh)
+	})
+	return func() {
+		close(stopCh)
+		if !t.Stop() {
+			<-done // it had started: wait for its last renewal
+		}
+	}
+}
+
+// renewWhile renews the leases of hs at once and then every Lease/3, until
+// stop is closed.
 func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{}) {
 	t := time.NewTicker(r.o.Lease / 3)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
 		select {
 		case <-stop:
 			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		default:
 		}
 		byToken := map[pgsweep.Token][]int64{}
 		for _, h := range hs {
