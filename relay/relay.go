@@ -353,7 +353,7 @@ func (r *Relay) waitForWork(ctx context.Context) {
 		return
 	case <-r.wake:
 	}
-	if r.o.DispatchGrace > 0 && time.Since(time.Unix(0, r.lastDispatch.Load())) < 10*time.Second {
+	if r.o.DispatchGrace > 0 && r.dispatchInUse() {
 		sleepCtx(ctx, r.o.DispatchGrace)
 	}
 }
@@ -702,9 +702,32 @@ func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // listen holds a connection on LISTEN and wakes the poll loop for every
 // send to the queue, and once after every (re)connect; it reconnects with a
 // backoff from 100 ms to 30 s. Polling covers the gaps.
+//
+// While Dispatch is in use and polling is at least as frequent as a NOTIFY
+// would start a claim (PollInterval <= DispatchGrace: the defaults), it
+// closes the connection (quietListen): a NOTIFY would only start a claim
+// after DispatchGrace, which the poll does as soon, and every send's
+// NOTIFY would cost the database and the relay a wakeup for nothing. It
+// listens again, and wakes the poll loop, once Dispatch has not been called
+// for 10 seconds.
 func (r *Relay) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	quiet := false
 	for ctx.Err() == nil {
+		if r.quietListen() {
+			if !quiet {
+				quiet = true
+				r.log.Debug("direct dispatch in use: LISTEN closed; the claims poll", "poll_interval", r.o.PollInterval)
+			}
+			if !sleepCtx(ctx, r.o.PollInterval) {
+				return
+			}
+			continue
+		}
+		if quiet {
+			quiet = false
+			r.log.Debug("direct dispatch no longer in use: listening again")
+		}
 		listening := false
 		err := func() error {
 			cfg := r.pool.Config().ConnConfig.Copy()
@@ -735,10 +758,17 @@ func (r *Relay) listen(ctx context.Context) {
 				if n.Payload == r.queue {
 					r.poke()
 				}
+				if r.quietListen() {
+					return errListenQuiet
+				}
 			}
 		}()
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errListenQuiet) {
+			backoff = 100 * time.Millisecond
+			continue
 		}
 		if listening {
 			backoff = 100 * time.Millisecond
@@ -749,6 +779,24 @@ func (r *Relay) listen(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// errListenQuiet ends a LISTEN connection while Dispatch is in use.
+var errListenQuiet = errors.New("relay: direct dispatch in use; LISTEN closed")
+
+// dispatchInUse reports whether Dispatch was called in the last 10 seconds.
+func (r *Relay) dispatchInUse() bool {
+	return time.Since(time.Unix(0, r.lastDispatch.Load())) < dispatchInUseFor
+}
+
+// dispatchInUseFor is how long after its last call Dispatch counts as in use.
+const dispatchInUseFor = 10 * time.Second
+
+// quietListen reports whether listen does without its connection now:
+// Dispatch is in use, NOTIFY-woken claims wait DispatchGrace, and the poll
+// claims at least that often.
+func (r *Relay) quietListen() bool {
+	return r.o.DispatchGrace > 0 && r.o.PollInterval <= r.o.DispatchGrace && r.dispatchInUse()
 }
 
 func (r *Relay) poke() {
