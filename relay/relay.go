@@ -56,7 +56,8 @@ type Options struct {
 	// tokens fence). Default: host, pid and random bytes.
 	Owner string
 	// Batch is the most messages one claim takes (1..10000, default 100).
-	// The relay holds at most (1 + DispatchWorkers) batches at once: its
+	// The relay holds at most (1 + 2 x DispatchWorkers) batches at once
+	// (a dispatch worker publishes one while it completes the one before): its
 	// memory bound, with DispatchBuffer ids.
 	Batch int
 	// Lease is the lease of a claim (1 second..1 hour, default 30 s),
@@ -79,7 +80,9 @@ type Options struct {
 	// DispatchGrace delays the claims that a NOTIFY wakes while Dispatch is
 	// in use (it was called in the last 10 seconds), so they take what
 	// direct dispatch left rather than race it for new messages (default
-	// 1 s; negative: no delay).
+	// 1 s; negative: no delay). While Dispatch is in use and PollInterval
+	// <= DispatchGrace, the relay closes its LISTEN connection instead and
+	// polls: a NOTIFY would start a claim no sooner than the poll does.
 	DispatchGrace time.Duration
 	// ShutdownTimeout is how long, once Run's context is cancelled, the
 	// publishes in flight may still take (default 10 s). Messages claimed
@@ -358,9 +361,18 @@ func (r *Relay) waitForWork(ctx context.Context) {
 	}
 }
 
-// dispatchLoop claims and publishes the ids Dispatch handed over.
+// dispatchLoop claims and publishes the ids Dispatch handed over. The
+// settle of a dispatch (the complete) runs while the loop claims and
+// publishes the next: at most one settle in flight per loop, so a loop
+// holds at most two batches; it waits for its settle before it returns.
 func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 	items := make([]dispatchItem, 0, r.o.Batch)
+	var settling chan struct{} // closed when the last settle is done
+	defer func() {
+		if settling != nil {
+			<-settling
+		}
+	}()
 	for {
 		items = items[:0]
 		select {
@@ -409,7 +421,16 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 		for i := range hs {
 			hs[i].dispatched = at[hs[i].msg.ID]
 		}
-		r.process(ctx, hard, hs)
+		settle := r.publish(ctx, hard, hs)
+		if settling != nil {
+			<-settling
+		}
+		done := make(chan struct{})
+		settling = done
+		go func() {
+			defer close(done)
+			settle()
+		}()
 	}
 }
 
@@ -427,6 +448,16 @@ const (
 // process publishes hs (the messages of one claim) and records what became
 // of each: lane by lane in order, one message per lane in flight.
 func (r *Relay) process(ctx, hard context.Context, hs []held) {
+	r.publish(ctx, hard, hs)()
+}
+
+// publish publishes hs (the messages of one claim), lane by lane in order,
+// one message per lane in flight, and returns the settle that records what
+// became of each in the database. Before it returns, the broker's answer
+// is known to the relay: its health, metrics and the Published hook (the
+// ids the broker confirmed, before the database records them). The settle
+// must run, once, also when ctx is done.
+func (r *Relay) publish(ctx, hard context.Context, hs []held) (settle func()) {
 	res := make([]Result, len(hs))
 	out := make([]outcome, len(hs))
 	ackAt := make([]time.Time, len(hs))
@@ -480,7 +511,33 @@ func (r *Relay) process(ctx, hard context.Context, hs []held) {
 		}
 	}
 	stopRenew()
-	r.settle(ctx, hs, out, res, ackAt)
+	// the broker's answer, before anything is recorded in the database
+	var ok []int
+	var down error
+	for i := range hs {
+		switch out[i] {
+		case accepted:
+			ok = append(ok, i)
+		case unavailable:
+			if down == nil {
+				down = res[i].Err
+			}
+		}
+	}
+	if len(ok) > 0 {
+		r.published(hs, ok, ackAt)
+		if f := r.o.Hooks.Published; f != nil {
+			ids := make([]int64, len(ok))
+			for k, i := range ok {
+				ids[k] = hs[i].msg.ID
+			}
+			f(ids)
+		}
+	}
+	if down != nil {
+		r.setBroker(down)
+	}
+	return func() { r.settle(ctx, hs, out, res) }
 }
 
 // lanesInOrder splits hs (oldest first) into rounds: round k holds the k-th
@@ -570,7 +627,7 @@ func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{})
 // complete what the broker confirmed, fail (backoff) or dead-letter what it
 // refused, release what was not published. It runs also when ctx is done
 // (shutdown), within the leases.
-func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Result, ackAt []time.Time) {
+func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Result) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease)
 	defer cancel()
 	type group struct {
@@ -600,10 +657,6 @@ func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Resu
 		}
 		switch g.kind {
 		case accepted:
-			r.published(hs, idx, ackAt)
-			if f := r.o.Hooks.Published; f != nil {
-				f(ids)
-			}
 			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Complete(sctx, r.queue, g.tok, ids) })
 			if err != nil {
 				r.setDatabase(err)
@@ -641,7 +694,6 @@ func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Resu
 		case unavailable, pending:
 			if g.kind == unavailable {
 				r.m.failed(r.queue, "unavailable", len(ids))
-				r.setBroker(res[idx[0]].Err)
 			}
 			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Release(sctx, r.queue, g.tok, ids) })
 			if err != nil {
