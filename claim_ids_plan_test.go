@@ -50,6 +50,22 @@ func TestClaimIDsGenericPlanEndsWithTheCall(t *testing.T) {
 		}
 	}
 
+	// more ids than the generic plans are for: the plain call
+	big := make([]pgsweep.Message, 100)
+	for i := range big {
+		big[i] = pgsweep.Message{Payload: json.RawMessage(`{}`)}
+	}
+	more, err := c.SendBatch(ctx, "q", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ClaimIDs(ctx, "q", "o", more, time.Minute); err != nil || len(got) != len(more) {
+		t.Fatalf("claim_ids of %d ids: %d claimed, %v", len(more), len(got), err)
+	}
+	if v := show(); v != before {
+		t.Fatalf("plan_cache_mode after a large ClaimIDs: %q, want %q", v, before)
+	}
+
 	// an idle connection: the same
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
