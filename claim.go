@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Claim leases up to batch (1..10000) due messages of queue for lease (1
@@ -29,14 +30,66 @@ func (c *Client) Claim(ctx context.Context, queue, owner string, batch int, leas
 // not in flight, not waiting behind their lane's head), in one claim with
 // one token: what direct dispatch calls after the sending transaction
 // commits. See the SQL claim_ids.
+//
+// A call of at most claimIDsGenericMax ids on a pool, or on a connection
+// outside a transaction, runs with plan_cache_mode force_generic_plan for
+// its own (implicit) transaction: direct dispatch calls claim_ids for one or
+// a few ids at a time, and the custom plans PostgreSQL keeps choosing for
+// its statements cost more to plan than the generic plans cost to run
+// (measured: 0.21 ms against 0.09 ms per call of one id). The setting and
+// the call are pipelined in one round trip and one transaction, which ends
+// the setting with it. Larger calls, where a plan for the actual ids pays
+// off (1,000 ids: about 40 ms custom, 100 ms generic), and calls inside a
+// caller's transaction (a pgx.Tx, a connection in a transaction) run plain.
 func (c *Client) ClaimIDs(ctx context.Context, queue, owner string, ids []int64, lease time.Duration) ([]Delivery, error) {
-	rows, err := c.db.Query(ctx, "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM "+
-		c.fn("claim_ids")+"($1, $2, $3, $4)", queue, owner, ids, leaseArg(lease))
+	q := "SELECT id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane FROM " +
+		c.fn("claim_ids") + "($1, $2, $3, $4)"
+	if bs, ok := c.genericPlanSender(); ok && len(ids) <= claimIDsGenericMax {
+		b := &pgx.Batch{}
+		b.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+		b.Queue(q, queue, owner, ids, leaseArg(lease))
+		br := bs.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, wrapErr("claim_ids", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return nil, wrapErr("claim_ids", err)
+		}
+		ds, err := scanDeliveries(rows, queue, len(ids))
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, wrapErr("claim_ids", err)
+		}
+		return ds, nil
+	}
+	rows, err := c.db.Query(ctx, q, queue, owner, ids, leaseArg(lease))
 	if err != nil {
 		return nil, wrapErr("claim_ids", err)
 	}
 	ds, err := scanDeliveries(rows, queue, len(ids))
 	return ds, wrapErr("claim_ids", err)
+}
+
+// claimIDsGenericMax is the most ids ClaimIDs claims with generic plans.
+const claimIDsGenericMax = 64
+
+// genericPlanSender returns the client's DBTX as a batchSender when a batch
+// it sends runs in a transaction of its own (a pool; a connection that is
+// not in a transaction), so a transaction-local setting in the batch ends
+// with it.
+func (c *Client) genericPlanSender() (batchSender, bool) {
+	switch db := c.db.(type) {
+	case *pgxpool.Pool:
+		return db, true
+	case *pgx.Conn:
+		return db, db.PgConn().TxStatus() == 'I'
+	}
+	return nil, false
 }
 
 func (c *Client) claimSQL() string {

@@ -56,7 +56,8 @@ type Options struct {
 	// tokens fence). Default: host, pid and random bytes.
 	Owner string
 	// Batch is the most messages one claim takes (1..10000, default 100).
-	// The relay holds at most (1 + DispatchWorkers) batches at once: its
+	// The relay holds at most (1 + 2 x DispatchWorkers) batches at once
+	// (a dispatch worker publishes one while it completes the one before): its
 	// memory bound, with DispatchBuffer ids.
 	Batch int
 	// Lease is the lease of a claim (1 second..1 hour, default 30 s),
@@ -79,7 +80,9 @@ type Options struct {
 	// DispatchGrace delays the claims that a NOTIFY wakes while Dispatch is
 	// in use (it was called in the last 10 seconds), so they take what
 	// direct dispatch left rather than race it for new messages (default
-	// 1 s; negative: no delay).
+	// 1 s; negative: no delay). While Dispatch is in use and PollInterval
+	// <= DispatchGrace, the relay closes its LISTEN connection instead and
+	// polls: a NOTIFY would start a claim no sooner than the poll does.
 	DispatchGrace time.Duration
 	// ShutdownTimeout is how long, once Run's context is cancelled, the
 	// publishes in flight may still take (default 10 s). Messages claimed
@@ -353,14 +356,23 @@ func (r *Relay) waitForWork(ctx context.Context) {
 		return
 	case <-r.wake:
 	}
-	if r.o.DispatchGrace > 0 && time.Since(time.Unix(0, r.lastDispatch.Load())) < 10*time.Second {
+	if r.o.DispatchGrace > 0 && r.dispatchInUse() {
 		sleepCtx(ctx, r.o.DispatchGrace)
 	}
 }
 
-// dispatchLoop claims and publishes the ids Dispatch handed over.
+// dispatchLoop claims and publishes the ids Dispatch handed over. The
+// settle of a dispatch (the complete) runs while the loop claims and
+// publishes the next: at most one settle in flight per loop, so a loop
+// holds at most two batches; it waits for its settle before it returns.
 func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 	items := make([]dispatchItem, 0, r.o.Batch)
+	var settling chan struct{} // closed when the last settle is done
+	defer func() {
+		if settling != nil {
+			<-settling
+		}
+	}()
 	for {
 		items = items[:0]
 		select {
@@ -409,7 +421,16 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 		for i := range hs {
 			hs[i].dispatched = at[hs[i].msg.ID]
 		}
-		r.process(ctx, hard, hs)
+		settle := r.publish(ctx, hard, hs)
+		if settling != nil {
+			<-settling
+		}
+		done := make(chan struct{})
+		settling = done
+		go func() {
+			defer close(done)
+			settle()
+		}()
 	}
 }
 
@@ -427,17 +448,22 @@ const (
 // process publishes hs (the messages of one claim) and records what became
 // of each: lane by lane in order, one message per lane in flight.
 func (r *Relay) process(ctx, hard context.Context, hs []held) {
+	r.publish(ctx, hard, hs)()
+}
+
+// publish publishes hs (the messages of one claim), lane by lane in order,
+// one message per lane in flight, and returns the settle that records what
+// became of each in the database. Before it returns, the broker's answer
+// is known to the relay: its health, metrics and the Published hook (the
+// ids the broker confirmed, before the database records them). The settle
+// must run, once, also when ctx is done.
+func (r *Relay) publish(ctx, hard context.Context, hs []held) (settle func()) {
 	res := make([]Result, len(hs))
 	out := make([]outcome, len(hs))
 	ackAt := make([]time.Time, len(hs))
 
 	// Renew the leases while publishes take long.
-	stopRenew := make(chan struct{})
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		r.renewWhile(hard, hs, stopRenew)
-	}()
+	stopRenew := r.renewLater(hard, hs)
 
 	rounds := lanesInOrder(hs)
 	stopped := map[string]bool{} // lanes whose message did not go through
@@ -484,9 +510,34 @@ func (r *Relay) process(ctx, hard context.Context, hs []held) {
 			}
 		}
 	}
-	close(stopRenew)
-	<-renewDone
-	r.settle(ctx, hs, out, res, ackAt)
+	stopRenew()
+	// the broker's answer, before anything is recorded in the database
+	var ok []int
+	var down error
+	for i := range hs {
+		switch out[i] {
+		case accepted:
+			ok = append(ok, i)
+		case unavailable:
+			if down == nil {
+				down = res[i].Err
+			}
+		}
+	}
+	if len(ok) > 0 {
+		r.published(hs, ok, ackAt)
+		if f := r.o.Hooks.Published; f != nil {
+			ids := make([]int64, len(ok))
+			for k, i := range ok {
+				ids[k] = hs[i].msg.ID
+			}
+			f(ids)
+		}
+	}
+	if down != nil {
+		r.setBroker(down)
+	}
+	return func() { r.settle(ctx, hs, out, res) }
 }
 
 // lanesInOrder splits hs (oldest first) into rounds: round k holds the k-th
@@ -513,17 +564,44 @@ func lanesInOrder(hs []held) [][]int {
 	return rounds
 }
 
-// renewWhile renews, every Lease/3, the leases of hs until stop is closed.
+// renewLater renews the leases of hs every Lease/3 from Lease/3 on, until
+// the returned stop is called; stop returns once no renewal runs. A publish
+// that ends before Lease/3 -- nearly all of them -- costs one timer, no
+// goroutine.
+func (r *Relay) renewLater(ctx context.Context, hs []held) (stop func()) {
+	stopCh := make(chan struct{})
+	done := make(chan struct{})
+	t := time.AfterFunc(r.o.Lease/3, func() {
+		defer close(done)
+		r.renewWhile(ctx, hs, stopCh)
+	})
+	return func() {
+		close(stopCh)
+		if !t.Stop() {
+			<-done // it had started: wait for its last renewal
+		}
+	}
+}
+
+// renewWhile renews the leases of hs at once and then every Lease/3, until
+// stop is closed.
 func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{}) {
 	t := time.NewTicker(r.o.Lease / 3)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
 		select {
 		case <-stop:
 			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		default:
 		}
 		byToken := map[pgsweep.Token][]int64{}
 		for _, h := range hs {
@@ -549,7 +627,7 @@ func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{})
 // complete what the broker confirmed, fail (backoff) or dead-letter what it
 // refused, release what was not published. It runs also when ctx is done
 // (shutdown), within the leases.
-func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Result, ackAt []time.Time) {
+func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Result) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease)
 	defer cancel()
 	type group struct {
@@ -579,10 +657,6 @@ func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Resu
 		}
 		switch g.kind {
 		case accepted:
-			r.published(hs, idx, ackAt)
-			if f := r.o.Hooks.Published; f != nil {
-				f(ids)
-			}
 			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Complete(sctx, r.queue, g.tok, ids) })
 			if err != nil {
 				r.setDatabase(err)
@@ -620,7 +694,6 @@ func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Resu
 		case unavailable, pending:
 			if g.kind == unavailable {
 				r.m.failed(r.queue, "unavailable", len(ids))
-				r.setBroker(res[idx[0]].Err)
 			}
 			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Release(sctx, r.queue, g.tok, ids) })
 			if err != nil {
@@ -681,9 +754,32 @@ func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // listen holds a connection on LISTEN and wakes the poll loop for every
 // send to the queue, and once after every (re)connect; it reconnects with a
 // backoff from 100 ms to 30 s. Polling covers the gaps.
+//
+// While Dispatch is in use and polling is at least as frequent as a NOTIFY
+// would start a claim (PollInterval <= DispatchGrace: the defaults), it
+// closes the connection (quietListen): a NOTIFY would only start a claim
+// after DispatchGrace, which the poll does as soon, and every send's
+// NOTIFY would cost the database and the relay a wakeup for nothing. It
+// listens again, and wakes the poll loop, once Dispatch has not been called
+// for 10 seconds.
 func (r *Relay) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	quiet := false
 	for ctx.Err() == nil {
+		if r.quietListen() {
+			if !quiet {
+				quiet = true
+				r.log.Debug("direct dispatch in use: LISTEN closed; the claims poll", "poll_interval", r.o.PollInterval)
+			}
+			if !sleepCtx(ctx, r.o.PollInterval) {
+				return
+			}
+			continue
+		}
+		if quiet {
+			quiet = false
+			r.log.Debug("direct dispatch no longer in use: listening again")
+		}
 		listening := false
 		err := func() error {
 			cfg := r.pool.Config().ConnConfig.Copy()
@@ -714,10 +810,17 @@ func (r *Relay) listen(ctx context.Context) {
 				if n.Payload == r.queue {
 					r.poke()
 				}
+				if r.quietListen() {
+					return errListenQuiet
+				}
 			}
 		}()
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errListenQuiet) {
+			backoff = 100 * time.Millisecond
+			continue
 		}
 		if listening {
 			backoff = 100 * time.Millisecond
@@ -728,6 +831,24 @@ func (r *Relay) listen(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// errListenQuiet ends a LISTEN connection while Dispatch is in use.
+var errListenQuiet = errors.New("relay: direct dispatch in use; LISTEN closed")
+
+// dispatchInUse reports whether Dispatch was called in the last 10 seconds.
+func (r *Relay) dispatchInUse() bool {
+	return time.Since(time.Unix(0, r.lastDispatch.Load())) < dispatchInUseFor
+}
+
+// dispatchInUseFor is how long after its last call Dispatch counts as in use.
+const dispatchInUseFor = 10 * time.Second
+
+// quietListen reports whether listen does without its connection now:
+// Dispatch is in use, NOTIFY-woken claims wait DispatchGrace, and the poll
+// claims at least that often.
+func (r *Relay) quietListen() bool {
+	return r.o.DispatchGrace > 0 && r.o.PollInterval <= r.o.DispatchGrace && r.dispatchInUse()
 }
 
 func (r *Relay) poke() {

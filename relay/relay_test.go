@@ -301,6 +301,72 @@ func TestDispatchAndClaimsSideBySide(t *testing.T) {
 	t.Logf("%v messages by direct dispatch, %v by claims", direct, claimed)
 }
 
+// While Dispatch is in use (and the poll is as frequent as DispatchGrace),
+// the relay closes its LISTEN connection: the claims poll instead, so a
+// message sent without Dispatch is still published. Ten seconds after the
+// last Dispatch it listens again.
+func TestDispatchInUseClosesListen(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t, 10)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
+		t.Fatal(err)
+	}
+	channel, err := db.Client.NotifyChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listeners := func() int {
+		t.Helper()
+		var n int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1",
+			"LISTEN "+pgx.Identifier{channel}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitListeners := func(want int, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for listeners() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d LISTEN connections after %v, want %d", listeners(), within, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	u, read := stream(t)
+	r, err := relay.New(db.Pool, "q", openNATS(t, u), relay.Options{Schema: db.Schema, Owner: "quiet",
+		PollInterval: 200 * time.Millisecond, DispatchGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	waitListeners(1, 5*time.Second)
+
+	// Dispatch in use: the next NOTIFY closes the LISTEN connection
+	ids := send(t, db, "q", numbered(0, 1))
+	if err := r.Dispatch(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	send(t, db, "q", numbered(1, 1)) // a NOTIFY after the Dispatch; published by the poll
+	waitListeners(0, 5*time.Second)
+	t0 := time.Now()
+	send(t, db, "q", numbered(2, 3)) // no Dispatch: the poll publishes them
+	waitEmpty(t, db, "q", 5*time.Second)
+	t.Logf("published without LISTEN in %v", time.Since(t0).Round(time.Millisecond))
+	if got := read(); len(got) != 5 {
+		t.Errorf("stream holds %d messages, want 5", len(got))
+	}
+	// ten seconds after the last Dispatch it listens again
+	waitListeners(1, 15*time.Second)
+	send(t, db, "q", numbered(5, 1))
+	waitEmpty(t, db, "q", 5*time.Second)
+	if got := read(); len(got) != 6 {
+		t.Errorf("stream holds %d messages, want 6", len(got))
+	}
+}
+
 // Dispatch never blocks: a full buffer and a relay that is not running
 // leave the ids to the claims, which publish them.
 func TestDispatchLeavesTheRestToClaims(t *testing.T) {

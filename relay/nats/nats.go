@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -213,11 +214,8 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 			res[i] = relay.Result{Err: fmt.Errorf("nats: no subject: header %q is missing and the URL names no subject", t.o.SubjectHeader), Permanent: true}
 			continue
 		}
-		nm := &natsgo.Msg{Subject: subject, Data: m.Payload, Header: natsgo.Header{}}
-		for k, v := range m.PublishHeaders() {
-			nm.Header.Set(k, v)
-		}
-		f, err := t.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.Identity()))
+		nm := &natsgo.Msg{Subject: subject, Data: m.Payload, Header: publishHeader(m)}
+		f, err := t.js.PublishMsgAsync(nm)
 		if err != nil {
 			res[i] = classify(err)
 			continue
@@ -238,6 +236,34 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 		}
 	}
 	return res
+}
+
+// publishHeader is m.PublishHeaders() as a NATS header, plus Nats-Msg-Id =
+// the identity (what jetstream.WithMsgID sets), built with two allocations
+// for all the values rather than a map and a slice per header: the relay
+// publishes every message with seven headers or more.
+func publishHeader(m *relay.Message) natsgo.Header {
+	n := len(m.Headers) + 8
+	h := make(natsgo.Header, n)
+	vals := make([]string, 0, n)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	for k, v := range m.Headers {
+		set(k, v)
+	}
+	id := m.Identity()
+	set(relay.HeaderIdentity, id)
+	set(relay.HeaderQueue, m.Queue)
+	set(relay.HeaderID, strconv.FormatInt(m.ID, 10))
+	set(relay.HeaderAttempt, strconv.Itoa(m.Attempt))
+	set(relay.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if m.Lane != "" {
+		set(relay.HeaderLane, m.Lane)
+	}
+	set(jetstream.MsgIDHeader, id)
+	return h
 }
 
 // classify turns a publish error into a Result: the connection or the
