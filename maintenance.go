@@ -127,13 +127,16 @@ func (c *Client) OwnerLeases(ctx context.Context, owner string) ([]string, error
 	return names, wrapErr("leases", err)
 }
 
-// SettingInterval reads an interval setting (settings.sql): the value set
-// with setting_set, or its default. An unknown name is an *Error that Is
-// ErrInvalidArgument.
-func (c *Client) SettingInterval(ctx context.Context, name string) (time.Duration, error) {
-	var d time.Duration
-	err := c.db.QueryRow(ctx, "SELECT "+c.fn("setting_interval")+"($1)", name).Scan(&d)
-	return d, wrapErr("setting_interval", err)
+// SettingIntervals reads interval settings (settings.sql), in one round
+// trip: for each name, the value set with setting_set, or its default, in
+// the order of names. An unknown name is an *Error that Is ErrInvalidArgument.
+func (c *Client) SettingIntervals(ctx context.Context, names ...string) ([]time.Duration, error) {
+	rows, err := c.db.Query(ctx, "SELECT "+c.fn("setting_interval")+"(n) FROM unnest($1::text[]) WITH ORDINALITY t(n, i) ORDER BY i", names)
+	if err != nil {
+		return nil, wrapErr("setting_interval", err)
+	}
+	ds, err := pgx.CollectRows(rows, pgx.RowTo[time.Duration])
+	return ds, wrapErr("setting_interval", err)
 }
 
 // BackendStart returns when the session of db's connection started

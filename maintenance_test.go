@@ -65,10 +65,11 @@ func TestClientMaintenance(t *testing.T) {
 		t.Fatalf("latest 1 pass: %+v, err %v; want pass %d", ps, err, p2.ID)
 	}
 
-	if d, err := c.SettingInterval(ctx, "runner_interval"); err != nil || d != 10*time.Second {
-		t.Fatalf("runner_interval: %v, %v; want the default 10s", d, err)
+	if d, err := c.SettingIntervals(ctx, "runner_interval", "maintain_lease_ttl"); err != nil || len(d) != 2 ||
+		d[0] != 10*time.Second || d[1] != time.Minute {
+		t.Fatalf("runner_interval, maintain_lease_ttl: %v, %v; want the defaults 10s and 1m, in that order", d, err)
 	}
-	if _, err := c.SettingInterval(ctx, "nope"); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+	if _, err := c.SettingIntervals(ctx, "runner_interval", "nope"); !errors.Is(err, pgsweep.ErrInvalidArgument) {
 		t.Fatalf("unknown setting: got %v, want ErrInvalidArgument", err)
 	}
 

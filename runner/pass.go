@@ -178,24 +178,18 @@ func parseCounts(raw []byte, p *Pass) error {
 // applies to the sleep after the next pass.
 func (r *Runner) readSettings(ctx context.Context, conn Conn) (Settings, error) {
 	var s Settings
-	var err error
-	if s.Interval, err = r.sql(conn).SettingInterval(ctx, "runner_interval"); err != nil {
+	d, err := r.sql(conn).SettingIntervals(ctx, "runner_interval", "runner_jitter")
+	if err != nil {
 		return s, fmt.Errorf("read runner settings: %w", err)
 	}
-	if s.Jitter, err = r.sql(conn).SettingInterval(ctx, "runner_jitter"); err != nil {
-		return s, fmt.Errorf("read runner settings: %w", err)
-	}
+	s.Interval, s.Jitter = d[0], d[1]
 	return s, nil
 }
 
-// ReadQueueStats reads the queue_stats view of schema on db (Client.QueueStats).
+// ReadQueueStats reads the queue_stats view through c (Client.QueueStats).
 // It returns (nil, ErrNoQueueStats) when the view does not exist (a schema
 // without the message store).
-func ReadQueueStats(ctx context.Context, db pgsweep.DBTX, schema string) ([]QueueStats, error) {
-	c, err := pgsweep.NewClient(db, &pgsweep.ClientOptions{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
+func ReadQueueStats(ctx context.Context, c *pgsweep.Client) ([]QueueStats, error) {
 	stats, err := c.QueueStats(ctx)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table

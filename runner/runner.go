@@ -404,7 +404,7 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	if s, err = r.readSettings(ctx, conn); err != nil {
 		return nil, s, err
 	}
-	stats, err := ReadQueueStats(ctx, conn, r.opts.Schema)
+	stats, err := ReadQueueStats(ctx, r.sql(conn))
 	switch {
 	case errors.Is(err, ErrNoQueueStats):
 		r.mu.Lock()

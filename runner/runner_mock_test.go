@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pashagolub/pgxmock/v3"
+	"github.com/pgsweep/pgsweep"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -115,10 +116,9 @@ func (h *harness) expectPass(interval, jitter time.Duration, counts string, stat
 		WithArgs(owner).
 		WillReturnRows(pgxmock.NewRows([]string{"id", "owner", "started_at", "duration", "recovery", "retention", "counts", "error"}).
 			AddRow(int64(7), owner, time.Now(), (*time.Duration)(nil), rec, ret, []byte(counts), ""))
-	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(\$1\)`).WithArgs("runner_interval").
-		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval))
-	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(\$1\)`).WithArgs("runner_jitter").
-		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(jitter))
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(n\) FROM unnest\(\$1::text\[\]\)`).
+		WithArgs([]string{"runner_interval", "runner_jitter"}).
+		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval).AddRow(jitter))
 	h.mock.ExpectQuery(`FROM "pgsweep"\.queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "pgsweep.queue_stats" does not exist`})
 	h.mock.ExpectClose()
 }
@@ -364,7 +364,7 @@ func TestQueueStatsParsing(t *testing.T) {
 		WillReturnRows(pgxmock.NewRows([]string{"queue", "kind", "pending", "processing", "failed", "processed", "dead", "oldest_pending_age", "paused", "lanes", "blocked_lanes"}).
 			AddRow("orders", "outbox", int64(10), int64(2), int64(1), int64(0), int64(3), float64(90), true, int64(4), int64(1)).
 			AddRow("payments", "inbox", int64(0), int64(0), int64(0), int64(500), int64(0), float64(0), false, int64(0), int64(0)))
-	stats, err := ReadQueueStats(context.Background(), mock, "pgsweep")
+	stats, err := ReadQueueStats(context.Background(), mockClient(t, mock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,11 +386,11 @@ func TestQueueStatsParsing(t *testing.T) {
 	}
 
 	mock.ExpectQuery(`queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01"})
-	if _, err := ReadQueueStats(context.Background(), mock, "pgsweep"); !errors.Is(err, ErrNoQueueStats) {
+	if _, err := ReadQueueStats(context.Background(), mockClient(t, mock)); !errors.Is(err, ErrNoQueueStats) {
 		t.Fatalf("got %v, want ErrNoQueueStats", err)
 	}
 	mock.ExpectQuery(`queue_stats`).WillReturnError(errors.New("conn reset"))
-	if _, err := ReadQueueStats(context.Background(), mock, "pgsweep"); err == nil || errors.Is(err, ErrNoQueueStats) {
+	if _, err := ReadQueueStats(context.Background(), mockClient(t, mock)); err == nil || errors.Is(err, ErrNoQueueStats) {
 		t.Fatalf("got %v, want the connection error", err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -486,4 +486,14 @@ func TestConnectURLRedactsPasswords(t *testing.T) {
 	if _, err := ConnectURL("postgres://app@db/app", "x"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mockClient is a Client on the mocked connection, schema pgsweep.
+func mockClient(t *testing.T, db pgsweep.DBTX) *pgsweep.Client {
+	t.Helper()
+	c, err := pgsweep.NewClient(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

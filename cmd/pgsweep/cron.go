@@ -58,7 +58,10 @@ func runCron(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return withHint(err)
 	}
-	job, _, err := client.CronJob(ctx)
+	job, found, err := client.CronJob(ctx)
+	if err == nil && !found {
+		err = fmt.Errorf("pg_cron job %d was scheduled but cron_job() does not show it", id)
+	}
 	if err != nil {
 		return withHint(err)
 	}

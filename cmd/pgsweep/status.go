@@ -75,17 +75,17 @@ func collectStatus(ctx context.Context, conn *pgx.Conn, schema string, nPasses i
 	q := pgx.Identifier{schema}.Sanitize()
 	var err error
 
-	rep.Queues, err = runner.ReadQueueStats(ctx, conn, schema)
+	client, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	rep.Queues, err = runner.ReadQueueStats(ctx, client)
 	if errors.Is(err, runner.ErrNoQueueStats) {
 		rep.Missing["queues"] = err.Error()
 	} else if err != nil {
 		return nil, err
 	}
 
-	client, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
 	if rep.Leases, err = client.Leases(ctx); err != nil {
 		return nil, err
 	}
