@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"github.com/pgsweep/pgsweep"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -25,6 +26,7 @@ type Metrics struct {
 	oldestPending   *prometheus.GaugeVec
 	lastSuccess     prometheus.Gauge
 	consecutiveFail prometheus.Gauge
+	detached        *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics on a new registry, together with the Go
@@ -65,10 +67,14 @@ func NewMetrics() *Metrics {
 			Name: "pgsweep_runner_last_success_timestamp_seconds", Help: "Unix time of the last successful pass."}),
 		consecutiveFail: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pgsweep_runner_consecutive_failures", Help: "Failed passes since the last successful one (drives the backoff)."}),
+		detached: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgsweep_retention_partitions_concurrently_total",
+			Help: "Expired partitions this runner handled with DETACH ... CONCURRENTLY, by result: detached, dropped, pending (left for FINALIZE), released (left to the pass), error (a statement failed)."},
+			[]string{"result"}),
 	}
 	r.MustRegister(m.passes, m.passErrors, m.passDuration, m.partRuns, m.leasesAcquired, m.leasesLost,
 		m.rowsDeleted, m.rowsRecovered, m.claimsExpired, m.deadLettered, m.queueDepth, m.oldestPending,
-		m.lastSuccess, m.consecutiveFail,
+		m.lastSuccess, m.consecutiveFail, m.detached,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -105,4 +111,13 @@ func (m *Metrics) setQueues(stats []QueueStats) {
 		}
 		m.oldestPending.WithLabelValues(q.Queue).Set(q.OldestPendingAge.Seconds())
 	}
+}
+
+// observeDetach adds one RetentionDetachConcurrently call to the counters.
+func (m *Metrics) observeDetach(d pgsweep.DetachResult) {
+	m.detached.WithLabelValues("detached").Add(float64(d.Detached))
+	m.detached.WithLabelValues("dropped").Add(float64(d.Dropped))
+	m.detached.WithLabelValues("pending").Add(float64(d.Pending))
+	m.detached.WithLabelValues("released").Add(float64(d.Released))
+	m.detached.WithLabelValues("error").Add(float64(len(d.Errors)))
 }

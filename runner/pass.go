@@ -76,6 +76,30 @@ type errRow struct{}
 
 func (errRow) Scan(...any) error { return errNoConn }
 
+// detachConcurrently removes expired partitions with DETACH ...
+// CONCURRENTLY before maintain() runs (Client.RetentionDetachConcurrently).
+// Nothing it fails at fails the pass: maintain()'s plain DETACH is the
+// fallback, and an install older than 0.31 has no such claims at all.
+func (r *Runner) detachConcurrently(ctx context.Context, conn Conn) {
+	d, err := r.sql(conn).RetentionDetachConcurrently(ctx, r.owner, nil)
+	r.metrics.observeDetach(d)
+	for _, e := range d.Errors {
+		r.log.Warn("concurrent detach: a statement failed; the pass or a later one retries", "error", redactErr(e))
+	}
+	if d.Claimed > 0 {
+		r.log.Info("concurrent detach", "claimed", d.Claimed, "detached", d.Detached, "dropped", d.Dropped,
+			"pending", d.Pending, "released", d.Released, "rows", d.Rows)
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.As(err, &pgErr) && pgErr.Code == "42883":
+		r.log.Debug("concurrent detach: not installed (pgsweep older than 0.31)")
+	default:
+		r.log.Warn("concurrent detach failed; the pass detaches expired partitions itself", "error", redactErr(err))
+	}
+}
+
 // callMaintain runs one pass. A database error raised by maintain() (the
 // connection still works) is recorded against this owner's unfinished
 // history rows, which releases its leases too: maintain() cannot record an

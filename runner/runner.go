@@ -42,6 +42,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the runner's metrics; NewMetrics() when nil.
 	Metrics *Metrics
+	// PlainDetach, when true, leaves expired partitions to maintain()'s plain
+	// DETACH (a short ACCESS EXCLUSIVE lock on the parent). By default each
+	// pass first removes them with DETACH ... CONCURRENTLY
+	// (Client.RetentionDetachConcurrently), which no insert waits for.
+	PlainDetach bool
 }
 
 // Runner calls maintain() in a loop. Create it with New, run it with Run (or
@@ -394,6 +399,9 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	go func() { defer close(watched); r.watchProgress(wctx) }()
 	defer func() { stopWatch(); <-watched }()
 
+	if !r.opts.PlainDetach {
+		r.detachConcurrently(ctx, conn)
+	}
 	if err := r.callMaintain(ctx, conn); err != nil {
 		return nil, s, err
 	}

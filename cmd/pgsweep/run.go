@@ -29,6 +29,8 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	budget := fs.Duration("budget", 30*time.Second, "time budget of one pass, 1s to 1h")
 	owner := fs.String("owner", "", "lease owner identity, unique per replica (default: host:pid:random)")
 	once := fs.Bool("once", false, "run one pass, print what it did and exit")
+	plainDetach := fs.Bool("plain-detach", false,
+		"leave expired partitions to maintain()'s plain DETACH instead of removing them with DETACH ... CONCURRENTLY first (docs/retention.md)")
 	checkInterval := fs.Duration("connection-check-interval", runner.DefaultConnectionCheckInterval,
 		"client_connection_check_interval of the runner's connections: how soon the server stops the work of a runner that died (0: the server's setting)")
 	if err := parseFlags(fs, args); err != nil {
@@ -60,8 +62,9 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		Owner:    *owner,
 		Budget:   *budget,
 		Interval: *interval,
-		Jitter:   *jitter,
-		Logger:   logger.With("database", describeTarget(cfg)),
+		Jitter:      *jitter,
+		Logger:      logger.With("database", describeTarget(cfg)),
+		PlainDetach: *plainDetach,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

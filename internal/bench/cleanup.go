@@ -131,7 +131,11 @@ func Cleanup(ctx context.Context, opts CleanupOptions, out io.Writer) error {
 			return err
 		}
 		defer pool.Close()
-		pb := &partitionedBench{pool: pool, q: pgx.Identifier{db.Schema}.Sanitize(), bench: pgx.Identifier{o.bench}.Sanitize(),
+		client, err := pgsweep.NewClient(pool, &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			return err
+		}
+		pb := &partitionedBench{pool: pool, client: client, q: pgx.Identifier{db.Schema}.Sanitize(), bench: pgx.Identifier{o.bench}.Sanitize(),
 			parts: opts.Partitions, perPart: opts.PartitionRows, out: out}
 		return pb.run(ctx)
 	}

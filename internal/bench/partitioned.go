@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgsweep/pgsweep"
 )
 
 // partitionedBench is `pgsweep bench cleanup --partitioned`: a table of
@@ -20,6 +21,7 @@ import (
 // and the writer's p99 insert latency during it against an idle window.
 type partitionedBench struct {
 	pool    *pgxpool.Pool
+	client  *pgsweep.Client
 	q       string // quoted pgsweep schema
 	bench   string // quoted bench schema
 	parts   int
@@ -27,14 +29,20 @@ type partitionedBench struct {
 	out     io.Writer
 }
 
-func (b *partitionedBench) load(ctx context.Context) error {
+// load creates and fills the table, with a DEFAULT partition unless
+// noDefault (PostgreSQL refuses DETACH ... CONCURRENTLY with one).
+func (b *partitionedBench) load(ctx context.Context, noDefault bool) error {
 	tbl := b.bench + ".pt"
 	_, err := b.pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s;
 		CREATE TABLE %[1]s (id bigint GENERATED ALWAYS AS IDENTITY, at timestamptz NOT NULL,
-		                    status text NOT NULL DEFAULT 'done', body text) PARTITION BY RANGE (at);
-		CREATE TABLE %[1]s_default PARTITION OF %[1]s DEFAULT;`, tbl))
+		                    status text NOT NULL DEFAULT 'done', body text) PARTITION BY RANGE (at);`, tbl))
 	if err != nil {
 		return err
+	}
+	if !noDefault {
+		if _, err := b.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s_default PARTITION OF %[1]s DEFAULT`, tbl)); err != nil {
+			return err
+		}
 	}
 	for d := 1 - b.parts; d <= 1; d++ { // days 1-parts .. 0, and tomorrow (empty)
 		if _, err := b.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s_%[2]d PARTITION OF %[1]s
@@ -144,11 +152,32 @@ func (b *partitionedBench) run(ctx context.Context) error {
 		}
 	}
 	contenders := []struct {
-		name  string
-		run   func() (int64, error)
-		after func() error // more work the contender leaves for later, timed apart
+		name      string
+		noDefault bool
+		run       func() (int64, error)
+		after     func() error // more work the contender leaves for later, timed apart
 	}{
-		{"pgsweep: drop expired partitions", func() (int64, error) {
+		{"pgsweep runner: DETACH CONCURRENTLY", true, func() (int64, error) {
+			// What the Go runner does before each pass (retention_detach.sql),
+			// then the pass itself; no DEFAULT partition (PostgreSQL refuses
+			// CONCURRENTLY with one).
+			if err := register("pt_conc", ""); err != nil {
+				return 0, err
+			}
+			var midnight time.Time
+			if err := b.pool.QueryRow(ctx, "SELECT date_trunc('day', now())").Scan(&midnight); err != nil {
+				return 0, err
+			}
+			d, err := b.client.RetentionDetachConcurrently(ctx, "bench", &midnight)
+			if err != nil {
+				return 0, err
+			}
+			if len(d.Errors) > 0 || d.Dropped != b.parts-2 {
+				return 0, fmt.Errorf("concurrent detach: %+v, want %d partitions dropped", d, b.parts-2)
+			}
+			return drain("pt_conc")
+		}, nil},
+		{"pgsweep pass: plain DETACH", false, func() (int64, error) {
 			if err := register("pt_drop", ""); err != nil {
 				return 0, err
 			}
@@ -169,21 +198,21 @@ func (b *partitionedBench) run(ctx context.Context) error {
 			}
 			return nil
 		}},
-		{"pgsweep: sweep rows (status filter)", func() (int64, error) {
+		{"pgsweep: sweep rows (status filter)", false, func() (int64, error) {
 			if err := register("pt_sweep", ", 'status', ARRAY['done']"); err != nil {
 				return 0, err
 			}
 			return drain("pt_sweep")
 		}, nil},
-		{"one DELETE", func() (int64, error) {
+		{"one DELETE", false, func() (int64, error) {
 			tag, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s.pt WHERE at < date_trunc('day', now()) - interval '1 day'`, b.bench))
 			return tag.RowsAffected(), err
 		}, nil},
 	}
-	var dropTime, dropAll, deleteTime time.Duration
-	var dropRatio, dropAllRatio float64
+	var concTime, dropTime, dropAll, deleteTime time.Duration
+	var concRatio, dropRatio, dropAllRatio float64
 	for i, c := range contenders {
-		if err := b.load(ctx); err != nil {
+		if err := b.load(ctx, c.noDefault); err != nil {
 			return err
 		}
 		// The rows each contender really removes, counted before it runs
@@ -253,6 +282,11 @@ func (b *partitionedBench) run(ctx context.Context) error {
 		}
 		switch i {
 		case 0:
+			concTime = elapsed
+			if idle > 0 {
+				concRatio = float64(during) / float64(idle)
+			}
+		case 1:
 			dropTime = elapsed
 			dropAll = elapsed + afterEnd.Sub(afterStart)
 			if idle > 0 {
@@ -260,11 +294,13 @@ func (b *partitionedBench) run(ctx context.Context) error {
 				w, _ := p99(samples, start, afterEnd)
 				dropAllRatio = float64(w) / float64(idle)
 			}
-		case 2:
+		case 3:
 			deleteTime = elapsed
 		}
 	}
-	fmt.Fprintf(b.out, "\none DELETE / partition drop: %.0fx (target >= 50x); insert p99 during the drops / idle: %.2fx (target <= 2x)\n",
+	fmt.Fprintf(b.out, "\nrunner (DETACH CONCURRENTLY, then the pass): one DELETE / drop %.0fx (target >= 50x); insert p99 during / idle %.2fx (target <= 2x)\n",
+		float64(deleteTime)/float64(concTime), concRatio)
+	fmt.Fprintf(b.out, "pass alone (plain DETACH, pg_cron installs): one DELETE / drop %.0fx; insert p99 during the drops / idle: %.2fx\n",
 		float64(deleteTime)/float64(dropTime), dropRatio)
 	fmt.Fprintf(b.out, "counting the next pass's drop of the detached tables too: %.0fx; insert p99 / idle over both passes: %.2fx\n",
 		float64(deleteTime)/float64(dropAll), dropAllRatio)

@@ -43,6 +43,33 @@ func TestBenchCleanupSmall(t *testing.T) {
 	}
 }
 
+// bench cleanup --partitioned runs end to end on small partitions: the
+// runner's concurrent detach (it fails the run unless every expired
+// partition was dropped), the pass's plain DETACH, the row sweep and one
+// DELETE, each draining exactly the expired rows.
+func TestBenchCleanupPartitionedSmall(t *testing.T) {
+	db := scratchDB(t)
+	bench := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, db.URL, bench) })
+	var out bytes.Buffer
+	err := runWorkload(context.Background(), []string{"cleanup", "--database-url", db.URL, "--schema", db.Schema,
+		"--bench-schema", bench, "--partitioned", "--partitions", "4", "--partition-rows", "2000"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, name := range []string{"pgsweep runner: DETACH CONCURRENTLY", "pgsweep pass: plain DETACH", "pgsweep: sweep rows (status filter)", "one DELETE"} {
+		var line string
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, name) {
+				line = l
+			}
+		}
+		if f := strings.Fields(strings.TrimPrefix(line, name)); len(f) == 0 || f[0] != "4000" {
+			t.Errorf("%s: line %q, want 4000 rows drained (2 expired partitions)\n%s", name, line, out.String())
+		}
+	}
+}
+
 // bench mixed runs end to end on a small backlog in a fresh scratch schema.
 func TestBenchMixedSmall(t *testing.T) {
 	url := pgtest.URL(t)

@@ -77,6 +77,7 @@ AS $$
         'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
         'notify_channel', 'version',
         'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
+        'retention_detach_claim', 'retention_detach_done', -- the runner's DETACH ... CONCURRENTLY (retention_detach.sql)
         -- what the invoker functions (retention_register's wrappers, the
         -- retention steps, cron) call: argument checks, pure
         '_check_text', '_check_int', '_check_interval', '_interval_text', '_retention_invalid',

@@ -35,11 +35,11 @@
 -- no insert or query waits for) so that an autovacuum worker on it yields
 -- first (_retention_detach_body). A parent lock that is not granted in time
 -- defers every unit of the step.
--- DETACH ... CONCURRENTLY is not used: it cannot run in a function or
--- procedure (so not under pg_cron or CALL maintain()), PostgreSQL refuses it
--- when the table has a default partition, it waits for every older
--- snapshot, and a run killed between its two transactions leaves a
--- partition half-detached for a DBA to finalize.
+-- DETACH ... CONCURRENTLY cannot run in a function or procedure (so not
+-- under pg_cron or CALL maintain()) and PostgreSQL refuses it when the table
+-- has a default partition: the Go runner runs it before each maintenance
+-- pass (0.31, retention_detach.sql); the leaves it claimed or left
+-- half-detached are not planned here.
 --
 -- Detached, not dropped (0.30). The detached leaf is renamed
 -- pgsweep_detached_<oid> in the same transaction (its name is free again at
@@ -166,6 +166,10 @@ BEGIN
           JOIN pg_catalog.pg_class c ON c.oid = t.relid
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE t.isleaf AND c.relkind = 'r'
+           -- being detached concurrently by a runner (retention_detach.sql):
+           -- half-detached, or claimed and not expired
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
+           AND NOT EXISTS (SELECT 1 FROM retention_detaching d WHERE d.leaf = t.relid AND d.expires_at > v_at)
          ORDER BY n.nspname, c.relname
     LOOP
         -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible
@@ -278,16 +282,22 @@ BEGIN
          ORDER BY l.ord
     LOOP
         v_sql := _retention_drop_sql(v_leaf.oid::regclass);
-        v_counts := v_counts || format('EXECUTE %L INTO c; r[%s] := c; ', v_sql.count_sql, v_leaf.ord);
+        -- A runner's DETACH ... CONCURRENTLY (retention_detach.sql) may have
+        -- dropped the leaf since it was claimed (undefined_table), or left
+        -- it half-detached (object_not_in_prerequisite_state: a plain DETACH
+        -- is refused): the leaf is skipped, its unit deferred.
+        v_counts := v_counts || format('BEGIN EXECUTE %L INTO c; EXCEPTION WHEN undefined_table THEN c := 0; END; r[%s] := c; ',
+                                       v_sql.count_sql, v_leaf.ord);
         v_prelocks := v_prelocks || format(
-            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; ',
+            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; ',
             format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
         v_steps := v_steps || format(
-            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN ok[%s] := false; END; END IF; '
-            'IF ok[%s] THEN EXECUTE %L; EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN object_not_in_prerequisite_state THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
             v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
-            v_leaf.ord, v_sql.detach_sql,
-            format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
+            v_leaf.ord, v_sql.detach_sql, v_leaf.ord,
+            v_leaf.ord, format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
     END LOOP;
     RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
                   'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'

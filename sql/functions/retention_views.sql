@@ -80,7 +80,10 @@ BEGIN
     SELECT r.name
       FROM retention_policy r
       LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome, p.pid, p.backend_start
-                           FROM retention_pass p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true
+                           FROM retention_pass p
+                          -- a runner's concurrent detach (retention_detach.sql) is not the policy's pass
+                          WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
+                          ORDER BY p.id DESC LIMIT 1) lp ON true
      WHERE r.older_than IS NOT NULL
        AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
             OR lp.outcome IN ('budget', 'lease_lost', 'deferred')

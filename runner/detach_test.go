@@ -1,0 +1,58 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// A runner's pass removes the expired partitions of a partitioned policy
+// with DETACH ... CONCURRENTLY before maintain() (history strategy
+// detach_concurrently, the metric), and maintain()'s own pass sweeps the
+// rest; with PlainDetach the pass's plain DETACH does it all.
+func TestRunnerDetachesPartitionsConcurrently(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
+			db := pgtest.New(t, 4)
+			s := pgx.Identifier{db.Schema}.Sanitize()
+			exec(t, db, fmt.Sprintf(`SELECT %[1]s.setting_set('retention_check_interval', '0');
+				SELECT %[1]s.setting_set('retention_duty_cycle', '100');
+				CREATE TABLE %[1]s.ev (at timestamptz NOT NULL) PARTITION BY RANGE (at);
+				CREATE TABLE %[1]s.ev_old1 PARTITION OF %[1]s.ev FOR VALUES FROM (now() - interval '10 days') TO (now() - interval '9 days');
+				CREATE TABLE %[1]s.ev_old2 PARTITION OF %[1]s.ev FOR VALUES FROM (now() - interval '9 days') TO (now() - interval '8 days');
+				CREATE TABLE %[1]s.ev_cut PARTITION OF %[1]s.ev FOR VALUES FROM (now() - interval '8 days') TO (now() + interval '1 day');
+				INSERT INTO %[1]s.ev SELECT now() - interval '10 days' + g * interval '1 minute' FROM generate_series(1, 60 * 24 * 10 - 1) g;
+				SELECT %[1]s.retention_register('ev', '%[2]s.ev', 'at', '7 days')`, s, db.Schema))
+			r := newRunner(t, db, "detach-runner", Options{PlainDetach: plain})
+			if _, _, err := r.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.ev WHERE at < now() - interval '7 days'`, s)); n != 0 {
+				t.Errorf("%d expired rows left", n)
+			}
+			// rows g*1 minute after 10 days ago: those past 3 days are younger
+			// than the cutoff (taken seconds after the insert)
+			if n := count(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.ev`, s)); n != 60*24*10-1-60*24*3 {
+				t.Errorf("%d rows left, want the %d young ones", n, 60*24*10-1-60*24*3)
+			}
+			if n := count(t, db, fmt.Sprintf(`SELECT count(*) FROM pg_partition_tree('%s.ev') WHERE isleaf`, s)); n != 1 {
+				t.Errorf("%d leaves, want the one the cutoff cuts through", n)
+			}
+			conc := count(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.retention_passes WHERE strategy = 'detach_concurrently' AND partitions_dropped = 1`, s))
+			got := testutil.ToFloat64(r.metrics.detached.WithLabelValues("dropped"))
+			if plain && (conc != 0 || got != 0) {
+				t.Errorf("PlainDetach: %d concurrent detaches recorded, metric %v; want none", conc, got)
+			}
+			if !plain && (conc != 2 || got != 2) {
+				t.Errorf("%d concurrent detaches recorded, metric dropped=%v; want 2", conc, got)
+			}
+			if n := count(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.retention_passes WHERE strategy IS DISTINCT FROM 'detach_concurrently' AND outcome = 'drained'`, s)); n != 1 {
+				t.Errorf("%d drained passes of the policy's own, want 1 (it sweeps the cut-through leaf)", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,281 @@
+-- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY, run by
+-- the Go runner (docs/retention.md, "Partitioned tables").
+--
+-- Why: a pass removes an expired leaf with a plain DETACH, which holds an
+-- ACCESS EXCLUSIVE lock on the parent for a moment; every insert into the
+-- table in that moment waits for it (one insert a pass waited 3-4 ms in
+-- `bench cleanup --partitioned`, docs/benchmarks.md). DETACH ...
+-- CONCURRENTLY takes SHARE UPDATE EXCLUSIVE on the parent, which no insert
+-- and no query waits for, and ACCESS EXCLUSIVE on the leaf only after every
+-- transaction that could still see it has ended. PostgreSQL runs it outside
+-- any transaction block only, so neither maintain() nor retention_run
+-- (procedures, pg_cron) can: the Go runner runs it before each maintenance
+-- pass, from the claims these functions hand out. Installs run by pg_cron
+-- alone keep the pass's plain DETACH (retention_partition.sql).
+--
+-- The protocol (Client.RetentionDetachConcurrently in Go):
+--   1. retention_detach_claim(owner) claims, among the policies retention_due
+--      lists, the leaves to remove:
+--        'detach'   a droppable leaf (_retention_leaf_droppable) of a parent
+--                   without a DEFAULT partition (PostgreSQL refuses
+--                   CONCURRENTLY there: those keep the pass's DETACH), owned,
+--                   with its parent, by roles the caller can act as
+--                   (otherwise the pass, as the policy's owner, does it);
+--        'finalize' a leaf this protocol left half-detached (a runner killed,
+--                   or its lock_timeout reached, between DETACH's two
+--                   transactions): DETACH ... FINALIZE;
+--        'drop'     a table this protocol detached but could not drop yet.
+--      A claim is a row of retention_detaching held for the policy's
+--      lease_ttl: two runners never work on one leaf at once; one that died
+--      leaves its leaf to the next runner after the TTL.
+--   2. The runner counts the leaf's rows (count_sql, from the statistics, as
+--      itself), sets lock_timeout to retention_lock_timeout, runs the DETACH
+--      (or FINALIZE), then the DROP, each in its own transaction.
+--   3. retention_detach_done(owner, leaf, rows) records what the catalog
+--      says, whatever failed in between: a leaf out of its parent (detached,
+--      dropped or not) counts its rows as deleted, once, in a retention_pass
+--      of strategy 'detach_concurrently' (which retention_due does not count
+--      as the policy's pass); a leaf still half-detached stays claimed for
+--      FINALIZE; a detached table not dropped stays claimed for DROP; a leaf
+--      still attached (lock_timeout, no ownership) is released, and the
+--      pass's plain DETACH or a later claim takes it.
+-- The pass leaves a leaf that is half-detached alone (not droppable, not
+-- planned: retention_partition.sql); a leaf the pass detached first makes
+-- the runner's DETACH fail, and done releases the claim.
+
+-- _retention_detach_caller: the role the caller of a SECURITY DEFINER
+-- function acts as (SET ROLE, else the login role).
+CREATE OR REPLACE FUNCTION _retention_detach_caller()
+RETURNS name
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                ELSE pg_catalog.current_setting('role')::name END
+$$;
+
+-- _retention_detach_statements: the statements for a leaf, names quoted.
+CREATE OR REPLACE FUNCTION _retention_detach_statements(p_leaf oid, p_parent oid, p_finalize boolean,
+    OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_leaf text;
+    v_parent text;
+BEGIN
+    SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) INTO v_leaf
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
+    SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    count_sql := pg_catalog.format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 '
+                                   'THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
+                                   'WHEN c.reltuples >= 0 THEN c.reltuples::bigint '
+                                   'ELSE (SELECT count(*) FROM ONLY %s) END '
+                                   'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf, p_leaf);
+    IF v_parent IS NOT NULL THEN
+        detach_sql := pg_catalog.format('ALTER TABLE %s DETACH PARTITION %s %s', v_parent, v_leaf,
+                                        CASE WHEN p_finalize THEN 'FINALIZE' ELSE 'CONCURRENTLY' END);
+    END IF;
+    drop_sql := pg_catalog.format('DROP TABLE %s', v_leaf);
+END
+$$;
+
+-- _retention_detach_claim_for: the claims of retention_detach_claim (below),
+-- at most p_limit.
+CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, drop_sql text,
+               lock_timeout_ms bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_caller name := _retention_detach_caller();
+    v_now timestamptz := clock_timestamp();
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_pol retention_policy;
+    v_rel regclass;
+    v_cutoff timestamptz;
+    v_c record;
+    v_s record;
+    v_n int := 0;
+    v_taken oid;
+    v_due boolean;
+    v_r record;
+BEGIN
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 THEN
+        PERFORM _retention_invalid('p_owner must be a name of 1 to 200 characters, got %s',
+                                   coalesce(pg_catalog.quote_literal(p_owner), 'NULL'));
+    END IF;
+    PERFORM _check_now('p_now', p_now);
+    -- Claims of a policy that was unregistered go with it (ON DELETE
+    -- CASCADE); expired claims whose table is gone are forgotten (a live
+    -- claim's holder may have dropped its table and not recorded it yet).
+    DELETE FROM retention_detaching d
+     WHERE d.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = d.leaf);
+    -- New leaves only of the policies that are due (the runner's pass
+    -- follows); leaves this protocol left half-detached whenever.
+    FOR v_r IN
+        SELECT r AS pol, r.name IN (SELECT retention_due(p_now)) AS due FROM retention_policy r
+         WHERE (r.name IN (SELECT retention_due(p_now))
+                OR EXISTS (SELECT 1 FROM retention_detaching d WHERE d.policy = r.name))
+           AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = r.table_schema AND c.relname = r.table_name AND c.relkind = 'p')
+         ORDER BY r.name
+    LOOP
+        v_pol := v_r.pol;
+        v_due := v_r.due;
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
+        FOR v_c IN
+            SELECT c.oid AS leaf, i.inhparent AS parent, i.inhdetachpending AS pending, d.leaf IS NOT NULL AS claimed,
+                   c.relowner, p.relowner AS parent_owner
+              -- pg_partition_tree omits half-detached leaves: the claims name them
+              FROM (SELECT t.relid FROM pg_catalog.pg_partition_tree(v_rel) t WHERE t.isleaf
+                    UNION
+                    SELECT d.leaf FROM retention_detaching d WHERE d.policy = v_pol.name) x
+              JOIN pg_catalog.pg_class c ON c.oid = x.relid
+              JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+              JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+              JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent
+              LEFT JOIN retention_detaching d ON d.leaf = c.oid
+             WHERE c.relkind = 'r'
+               -- free, or claimed by this owner, or a claim whose holder died
+               AND (d.leaf IS NULL OR d.owner = p_owner OR d.expires_at <= v_now)
+               AND (CASE WHEN i.inhdetachpending THEN d.leaf IS NOT NULL -- a DBA's own DETACH is left to the DBA
+                         ELSE v_due AND pt.partdefid = 0 AND _retention_leaf_droppable(v_pol, c.oid::regclass, v_cutoff)
+                              -- PostgreSQL detaches one leaf of a parent at a time
+                              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits s
+                                               WHERE s.inhparent = i.inhparent AND s.inhdetachpending) END)
+               AND pg_catalog.pg_has_role(v_caller, c.relowner, 'USAGE')
+               AND pg_catalog.pg_has_role(v_caller, p.relowner, 'USAGE')
+             ORDER BY i.inhdetachpending DESC, c.oid
+        LOOP
+            EXIT WHEN v_n >= p_limit;
+            v_s := _retention_detach_statements(v_c.leaf, v_c.parent, v_c.pending);
+            INSERT INTO retention_detaching AS d (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner,
+                                                  began_at, expires_at)
+            SELECT v_c.leaf, v_pol.name, v_c.parent, n.nspname, c.relname, c.relowner, p_owner, v_now, v_now + v_pol.lease_ttl
+              FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = v_c.leaf
+            ON CONFLICT ON CONSTRAINT retention_detaching_pkey DO UPDATE
+               SET owner = excluded.owner, expires_at = excluded.expires_at
+             WHERE d.owner = excluded.owner OR d.expires_at <= v_now
+            RETURNING d.leaf INTO v_taken;
+            -- another runner claimed it since the list was read
+            CONTINUE WHEN v_taken IS NULL;
+            v_taken := NULL;
+            v_n := v_n + 1;
+            policy := v_pol.name;
+            leaf := v_c.leaf;
+            parent := v_c.parent;
+            action := CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END;
+            count_sql := v_s.count_sql;
+            detach_sql := v_s.detach_sql;
+            drop_sql := v_s.drop_sql;
+            lock_timeout_ms := v_timeout;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    -- Tables this protocol detached and could not drop yet (a reader held
+    -- them past lock_timeout, a runner died between the two).
+    FOR v_c IN
+        SELECT d.leaf, d.policy, d.parent FROM retention_detaching d JOIN pg_catalog.pg_class c ON c.oid = d.leaf
+         WHERE NOT c.relispartition AND c.relkind = 'r'
+           AND c.relname = d.leaf_name AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = d.leaf_schema)
+           AND (d.owner = p_owner OR d.expires_at <= v_now)
+           AND pg_catalog.pg_has_role(v_caller, c.relowner, 'USAGE')
+         ORDER BY d.leaf
+           FOR UPDATE OF d SKIP LOCKED
+    LOOP
+        EXIT WHEN v_n >= p_limit;
+        SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
+        UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
+        v_s := _retention_detach_statements(v_c.leaf, NULL, false);
+        v_n := v_n + 1;
+        policy := v_c.policy;
+        leaf := v_c.leaf;
+        parent := v_c.parent;
+        action := 'drop';
+        count_sql := NULL;
+        detach_sql := NULL;
+        drop_sql := v_s.drop_sql;
+        lock_timeout_ms := v_timeout;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- retention_detach_claim: what the Go runner detaches concurrently now (see
+-- above), at most 64 leaves; p_owner names the runner (1-200 characters).
+-- The p_now overload is for tests (S_owner only).
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, drop_sql text,
+               lock_timeout_ms bigint)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, p_now, 64) $$;
+
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, drop_sql text,
+               lock_timeout_ms bigint)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, NULL, 64) $$;
+
+-- retention_detach_done records a claimed leaf from the catalog (see
+-- above) and returns its state: 'dropped', 'detached' (out of its parent,
+-- not dropped yet: claimed again for DROP), 'pending' (half-detached:
+-- claimed again for FINALIZE), 'attached' (released) or 'taken' (a
+-- maintenance pass detached it first: released, not counted). p_rows is the
+-- leaf's rows as count_sql found them (NULL: unknown, counted 0); a leaf is
+-- counted once. A claim held by another owner, or a caller that cannot act
+-- as the leaf's owner, changes nothing ('other').
+CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, p_rows bigint)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_d retention_detaching;
+    v_pol retention_policy;
+    v_state text;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_rows < 0 THEN
+        PERFORM _retention_invalid('p_rows must be NULL or at least 0, got %s', p_rows::text);
+    END IF;
+    SELECT * INTO v_d FROM retention_detaching d WHERE d.leaf = p_leaf FOR UPDATE;
+    -- only the claim's holder, acting as the leaf's owner, records it
+    IF NOT FOUND OR v_d.owner IS DISTINCT FROM p_owner
+       OR NOT pg_catalog.pg_has_role(_retention_detach_caller(), v_d.leaf_owner, 'USAGE') THEN
+        RETURN 'other';
+    END IF;
+    SELECT CASE WHEN c.oid IS NULL THEN 'dropped'
+                WHEN i.inhdetachpending THEN 'pending'
+                WHEN i.inhrelid IS NOT NULL THEN 'attached'
+                -- detached and renamed by a maintenance pass first (its
+                -- pgsweep_detached_<oid>): the pass counted it and drops it
+                WHEN c.relname <> v_d.leaf_name
+                     OR n.nspname IS DISTINCT FROM v_d.leaf_schema THEN 'taken'
+                ELSE 'detached' END
+      INTO v_state
+      FROM (SELECT p_leaf AS oid) x
+      LEFT JOIN pg_catalog.pg_class c ON c.oid = x.oid
+      LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.oid;
+    IF v_state IN ('dropped', 'detached') AND NOT v_d.counted THEN
+        SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_d.policy;
+        INSERT INTO retention_pass (policy, owner, mode, pid, backend_start, started_at, deadline, last_batch_at,
+                                    finished_at, rows_deleted, batches, units, partitions_dropped, strategy, outcome)
+        VALUES (v_d.policy, p_owner, v_pol.mode, pg_catalog.pg_backend_pid(),
+                (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
+                v_d.began_at, v_d.expires_at, v_now, v_now, coalesce(p_rows, 0), 1, 1, 1, 'detach_concurrently', 'drained');
+    END IF;
+    IF v_state IN ('dropped', 'attached', 'taken') THEN
+        DELETE FROM retention_detaching d WHERE d.leaf = p_leaf;
+    ELSE
+        UPDATE retention_detaching d SET counted = d.counted OR v_state = 'detached' WHERE d.leaf = p_leaf;
+    END IF;
+    RETURN v_state;
+END
+$$;

@@ -1,0 +1,97 @@
+-- The runner's DETACH ... CONCURRENTLY (retention_detach.sql): claims,
+-- their records, what the pass leaves to them, bad input, grants. The
+-- statement itself cannot run in a transaction block: the Go tests run it
+-- (retention_detach_test.go).
+BEGIN;
+SELECT plan(26);
+
+CREATE SCHEMA rd;
+CREATE TABLE rd.events (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rd.events_d1 PARTITION OF rd.events FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+CREATE TABLE rd.events_d2 PARTITION OF rd.events FOR VALUES FROM ('2026-01-02 00:00+00') TO ('2026-01-03 00:00+00');
+CREATE TABLE rd.events_d9 PARTITION OF rd.events FOR VALUES FROM ('2026-01-09 00:00+00') TO ('2026-01-10 00:00+00');
+INSERT INTO rd.events SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 47) g;
+INSERT INTO rd.events SELECT 100 + g, '2026-01-09 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 23) g;
+SELECT pgsweep.retention_register('events', 'rd.events', 'at', '1 day');
+-- a parent with a DEFAULT partition: PostgreSQL refuses CONCURRENTLY there
+CREATE TABLE rd.logs (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rd.logs_d1 PARTITION OF rd.logs FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+CREATE TABLE rd.logs_def PARTITION OF rd.logs DEFAULT;
+SELECT pgsweep.retention_register('logs', 'rd.logs', 'at', '1 day');
+
+-- bad input: nothing claimed
+SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim(NULL, '2026-01-09 12:00+00')$$, '22023',
+    'p_owner must be a name of 1 to 200 characters, got NULL', 'claim: a NULL owner is refused');
+SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('', '2026-01-09 12:00+00')$$, '22023', NULL,
+    'claim: an empty owner is refused');
+SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('tap', 'infinity')$$, '22023', NULL,
+    'claim: a clock that is not near the database''s is refused');
+SELECT throws_ok($$SELECT pgsweep.retention_detach_done('tap', 1, -1)$$, '22023',
+    'p_rows must be NULL or at least 0, got -1', 'done: negative rows are refused');
+SELECT is((SELECT count(*) FROM pgsweep.retention_detaching), 0::bigint, 'bad input claimed nothing');
+
+-- claims: the two expired leaves of events, none of logs (DEFAULT)
+CREATE TEMP TABLE c1 AS SELECT * FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00');
+SELECT is((SELECT array_agg(leaf::regclass::text ORDER BY leaf) FROM c1), ARRAY['rd.events_d1', 'rd.events_d2'],
+    'the wholly expired leaves of the parent without DEFAULT are claimed, the young one is not');
+SELECT is((SELECT array_agg(DISTINCT action) FROM c1), ARRAY['detach'], 'as detaches');
+SELECT is((SELECT detach_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
+    'ALTER TABLE rd.events DETACH PARTITION rd.events_d1 CONCURRENTLY', 'the statement names both, quoted, CONCURRENTLY');
+SELECT is((SELECT drop_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass), 'DROP TABLE rd.events_d1', 'then a DROP');
+SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('other', '2026-01-09 12:00+00')), 0::bigint,
+    'another runner gets nothing while the claims hold');
+SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')), 2::bigint,
+    'the holder gets them again');
+
+-- the pass leaves claimed leaves to the runner
+CREATE FUNCTION pg_temp.run(p_name text, p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE v_pass bigint;
+BEGIN
+    v_pass := pgsweep._retention_begin(p_name, 'tap-pass', interval '1 hour', p_now);
+    WHILE pgsweep._retention_step(v_pass) LOOP END LOOP;
+    PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);
+    PERFORM pgsweep._retention_unlock(p_name);
+    RETURN v_pass;
+END $$;
+SELECT isnt(pg_temp.run('events', '2026-01-09 12:00+00'), NULL, 'a pass runs while the leaves are claimed');
+SELECT is((SELECT count(*) FROM ONLY rd.events_d1) + (SELECT count(*) FROM ONLY rd.events_d2), 48::bigint,
+    'it neither drops nor sweeps the claimed leaves');
+
+-- done, from the catalog
+SELECT is(pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass, 24), 'attached',
+    'a leaf still attached (the DETACH failed) is released');
+SELECT is((SELECT count(*) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 0::bigint,
+    'and nothing is counted');
+SELECT is(pgsweep.retention_detach_done('someone', 'rd.events_d1'::regclass, 24), 'other',
+    'a claim held by another runner is not touched');
+ALTER TABLE rd.events DETACH PARTITION rd.events_d1; -- what the runner's DETACH does, in a transaction here
+SELECT is(pgsweep.retention_detach_done('tap', 'rd.events_d1'::regclass, 24), 'detached',
+    'a detached leaf not dropped yet is recorded');
+SELECT is((SELECT row(rows_deleted, partitions_dropped, outcome)::text FROM pgsweep.retention_passes
+            WHERE strategy = 'detach_concurrently'), '(24,1,drained)', 'its rows count as deleted, in a pass of its own');
+UPDATE pgsweep.retention_pass SET started_at = started_at - interval '1 hour'
+ WHERE policy = 'events' AND strategy IS DISTINCT FROM 'detach_concurrently';
+SELECT ok('events' IN (SELECT pgsweep.retention_due()),
+    'the policy''s own pass (an hour ago), not the detach (just now), sets when it is due next');
+SELECT is((SELECT array_agg(action || ' ' || drop_sql) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')
+            WHERE leaf = 'rd.events_d1'::regclass), ARRAY['drop DROP TABLE rd.events_d1'],
+    'the detached table is claimed again, to be dropped');
+DROP TABLE rd.events_d1;
+SELECT is(pgsweep.retention_detach_done('tap', (SELECT leaf FROM pgsweep.retention_detaching WHERE leaf_name = 'events_d1'), NULL),
+    'dropped', 'then recorded as dropped');
+SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
+    'and counted once');
+SELECT is((SELECT count(*) FROM pgsweep.retention_detaching WHERE leaf_name = 'events_d1'), 0::bigint, 'its claim is gone');
+
+-- grants: the runner's functions are S_admin's, the clock overload S_owner's
+SELECT ok(has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_claim(text)', 'EXECUTE')
+          AND has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_done(text, oid, bigint)', 'EXECUTE'),
+    'S_admin may claim and record');
+SELECT ok(NOT has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_claim(text, timestamptz)', 'EXECUTE'),
+    'S_admin may not pass its own clock');
+SELECT ok(NOT has_function_privilege('pgsweep_worker', 'pgsweep.retention_detach_claim(text)', 'EXECUTE')
+          AND NOT has_function_privilege('pgsweep_monitor', 'pgsweep.retention_detach_done(text, oid, bigint)', 'EXECUTE'),
+    'workers and monitors may not');
+
+SELECT * FROM finish();
+ROLLBACK;
