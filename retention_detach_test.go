@@ -359,5 +359,3 @@ func TestRetentionDetachConcurrentlyHostile(t *testing.T) {
 		t.Errorf("the history counts %d rows, want 50", n)
 	}
 }
-
-

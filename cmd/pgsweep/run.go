@@ -58,10 +58,10 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		*owner = runner.DefaultOwner()
 	}
 	r, err := runner.New(runner.ConnectConfig(cfg, "pgsweep run "+*owner, runner.WithConnectionCheckInterval(*checkInterval)), runner.Options{
-		Schema:   db.schema,
-		Owner:    *owner,
-		Budget:   *budget,
-		Interval: *interval,
+		Schema:      db.schema,
+		Owner:       *owner,
+		Budget:      *budget,
+		Interval:    *interval,
 		Jitter:      *jitter,
 		Logger:      logger.With("database", describeTarget(cfg)),
 		PlainDetach: *plainDetach,
