@@ -24,7 +24,9 @@ type DetachResult struct {
 	// (Rows) counted as deleted in a retention pass of strategy
 	// "detach_concurrently".
 	Detached int
-	// Dropped is the number of detached tables dropped.
+	// Dropped is the number of detached tables dropped: those of earlier
+	// calls (the commit of a DROP releases the files, which takes CPU and
+	// I/O from the inserts of its moment, so it is left to the next call).
 	Dropped int
 	// Pending is the number of leaves left half-detached (DETACH's second
 	// transaction reached lock_timeout: a transaction that began before it
@@ -45,7 +47,7 @@ type DetachResult struct {
 type detachClaim struct {
 	policy, action               string
 	leaf, parent                 uint32
-	countSQL, detachSQL, dropSQL *string
+	countSQL, detachSQL, renameSQL, dropSQL *string
 	lockTimeoutMS                int64
 }
 
@@ -54,8 +56,9 @@ type detachClaim struct {
 // EXCLUSIVE lock on the parent a plain DETACH takes: it claims them
 // (retention_detach_claim, as owner), runs ALTER TABLE ... DETACH PARTITION
 // ... CONCURRENTLY (or FINALIZE for a leaf a killed call left half-detached)
-// and DROP TABLE on its connection with lock_timeout =
-// retention_lock_timeout, and records each leaf (retention_detach_done). The
+// and renames the detached table pgsweep_detached_<oid> on its connection,
+// with lock_timeout = retention_lock_timeout, and records each leaf
+// (retention_detach_done); the next call drops the detached tables. The
 // statements run as the connection's role, which must be able to act as the
 // table's owner (retention_detach_claim lists only those leaves; the
 // maintenance pass detaches the others as the policy's owner). Leaves whose
@@ -98,7 +101,7 @@ func (c *Client) RetentionDetachConcurrently(ctx context.Context, owner string, 
 	stuck := map[uint32]bool{}
 	for _, cl := range claims {
 		if stuck[cl.parent] && cl.action != "drop" {
-			cl.countSQL, cl.detachSQL, cl.dropSQL = nil, nil, nil
+			cl.countSQL, cl.detachSQL, cl.renameSQL, cl.dropSQL = nil, nil, nil, nil
 		}
 		pending, err := c.detachOne(ctx, db, owner, cl, &res)
 		if err != nil {
@@ -110,10 +113,10 @@ func (c *Client) RetentionDetachConcurrently(ctx context.Context, owner string, 
 }
 
 func (c *Client) detachClaims(ctx context.Context, db DBTX, owner string, now *time.Time) ([]detachClaim, error) {
-	sql, args := "SELECT policy, leaf, parent, action, count_sql, detach_sql, drop_sql, lock_timeout_ms FROM "+
+	sql, args := "SELECT policy, leaf, parent, action, count_sql, detach_sql, rename_sql, drop_sql, lock_timeout_ms FROM "+
 		c.fn("retention_detach_claim")+"($1)", []any{owner}
 	if now != nil {
-		sql, args = "SELECT policy, leaf, parent, action, count_sql, detach_sql, drop_sql, lock_timeout_ms FROM "+
+		sql, args = "SELECT policy, leaf, parent, action, count_sql, detach_sql, rename_sql, drop_sql, lock_timeout_ms FROM "+
 			c.fn("retention_detach_claim")+"($1, $2)", []any{owner, *now}
 	}
 	rows, err := db.Query(ctx, sql, args...)
@@ -122,7 +125,7 @@ func (c *Client) detachClaims(ctx context.Context, db DBTX, owner string, now *t
 	}
 	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (detachClaim, error) {
 		var cl detachClaim
-		err := r.Scan(&cl.policy, &cl.leaf, &cl.parent, &cl.action, &cl.countSQL, &cl.detachSQL, &cl.dropSQL, &cl.lockTimeoutMS)
+		err := r.Scan(&cl.policy, &cl.leaf, &cl.parent, &cl.action, &cl.countSQL, &cl.detachSQL, &cl.renameSQL, &cl.dropSQL, &cl.lockTimeoutMS)
 		return cl, err
 	})
 	return claims, wrapErr("retention_detach_claim", err)
@@ -155,12 +158,15 @@ func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detach
 			ok = false
 		}
 	}
-	if ok && cl.dropSQL != nil {
-		if _, err := db.Exec(ctx, *cl.dropSQL); err != nil {
+	for _, sql := range []*string{cl.renameSQL, cl.dropSQL} {
+		if !ok || sql == nil {
+			continue
+		}
+		if _, err := db.Exec(ctx, *sql); err != nil {
 			if fatal(ctx, err) {
 				return false, wrapErr("retention_detach_claim", err)
 			}
-			res.Errors = append(res.Errors, fmt.Errorf("policy %s: %s: %w", cl.policy, *cl.dropSQL, err))
+			res.Errors = append(res.Errors, fmt.Errorf("policy %s: %s: %w", cl.policy, *sql, err))
 		}
 	}
 	var state string

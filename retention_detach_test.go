@@ -155,8 +155,11 @@ func TestRetentionDetachConcurrently(t *testing.T) {
 	if r.err != nil || len(r.d.Errors) > 0 {
 		t.Fatalf("detach: %v %v", r.err, r.d.Errors)
 	}
-	if r.d.Detached != 4 || r.d.Dropped != 4 || r.d.Rows != 400 || r.d.Pending != 0 {
-		t.Errorf("result %+v, want 4 detached and dropped, 400 rows", r.d)
+	if r.d.Detached != 4 || r.d.Dropped != 0 || r.d.Rows != 400 || r.d.Pending != 0 {
+		t.Errorf("result %+v, want 4 detached (dropped by the next call), 400 rows", r.d)
+	}
+	if n := e.value(`SELECT count(*) FROM pg_class WHERE relnamespace = '%[1]s'::regnamespace AND relname LIKE 'pgsweep\_detached\_%%'`); n != 4 {
+		t.Errorf("%d tables renamed pgsweep_detached_<oid>, want 4", n)
 	}
 	if n := e.leaves(); n != 1 {
 		t.Errorf("%d leaves left, want today's only", n)
@@ -168,16 +171,29 @@ func TestRetentionDetachConcurrently(t *testing.T) {
 		WHERE policy = 'ev' AND strategy = 'detach_concurrently' AND partitions_dropped = 1`); n != 400 {
 		t.Errorf("the history counts %d rows, want 400", n)
 	}
-	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 0 {
-		t.Errorf("%d claims left", n)
+	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 4 {
+		t.Errorf("%d claims, want the 4 detached tables' (to be dropped)", n)
 	}
 	// The policy's own pass is still due: the detach is not it.
 	if n := e.value(`SELECT count(*) FROM %[1]s.retention_due() d WHERE d = 'ev'`); n != 1 {
 		t.Error("retention_due no longer lists the policy after a concurrent detach")
 	}
+	// The next call drops them, and counts nothing more.
+	if d, err := e.client.RetentionDetachConcurrently(ctx, "runner-a", nil); err != nil || d.Dropped != 4 || d.Detached != 0 || len(d.Errors) > 0 {
+		t.Errorf("second call: %+v %v, want the 4 detached tables dropped", d, err)
+	}
+	if n := e.value(`SELECT count(*) FROM pg_class WHERE relnamespace = '%[1]s'::regnamespace AND relname LIKE 'pgsweep\_detached\_%%'`); n != 0 {
+		t.Errorf("%d detached tables left", n)
+	}
+	if n := e.value(`SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE strategy = 'detach_concurrently'`); n != 400 {
+		t.Errorf("the history counts %d rows after the drops, want 400", n)
+	}
+	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 0 {
+		t.Errorf("%d claims left", n)
+	}
 	// Nothing left to claim.
 	if d, err := e.client.RetentionDetachConcurrently(ctx, "runner-a", nil); err != nil || d.Claimed != 0 {
-		t.Errorf("second call: %+v %v, want nothing claimed", d, err)
+		t.Errorf("third call: %+v %v, want nothing claimed", d, err)
 	}
 }
 
@@ -219,8 +235,11 @@ func TestRetentionDetachConcurrentlyPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err = e.client.RetentionDetachConcurrently(ctx, "runner-a", nil)
-	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Dropped != 1 || d.Rows != 100 {
-		t.Fatalf("after the long transaction: %+v %v, want the leaf finalized and dropped, 100 rows", d, err)
+	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Rows != 100 {
+		t.Fatalf("after the long transaction: %+v %v, want the leaf finalized, 100 rows", d, err)
+	}
+	if d, err := e.client.RetentionDetachConcurrently(ctx, "runner-a", nil); err != nil || d.Dropped != 1 {
+		t.Fatalf("the next call: %+v %v, want the detached table dropped", d, err)
 	}
 	if n := e.leaves(); n != 1 {
 		t.Errorf("%d leaves left, want today's only", n)
@@ -262,8 +281,11 @@ func TestRetentionDetachConcurrentlyPending(t *testing.T) {
 	// The claim's TTL (the policy's lease_ttl) passes.
 	e.exec(`UPDATE %[1]s.retention_detaching SET expires_at = now() - interval '1 second'`)
 	d, err = e.client.RetentionDetachConcurrently(ctx, "runner-b", &later)
-	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Dropped != 1 || d.Rows != 100 {
-		t.Fatalf("after the claim expired: %+v %v, want the leaf finalized and dropped, 100 rows", d, err)
+	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Rows != 100 {
+		t.Fatalf("after the claim expired: %+v %v, want the leaf finalized, 100 rows", d, err)
+	}
+	if d, err := e.client.RetentionDetachConcurrently(ctx, "runner-b", &later); err != nil || d.Dropped != 1 {
+		t.Fatalf("the next call: %+v %v, want the detached table dropped", d, err)
 	}
 	if n := e.value(`SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE strategy = 'detach_concurrently'`); n != 200 {
 		t.Errorf("the history counts %d rows, want 200", n)
@@ -352,8 +374,11 @@ func TestRetentionDetachConcurrentlyHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := oc.RetentionDetachConcurrently(ctx, "owner-runner", nil)
-	if err != nil || d.Detached != 1 || d.Dropped != 1 || d.Rows != 50 {
-		t.Errorf("the owner's runner: %+v %v, want its leaf detached and dropped, 50 rows", d, err)
+	if err != nil || d.Detached != 1 || d.Rows != 50 {
+		t.Errorf("the owner's runner: %+v %v, want its leaf detached, 50 rows", d, err)
+	}
+	if d, err := hc.RetentionDetachConcurrently(ctx, "owner-runner", nil); err != nil || d.Claimed != 0 {
+		t.Errorf("hostile, with the owner's runner's name: %+v %v, want nothing claimed (the detached table is not its to drop)", d, err)
 	}
 	if n := secValue[int64](sd, `SELECT coalesce(sum(rows_deleted), 0) FROM @S.retention_passes WHERE policy = 'ev'`); n != 50 {
 		t.Errorf("the history counts %d rows, want 50", n)

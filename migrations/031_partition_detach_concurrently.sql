@@ -51,24 +51,31 @@ CREATE TABLE retention_detaching (
 --        'finalize' a leaf this protocol left half-detached (a runner killed,
 --                   or its lock_timeout reached, between DETACH's two
 --                   transactions): DETACH ... FINALIZE;
---        'drop'     a table this protocol detached but could not drop yet.
+--        'drop'     a table this protocol detached (by an earlier call: the
+--                   commit of a DROP releases the files, 25-50 ms a leaf of
+--                   1,000,000 rows, CPU and I/O taken from the inserts, so
+--                   it is left out of the call that removes the rows, as
+--                   the pass does since 0.30).
 --      A claim is a row of retention_detaching held for the policy's
 --      lease_ttl: two runners never work on one leaf at once; one that died
 --      leaves its leaf to the next runner after the TTL.
 --   2. The runner counts the leaf's rows (count_sql, from the statistics, as
 --      itself), sets lock_timeout to retention_lock_timeout, runs the DETACH
---      (or FINALIZE), then the DROP, each in its own transaction.
+--      (or FINALIZE) and renames the detached table pgsweep_detached_<oid>
+--      (its name is free again at once), or the DROP, each statement in its
+--      own transaction.
 --   3. retention_detach_done(owner, leaf, rows) records what the catalog
 --      says, whatever failed in between: a leaf out of its parent (detached,
 --      dropped or not) counts its rows as deleted, once, in a retention_pass
 --      of strategy 'detach_concurrently' (which retention_due does not count
 --      as the policy's pass); a leaf still half-detached stays claimed for
---      FINALIZE; a detached table not dropped stays claimed for DROP; a leaf
---      still attached (lock_timeout, no ownership) is released, and the
---      pass's plain DETACH or a later claim takes it.
--- The pass leaves a leaf that is half-detached alone (not droppable, not
--- planned: retention_partition.sql); a leaf the pass detached first makes
--- the runner's DETACH fail, and done releases the claim.
+--      FINALIZE; a detached table stays claimed for DROP; a leaf still
+--      attached (lock_timeout, no ownership) is released, and the pass's
+--      plain DETACH or a later claim takes it.
+-- The pass plans nothing for a leaf that is claimed or half-detached
+-- (retention_partition.sql); a leaf the pass detached first (its unit names
+-- the oid) makes the runner's DETACH fail, and done releases the claim
+-- without counting it.
 
 -- _retention_detach_caller: the role the caller of a SECURITY DEFINER
 -- function acts as (SET ROLE, else the login role).
@@ -83,7 +90,7 @@ $$;
 
 -- _retention_detach_statements: the statements for a leaf, names quoted.
 CREATE OR REPLACE FUNCTION _retention_detach_statements(p_leaf oid, p_parent oid, p_finalize boolean,
-    OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
+    OUT count_sql text, OUT detach_sql text, OUT rename_sql text, OUT drop_sql text)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
@@ -104,6 +111,7 @@ BEGIN
         detach_sql := pg_catalog.format('ALTER TABLE %s DETACH PARTITION %s %s', v_parent, v_leaf,
                                         CASE WHEN p_finalize THEN 'FINALIZE' ELSE 'CONCURRENTLY' END);
     END IF;
+    rename_sql := pg_catalog.format('ALTER TABLE %s RENAME TO %I', v_leaf, _retention_detached_name(p_leaf));
     drop_sql := pg_catalog.format('DROP TABLE %s', v_leaf);
 END
 $$;
@@ -111,7 +119,7 @@ $$;
 -- _retention_detach_claim_for: the claims of retention_detach_claim (below),
 -- at most p_limit.
 CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, drop_sql text,
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, rename_sql text, drop_sql text,
                lock_timeout_ms bigint)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -198,7 +206,8 @@ BEGIN
             action := CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END;
             count_sql := v_s.count_sql;
             detach_sql := v_s.detach_sql;
-            drop_sql := v_s.drop_sql;
+            rename_sql := v_s.rename_sql;
+            drop_sql := NULL; -- by the next call: the files' release is not this pass's
             lock_timeout_ms := v_timeout;
             RETURN NEXT;
         END LOOP;
@@ -208,7 +217,7 @@ BEGIN
     FOR v_c IN
         SELECT d.leaf, d.policy, d.parent FROM retention_detaching d JOIN pg_catalog.pg_class c ON c.oid = d.leaf
          WHERE NOT c.relispartition AND c.relkind = 'r'
-           AND c.relname = d.leaf_name AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = d.leaf_schema)
+           AND c.relname IN (d.leaf_name, _retention_detached_name(d.leaf)) AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = d.leaf_schema)
            AND (d.owner = p_owner OR d.expires_at <= v_now)
            AND pg_catalog.pg_has_role(v_caller, c.relowner, 'USAGE')
          ORDER BY d.leaf
@@ -225,6 +234,7 @@ BEGIN
         action := 'drop';
         count_sql := NULL;
         detach_sql := NULL;
+        rename_sql := NULL;
         drop_sql := v_s.drop_sql;
         lock_timeout_ms := v_timeout;
         RETURN NEXT;
@@ -236,14 +246,14 @@ $$;
 -- above), at most 64 leaves; p_owner names the runner (1-200 characters).
 -- The p_now overload is for tests (S_owner only).
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, drop_sql text,
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, rename_sql text, drop_sql text,
                lock_timeout_ms bigint)
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, p_now, 64) $$;
 
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, drop_sql text,
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, rename_sql text, drop_sql text,
                lock_timeout_ms bigint)
 LANGUAGE sql
 SET search_path FROM CURRENT
@@ -282,8 +292,10 @@ BEGIN
                 WHEN i.inhrelid IS NOT NULL THEN 'attached'
                 -- detached and renamed by a maintenance pass first (its
                 -- pgsweep_detached_<oid>): the pass counted it and drops it
-                WHEN c.relname <> v_d.leaf_name
-                     OR n.nspname IS DISTINCT FROM v_d.leaf_schema THEN 'taken'
+                WHEN c.relname NOT IN (v_d.leaf_name, _retention_detached_name(p_leaf))
+                     OR n.nspname IS DISTINCT FROM v_d.leaf_schema
+                     OR EXISTS (SELECT 1 FROM retention_unit u
+                                 WHERE u.action = 'drop' AND u.block_lo = -1 AND u.block_hi = p_leaf::bigint) THEN 'taken'
                 ELSE 'detached' END
       INTO v_state
       FROM (SELECT p_leaf AS oid) x

@@ -43,15 +43,25 @@ func TestRunnerDetachesPartitionsConcurrently(t *testing.T) {
 				t.Errorf("%d leaves, want the one the cutoff cuts through", n)
 			}
 			conc := count(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.retention_passes WHERE strategy = 'detach_concurrently' AND partitions_dropped = 1`, s))
-			got := testutil.ToFloat64(r.metrics.detached.WithLabelValues("dropped"))
+			got := testutil.ToFloat64(r.metrics.detached.WithLabelValues("detached"))
 			if plain && (conc != 0 || got != 0) {
 				t.Errorf("PlainDetach: %d concurrent detaches recorded, metric %v; want none", conc, got)
 			}
 			if !plain && (conc != 2 || got != 2) {
-				t.Errorf("%d concurrent detaches recorded, metric dropped=%v; want 2", conc, got)
+				t.Errorf("%d concurrent detaches recorded, metric detached=%v; want 2", conc, got)
 			}
 			if n := count(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.retention_passes WHERE strategy IS DISTINCT FROM 'detach_concurrently' AND outcome = 'drained'`, s)); n != 1 {
 				t.Errorf("%d drained passes of the policy's own, want 1 (it sweeps the cut-through leaf)", n)
+			}
+			// The next pass drops the detached tables (both ways).
+			if _, _, err := r.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, db, `SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace AND relname LIKE 'pgsweep\_detached\_%'`, db.Schema); n != 0 {
+				t.Errorf("%d detached tables left after the next pass", n)
+			}
+			if d := testutil.ToFloat64(r.metrics.detached.WithLabelValues("dropped")); !plain && d != 2 {
+				t.Errorf("metric dropped=%v, want 2", d)
 			}
 		})
 	}

@@ -37,7 +37,9 @@ SELECT is((SELECT array_agg(leaf::regclass::text ORDER BY leaf) FROM c1), ARRAY[
 SELECT is((SELECT array_agg(DISTINCT action) FROM c1), ARRAY['detach'], 'as detaches');
 SELECT is((SELECT detach_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
     'ALTER TABLE rd.events DETACH PARTITION rd.events_d1 CONCURRENTLY', 'the statement names both, quoted, CONCURRENTLY');
-SELECT is((SELECT drop_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass), 'DROP TABLE rd.events_d1', 'then a DROP');
+SELECT is((SELECT rename_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
+    format('ALTER TABLE rd.events_d1 RENAME TO pgsweep_detached_%s', 'rd.events_d1'::regclass::oid),
+    'then a rename that frees the name (the next call drops it)');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('other', '2026-01-09 12:00+00')), 0::bigint,
     'another runner gets nothing while the claims hold');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')), 2::bigint,
