@@ -45,10 +45,10 @@ type DetachResult struct {
 }
 
 type detachClaim struct {
-	policy, action               string
-	leaf, parent                 uint32
+	policy, action                          string
+	leaf, parent                            uint32
 	countSQL, detachSQL, renameSQL, dropSQL *string
-	lockTimeoutMS                int64
+	lockTimeoutMS                           int64
 }
 
 // RetentionDetachConcurrently removes the expired partitions of partitioned
