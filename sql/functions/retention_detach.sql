@@ -61,31 +61,24 @@ AS $$
                 ELSE pg_catalog.current_setting('role')::name END
 $$;
 
--- _retention_detach_statements: the statements for a leaf, names quoted.
-CREATE OR REPLACE FUNCTION _retention_detach_statements(p_leaf oid, p_parent oid, p_finalize boolean,
+-- _retention_detach_statements: the statements for a leaf, names quoted
+-- (the count and the DROP are the pass's: _retention_drop_sql).
+CREATE OR REPLACE FUNCTION _retention_detach_statements(p_leaf oid, p_attached boolean, p_finalize boolean,
     OUT count_sql text, OUT detach_sql text, OUT rename_sql text, OUT drop_sql text)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_leaf text;
-    v_parent text;
+    v_sql record := _retention_drop_sql(p_leaf::regclass);
 BEGIN
-    SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) INTO v_leaf
-      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
-    SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) INTO v_parent
-      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
-    count_sql := pg_catalog.format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 '
-                                   'THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
-                                   'WHEN c.reltuples >= 0 THEN c.reltuples::bigint '
-                                   'ELSE (SELECT count(*) FROM ONLY %s) END '
-                                   'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf, p_leaf);
-    IF v_parent IS NOT NULL THEN
-        detach_sql := pg_catalog.format('ALTER TABLE %s DETACH PARTITION %s %s', v_parent, v_leaf,
-                                        CASE WHEN p_finalize THEN 'FINALIZE' ELSE 'CONCURRENTLY' END);
+    count_sql := v_sql.count_sql;
+    IF p_attached THEN
+        detach_sql := v_sql.detach_sql || CASE WHEN p_finalize THEN ' FINALIZE' ELSE ' CONCURRENTLY' END;
     END IF;
-    rename_sql := pg_catalog.format('ALTER TABLE %s RENAME TO %I', v_leaf, _retention_detached_name(p_leaf));
-    drop_sql := pg_catalog.format('DROP TABLE %s', v_leaf);
+    SELECT pg_catalog.format('ALTER TABLE %I.%I RENAME TO %I', n.nspname, c.relname, _retention_detached_name(p_leaf))
+      INTO rename_sql
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
+    drop_sql := v_sql.drop_sql;
 END
 $$;
 
@@ -160,7 +153,7 @@ BEGIN
              ORDER BY i.inhdetachpending DESC, c.oid
         LOOP
             EXIT WHEN v_n >= p_limit;
-            v_s := _retention_detach_statements(v_c.leaf, v_c.parent, v_c.pending);
+            v_s := _retention_detach_statements(v_c.leaf, true, v_c.pending);
             INSERT INTO retention_detaching AS d (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner,
                                                   began_at, expires_at)
             SELECT v_c.leaf, v_pol.name, v_c.parent, n.nspname, c.relname, c.relowner, p_owner, v_now, v_now + v_pol.lease_ttl
@@ -199,7 +192,7 @@ BEGIN
         EXIT WHEN v_n >= p_limit;
         SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
         UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
-        v_s := _retention_detach_statements(v_c.leaf, NULL, false);
+        v_s := _retention_detach_statements(v_c.leaf, false, false);
         v_n := v_n + 1;
         policy := v_c.policy;
         leaf := v_c.leaf;
