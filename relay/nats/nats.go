@@ -63,6 +63,8 @@ type Transport struct {
 
 	mu          sync.Mutex
 	streamReady bool
+
+	ack acker // matches publish acks (publish.go)
 }
 
 // ParseURL splits a relay URL into the server URL (parameters removed) and
@@ -150,7 +152,7 @@ func New(nc *natsgo.Conn, o Options) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Transport{nc: nc, js: js, o: o, streamReady: o.Stream == ""}, nil
+	return &Transport{nc: nc, js: js, o: o, streamReady: o.Stream == "", ack: acker{nc: nc}}, nil
 }
 
 // Check reports whether the connection is up (relay.Checker).
@@ -161,8 +163,10 @@ func (t *Transport) Check() error {
 	return nil
 }
 
-// Close closes the connection Open made.
+// Close closes the connection Open made (and stops matching acks on a
+// connection New was given).
 func (t *Transport) Close() error {
+	t.ack.stop()
 	if t.own {
 		t.nc.Close()
 	}
@@ -192,7 +196,7 @@ func (t *Transport) ensureStream(ctx context.Context) error {
 	return nil
 }
 
-// Publish publishes msgs asynchronously and waits for every ack.
+// Publish publishes msgs and waits for every ack (publish.go).
 func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.Result {
 	res := make([]relay.Result, len(msgs))
 	if err := t.Check(); err != nil {
@@ -201,7 +205,8 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 	if err := t.ensureStream(ctx); err != nil {
 		return relay.Unavailable(len(msgs), err)
 	}
-	futures := make([]jetstream.PubAckFuture, len(msgs))
+	subj := make([]string, len(msgs))
+	idx := make([]int, 0, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
 		subject := t.o.Subject
@@ -214,38 +219,23 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 			res[i] = relay.Result{Err: fmt.Errorf("nats: no subject: header %q is missing and the URL names no subject", t.o.SubjectHeader), Permanent: true}
 			continue
 		}
-		nm := &natsgo.Msg{Subject: subject, Data: m.Payload, Header: publishHeader(m)}
-		f, err := t.js.PublishMsgAsync(nm)
-		if err != nil {
-			res[i] = classify(err)
-			continue
-		}
-		futures[i] = f
+		subj[i] = subject
+		idx = append(idx, i)
 	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-			res[i] = relay.Result{} // Duplicate or not, the stream holds it
-		case err := <-f.Err():
-			res[i] = classify(err)
-		case <-ctx.Done():
-			res[i] = relay.Result{Err: relay.UnavailableError(fmt.Errorf("nats: no publish ack: %w", ctx.Err()))}
-		}
+	if len(idx) > 0 {
+		t.publish(ctx, msgs, subj, idx, res)
 	}
 	return res
 }
 
-// publishHeader is m.PublishHeaders() as a NATS header, plus Nats-Msg-Id =
-// the identity (what jetstream.WithMsgID sets), built with two allocations
-// for all the values rather than a map and a slice per header: the relay
-// publishes every message with seven headers or more.
-func publishHeader(m *relay.Message) natsgo.Header {
-	n := len(m.Headers) + 8
-	h := make(natsgo.Header, n)
-	vals := make([]string, 0, n)
+// publishHeader fills h with m.PublishHeaders() as a NATS header, plus
+// Nats-Msg-Id = the identity (what jetstream.WithMsgID sets), and returns
+// vals, the backing array of h's values. The caller reuses h and vals from
+// one message to the next (PublishMsg encodes the header before it
+// returns): the relay publishes every message with seven headers or more,
+// and a map per message cost more than the rest of the header.
+func publishHeader(h natsgo.Header, vals []string, m *relay.Message) []string {
+	clear(h)
 	set := func(k, v string) {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -263,7 +253,7 @@ func publishHeader(m *relay.Message) natsgo.Header {
 		set(relay.HeaderLane, m.Lane)
 	}
 	set(jetstream.MsgIDHeader, id)
-	return h
+	return vals
 }
 
 // classify turns a publish error into a Result: the connection or the
