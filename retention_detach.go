@@ -36,8 +36,10 @@ type DetachResult struct {
 	// (lock_timeout, not the owner): the maintenance pass's plain DETACH or
 	// a later call takes them.
 	Released int
-	// Rows is the rows of the leaves detached by this call.
-	Rows int64
+	// Rows is the rows of the leaves detached by this call; RowsByPolicy
+	// the same per policy.
+	Rows         int64
+	RowsByPolicy map[string]int64
 	// Errors holds each statement that failed, naming the leaf; a lock
 	// timeout is one of them. They change nothing above: the catalog is read
 	// again after each leaf.
@@ -56,7 +58,7 @@ type detachClaim struct {
 // EXCLUSIVE lock on the parent a plain DETACH takes: it claims them
 // (retention_detach_claim, as owner), runs ALTER TABLE ... DETACH PARTITION
 // ... CONCURRENTLY (or FINALIZE for a leaf a killed call left half-detached)
-// and renames the detached table pgsweep_detached_<oid> on its connection,
+// and renames the detached table pgsweep_detached_c<oid> on its connection,
 // with lock_timeout = retention_lock_timeout, and records each leaf
 // (retention_detach_done); the next call drops the detached tables. The
 // statements run as the connection's role, which must be able to act as the
@@ -98,16 +100,23 @@ func (c *Client) RetentionDetachConcurrently(ctx context.Context, owner string, 
 	// A parent whose leaf stayed half-detached (its second transaction
 	// reached lock_timeout) detaches no other leaf until it is finalized:
 	// PostgreSQL refuses a second one; those claims are only released.
+	// The same goes after a DETACH that did not get its lock: the next
+	// would wait as long again.
 	stuck := map[uint32]bool{}
+	seen := map[uint32]bool{} // a table under two policies is claimed for each
 	for _, cl := range claims {
+		if seen[cl.leaf] {
+			continue
+		}
+		seen[cl.leaf] = true
 		if stuck[cl.parent] && cl.action != "drop" {
 			cl.countSQL, cl.detachSQL, cl.renameSQL, cl.dropSQL = nil, nil, nil, nil
 		}
-		pending, err := c.detachOne(ctx, db, owner, cl, &res)
+		blocked, err := c.detachOne(ctx, db, owner, cl, &res)
 		if err != nil {
 			return res, err
 		}
-		stuck[cl.parent] = stuck[cl.parent] || pending
+		stuck[cl.parent] = stuck[cl.parent] || blocked
 	}
 	return res, nil
 }
@@ -131,16 +140,18 @@ func (c *Client) detachClaims(ctx context.Context, db DBTX, owner string, now *t
 	return claims, wrapErr("retention_detach_claim", err)
 }
 
-// detachOne works one claim: count, DETACH (or FINALIZE), DROP, each in its
-// own transaction, then records what the catalog says. Only an error that
-// leaves the connection unusable (or a cancel) stops the call.
-func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detachClaim, res *DetachResult) (pending bool, err error) {
+// detachOne works one claim: count, DETACH (or FINALIZE) and rename, or
+// DROP, each in its own transaction, then records what the catalog says.
+// Only an error that leaves the connection unusable (or a cancel) stops the
+// call. blocked: the leaf's parent detaches nothing more in this call (its
+// leaf stayed half-detached, or its DETACH did not get its lock in time).
+func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detachClaim, res *DetachResult) (blocked bool, err error) {
 	var rows *int64
 	if cl.countSQL != nil {
 		var n int64
 		if err := db.QueryRow(ctx, *cl.countSQL).Scan(&n); err == nil {
 			rows = &n
-		} else if fatal(ctx, err) {
+		} else if !errors.Is(err, pgx.ErrNoRows) && fatal(ctx, err) { // no row: gone meanwhile
 			return false, wrapErr("retention_detach_claim", err)
 		}
 	}
@@ -148,7 +159,7 @@ func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detach
 		strconv.FormatInt(cl.lockTimeoutMS, 10)+"ms"); err != nil {
 		return false, wrapErr("retention_detach_claim", err)
 	}
-	ok := true
+	ok, lockTimeout := true, false
 	if cl.detachSQL != nil {
 		if _, err := db.Exec(ctx, *cl.detachSQL); err != nil {
 			if fatal(ctx, err) {
@@ -156,6 +167,8 @@ func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detach
 			}
 			res.Errors = append(res.Errors, fmt.Errorf("policy %s: %s: %w", cl.policy, *cl.detachSQL, err))
 			ok = false
+			var pgErr *pgconn.PgError
+			lockTimeout = errors.As(err, &pgErr) && pgErr.Code == "55P03"
 		}
 	}
 	for _, sql := range []*string{cl.renameSQL, cl.dropSQL} {
@@ -176,10 +189,14 @@ func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detach
 	}
 	switch state {
 	case "dropped", "detached":
-		if cl.action != "drop" {
+		if cl.action != "drop" || cl.countSQL != nil { // counted by this call
 			res.Detached++
 			if rows != nil {
 				res.Rows += *rows
+				if res.RowsByPolicy == nil {
+					res.RowsByPolicy = map[string]int64{}
+				}
+				res.RowsByPolicy[cl.policy] += *rows
 			}
 		}
 		if state == "dropped" {
@@ -190,7 +207,7 @@ func (c *Client) detachOne(ctx context.Context, db DBTX, owner string, cl detach
 	case "attached":
 		res.Released++
 	}
-	return state == "pending", nil
+	return state == "pending" || lockTimeout, nil
 }
 
 // fatal tells whether err ends the call: a cancel, or an error the server did
@@ -203,5 +220,9 @@ func fatal(ctx context.Context, err error) bool {
 	if !errors.As(err, &pgErr) {
 		return true
 	}
-	return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "FATAL" || sev == "PANIC"
 }

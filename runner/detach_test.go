@@ -63,6 +63,12 @@ func TestRunnerDetachesPartitionsConcurrently(t *testing.T) {
 			if d := testutil.ToFloat64(r.metrics.detached.WithLabelValues("dropped")); !plain && d != 2 {
 				t.Errorf("metric dropped=%v, want 2", d)
 			}
+			// The rows metric holds what the history says was deleted, the
+			// concurrent detaches' rows included.
+			hist := count(t, db, fmt.Sprintf(`SELECT coalesce(sum(rows_deleted), 0) FROM %s.retention_passes WHERE policy = 'ev'`, s))
+			if m := testutil.ToFloat64(r.metrics.rowsDeleted.WithLabelValues("ev")); hist == 0 || int64(m) != hist {
+				t.Errorf("pgsweep_retention_rows_deleted_total{policy=ev} = %v, the history says %d", m, hist)
+			}
 		})
 	}
 }

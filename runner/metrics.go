@@ -120,4 +120,7 @@ func (m *Metrics) observeDetach(d pgsweep.DetachResult) {
 	m.detached.WithLabelValues("pending").Add(float64(d.Pending))
 	m.detached.WithLabelValues("released").Add(float64(d.Released))
 	m.detached.WithLabelValues("error").Add(float64(len(d.Errors)))
+	for policy, n := range d.RowsByPolicy {
+		m.rowsDeleted.WithLabelValues(policy).Add(float64(n))
+	}
 }

@@ -34,21 +34,35 @@
 --      leaves its leaf to the next runner after the TTL.
 --   2. The runner counts the leaf's rows (count_sql, from the statistics, as
 --      itself), sets lock_timeout to retention_lock_timeout, runs the DETACH
---      (or FINALIZE) and renames the detached table pgsweep_detached_<oid>
+--      (or FINALIZE) and renames the detached table pgsweep_detached_c<oid>
 --      (its name is free again at once), or the DROP, each statement in its
 --      own transaction.
 --   3. retention_detach_done(owner, leaf, rows) records what the catalog
---      says, whatever failed in between: a leaf out of its parent (detached,
---      dropped or not) counts its rows as deleted, once, in a retention_pass
---      of strategy 'detach_concurrently' (which retention_due does not count
---      as the policy's pass); a leaf still half-detached stays claimed for
---      FINALIZE; a detached table stays claimed for DROP; a leaf still
---      attached (lock_timeout, no ownership) is released, and the pass's
---      plain DETACH or a later claim takes it.
+--      says, whatever failed in between: a leaf out of its parent under the
+--      runner's name (or dropped) counts its rows as deleted, once, in a
+--      retention_pass of strategy 'detach_concurrently' (which retention_due
+--      does not count as the policy's pass) and stays claimed for DROP; a
+--      leaf still half-detached stays claimed for FINALIZE; a leaf still
+--      attached (lock_timeout) is released, and the pass's plain DETACH or a
+--      later claim takes it; a leaf out of its parent under another name
+--      (detached by a maintenance pass, by a DBA keeping it, or the rename
+--      failed) is released, not counted, and left in place.
 -- The pass plans nothing for a leaf that is claimed or half-detached
--- (retention_partition.sql); a leaf the pass detached first (its unit names
--- the oid) makes the runner's DETACH fail, and done releases the claim
--- without counting it.
+-- (retention_partition.sql) and sweeps nothing that left its parent since
+-- it planned (retention_step.sql); its plain DETACH defers a leaf a runner
+-- detached or half-detached meanwhile.
+
+-- _retention_detach_runner_name: the name the runner gives a table it
+-- detached, until its next call drops it (0.32). Not the pass's
+-- pgsweep_detached_<oid>: the name is the proof of who detached it, so
+-- that neither counts or drops the other's tables, and a table someone
+-- else detached (a DBA keeping it, an archive job) is never counted or
+-- dropped.
+CREATE OR REPLACE FUNCTION _retention_detach_runner_name(p_leaf oid)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgsweep_detached_c' || p_leaf::text $$;
 
 -- _retention_detach_caller: the role the caller of a SECURITY DEFINER
 -- function acts as (SET ROLE, else the login role).
@@ -75,7 +89,7 @@ BEGIN
     IF p_attached THEN
         detach_sql := v_sql.detach_sql || CASE WHEN p_finalize THEN ' FINALIZE' ELSE ' CONCURRENTLY' END;
     END IF;
-    SELECT pg_catalog.format('ALTER TABLE %I.%I RENAME TO %I', n.nspname, c.relname, _retention_detached_name(p_leaf))
+    SELECT pg_catalog.format('ALTER TABLE %I.%I RENAME TO %I', n.nspname, c.relname, _retention_detach_runner_name(p_leaf))
       INTO rename_sql
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
     drop_sql := v_sql.drop_sql;
@@ -178,17 +192,38 @@ BEGIN
             RETURN NEXT;
         END LOOP;
     END LOOP;
-    -- Tables this protocol detached and could not drop yet (a reader held
-    -- them past lock_timeout, a runner died between the two).
+    -- Tables this protocol detached and renamed (earlier calls): dropped
+    -- now. Only a table under the runner's name (the proof that its DETACH
+    -- and rename succeeded), that the policy's owner and the caller can
+    -- still act as the owner of, and that nothing outside it depends on (a
+    -- view made on it since: DROP would fail every call): such a table is
+    -- left in place, its claim closed, a NOTICE names it, as the pass does.
     FOR v_c IN
-        SELECT d.leaf, d.policy, d.parent FROM retention_detaching d JOIN pg_catalog.pg_class c ON c.oid = d.leaf
-         WHERE NOT c.relispartition AND c.relkind = 'r'
-           AND c.relname IN (d.leaf_name, _retention_detached_name(d.leaf)) AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = d.leaf_schema)
+        SELECT d.leaf, d.policy, d.parent, d.counted,
+               (c.relname = _retention_detach_runner_name(d.leaf) AND NOT c.relispartition
+                AND pg_catalog.pg_has_role(r.owner, c.relowner, 'USAGE')
+                -- (the CHECK constraint DETACH ... CONCURRENTLY adds to the
+                -- table depends on its column: the table's own, not counted)
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend dep
+                                 WHERE dep.refclassid = 'pg_catalog.pg_class'::regclass AND dep.refobjid = c.oid
+                                   AND dep.deptype = 'n'
+                                   AND NOT (dep.classid = 'pg_catalog.pg_constraint'::regclass
+                                            AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                                                         WHERE k.oid = dep.objid AND k.conrelid = c.oid)))) AS droppable
+          FROM retention_detaching d
+          JOIN pg_catalog.pg_class c ON c.oid = d.leaf
+          JOIN retention_policy r ON r.name = d.policy
+         WHERE c.relkind = 'r' AND NOT c.relispartition
            AND (d.owner = p_owner OR d.expires_at <= v_now)
            AND pg_catalog.pg_has_role(v_caller, c.relowner, 'USAGE')
          ORDER BY d.leaf
            FOR UPDATE OF d SKIP LOCKED
     LOOP
+        IF NOT v_c.droppable THEN
+            RAISE NOTICE 'retention policy %: the detached partition % is left in place', v_c.policy, v_c.leaf::regclass::text;
+            DELETE FROM retention_detaching d WHERE d.leaf = v_c.leaf;
+            CONTINUE;
+        END IF;
         EXIT WHEN v_n >= p_limit;
         SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
         UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
@@ -198,7 +233,8 @@ BEGIN
         leaf := v_c.leaf;
         parent := v_c.parent;
         action := 'drop';
-        count_sql := NULL;
+        -- a runner that died between its rename and its record: counted now
+        count_sql := CASE WHEN NOT v_c.counted THEN v_s.count_sql END;
         detach_sql := NULL;
         rename_sql := NULL;
         drop_sql := v_s.drop_sql;
@@ -256,13 +292,15 @@ BEGIN
     SELECT CASE WHEN c.oid IS NULL THEN 'dropped'
                 WHEN i.inhdetachpending THEN 'pending'
                 WHEN i.inhrelid IS NOT NULL THEN 'attached'
-                -- detached and renamed by a maintenance pass first (its
-                -- pgsweep_detached_<oid>): the pass counted it and drops it
-                WHEN c.relname NOT IN (v_d.leaf_name, _retention_detached_name(p_leaf))
-                     OR n.nspname IS DISTINCT FROM v_d.leaf_schema
-                     OR EXISTS (SELECT 1 FROM retention_unit u
-                                 WHERE u.action = 'drop' AND u.block_lo = -1 AND u.block_hi = p_leaf::bigint) THEN 'taken'
-                ELSE 'detached' END
+                -- out of its parent under the runner's name: its DETACH and
+                -- rename succeeded
+                WHEN c.relname = _retention_detach_runner_name(p_leaf)
+                     AND n.nspname = v_d.leaf_schema THEN 'detached'
+                -- detached by someone else (a maintenance pass, which
+                -- renamed it pgsweep_detached_<oid> and counts it; a DBA
+                -- keeping the table), or the runner's rename failed: not
+                -- counted, never dropped by the runner
+                ELSE 'taken' END
       INTO v_state
       FROM (SELECT p_leaf AS oid) x
       LEFT JOIN pg_catalog.pg_class c ON c.oid = x.oid
@@ -275,6 +313,10 @@ BEGIN
         VALUES (v_d.policy, p_owner, v_pol.mode, pg_catalog.pg_backend_pid(),
                 (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
                 v_d.began_at, v_d.expires_at, v_now, v_now, coalesce(p_rows, 0), 1, 1, 1, 'detach_concurrently', 'drained');
+    END IF;
+    IF v_state = 'taken' AND NOT v_d.counted THEN
+        RAISE NOTICE 'retention policy %: partition %.% was detached by someone else (or could not be renamed): left in place',
+            v_d.policy, v_d.leaf_schema, v_d.leaf_name;
     END IF;
     IF v_state IN ('dropped', 'attached', 'taken') THEN
         DELETE FROM retention_detaching d WHERE d.leaf = p_leaf;

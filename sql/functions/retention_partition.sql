@@ -283,9 +283,10 @@ BEGIN
     LOOP
         v_sql := _retention_drop_sql(v_leaf.oid::regclass);
         -- A runner's DETACH ... CONCURRENTLY (retention_detach.sql) may have
-        -- dropped the leaf since it was claimed (undefined_table), or left
-        -- it half-detached (object_not_in_prerequisite_state: a plain DETACH
-        -- is refused): the leaf is skipped, its unit deferred.
+        -- detached or dropped the leaf since it was claimed (undefined_table:
+        -- gone, or "not a partition"), or left it half-detached
+        -- (object_not_in_prerequisite_state: a plain DETACH is refused): the
+        -- leaf is skipped, its unit deferred.
         v_counts := v_counts || format('BEGIN EXECUTE %L INTO c; EXCEPTION WHEN undefined_table THEN c := 0; END; r[%s] := c; ',
                                        v_sql.count_sql, v_leaf.ord);
         v_prelocks := v_prelocks || format(
@@ -293,7 +294,7 @@ BEGIN
             format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
         v_steps := v_steps || format(
             'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; END IF; '
-            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN object_not_in_prerequisite_state THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN object_not_in_prerequisite_state OR undefined_table THEN ok[%s] := false; END; END IF; '
             'IF ok[%s] THEN EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
             v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
             v_leaf.ord, v_sql.detach_sql, v_leaf.ord,

@@ -219,10 +219,13 @@ BEGIN
     IF v_unit.leaf_name IS NOT NULL AND NOT _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN
         -- by the catalog, not to_regclass: this runs as <schema>_owner, which
         -- need not have USAGE on the table's schema
+        -- still a partition (0.32): a table detached since the plan (by a
+        -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
+        -- no longer the policy's table, never swept
         SELECT c.oid INTO o_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
-        IF o_target IS NULL THEN -- the leaf is gone (dropped by someone else): nothing left to do
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
+        IF o_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
             DELETE FROM retention_unit
              WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
             o_more := true;

@@ -3,7 +3,7 @@
 -- statement itself cannot run in a transaction block: the Go tests run it
 -- (retention_detach_test.go).
 BEGIN;
-SELECT plan(26);
+SELECT plan(39);
 
 CREATE SCHEMA rd;
 CREATE TABLE rd.events (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
@@ -38,7 +38,7 @@ SELECT is((SELECT array_agg(DISTINCT action) FROM c1), ARRAY['detach'], 'as deta
 SELECT is((SELECT detach_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
     'ALTER TABLE rd.events DETACH PARTITION rd.events_d1 CONCURRENTLY', 'the statement names both, quoted, CONCURRENTLY');
 SELECT is((SELECT rename_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
-    format('ALTER TABLE rd.events_d1 RENAME TO pgsweep_detached_%s', 'rd.events_d1'::regclass::oid),
+    format('ALTER TABLE rd.events_d1 RENAME TO pgsweep_detached_c%s', 'rd.events_d1'::regclass::oid),
     'then a rename that frees the name (the next call drops it)');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('other', '2026-01-09 12:00+00')), 0::bigint,
     'another runner gets nothing while the claims hold');
@@ -66,9 +66,12 @@ SELECT is((SELECT count(*) FROM pgsweep.retention_passes WHERE strategy = 'detac
     'and nothing is counted');
 SELECT is(pgsweep.retention_detach_done('someone', 'rd.events_d1'::regclass, 24), 'other',
     'a claim held by another runner is not touched');
-ALTER TABLE rd.events DETACH PARTITION rd.events_d1; -- what the runner's DETACH does, in a transaction here
-SELECT is(pgsweep.retention_detach_done('tap', 'rd.events_d1'::regclass, 24), 'detached',
-    'a detached leaf not dropped yet is recorded');
+-- what the runner does (DETACH ... CONCURRENTLY, in a transaction here, and the rename)
+CREATE TEMP TABLE d1 AS SELECT 'rd.events_d1'::regclass::oid AS oid;
+ALTER TABLE rd.events DETACH PARTITION rd.events_d1;
+DO $$ BEGIN EXECUTE format('ALTER TABLE rd.events_d1 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM d1)); END $$;
+SELECT is(pgsweep.retention_detach_done('tap', (SELECT oid FROM d1), 24), 'detached',
+    'a leaf the runner detached and renamed is recorded');
 SELECT is((SELECT row(rows_deleted, partitions_dropped, outcome)::text FROM pgsweep.retention_passes
             WHERE strategy = 'detach_concurrently'), '(24,1,drained)', 'its rows count as deleted, in a pass of its own');
 UPDATE pgsweep.retention_pass SET started_at = started_at - interval '1 hour'
@@ -76,14 +79,76 @@ UPDATE pgsweep.retention_pass SET started_at = started_at - interval '1 hour'
 SELECT ok('events' IN (SELECT pgsweep.retention_due()),
     'the policy''s own pass (an hour ago), not the detach (just now), sets when it is due next');
 SELECT is((SELECT array_agg(action || ' ' || drop_sql) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')
-            WHERE leaf = 'rd.events_d1'::regclass), ARRAY['drop DROP TABLE rd.events_d1'],
-    'the detached table is claimed again, to be dropped');
-DROP TABLE rd.events_d1;
-SELECT is(pgsweep.retention_detach_done('tap', (SELECT leaf FROM pgsweep.retention_detaching WHERE leaf_name = 'events_d1'), NULL),
-    'dropped', 'then recorded as dropped');
+            WHERE leaf = (SELECT oid FROM d1)), ARRAY['drop DROP TABLE rd.pgsweep_detached_c' || (SELECT oid FROM d1)],
+    'the renamed table is claimed again, to be dropped');
+DO $$ BEGIN EXECUTE format('DROP TABLE rd.%I', 'pgsweep_detached_c' || (SELECT oid FROM d1)); END $$;
+SELECT is(pgsweep.retention_detach_done('tap', (SELECT oid FROM d1), NULL), 'dropped', 'then recorded as dropped');
 SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
     'and counted once');
-SELECT is((SELECT count(*) FROM pgsweep.retention_detaching WHERE leaf_name = 'events_d1'), 0::bigint, 'its claim is gone');
+SELECT is((SELECT count(*) FROM pgsweep.retention_detaching WHERE leaf = (SELECT oid FROM d1)), 0::bigint, 'its claim is gone');
+
+-- a claimed leaf that someone else detached (a DBA keeping the table): not
+-- counted, never dropped, the claim closed
+INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
+VALUES ('rd.events_d2'::regclass, 'events', 'rd.events'::regclass, 'rd', 'events_d2',
+        (SELECT relowner FROM pg_class WHERE oid = 'rd.events_d2'::regclass), 'tap', now(), now() + interval '30 seconds');
+ALTER TABLE rd.events DETACH PARTITION rd.events_d2;
+SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00') WHERE leaf = 'rd.events_d2'::regclass),
+    0::bigint, 'a table someone else detached is not claimed for DROP');
+SELECT ok(to_regclass('rd.events_d2') IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_detaching WHERE leaf = 'rd.events_d2'::regclass),
+    'it is left in place, its claim closed');
+SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
+    'and not counted');
+INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
+VALUES ('rd.events_d2'::regclass, 'events', 'rd.events'::regclass, 'rd', 'events_d2',
+        (SELECT relowner FROM pg_class WHERE oid = 'rd.events_d2'::regclass), 'tap', now(), now() + interval '30 seconds');
+SELECT is(pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass, 24), 'taken',
+    'recorded after its DETACH failed: taken, not counted');
+SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
+    'still 24 rows in all');
+
+-- a table the runner detached that something depends on since (a view on
+-- it): its DROP would fail every call; left in place, the claim closed
+CREATE TABLE rd.events_d3 PARTITION OF rd.events FOR VALUES FROM ('2026-01-03 00:00+00') TO ('2026-01-04 00:00+00');
+CREATE TEMP TABLE d3 AS SELECT 'rd.events_d3'::regclass::oid AS oid;
+INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
+VALUES ((SELECT oid FROM d3), 'events', 'rd.events'::regclass, 'rd', 'events_d3',
+        (SELECT relowner FROM pg_class WHERE oid = (SELECT oid FROM d3)), 'tap', now(), now() + interval '30 seconds');
+ALTER TABLE rd.events DETACH PARTITION rd.events_d3;
+DO $$ BEGIN EXECUTE format('ALTER TABLE rd.events_d3 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM d3)); END $$;
+SELECT is(pgsweep.retention_detach_done('tap', (SELECT oid FROM d3), 0), 'detached', 'another leaf detached by the runner');
+DO $$ BEGIN EXECUTE format('CREATE VIEW rd.keep AS SELECT * FROM rd.%I', 'pgsweep_detached_c' || (SELECT oid FROM d3)); END $$;
+SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00') WHERE leaf = (SELECT oid FROM d3)),
+    0::bigint, 'a view on it: not claimed for DROP');
+SELECT ok(EXISTS (SELECT 1 FROM pg_class WHERE oid = (SELECT oid FROM d3))
+          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_detaching WHERE leaf = (SELECT oid FROM d3)),
+    'it is left in place, its claim closed');
+
+-- a pass that planned leaves before a runner detached them: one renamed
+-- (the runner's way), one left under its name (a rename that failed, a
+-- DBA's DETACH); the pass neither fails nor sweeps the detached tables
+CREATE TABLE rd.more (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rd.more_m1 PARTITION OF rd.more FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+CREATE TABLE rd.more_m2 PARTITION OF rd.more FOR VALUES FROM ('2026-01-02 00:00+00') TO ('2026-01-03 00:00+00');
+CREATE TABLE rd.more_m9 PARTITION OF rd.more FOR VALUES FROM ('2026-01-08 00:00+00') TO ('2026-01-10 00:00+00');
+INSERT INTO rd.more SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 47) g;
+INSERT INTO rd.more SELECT 100 + g, '2026-01-08 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 47) g;
+SELECT pgsweep.retention_register('more', 'rd.more', 'at', '1 day');
+CREATE TEMP TABLE mp AS SELECT pgsweep._retention_begin('more', 'tap-pass', interval '1 hour', '2026-01-09 12:00+00') AS pass;
+SELECT ok(pgsweep._retention_step((SELECT pass FROM mp)), 'the pass plans');
+SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND action = 'drop'), 2::bigint,
+    'two drop units planned');
+CREATE TEMP TABLE m1 AS SELECT 'rd.more_m1'::regclass::oid AS oid;
+ALTER TABLE rd.more DETACH PARTITION rd.more_m1;
+DO $$ BEGIN EXECUTE format('ALTER TABLE rd.more_m1 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM m1)); END $$;
+ALTER TABLE rd.more DETACH PARTITION rd.more_m2;
+SELECT lives_ok($$SELECT pgsweep._retention_step((SELECT pass FROM mp)) FROM generate_series(1, 10)$$,
+    'the pass goes on without an error');
+SELECT is((SELECT count(*) FROM rd.more_m2) + (SELECT count(*) FROM pg_class WHERE oid = (SELECT oid FROM m1)), 25::bigint,
+    'the detached tables are neither swept nor dropped by it');
+SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND action = 'drop'), 0::bigint,
+    'their units are closed');
 
 -- grants: the runner's functions are S_admin's, the clock overload S_owner's
 SELECT ok(has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_claim(text)', 'EXECUTE')
