@@ -122,13 +122,12 @@ func (c *Client) RetentionDetachConcurrently(ctx context.Context, owner string, 
 }
 
 func (c *Client) detachClaims(ctx context.Context, db DBTX, owner string, now *time.Time) ([]detachClaim, error) {
-	sql, args := "SELECT policy, leaf, parent, action, count_sql, detach_sql, rename_sql, drop_sql, lock_timeout_ms FROM "+
-		c.fn("retention_detach_claim")+"($1)", []any{owner}
-	if now != nil {
-		sql, args = "SELECT policy, leaf, parent, action, count_sql, detach_sql, rename_sql, drop_sql, lock_timeout_ms FROM "+
-			c.fn("retention_detach_claim")+"($1, $2)", []any{owner, *now}
+	params, args := "$1", []any{owner}
+	if now != nil { // the p_now overload
+		params, args = "$1, $2", []any{owner, *now}
 	}
-	rows, err := db.Query(ctx, sql, args...)
+	rows, err := db.Query(ctx, "SELECT policy, leaf, parent, action, count_sql, detach_sql, rename_sql, drop_sql, lock_timeout_ms FROM "+
+		c.fn("retention_detach_claim")+"("+params+")", args...)
 	if err != nil {
 		return nil, wrapErr("retention_detach_claim", err)
 	}
