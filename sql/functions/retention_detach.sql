@@ -131,8 +131,9 @@ BEGIN
     -- New leaves only of the policies that are due (the runner's pass
     -- follows); leaves this protocol left half-detached whenever.
     FOR v_r IN
-        SELECT r AS pol, r.name IN (SELECT retention_due(p_now)) AS due FROM retention_policy r
-         WHERE (r.name IN (SELECT retention_due(p_now))
+        WITH due AS (SELECT retention_due(p_now) AS name)
+        SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
+         WHERE (r.name IN (SELECT due.name FROM due)
                 OR EXISTS (SELECT 1 FROM retention_detaching d WHERE d.policy = r.name))
            AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                         WHERE n.nspname = r.table_schema AND c.relname = r.table_name AND c.relkind = 'p')
@@ -143,8 +144,7 @@ BEGIN
         v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
         v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
         FOR v_c IN
-            SELECT c.oid AS leaf, i.inhparent AS parent, i.inhdetachpending AS pending, d.leaf IS NOT NULL AS claimed,
-                   c.relowner, p.relowner AS parent_owner
+            SELECT c.oid AS leaf, i.inhparent AS parent, i.inhdetachpending AS pending
               -- pg_partition_tree omits half-detached leaves: the claims name them
               FROM (SELECT t.relid FROM pg_catalog.pg_partition_tree(v_rel) t WHERE t.isleaf
                     UNION
@@ -202,14 +202,7 @@ BEGIN
         SELECT d.leaf, d.policy, d.parent, d.counted,
                (c.relname = _retention_detach_runner_name(d.leaf) AND NOT c.relispartition
                 AND pg_catalog.pg_has_role(r.owner, c.relowner, 'USAGE')
-                -- (the CHECK constraint DETACH ... CONCURRENTLY adds to the
-                -- table depends on its column: the table's own, not counted)
-                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend dep
-                                 WHERE dep.refclassid = 'pg_catalog.pg_class'::regclass AND dep.refobjid = c.oid
-                                   AND dep.deptype = 'n'
-                                   AND NOT (dep.classid = 'pg_catalog.pg_constraint'::regclass
-                                            AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
-                                                         WHERE k.oid = dep.objid AND k.conrelid = c.oid)))) AS droppable
+                AND NOT _retention_depended_on(c.oid)) AS droppable
           FROM retention_detaching d
           JOIN pg_catalog.pg_class c ON c.oid = d.leaf
           JOIN retention_policy r ON r.name = d.policy

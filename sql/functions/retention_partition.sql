@@ -231,6 +231,28 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT p_action = 'drop' AND p_block_lo IS NOT DISTINCT FROM -1 $$;
 
+-- _retention_depended_on: whether something outside a detached table
+-- depends on it -- a view made on it since, a foreign key to it -- so that
+-- its DROP would fail (every pass, if nothing stopped trying). The table's
+-- own constraints do not count: a CHECK constraint (one inherited from the
+-- parent, the one DETACH ... CONCURRENTLY adds) depends on the table's
+-- columns, and until 0.33 it made every detached leaf of a table with a
+-- CHECK constraint stay in place, never dropped. The pass's drops
+-- (_retention_release_claim) and the runner's (retention_detach.sql) ask
+-- this one function.
+CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                    WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = p_table
+                      AND d.deptype = 'n'
+                      AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                                            WHERE k.oid = d.objid AND k.conrelid = p_table)))
+$$;
+
 -- _retention_detached_name: the name a detached leaf gets until a later
 -- pass drops it.
 CREATE OR REPLACE FUNCTION _retention_detached_name(p_leaf oid)

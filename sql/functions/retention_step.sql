@@ -450,9 +450,7 @@ BEGIN
                       AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
                       AND pg_catalog.pg_has_role(v_owner, c.relowner, 'USAGE')
                       -- nothing outside it depends on it (a view, a foreign key): DROP would fail
-                      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                                       WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = c.oid
-                                         AND d.deptype = 'n')) THEN
+                      AND NOT _retention_depended_on(c.oid)) THEN
             o_units := o_units || v_unit.unit_no;
             o_tables := o_tables || v_unit.block_hi::oid;
         ELSE

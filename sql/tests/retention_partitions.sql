@@ -3,7 +3,7 @@
 -- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
 -- status-filtered) are swept row by row.
 BEGIN;
-SELECT plan(38);
+SELECT plan(41);
 
 CREATE SCHEMA rp;
 -- RANGE by day, with a default partition
@@ -156,6 +156,19 @@ RESET ROLE;
 SELECT isnt(pg_temp.run('logs', '2026-01-05 00:00+00'), NULL, 'a pass of a non-owner''s policy runs');
 SELECT ok(to_regclass('rp.logs_d1') IS NOT NULL AND (SELECT count(*) FROM rp.logs_d1) = 0,
     'a policy owner that does not own the table has the expired leaf swept, not dropped');
+
+-- a table with a CHECK constraint (inherited by every leaf): the detached
+-- leaf is still dropped by the next pass (until 0.33 the leaf's own
+-- constraint counted as something depending on it: left in place forever)
+CREATE TABLE rp.checked (id bigint NOT NULL, at timestamptz NOT NULL, n int CHECK (n > 0)) PARTITION BY RANGE (at);
+CREATE TABLE rp.checked_d1 PARTITION OF rp.checked FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+CREATE TABLE rp.checked_d9 PARTITION OF rp.checked FOR VALUES FROM ('2026-01-09 00:00+00') TO ('2026-01-10 00:00+00');
+INSERT INTO rp.checked SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval '1 hour', 1 FROM generate_series(0, 23) g;
+CREATE TEMP TABLE ck1 AS SELECT 'rp.checked_d1'::regclass::oid AS oid;
+SELECT pgsweep.retention_register('checked', 'rp.checked', 'at', '1 day');
+SELECT isnt(pg_temp.run('checked', '2026-01-09 12:00+00'), NULL, 'a pass detaches the expired leaf of a table with a CHECK constraint');
+SELECT isnt(pg_temp.run('checked', '2026-01-09 12:00+00'), NULL, 'the next pass runs');
+SELECT ok(NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = (SELECT oid FROM ck1)), 'and drops the detached table');
 
 SELECT * FROM finish();
 ROLLBACK;
