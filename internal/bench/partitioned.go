@@ -140,7 +140,7 @@ func (b *partitionedBench) run(ctx context.Context) error {
 	// The cutoff: yesterday's midnight, so days 1-parts..-2 are wholly
 	// expired: older_than 1 day, and every pass runs as of today's midnight
 	// (retention_run's p_now), so that pgsweep drains exactly the rows the
-	// DELETE deletes. (Until 0.33 the policy kept "1 day plus the time since
+	// DELETE deletes. (Until 0.30 the policy kept "1 day plus the time since
 	// midnight" and passes ran on the clock: the cutoff crept a few seconds
 	// into yesterday's partition, and each pass also swept that whole leaf
 	// for the few rows of those seconds.)
@@ -172,6 +172,12 @@ func (b *partitionedBench) run(ctx context.Context) error {
 				return total, nil
 			}
 		}
+	}
+	expiredRows := func() (int64, error) { // the rows one DELETE would remove
+		var n int64
+		err := b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.pt WHERE at < date_trunc('day', now()) - interval '1 day'`,
+			b.bench)).Scan(&n)
+		return n, err
 	}
 	contenders := []struct {
 		name      string
@@ -234,9 +240,8 @@ func (b *partitionedBench) run(ctx context.Context) error {
 			return tag.RowsAffected(), err
 		}, nil},
 	}
-	var concTime, concAll, dropTime, dropAll, deleteTime time.Duration
-	var concRatio, concAllRatio, dropRatio, dropAllRatio float64
-	for i, c := range contenders {
+	outcomes := make([]outcome, 0, len(contenders))
+	for _, c := range contenders {
 		if err := b.load(ctx, c.noDefault); err != nil {
 			return err
 		}
@@ -245,9 +250,8 @@ func (b *partitionedBench) run(ctx context.Context) error {
 		// statistics, which can be off (an ANALYZE that runs before the
 		// loading session's insert counts reach the statistics leaves the
 		// live-tuple count doubled).
-		var expiredBefore int64
-		if err := b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.pt WHERE at < date_trunc('day', now()) - interval '1 day'`,
-			b.bench)).Scan(&expiredBefore); err != nil {
+		expiredBefore, err := expiredRows()
+		if err != nil {
 			return err
 		}
 		// The policy is registered before the timed window: a registration
@@ -302,9 +306,8 @@ func (b *partitionedBench) run(ctx context.Context) error {
 		if werr != nil {
 			return fmt.Errorf("writer: %w", werr)
 		}
-		var expiredAfter int64
-		if err := b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.pt WHERE at < date_trunc('day', now()) - interval '1 day'`,
-			b.bench)).Scan(&expiredAfter); err != nil {
+		expiredAfter, err := expiredRows()
+		if err != nil {
 			return err
 		}
 		reported := rows
@@ -327,32 +330,26 @@ func (b *partitionedBench) run(ctx context.Context) error {
 			fmt.Fprintf(b.out, "%-34s %12s %10s %12s %14s %14v (%d inserts, max %v)\n", "  drain to last drop, all in all", "",
 				"", "", "", w.Round(time.Microsecond), wn, maxLatency(samples, start, afterEnd).Round(time.Microsecond))
 		}
-		switch i {
-		case 0:
-			concTime = elapsed
-			concAll = elapsed + afterEnd.Sub(afterStart)
-			if idle > 0 {
-				concRatio = float64(during) / float64(idle)
-				w, _ := p99(samples, start, afterEnd)
-				concAllRatio = float64(w) / float64(idle)
-			}
-		case 1:
-			dropTime = elapsed
-			dropAll = elapsed + afterEnd.Sub(afterStart)
-			if idle > 0 {
-				dropRatio = float64(during) / float64(idle)
-				w, _ := p99(samples, start, afterEnd)
-				dropAllRatio = float64(w) / float64(idle)
-			}
-		case 3:
-			deleteTime = elapsed
+		o := outcome{time: elapsed, all: elapsed + afterEnd.Sub(afterStart)}
+		if idle > 0 {
+			w, _ := p99(samples, start, afterEnd)
+			o.ratio, o.allRatio = float64(during)/float64(idle), float64(w)/float64(idle)
 		}
+		outcomes = append(outcomes, o)
 	}
+	conc, drop, del := outcomes[0], outcomes[1], outcomes[3]
 	fmt.Fprintf(b.out, "\nrunner (DETACH CONCURRENTLY, then the pass): one DELETE / drop %.0fx (target >= 50x); insert p99 during / idle %.2fx (target <= 2x)\n",
-		float64(deleteTime)/float64(concTime), concRatio)
+		float64(del.time)/float64(conc.time), conc.ratio)
 	fmt.Fprintf(b.out, "pass alone (plain DETACH, pg_cron installs): one DELETE / drop %.0fx; insert p99 during the drops / idle: %.2fx\n",
-		float64(deleteTime)/float64(dropTime), dropRatio)
+		float64(del.time)/float64(drop.time), drop.ratio)
 	fmt.Fprintf(b.out, "counting the next pass's (call's) drop of the detached tables too: runner %.0fx, pass %.0fx; insert p99 / idle over both: runner %.2fx, pass %.2fx\n",
-		float64(deleteTime)/float64(concAll), float64(deleteTime)/float64(dropAll), concAllRatio, dropAllRatio)
+		float64(del.time)/float64(conc.all), float64(del.time)/float64(drop.all), conc.allRatio, drop.allRatio)
 	return nil
+}
+
+// outcome is one contender's drain: its time, the time counting what it
+// left for later (after), and the writer's insert p99 over each against idle.
+type outcome struct {
+	time, all       time.Duration
+	ratio, allRatio float64
 }
