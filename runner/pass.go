@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pgsweep/pgsweep"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgsweep/pgsweep"
 )
 
 // Pass is what one maintain() pass of this runner did, as recorded in the
