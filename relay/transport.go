@@ -60,18 +60,25 @@ const (
 // same name).
 func (m *Message) PublishHeaders() map[string]string {
 	h := make(map[string]string, len(m.Headers)+6)
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	h[HeaderIdentity] = m.Identity()
-	h[HeaderQueue] = m.Queue
-	h[HeaderID] = strconv.FormatInt(m.ID, 10)
-	h[HeaderAttempt] = strconv.Itoa(m.Attempt)
-	h[HeaderCreatedAt] = m.CreatedAt.UTC().Format(time.RFC3339Nano)
-	if m.Lane != "" {
-		h[HeaderLane] = m.Lane
-	}
+	m.EachPublishHeader(func(k, v string) { h[k] = v })
 	return h
+}
+
+// EachPublishHeader calls f with each header of PublishHeaders, in that
+// order (a later call for the same name wins), without building a map: for
+// a Transport that encodes headers its own way per message.
+func (m *Message) EachPublishHeader(f func(k, v string)) {
+	for k, v := range m.Headers {
+		f(k, v)
+	}
+	f(HeaderIdentity, m.Identity())
+	f(HeaderQueue, m.Queue)
+	f(HeaderID, strconv.FormatInt(m.ID, 10))
+	f(HeaderAttempt, strconv.Itoa(m.Attempt))
+	f(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if m.Lane != "" {
+		f(HeaderLane, m.Lane)
+	}
 }
 
 // Result is what became of one published message.

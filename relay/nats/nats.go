@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -228,8 +227,8 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 	return res
 }
 
-// publishHeader fills h with m.PublishHeaders() as a NATS header, plus
-// Nats-Msg-Id = the identity (what jetstream.WithMsgID sets), and returns
+// publishHeader fills h with m's publish headers (EachPublishHeader) as a
+// NATS header, plus Nats-Msg-Id = the identity (what jetstream.WithMsgID sets), and returns
 // vals, the backing array of h's values. The caller reuses h and vals from
 // one message to the next (PublishMsg encodes the header before it
 // returns): the relay publishes every message with seven headers or more,
@@ -240,18 +239,13 @@ func publishHeader(h natsgo.Header, vals []string, m *relay.Message) []string {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	for k, v := range m.Headers {
+	var id string
+	m.EachPublishHeader(func(k, v string) {
 		set(k, v)
-	}
-	id := m.Identity()
-	set(relay.HeaderIdentity, id)
-	set(relay.HeaderQueue, m.Queue)
-	set(relay.HeaderID, strconv.FormatInt(m.ID, 10))
-	set(relay.HeaderAttempt, strconv.Itoa(m.Attempt))
-	set(relay.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	if m.Lane != "" {
-		set(relay.HeaderLane, m.Lane)
-	}
+		if k == relay.HeaderIdentity { // pgsweep's comes last: it wins, as in h
+			id = v
+		}
+	})
 	set(jetstream.MsgIDHeader, id)
 	return vals
 }
