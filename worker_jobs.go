@@ -152,6 +152,19 @@ func (l *loop) accept(r result) {
 	l.fails[k] = append(l.fails[k], j.d.ID)
 }
 
+// lanesAcked reports whether a success waiting for its flush is a lane's
+// message: completing it moves that lane on.
+func (l *loop) lanesAcked() bool {
+	for _, ids := range l.acks {
+		for _, id := range ids {
+			if j := l.held[id]; j != nil && j.d.Lane != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // acceptReady accepts every result that is ready without waiting.
 func (l *loop) acceptReady() {
 	for {

@@ -360,3 +360,52 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 	t.Logf("%d messages in %d lanes + %d unordered; %d lane handler calls, up to %d lane handlers at once; %d crashes, %d stalls (forced expiries), %d failures, %d leases lost, %d lane messages re-run by another Worker (after a failure, crash or expiry), %d messages processed after a retry",
 		lanes*perLane, lanes, total-lanes*perLane, calls, most, crashes.Load(), stalls.Load(), failures.Load(), lost.Load(), takeovers, retried)
 }
+
+// A Worker that completes a lane's message claims again at once, even when
+// its last claim came back short (idle): the completion made the lane's next
+// message claimable, and no NOTIFY says so. With polling an hour away and
+// LISTEN off, only that claim can bring the rest of the lane, so the lane
+// drains only if it happens -- after a flush that also failed a message
+// (complete and fail, then a claim) and after a flush of successes only (one
+// pipelined round trip).
+func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
+	db := pgtest.New(t, 6)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 1); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	ms := []pgsweep.Message{{Payload: json.RawMessage(`"bad"`)}} // unordered; one attempt: dead at once
+	for i := range n {
+		ms = append(ms, pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i)), Lane: "L"})
+	}
+	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+	var cnt counters
+	var mu sync.Mutex
+	var order []string
+	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
+		if string(d.Payload) == `"bad"` {
+			return errors.New("bad")
+		}
+		mu.Lock()
+		order = append(order, string(d.Payload))
+		mu.Unlock()
+		return nil
+	}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, PollInterval: time.Hour, DisableNotify: true, Hooks: cnt.hooks()})
+	waitFor(t, "the lane to drain", func() bool { return cnt.completed.Load() == n && cnt.dead.Load() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range order {
+		if p != fmt.Sprint(i) {
+			t.Fatalf("handler order %v, want 0..%d", order, n-1)
+		}
+	}
+	if len(order) != n {
+		t.Fatalf("%d handler calls, want %d", len(order), n)
+	}
+	if left := count(t, db, "message", "true"); left != 0 {
+		t.Fatalf("%d rows left", left)
+	}
+}

@@ -179,8 +179,10 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 			idleTimer.Reset(claimBackoff)
 		default:
 			claimBackoff = 0
-			if got < n {
-				idle = true
+			// A claim made while idle (see lanesMoved below) that came back
+			// full ends the idle spell.
+			idle = got < n
+			if idle {
 				idleTimer.Reset(o.PollInterval)
 			}
 		}
@@ -212,8 +214,19 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// do not hold back the completions of fast ones. When all of them
 		// succeeded and the worker would claim next anyway, the completion
 		// and the next claim go in one round trip.
+		//
+		// Completing a lane's message moves the lane on: its next message
+		// becomes claimable when the completion commits, and nobody is told
+		// (no NOTIFY: it would wake every worker for one message). So a
+		// worker that completes lane messages claims right after, even
+		// while idle (its last claim came back short): in the same round
+		// trip when it can, and the claim sees the heads its completion
+		// promoted. One worker then carries a lane at the pace of a serial
+		// consumer -- one round trip a message -- instead of one message
+		// per PollInterval (bench claim --lanes 1, docs/benchmarks.md).
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			if !stopping && !idle && len(l.fails) == 0 && ctx.Err() == nil && l.pipeline {
+			moved := !stopping && ctx.Err() == nil && l.lanesAcked()
+			if !stopping && (!idle || moved) && len(l.fails) == 0 && ctx.Err() == nil && l.pipeline {
 				n := o.Batch - l.zombies
 				got, err := l.completeAndClaim(n)
 				if err := after(n, got, err); err != nil {
@@ -221,6 +234,9 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 				}
 			} else {
 				l.flush(l.base)
+				if moved && !l.flushErr {
+					idle = false
+				}
 			}
 			continue
 		}
