@@ -225,6 +225,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("lanes", "pgsweep", fmt.Sprintf("%d lanes / unordered (target >= 0.5 at 1,000)", lanes))
 	ratio("laneworker", "worker", fmt.Sprintf("Worker: %d lanes / unordered", lanes))
 	ratio("lanes", "serial", "1 lane / one serial consumer")
+	ratio("laneworker", "serial", "Worker: 1 lane / one serial consumer")
 	return nil
 }
 
