@@ -45,7 +45,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 )
 
 // Options configure a Relay. The zero value is valid.
@@ -299,7 +301,7 @@ func (r *Relay) pollLoop(ctx, hard context.Context) error {
 			// Claim nothing while the transport knows it has no connection;
 			// otherwise probe with one message.
 			if !r.transportUp() {
-				if !sleepCtx(ctx, brokerBackoff) {
+				if ctxsleep.Sleep(ctx, brokerBackoff) != nil {
 					break
 				}
 				brokerBackoff = min(2*brokerBackoff, time.Second)
@@ -318,7 +320,7 @@ func (r *Relay) pollLoop(ctx, hard context.Context) error {
 			}
 			r.setDatabase(err)
 			r.log.Warn("claim failed; retrying", "err", err, "retry_in", dbBackoff)
-			if !sleepCtx(ctx, dbBackoff) {
+			if ctxsleep.Sleep(ctx, dbBackoff) != nil {
 				break
 			}
 			dbBackoff = min(2*dbBackoff, 5*time.Second)
@@ -330,7 +332,7 @@ func (r *Relay) pollLoop(ctx, hard context.Context) error {
 			r.m.claimed(r.queue, "claim", len(hs))
 			r.process(ctx, hard, hs)
 			if r.brokerDown() {
-				if !sleepCtx(ctx, brokerBackoff) {
+				if ctxsleep.Sleep(ctx, brokerBackoff) != nil {
 					break
 				}
 				brokerBackoff = min(2*brokerBackoff, 5*time.Second)
@@ -357,7 +359,7 @@ func (r *Relay) waitForWork(ctx context.Context) {
 	case <-r.wake:
 	}
 	if r.o.DispatchGrace > 0 && r.dispatchInUse() {
-		sleepCtx(ctx, r.o.DispatchGrace)
+		_ = ctxsleep.Sleep(ctx, r.o.DispatchGrace)
 	}
 }
 
@@ -744,7 +746,7 @@ func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
 		if err == nil || errors.Is(err, pgsweep.ErrInvalidArgument) || ctx.Err() != nil {
 			return v, err
 		}
-		if !sleepCtx(ctx, backoff) {
+		if ctxsleep.Sleep(ctx, backoff) != nil {
 			return v, err
 		}
 		backoff = min(2*backoff, 2*time.Second)
@@ -771,7 +773,7 @@ func (r *Relay) listen(ctx context.Context) {
 				quiet = true
 				r.log.Debug("direct dispatch in use: LISTEN closed; the claims poll", "poll_interval", r.o.PollInterval)
 			}
-			if !sleepCtx(ctx, r.o.PollInterval) {
+			if ctxsleep.Sleep(ctx, r.o.PollInterval) != nil {
 				return
 			}
 			continue
@@ -826,7 +828,7 @@ func (r *Relay) listen(ctx context.Context) {
 			backoff = 100 * time.Millisecond
 		}
 		r.log.Warn("listen failed; polling until it reconnects", "err", err, "retry_in", backoff)
-		if !sleepCtx(ctx, backoff) {
+		if ctxsleep.Sleep(ctx, backoff) != nil {
 			return
 		}
 		backoff = min(2*backoff, 30*time.Second)
@@ -855,17 +857,5 @@ func (r *Relay) poke() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
-	}
-}
-
-// sleepCtx sleeps d; false when ctx was done first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 )
 
 // Options configure a Runner. The zero value is valid: interval and jitter
@@ -176,7 +178,7 @@ func New(connect Connector, opts Options) (*Runner, error) {
 		log:     log.With("owner", opts.Owner),
 		metrics: m,
 		now:     time.Now,
-		sleep:   sleepCtx,
+		sleep:   ctxsleep.Sleep,
 		rand:    rand.Float64,
 
 		progressEvery: defaultProgressEvery,
@@ -188,17 +190,6 @@ func (r *Runner) Owner() string { return r.owner }
 
 // Metrics returns the runner's metrics.
 func (r *Runner) Metrics() *Metrics { return r.metrics }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // Run calls maintain() until ctx is cancelled or Stop is called. Stopping
 // cancels the pass in flight (the database rolls back its current step),

@@ -94,12 +94,3 @@ func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
 	}
 	return ids, rows.Err()
 }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}

@@ -19,8 +19,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 )
 
 // bench claim: W workers drain N messages, claiming B at a time, and we print
@@ -313,7 +315,7 @@ func (b *claimBench) drainWith(ctx context.Context, name string, w int, untilDon
 					if done.Load() >= int64(b.n) || time.Now().After(deadline) {
 						return
 					}
-					if err := sleepCtx(ctx, time.Millisecond); err != nil {
+					if err := ctxsleep.Sleep(ctx, time.Millisecond); err != nil {
 						errs[i] = err
 						return
 					}

@@ -13,8 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 )
 
 // mixedCommand names the mixed workload in its scratch schema's marker.
@@ -115,7 +117,7 @@ func (b *mixedBench) run(ctx context.Context) error {
 	var deleted atomic.Int64
 	var cleanStart, cleanEnd time.Time
 	samples, total, err := b.traffic(ctx, func(ctx context.Context) error {
-		if err := sleepCtx(ctx, b.phase); err != nil {
+		if err := ctxsleep.Sleep(ctx, b.phase); err != nil {
 			return err
 		}
 		cleanStart = time.Now()
@@ -135,7 +137,7 @@ func (b *mixedBench) run(ctx context.Context) error {
 			deleted.Store(n)
 			if left == 0 {
 				cleanEnd = time.Now()
-				return sleepCtx(ctx, b.phase)
+				return ctxsleep.Sleep(ctx, b.phase)
 			}
 		}
 	}, &deleted)

@@ -23,8 +23,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 	"github.com/pgsweep/pgsweep/runner"
 )
 
@@ -227,7 +229,7 @@ func demoProduce(ctx context.Context, c *pgsweep.Client, st *demoState, p int, c
 		st.ids = append(st.ids, ids...)
 		st.mu.Unlock()
 		st.sent.Add(int64(len(ids)))
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -262,7 +264,7 @@ func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoC
 			st.completed.Add(int64(len(acted)))
 		}
 		done += len(ds)
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -272,7 +274,7 @@ func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoC
 		if ds, err = c.Claim(ctx, "orders", owner, 100, 2*time.Second); err != nil {
 			return err
 		}
-		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, 2*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -284,15 +286,6 @@ func demoDoomed(ctx context.Context, c *pgsweep.Client, st *demoState, cfg demoC
 	st.killed.Store(true)
 	step("doomed-worker processed %d messages, then claimed %d more and was killed; its lease expires in 2s", done, len(ds))
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
 
 // demoSetup re-creates the demo schema, pgsweep in it, the queue, and a

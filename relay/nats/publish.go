@@ -11,6 +11,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 	"github.com/pgsweep/pgsweep/relay"
 )
 
@@ -332,23 +334,11 @@ func (t *Transport) publish(ctx context.Context, msgs []relay.Message, subj []st
 				res[i] = classify(jetstream.ErrNoStreamResponse)
 			}
 			return
-		case !sleepCtx(ctx, noRespRetryWait):
+		case ctxsleep.Sleep(ctx, noRespRetryWait) != nil:
 			for _, i := range idx {
 				res[i] = relay.Result{Err: relay.UnavailableError(fmt.Errorf("nats: no publish ack: %w", ctx.Err()))}
 			}
 			return
 		}
-	}
-}
-
-// sleepCtx sleeps d; false when ctx was done first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
