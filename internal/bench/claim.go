@@ -40,7 +40,9 @@ import (
 // messages/N in order; the target is 0.5x the unordered rate with 1,000
 // lanes of 100), laneworker (the Go Workers on the same lanes) and, with
 // N = 1, serial (one worker claiming one unordered message at a time: what
-// one lane can at best be).
+// one lane can at best be). With --blocked N, heads and blocked: the same
+// drain as pgsweep behind lane heads in flight, with N messages waiting
+// behind them and with none, each claim timed (claim_blocked.go).
 //
 // Baseline tables live in a scratch schema (pgsweep_bench_<pid>), pgsweep in
 // another (--schema, default pgsweep_bench_<pid>_pgsweep); both are created
@@ -64,6 +66,12 @@ type ClaimOptions struct {
 	Rounds      int           // times every contender runs, in turn (1..100)
 	ClaimRescan time.Duration // the bench queue's claim_rescan, 0s..1m
 	Lanes       int           // also drain with every message in one of this many ordered lanes (0: not)
+	// Blocked adds the contenders heads and blocked (claim_blocked.go):
+	// drains of Messages unordered messages behind BlockedHeads lane heads
+	// in flight, with Blocked messages waiting behind the heads and with
+	// none (0: not).
+	Blocked      int
+	BlockedHeads int // lane heads in flight for --blocked (1..1,000,000)
 	// Citus is the URL of a Citus coordinator ("": none). Given, the run
 	// compares pgsweep's claim + complete on the coordinator, one queue on
 	// each worker node, with the same on the single node of DB (claim_citus.go).
@@ -85,6 +93,9 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Citus, "citus", "", "URL of a Citus coordinator: instead of the contenders, run pgsweep's claim + complete on it "+
 		"(one queue on each worker node, --messages split between them, --workers spread over them) and on --database-url, "+
 		"side by side, with the per-claim latency; the install is distributed in its scratch schema (--schema) on the coordinator")
+	fs.IntVar(&o.Blocked, "blocked", 0, "also drain the unordered messages behind --blocked-heads lane heads in flight, with this many messages waiting behind the heads "+
+		"(contender blocked) and with none (contender heads), timing each claim; 0: not")
+	fs.IntVar(&o.BlockedHeads, "blocked-heads", 10000, "lane heads in flight for --blocked, 1..1000000")
 	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes; 1: also serial, one worker claiming one at a time); 0: not")
 }
 
@@ -103,24 +114,29 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if err := o.DB.Validate(); err != nil {
 		return err
 	}
-	n, workers, batch, rounds, only, rescan, lanes := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan, o.Lanes
+	n, workers, batch, rounds, only, rescan, lanes, blocked := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan, o.Lanes, o.Blocked
 	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
-		lanes < 0 || lanes > n {
-		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages", ErrUsage)
+		lanes < 0 || lanes > n || blocked < 0 || o.BlockedHeads < 1 || o.BlockedHeads > 1000000 {
+		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages, "+
+			"--blocked >= 0, --blocked-heads 1..1000000", ErrUsage)
 	}
 	if o.Citus != "" {
-		if only != "" || lanes != 0 {
-			return fmt.Errorf("%w: --citus runs pgsweep's claim + complete only; it excludes --only and --lanes", ErrUsage)
+		if only != "" || lanes != 0 || blocked != 0 {
+			return fmt.Errorf("%w: --citus runs pgsweep's claim + complete only; it excludes --only, --lanes and --blocked", ErrUsage)
 		}
 		return claimCitus(ctx, o, out)
 	}
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
-			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial"}, name) {
-				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q (with --lanes N also lanes, laneworker and serial)", ErrUsage, name)
+			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}, name) {
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q "+
+					"(with --lanes N also lanes, laneworker and serial; with --blocked N also heads and blocked)", ErrUsage, name)
 			}
 			if (name == "lanes" || name == "laneworker" || name == "serial") && lanes == 0 {
 				return fmt.Errorf("%w: --only %s needs --lanes N", ErrUsage, name)
+			}
+			if (name == "heads" || name == "blocked") && blocked == 0 {
+				return fmt.Errorf("%w: --only %s needs --blocked N", ErrUsage, name)
 			}
 		}
 	}
@@ -141,7 +157,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return err
 	}
 	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch,
-		rescan: rescan, lanes: lanes, out: out}
+		rescan: rescan, lanes: lanes, blocked: blocked, heads: o.BlockedHeads, claimMs: map[string][]float64{}, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
 	// pgsweep into its own scratch schema: refused, before anything is
 	// installed, when the schema exists and is not ours.
@@ -151,6 +167,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	fmt.Fprintf(out, "bench claim: %d messages, %d workers, batch %d, claim_rescan %v (schema %s)\n", n, workers, batch, rescan, o.DB.Schema)
 	if lanes > 0 {
 		fmt.Fprintf(out, "lanes: the same messages in %d ordered lanes, %d per lane (round-robin)\n", lanes, n/lanes)
+	}
+	if blocked > 0 {
+		fmt.Fprintf(out, "blocked: the same drain behind %d lane heads in flight, with %d messages waiting behind them and with none\n", o.BlockedHeads, blocked)
 	}
 
 	// Rounds interleave the contenders, so that a machine whose speed drifts
@@ -164,11 +183,13 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		}{
 			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
 			{"lanes", b.pgsweepLanes}, {"laneworker", b.laneWorker}, {"serial", b.serial},
+			{"heads", b.headsInFlight}, {"blocked", b.blockedBehindHeads},
 		} {
 			if only != "" && !slices.Contains(strings.Split(only, ","), c.name) {
 				continue
 			}
-			if ((c.name == "lanes" || c.name == "laneworker") && lanes == 0) || (c.name == "serial" && lanes != 1 && only == "") {
+			if ((c.name == "lanes" || c.name == "laneworker") && lanes == 0) || (c.name == "serial" && lanes != 1 && only == "") ||
+				((c.name == "heads" || c.name == "blocked") && blocked == 0) {
 				continue
 			}
 			d, err := c.run(ctx)
@@ -198,8 +219,10 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"lanes":      fmt.Sprintf("pgsweep claim + complete, %d ordered lanes", lanes),
 		"laneworker": fmt.Sprintf("pgsweep Go Worker, %d ordered lanes", lanes),
 		"serial":     "one serial consumer (1 worker, batch 1)",
+		"heads":      fmt.Sprintf("claim + complete behind %d lane heads", o.BlockedHeads),
+		"blocked":    fmt.Sprintf("the same, %d messages waiting behind them", blocked),
 	}
-	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial"} {
+	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"} {
 		if r, ok := rates[k]; ok {
 			fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k], r)
 		}
@@ -228,6 +251,12 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("laneworker", "worker", fmt.Sprintf("Worker: %d lanes / unordered", lanes))
 	ratio("lanes", "serial", "1 lane / one serial consumer")
 	ratio("laneworker", "serial", "Worker: 1 lane / one serial consumer")
+	ratio("blocked", "heads", "blocked / heads: rate")
+	if hs, bs := b.claimMs["heads"], b.claimMs["blocked"]; len(hs) > 0 && len(bs) > 0 {
+		fmt.Fprintf(out, "  %-48s %8.3f ms\n", "mean claim behind the heads", median(hs))
+		fmt.Fprintf(out, "  %-48s %8.3f ms\n", "mean claim, messages waiting behind them", median(bs))
+		fmt.Fprintf(out, "  %-48s %8.2fx (target <= 2)\n", "claim: blocked / heads", median(bs)/median(hs))
+	}
 	return nil
 }
 
@@ -240,8 +269,10 @@ type claimBench struct {
 	schema         string
 	n, w           int
 	b              int
-	rescan         time.Duration // the queue's claim_rescan
-	lanes          int           // --lanes: the lanes contender's lane count
+	rescan         time.Duration        // the queue's claim_rescan
+	lanes          int                  // --lanes: the lanes contender's lane count
+	blocked, heads int                  // --blocked, --blocked-heads
+	claimMs        map[string][]float64 // heads, blocked: mean claim (ms) of each round
 	out            io.Writer
 }
 
@@ -454,7 +485,23 @@ func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.
 // to lane i % lanes (so each lane holds its messages in send order).
 func (b *claimBench) enqueuePgsweepLanes(ctx context.Context, name string, lanes int) (*pgsweep.Client, error) {
 	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
-	// The baselines' tables go first: their dead rows would draw autovacuum.
+	c, err := b.resetQueue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	laneOf := func(int) string { return "" }
+	if lanes > 0 {
+		laneOf = func(i int) string { return fmt.Sprintf("lane-%d", i%lanes) }
+	}
+	if err := b.send(ctx, c, b.n, laneOf); err != nil {
+		return nil, err
+	}
+	return c, b.vacuum(ctx)
+}
+
+// resetQueue drops the baselines' tables (their dead rows would draw
+// autovacuum) and leaves the bench queue empty, with the run's claim_rescan.
+func (b *claimBench) resetQueue(ctx context.Context) (*pgsweep.Client, error) {
 	if err := scratch.Drop(ctx, b.pool, b.scratch, claimCommand); err != nil {
 		return nil, err
 	}
@@ -475,56 +522,46 @@ func (b *claimBench) enqueuePgsweepLanes(ctx context.Context, name string, lanes
 	if err := b.exec(ctx, "DELETE FROM "+s+".lane WHERE queue = $1", b.queue); err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// send sends n messages, 10,000 a batch; message i goes to lane laneOf(i)
+// ("": none).
+func (b *claimBench) send(ctx context.Context, c *pgsweep.Client, n int, laneOf func(i int) string) error {
 	ms := make([]pgsweep.Message, 0, 10000)
-	for i := 0; i < b.n; i += 10000 {
+	for i := 0; i < n; i += 10000 {
 		ms = ms[:0]
-		for k := range min(10000, b.n-i) {
-			m := pgsweep.Message{Payload: json.RawMessage(benchPayload)}
-			if lanes > 0 {
-				m.Lane = fmt.Sprintf("lane-%d", (i+k)%lanes)
-			}
-			ms = append(ms, m)
+		for k := range min(10000, n-i) {
+			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(benchPayload), Lane: laneOf(i + k)})
 		}
 		if _, err := c.SendBatch(ctx, b.queue, ms); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := b.exec(ctx, "VACUUM ANALYZE "+s+".message"); err != nil {
-		return nil, err
+	return nil
+}
+
+// vacuum readies the queue's table for a drain: VACUUM ANALYZE, then no
+// autovacuum left running.
+func (b *claimBench) vacuum(ctx context.Context) error {
+	if err := b.exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{b.schema}.Sanitize()+".message"); err != nil {
+		return err
 	}
-	return c, b.settle(ctx)
+	return b.settle(ctx)
 }
 
 func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 	if _, err := b.enqueuePgsweep(ctx, "pgsweep"); err != nil {
 		return 0, err
 	}
-	return b.drain(ctx, "pgsweep", func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
-		c, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: b.schema})
-		if err != nil {
-			return 0, err
-		}
-		owner := fmt.Sprintf("bench-%d-%d", os.Getpid(), w)
-		cl, err := claim(ctx, c, b.queue, owner, b.b)
-		if err != nil || len(cl.ids) == 0 {
-			return 0, err
-		}
-		done, err := cl.complete(ctx, c, b.queue)
-		if err == nil && len(done) != len(cl.ids) {
-			err = fmt.Errorf("completed %d of %d claimed", len(done), len(cl.ids))
-		}
-		return len(cl.ids), err
-	})
+	return b.drain(ctx, "pgsweep", b.claimComplete(b.b, nil))
 }
 
-// pgsweepLanes is pgsweepSQL with every message in one of b.lanes ordered
-// lanes: a claim takes only lanes' heads, a completion makes the next
-// message of each lane claimable.
 func (b *claimBench) pgsweepLanes(ctx context.Context) (time.Duration, error) {
 	if _, err := b.enqueuePgsweepLanes(ctx, "lanes", b.lanes); err != nil {
 		return 0, err
 	}
-	return b.drainWith(ctx, "lanes", b.w, true, b.claimComplete(b.b))
+	return b.drainWith(ctx, "lanes", b.w, true, b.claimComplete(b.b, nil))
 }
 
 // serial is one worker claiming and completing one unordered message at a
@@ -533,17 +570,20 @@ func (b *claimBench) serial(ctx context.Context) (time.Duration, error) {
 	if _, err := b.enqueuePgsweep(ctx, "serial"); err != nil {
 		return 0, err
 	}
-	return b.drainWith(ctx, "serial", 1, false, b.claimComplete(1))
+	return b.drainWith(ctx, "serial", 1, false, b.claimComplete(1, nil))
 }
 
-// claimComplete is a drain step: claim up to batch, complete them.
-func (b *claimBench) claimComplete(batch int) func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
+// claimComplete is a drain step: claim up to batch, complete them. With t,
+// it also times each claim call.
+func (b *claimBench) claimComplete(batch int, t *callTimer) func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
 	return func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
 		c, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: b.schema})
 		if err != nil {
 			return 0, err
 		}
+		start := time.Now()
 		cl, err := claim(ctx, c, b.queue, fmt.Sprintf("bench-%d-%d", os.Getpid(), w), batch)
+		t.add(time.Since(start))
 		if err != nil || len(cl.ids) == 0 {
 			return 0, err
 		}

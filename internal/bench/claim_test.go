@@ -153,8 +153,9 @@ func TestBenchClaimCitusUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--citus", db.URL, "--lanes", "10"}, "excludes --only and --lanes"},
-		{[]string{"--citus", db.URL, "--only", "pgsweep"}, "excludes --only and --lanes"},
+		{[]string{"--citus", db.URL, "--lanes", "10"}, "excludes --only, --lanes and --blocked"},
+		{[]string{"--citus", db.URL, "--only", "pgsweep"}, "excludes --only, --lanes and --blocked"},
+		{[]string{"--citus", db.URL, "--blocked", "10"}, "excludes --only, --lanes and --blocked"},
 		{[]string{"--citus", db.URL}, "reach the same PostgreSQL server"},
 	} {
 		var out bytes.Buffer
@@ -167,5 +168,69 @@ func TestBenchClaimCitusUsage(t *testing.T) {
 	var n int
 	if err := pgtest.Conn(t, db.URL).QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", db.Schema).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("schema %s was created: %d %v", db.Schema, n, err)
+	}
+}
+
+// --lanes N drains the same messages in N ordered lanes, with the SQL API
+// and with the Go Workers, and with --lanes 1 also one serial consumer; every
+// contender drains its queue completely (the drain fails otherwise) and the
+// ratios are printed.
+func TestBenchClaimLanes(t *testing.T) {
+	db := scratchDB(t)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--messages", "400", "--lanes", "20", "--only", "pgsweep,lanes,worker,laneworker"},
+			[]string{"20 ordered lanes, 20 per lane", "pgsweep claim + complete, 20 ordered lanes", "pgsweep Go Worker, 20 ordered lanes",
+				"20 lanes / unordered (target >= 0.5 at 1,000)", "Worker: 20 lanes / unordered", "laneworker: Go heap"}},
+		{[]string{"--messages", "60", "--lanes", "1", "--only", "lanes,laneworker,serial"},
+			[]string{"one serial consumer (1 worker, batch 1)", "1 lane / one serial consumer", "Worker: 1 lane / one serial consumer"}},
+	} {
+		var out bytes.Buffer
+		args := append([]string{"claim", "--database-url", db.URL, "--schema", db.Schema, "--workers", "3", "--batch", "10"}, c.args...)
+		if err := runWorkload(context.Background(), args, &out); err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, out.String())
+		}
+		for _, want := range c.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, want, out.String())
+			}
+		}
+	}
+}
+
+// --blocked N drains behind lane heads in flight, with N messages waiting
+// behind them and with none, and times the claims of both; the heads stay
+// in flight (the drains take only the unordered messages). Out of range,
+// and heads or blocked without --blocked, are usage errors.
+func TestBenchClaimBlocked(t *testing.T) {
+	db := scratchDB(t)
+	var out bytes.Buffer
+	err := runWorkload(context.Background(), []string{"claim", "--database-url", db.URL, "--schema", db.Schema,
+		"--messages", "500", "--workers", "3", "--batch", "50", "--blocked", "300", "--blocked-heads", "30", "--only", "heads,blocked"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"30 lane heads in flight, 300 messages waiting behind them, 500 to drain",
+		"30 lane heads in flight, 0 messages waiting", "claim + complete behind 30 lane heads", "the same, 300 messages waiting behind them",
+		"blocked / heads: rate", "mean claim behind the heads", "claim: blocked / heads", "(target <= 2)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--blocked", "-1"}, "--blocked >= 0"},
+		{[]string{"--blocked", "10", "--blocked-heads", "0"}, "--blocked-heads 1..1000000"},
+		{[]string{"--only", "blocked"}, "--only blocked needs --blocked N"},
+	} {
+		out.Reset()
+		err := runWorkload(context.Background(), append([]string{"claim", "--database-url", db.URL, "--schema", db.Schema}, c.args...), &out)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a usage error naming %q", c.args, err, c.want)
+		}
 	}
 }
