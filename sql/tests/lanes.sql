@@ -11,7 +11,7 @@ BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.message_processed; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.queue;
 SET LOCAL client_min_messages = warning;
-SELECT plan(90);
+SELECT plan(96);
 
 SELECT has_table('pgsweep', 'lane', 'lane table');
 SELECT col_is_pk('pgsweep', 'lane', ARRAY['queue', 'name'], 'lane key leads with queue');
@@ -46,6 +46,19 @@ CREATE FUNCTION pg_temp.done(p_label text, p_names text[], p_at interval) RETURN
     SELECT count(*) FROM pgsweep.complete('q', pg_temp.tok(p_label), ARRAY(SELECT pg_temp.id(n) FROM unnest(p_names) n), pg_temp.t(p_at)) $$;
 CREATE FUNCTION pg_temp.parked(p_name text) RETURNS timestamptz LANGUAGE sql AS $$
     SELECT parked_until FROM pgsweep.message WHERE id = pg_temp.id(p_name) $$;
+-- lane_stats.oldest_age of a lane, read between two clock readings t0 and
+-- t1: is it the age of a message sent at p_born, i.e. within [t0 - p_born,
+-- t1 - p_born]? (lane_stats reads the clock once, between them.)
+CREATE FUNCTION pg_temp.oldest_age_ok(p_q text, p_lane text, p_born timestamptz) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+    v_age interval;
+    t1 timestamptz;
+BEGIN
+    SELECT s.oldest_age INTO v_age FROM pgsweep.lane_stats(p_q) s WHERE s.lane = p_lane;
+    t1 := clock_timestamp();
+    RETURN v_age BETWEEN t0 - p_born AND t1 - p_born;
+END $$;
 
 -- a1 a2 a3 in lane A, b1 b2 in lane B (one send_batch, interleaved), u1 without a lane
 SELECT pg_temp.send('q', 'a1', 'A');
@@ -130,6 +143,8 @@ SELECT results_eq($$SELECT lanes, blocked_lanes FROM pgsweep.queue_stats WHERE q
     'queue_stats counts the blocked lane');
 SELECT results_eq($$SELECT lane, waiting, head_id, head_attempt, head_state FROM pgsweep.lane_stats('q')$$,
     $$VALUES ('C'::text, 2::bigint, pg_temp.id('c1'), 1, 'dead'::text)$$, 'lane_stats: blocked by c1 (1 attempt), two messages waiting');
+SELECT ok(pg_temp.oldest_age_ok('q', 'C', (SELECT created_at FROM pgsweep.message_dead WHERE id = pg_temp.id('c1'))),
+    'lane_stats.oldest_age of a blocked lane counts its dead letter, the oldest');
 SELECT is(ARRAY(SELECT pgsweep.dead_requeue('q', ARRAY[pg_temp.id('c1')])), ARRAY[pg_temp.id('c1')], 'c1 requeued');
 SELECT results_eq($$SELECT (SELECT blocked_id FROM pgsweep.lane WHERE queue = 'q' AND name = 'C'), pg_temp.parked('c1'), pg_temp.parked('c2')$$,
     $$VALUES (NULL::bigint, NULL::timestamptz, 'infinity'::timestamptz)$$, 'dead_requeue puts c1 back at the head and unblocks the lane');
@@ -173,6 +188,32 @@ DELETE FROM pgsweep.message WHERE id = pg_temp.id('e2');
 SELECT pg_temp.send('q', 'e4', 'E');
 SELECT results_eq($$SELECT pg_temp.name(id), parked_until FROM pgsweep.message WHERE lane = 'E' ORDER BY id$$,
     $$VALUES ('e3', NULL::timestamptz), ('e4', 'infinity')$$, 'a send to a lane whose head vanished promotes its oldest message first');
+
+-- claim's own order (the helper above sorts by name): lane heads and
+-- unordered messages oldest first by (created_at, id), also heads promoted
+-- after a newer unordered message was sent
+SELECT pgsweep.queue_create('qo');
+SELECT pg_temp.send('qo', 'o-x1', 'X');
+SELECT pg_temp.send('qo', 'o-u1', NULL);
+SELECT pg_temp.send('qo', 'o-y1', 'Y');
+SELECT pg_temp.send('qo', 'o-x2', 'X');
+SELECT pg_temp.send('qo', 'o-y2', 'Y');
+CREATE FUNCTION pg_temp.claim_order(p_label text, p_at interval, p_n int) RETURNS text[] LANGUAGE sql AS $$
+    WITH c AS (SELECT c.id, c.token, c.lane, c.k
+                 FROM pgsweep.claim('qo', p_label, p_n, '30 seconds', pg_temp.t(p_at))
+                      WITH ORDINALITY c(id, key, payload, headers, attempt, created_at, lease_expires_at, token, lane, k)),
+         i AS (INSERT INTO claims SELECT p_label, c.id, c.token, c.lane FROM c)
+    SELECT array_agg(pg_temp.name(c.id) ORDER BY c.k) FROM c $$;
+SELECT is(pg_temp.claim_order('o1', '1 second', 10), ARRAY['o-x1', 'o-u1', 'o-y1'],
+    'claim returns the heads and the unordered message oldest first');
+SELECT ok(pg_temp.oldest_age_ok('qo', 'X', (SELECT created_at FROM pgsweep.message WHERE id = pg_temp.id('o-x1'))),
+    'lane_stats.oldest_age: the age of the lane''s oldest message, its head in flight');
+SELECT pg_temp.send('qo', 'o-u2', NULL);
+SELECT is((SELECT count(*) FROM pgsweep.complete('qo', pg_temp.tok('o1'), ARRAY[pg_temp.id('o-x1'), pg_temp.id('o-u1'), pg_temp.id('o-y1')],
+    pg_temp.t('2 seconds'))), 3::bigint, 'o-x1, o-u1, o-y1 completed: o-x2 and o-y2 are the heads');
+SELECT is(pg_temp.claim_order('o2', '3 seconds', 2), ARRAY['o-x2', 'o-y2'],
+    'the new heads come before o-u2, sent after them though promoted before them');
+SELECT is(pg_temp.claim_order('o3', '3 seconds', 2), ARRAY['o-u2'], 'then o-u2');
 
 -- bad input: 22023, nothing changed
 CREATE TEMP TABLE before AS SELECT (SELECT count(*) FROM pgsweep.message) AS m, (SELECT count(*) FROM pgsweep.lane) AS l;
