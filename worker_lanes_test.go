@@ -365,47 +365,72 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 // its last claim came back short (idle): the completion made the lane's next
 // message claimable, and no NOTIFY says so. With polling an hour away and
 // LISTEN off, only that claim can bring the rest of the lane, so the lane
-// drains only if it happens -- after a flush that also failed a message
-// (complete and fail, then a claim) and after a flush of successes only (one
-// pipelined round trip).
+// drains only if it happens: after a flush of successes only (one pipelined
+// round trip), after one that also failed a message (complete and fail, then
+// a claim), and -- while a slow handler holds its message until the lane is
+// done -- after the flushes that FlushInterval times.
 func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
-	db := pgtest.New(t, 6)
-	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 1); err != nil {
-		t.Fatal(err)
-	}
-	const n = 30
-	ms := []pgsweep.Message{{Payload: json.RawMessage(`"bad"`)}} // unordered; one attempt: dead at once
-	for i := range n {
-		ms = append(ms, pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i)), Lane: "L"})
-	}
-	if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
-		t.Fatal(err)
-	}
-	var cnt counters
-	var mu sync.Mutex
-	var order []string
-	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
-		if string(d.Payload) == `"bad"` {
-			return errors.New("bad")
-		}
-		mu.Lock()
-		order = append(order, string(d.Payload))
-		mu.Unlock()
-		return nil
-	}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, PollInterval: time.Hour, DisableNotify: true, Hooks: cnt.hooks()})
-	waitFor(t, "the lane to drain", func() bool { return cnt.completed.Load() == n && cnt.dead.Load() == 1 })
-	mu.Lock()
-	defer mu.Unlock()
-	for i, p := range order {
-		if p != fmt.Sprint(i) {
-			t.Fatalf("handler order %v, want 0..%d", order, n-1)
-		}
-	}
-	if len(order) != n {
-		t.Fatalf("%d handler calls, want %d", len(order), n)
-	}
-	if left := count(t, db, "message", "true"); left != 0 {
-		t.Fatalf("%d rows left", left)
+	for _, slow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {
+			db := pgtest.New(t, 6)
+			ctx := context.Background()
+			if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 1); err != nil {
+				t.Fatal(err)
+			}
+			const n = 30
+			var ms []pgsweep.Message // unordered first; one attempt: "bad" is dead at once
+			if slow {
+				ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`"slow"`)})
+			}
+			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`"bad"`)})
+			for i := range n {
+				ms = append(ms, pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i)), Lane: "L"})
+			}
+			if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
+				t.Fatal(err)
+			}
+			var cnt counters
+			var mu sync.Mutex
+			var order []string
+			laneDone := make(chan struct{})
+			startWorker(t, db, func(ctx context.Context, d *pgsweep.Delivery) error {
+				switch p := string(d.Payload); p {
+				case `"bad"`:
+					return errors.New("bad")
+				case `"slow"`:
+					select { // held until the lane's last message ran
+					case <-laneDone:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				default:
+					mu.Lock()
+					defer mu.Unlock()
+					if order = append(order, p); len(order) == n {
+						close(laneDone)
+					}
+					return nil
+				}
+			}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, PollInterval: time.Hour, DisableNotify: true, Hooks: cnt.hooks()})
+			want := int64(n)
+			if slow {
+				want++
+			}
+			waitFor(t, "the lane to drain", func() bool { return cnt.completed.Load() == want && cnt.dead.Load() == 1 })
+			mu.Lock()
+			defer mu.Unlock()
+			if len(order) != n {
+				t.Fatalf("%d handler calls of the lane, want %d", len(order), n)
+			}
+			for i, p := range order {
+				if p != fmt.Sprint(i) {
+					t.Fatalf("handler order %v, want 0..%d", order, n-1)
+				}
+			}
+			if left := count(t, db, "message", "true"); left != 0 {
+				t.Fatalf("%d rows left", left)
+			}
+		})
 	}
 }

@@ -189,6 +189,16 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		return nil
 	}
 
+	// flush sends the results that wait; one that completed lane messages
+	// ends an idle spell (see "Completing a lane's message" below).
+	flush := func() {
+		moved := !stopping && ctx.Err() == nil && l.lanesAcked()
+		l.flush(l.base)
+		if moved && !l.flushErr {
+			idle = false
+		}
+	}
+
 	for {
 		if !stopping && ctx.Err() != nil {
 			beginStop() // before claiming a batch only to give it back
@@ -233,10 +243,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 					return err
 				}
 			} else {
-				l.flush(l.base)
-				if moved && !l.flushErr {
-					idle = false
-				}
+				flush()
 			}
 			continue
 		}
@@ -256,7 +263,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 			l.acceptReady() // one flush for all that finished together
 		case <-flushTimer.C:
 			flushArmed = false
-			l.flush(l.base)
+			flush()
 		case <-wake:
 			idle = false
 		case <-idleTimer.C:
