@@ -152,14 +152,28 @@ func (l *loop) accept(r result) {
 	l.fails[k] = append(l.fails[k], j.d.ID)
 }
 
-// lanesAcked reports whether a success waiting for its flush is a lane's
-// message: completing it moves that lane on.
-func (l *loop) lanesAcked() bool {
-	for _, ids := range l.acks {
+// lanesMoving reports whether a result waiting for its flush is a lane's
+// message: completing it moves its lane on, and so may failing it (its last
+// attempt dead-letters it, and with lane_dead move_on, the default, the lane
+// goes on; a failure that is retried moves nothing, and then a claim more
+// is all it costs).
+func (l *loop) lanesMoving() bool {
+	laneMsg := func(ids []int64) bool {
 		for _, id := range ids {
 			if j := l.held[id]; j != nil && j.d.Lane != "" {
 				return true
 			}
+		}
+		return false
+	}
+	for _, ids := range l.acks {
+		if laneMsg(ids) {
+			return true
+		}
+	}
+	for _, ids := range l.fails {
+		if laneMsg(ids) {
+			return true
 		}
 	}
 	return false

@@ -365,10 +365,11 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 // its last claim came back short (idle): the completion made the lane's next
 // message claimable, and no NOTIFY says so. With polling an hour away and
 // LISTEN off, only that claim can bring the rest of the lane, so the lane
-// drains only if it happens: after a flush of successes only (one pipelined
-// round trip), after one that also failed a message (complete and fail, then
-// a claim), and -- while a slow handler holds its message until the lane is
-// done -- after the flushes that FlushInterval times.
+// drains only if it happens: after the failure that dead-letters the lane's
+// first message (lane_dead move_on: the lane goes on), after flushes of
+// successes only (pipelined with the claim when the client can), and --
+// while a slow handler holds its unordered message until the lane is done
+// -- after the flushes that FlushInterval times.
 func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
 	for _, slow := range []bool{false, true} {
 		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {
@@ -378,11 +379,12 @@ func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
 				t.Fatal(err)
 			}
 			const n = 30
-			var ms []pgsweep.Message // unordered first; one attempt: "bad" is dead at once
+			var ms []pgsweep.Message
 			if slow {
 				ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`"slow"`)})
 			}
-			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`"bad"`)})
+			// the lane's head; one attempt: dead at once
+			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`"bad"`), Lane: "L"})
 			for i := range n {
 				ms = append(ms, pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i)), Lane: "L"})
 			}

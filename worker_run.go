@@ -189,10 +189,10 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		return nil
 	}
 
-	// flush sends the results that wait; one that completed lane messages
-	// ends an idle spell (see "Completing a lane's message" below).
+	// flush sends the results that wait; one that completed or failed lane
+	// messages ends an idle spell (see "Completing a lane's message" below).
 	flush := func() {
-		moved := !stopping && ctx.Err() == nil && l.lanesAcked()
+		moved := !stopping && ctx.Err() == nil && l.lanesMoving()
 		l.flush(l.base)
 		if moved && !l.flushErr {
 			idle = false
@@ -227,15 +227,16 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		//
 		// Completing a lane's message moves the lane on: its next message
 		// becomes claimable when the completion commits, and nobody is told
-		// (no NOTIFY: it would wake every worker for one message). So a
-		// worker that completes lane messages claims right after, even
+		// (no NOTIFY: it would wake every worker for one message); so does
+		// a failure that dead-letters a lane's head. So a worker that
+		// completes or fails lane messages claims right after, even
 		// while idle (its last claim came back short): in the same round
 		// trip when it can, and the claim sees the heads its completion
 		// promoted. One worker then carries a lane at the pace of a serial
 		// consumer -- one round trip a message -- instead of one message
 		// per PollInterval (bench claim --lanes 1, docs/benchmarks.md).
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			moved := !stopping && ctx.Err() == nil && l.lanesAcked()
+			moved := !stopping && ctx.Err() == nil && l.lanesMoving()
 			if !stopping && (!idle || moved) && len(l.fails) == 0 && ctx.Err() == nil && l.pipeline {
 				n := o.Batch - l.zombies
 				got, err := l.completeAndClaim(n)

@@ -71,7 +71,7 @@ type ClaimOptions struct {
 	// in flight, with Blocked messages waiting behind the heads and with
 	// none (0: not).
 	Blocked      int
-	BlockedHeads int // lane heads in flight for --blocked (1..1,000,000)
+	BlockedHeads int // lane heads in flight for --blocked (1..1,000,000; 0: 10,000)
 	// Citus is the URL of a Citus coordinator ("": none). Given, the run
 	// compares pgsweep's claim + complete on the coordinator, one queue on
 	// each worker node, with the same on the single node of DB (claim_citus.go).
@@ -113,6 +113,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	if err := o.DB.Validate(); err != nil {
 		return err
+	}
+	if o.BlockedHeads == 0 {
+		o.BlockedHeads = 10000 // the flag's default, for callers that fill ClaimOptions themselves
 	}
 	n, workers, batch, rounds, only, rescan, lanes, blocked := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan, o.Lanes, o.Blocked
 	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
@@ -253,8 +256,8 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("laneworker", "serial", "Worker: 1 lane / one serial consumer")
 	ratio("blocked", "heads", "blocked / heads: rate")
 	if hs, bs := b.claimMs["heads"], b.claimMs["blocked"]; len(hs) > 0 && len(bs) > 0 {
-		fmt.Fprintf(out, "  %-48s %8.3f ms\n", "mean claim behind the heads", median(hs))
-		fmt.Fprintf(out, "  %-48s %8.3f ms\n", "mean claim, messages waiting behind them", median(bs))
+		fmt.Fprintf(out, "  %-48s %8.3f ms\n", "claim behind the heads (median of round means)", median(hs))
+		fmt.Fprintf(out, "  %-48s %8.3f ms\n", "claim, messages waiting behind them", median(bs))
 		fmt.Fprintf(out, "  %-48s %8.2fx (target <= 2)\n", "claim: blocked / heads", median(bs)/median(hs))
 	}
 	return nil
@@ -574,7 +577,7 @@ func (b *claimBench) serial(ctx context.Context) (time.Duration, error) {
 }
 
 // claimComplete is a drain step: claim up to batch, complete them. With t,
-// it also times each claim call.
+// it also times each claim call that took messages.
 func (b *claimBench) claimComplete(batch int, t *callTimer) func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
 	return func(ctx context.Context, conn *pgxpool.Conn, w int) (int, error) {
 		c, err := pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: b.schema})
@@ -583,10 +586,10 @@ func (b *claimBench) claimComplete(batch int, t *callTimer) func(ctx context.Con
 		}
 		start := time.Now()
 		cl, err := claim(ctx, c, b.queue, fmt.Sprintf("bench-%d-%d", os.Getpid(), w), batch)
-		t.add(time.Since(start))
 		if err != nil || len(cl.ids) == 0 {
-			return 0, err
+			return 0, err // the empty claims that end a drain are not timed
 		}
+		t.add(time.Since(start))
 		done, err := cl.complete(ctx, c, b.queue)
 		if err == nil && len(done) != len(cl.ids) {
 			err = fmt.Errorf("completed %d of %d claimed", len(done), len(cl.ids))

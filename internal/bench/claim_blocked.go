@@ -15,9 +15,9 @@ import (
 // complete) from a queue whose oldest messages are b.heads lane heads in
 // flight, claimed for an hour by another owner, so that every rescan from
 // the head of the queue walks them; blocked also has N messages waiting
-// behind those heads (N / heads a lane), heads has none. Each claim call is
-// timed: the mean claim of blocked over that of heads is the ratio the
-// issue bounds.
+// behind those heads (N / heads a lane), heads has none. Each claim call
+// that took messages is timed (not the empty ones that end a drain): the
+// mean claim of blocked over that of heads is the ratio the issue bounds.
 
 // callTimer sums the durations of calls made by several goroutines. A nil
 // *callTimer times nothing.

@@ -214,7 +214,7 @@ func TestBenchClaimBlocked(t *testing.T) {
 	}
 	for _, want := range []string{"30 lane heads in flight, 300 messages waiting behind them, 500 to drain",
 		"30 lane heads in flight, 0 messages waiting", "claim + complete behind 30 lane heads", "the same, 300 messages waiting behind them",
-		"blocked / heads: rate", "mean claim behind the heads", "claim: blocked / heads", "(target <= 2)"} {
+		"blocked / heads: rate", "claim behind the heads (median of round means)", "claim: blocked / heads", "(target <= 2)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
