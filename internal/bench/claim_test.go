@@ -224,7 +224,8 @@ func TestBenchClaimBlocked(t *testing.T) {
 		want string
 	}{
 		{[]string{"--blocked", "-1"}, "--blocked >= 0"},
-		{[]string{"--blocked", "10", "--blocked-heads", "0"}, "--blocked-heads 1..1000000"},
+		{[]string{"--blocked", "10", "--blocked-heads", "-1"}, "--blocked-heads 1..1000000"},
+		{[]string{"--blocked", "10", "--blocked-heads", "1000001"}, "--blocked-heads 1..1000000"},
 		{[]string{"--only", "blocked"}, "--only blocked needs --blocked N"},
 	} {
 		out.Reset()
