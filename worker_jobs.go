@@ -152,27 +152,14 @@ func (l *loop) accept(r result) {
 	l.fails[k] = append(l.fails[k], j.d.ID)
 }
 
-// lanesMoving reports whether a result waiting for its flush is a lane's
-// message: completing it moves its lane on, and so may failing it (its last
-// attempt dead-letters it, and with lane_dead move_on, the default, the lane
-// goes on; a failure that is retried moves nothing, and then a claim more
-// is all it costs).
+// lanesMoving reports whether a result waiting for its flush (a held job
+// that is done) is a lane's message: completing it moves its lane on, and
+// so may failing it (its last attempt dead-letters it, and with lane_dead
+// move_on, the default, the lane goes on; a failure that is retried moves
+// nothing, and then a claim more is all it costs).
 func (l *loop) lanesMoving() bool {
-	laneMsg := func(ids []int64) bool {
-		for _, id := range ids {
-			if j := l.held[id]; j != nil && j.d.Lane != "" {
-				return true
-			}
-		}
-		return false
-	}
-	for _, ids := range l.acks {
-		if laneMsg(ids) {
-			return true
-		}
-	}
-	for _, ids := range l.fails {
-		if laneMsg(ids) {
+	for _, j := range l.held {
+		if j.state == jobDone && j.d.Lane != "" {
 			return true
 		}
 	}

@@ -179,8 +179,8 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 			idleTimer.Reset(claimBackoff)
 		default:
 			claimBackoff = 0
-			// A claim made while idle (see lanesMoved below) that came back
-			// full ends the idle spell.
+			// A claim made while idle (after lane messages, see flush
+			// below) that came back full ends the idle spell.
 			idle = got < n
 			if idle {
 				idleTimer.Reset(o.PollInterval)
@@ -236,8 +236,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// consumer -- one round trip a message -- instead of one message
 		// per PollInterval (bench claim --lanes 1, docs/benchmarks.md).
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			moved := !stopping && ctx.Err() == nil && l.lanesMoving()
-			if !stopping && (!idle || moved) && len(l.fails) == 0 && ctx.Err() == nil && l.pipeline {
+			if !stopping && ctx.Err() == nil && len(l.fails) == 0 && l.pipeline && (!idle || l.lanesMoving()) {
 				n := o.Batch - l.zombies
 				got, err := l.completeAndClaim(n)
 				if err := after(n, got, err); err != nil {
