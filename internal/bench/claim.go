@@ -51,6 +51,22 @@ import (
 // claimCommand names the claim workload in its scratch schema's marker.
 const claimCommand = "bench claim"
 
+// claimContenders are the contenders of bench claim, in the order they run
+// and are reported.
+var claimContenders = []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}
+
+// claimNeeds is the flag a contender needs and lacks ("": none): lanes,
+// laneworker and serial need --lanes N, heads and blocked --blocked N.
+func claimNeeds(name string, lanes, blocked int) string {
+	switch {
+	case (name == "lanes" || name == "laneworker" || name == "serial") && lanes == 0:
+		return "--lanes N"
+	case (name == "heads" || name == "blocked") && blocked == 0:
+		return "--blocked N"
+	}
+	return ""
+}
+
 // ClaimOptions are the flags of `pgsweep bench claim`.
 type ClaimOptions struct {
 	// DB is where to run; DB.Schema is the scratch schema pgsweep is
@@ -131,15 +147,12 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
-			if !slices.Contains([]string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}, name) {
+			if !slices.Contains(claimContenders, name) {
 				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q "+
 					"(with --lanes N also lanes, laneworker and serial; with --blocked N also heads and blocked)", ErrUsage, name)
 			}
-			if (name == "lanes" || name == "laneworker" || name == "serial") && lanes == 0 {
-				return fmt.Errorf("%w: --only %s needs --lanes N", ErrUsage, name)
-			}
-			if (name == "heads" || name == "blocked") && blocked == 0 {
-				return fmt.Errorf("%w: --only %s needs --blocked N", ErrUsage, name)
+			if need := claimNeeds(name, lanes, blocked); need != "" {
+				return fmt.Errorf("%w: --only %s needs %s", ErrUsage, name, need)
 			}
 		}
 	}
@@ -191,8 +204,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 			if only != "" && !slices.Contains(strings.Split(only, ","), c.name) {
 				continue
 			}
-			if ((c.name == "lanes" || c.name == "laneworker") && lanes == 0) || (c.name == "serial" && lanes != 1 && only == "") ||
-				((c.name == "heads" || c.name == "blocked") && blocked == 0) {
+			if claimNeeds(c.name, lanes, blocked) != "" || (c.name == "serial" && lanes != 1 && only == "") {
 				continue
 			}
 			d, err := c.run(ctx)
@@ -225,7 +237,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"heads":      fmt.Sprintf("claim + complete behind %d lane heads", o.BlockedHeads),
 		"blocked":    fmt.Sprintf("the same, %d messages waiting behind them", blocked),
 	}
-	for _, k := range []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"} {
+	for _, k := range claimContenders {
 		if r, ok := rates[k]; ok {
 			fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k], r)
 		}
@@ -492,7 +504,7 @@ func (b *claimBench) enqueuePgsweepLanes(ctx context.Context, name string, lanes
 	if err != nil {
 		return nil, err
 	}
-	laneOf := func(int) string { return "" }
+	var laneOf func(int) string
 	if lanes > 0 {
 		laneOf = func(i int) string { return fmt.Sprintf("lane-%d", i%lanes) }
 	}
@@ -529,13 +541,17 @@ func (b *claimBench) resetQueue(ctx context.Context) (*pgsweep.Client, error) {
 }
 
 // send sends n messages, 10,000 a batch; message i goes to lane laneOf(i)
-// ("": none).
+// (laneOf nil: no lanes).
 func (b *claimBench) send(ctx context.Context, c *pgsweep.Client, n int, laneOf func(i int) string) error {
 	ms := make([]pgsweep.Message, 0, 10000)
 	for i := 0; i < n; i += 10000 {
 		ms = ms[:0]
 		for k := range min(10000, n-i) {
-			ms = append(ms, pgsweep.Message{Payload: json.RawMessage(benchPayload), Lane: laneOf(i + k)})
+			m := pgsweep.Message{Payload: json.RawMessage(benchPayload)}
+			if laneOf != nil {
+				m.Lane = laneOf(i + k)
+			}
+			ms = append(ms, m)
 		}
 		if _, err := c.SendBatch(ctx, b.queue, ms); err != nil {
 			return err
@@ -560,6 +576,9 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 	return b.drain(ctx, "pgsweep", b.claimComplete(b.b, nil))
 }
 
+// pgsweepLanes is pgsweepSQL with every message in one of b.lanes ordered
+// lanes: a claim takes only lanes' heads, a completion makes the next
+// message of each lane claimable.
 func (b *claimBench) pgsweepLanes(ctx context.Context) (time.Duration, error) {
 	if _, err := b.enqueuePgsweepLanes(ctx, "lanes", b.lanes); err != nil {
 		return 0, err

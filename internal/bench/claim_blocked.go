@@ -76,7 +76,7 @@ func (b *claimBench) drainBehindHeads(ctx context.Context, name string, waiting 
 		}
 		got += len(ds)
 	}
-	if err := b.send(ctx, c, b.n, func(int) string { return "" }); err != nil {
+	if err := b.send(ctx, c, b.n, nil); err != nil {
 		return 0, err
 	}
 	if err := b.vacuum(ctx); err != nil {
