@@ -28,8 +28,8 @@ func (c *Client) Maintain(ctx context.Context, owner string, budget time.Duratio
 // every lease owner holds: what a runner calls, on a working connection, when
 // maintain() failed in a way it could not record itself.
 func (c *Client) MaintainFailOwner(ctx context.Context, owner, message string) error {
-	_, err := c.db.Exec(ctx, "SELECT "+c.fn("_maintain_fail_owner")+"($1, $2)", owner, message)
-	return wrapErr("_maintain_fail_owner", err)
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("maintain_fail_owner")+"($1, $2)", owner, message)
+	return wrapErr("maintain_fail_owner", err)
 }
 
 // MaintenancePass is one row of the maintenance_passes view.

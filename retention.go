@@ -248,7 +248,7 @@ func (c *Client) RetentionRun(ctx context.Context, name, owner string, budget ti
 		// that a pooled connection does not block other cleaners.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = db.Exec(cctx, "SELECT "+c.fn("_retention_unlock")+"($1)", name)
+		_, _ = db.Exec(cctx, "SELECT "+c.fn("retention_step_unlock")+"($1)", name)
 		return RetentionPass{}, false, wrapErr("retention_run", err)
 	}
 	if id == nil {

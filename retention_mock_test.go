@@ -22,7 +22,7 @@ func TestRetentionRunUnlocksAfterAFailedCall(t *testing.T) {
 	mock, c := newMockConnClient(t)
 	boom := errors.New("canceling statement due to user request")
 	mock.ExpectQuery(`CALL "pgsweep".retention_run`).WithArgs("cap", (*string)(nil), time.Second).WillReturnError(boom)
-	mock.ExpectExec(`SELECT "pgsweep"._retention_unlock`).WithArgs("cap").
+	mock.ExpectExec(`SELECT "pgsweep".retention_step_unlock`).WithArgs("cap").
 		WillReturnResult(pgxmock.NewResult("SELECT", 1))
 	_, ran, err := c.RetentionRun(context.Background(), "cap", "", time.Second)
 	if ran || !errors.Is(err, boom) || err.Error() != "pgsweep: retention_run: "+boom.Error() {

@@ -279,7 +279,7 @@ func TestFatalErrorIsRecordedOnAFreshConnection(t *testing.T) {
 	h.mock.ExpectExec(`CALL "pgsweep"\.maintain`).WithArgs(owner, 30*time.Second).
 		WillReturnError(&pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
 	h.mock.ExpectClose() // the dead connection: nothing else is said on it
-	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).WithArgs(owner, msg).
+	h.mock.ExpectExec(`SELECT "pgsweep"\.maintain_fail_owner\(\$1, \$2\)`).WithArgs(owner, msg).
 		WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
 	h.mock.ExpectClose() // the fresh connection
 	if _, _, err := h.r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "57P01") {
@@ -297,7 +297,7 @@ func TestFatalErrorIsRecordedOnAFreshConnection(t *testing.T) {
 	if _, _, err := h.r.RunOnce(context.Background()); err == nil {
 		t.Fatal("want the error")
 	}
-	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).WithArgs(owner, msg).
+	h.mock.ExpectExec(`SELECT "pgsweep"\.maintain_fail_owner\(\$1, \$2\)`).WithArgs(owner, msg).
 		WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
 	h.expectPass(10*time.Second, 0, `{}`)
 	if _, _, err := h.r.RunOnce(context.Background()); err != nil {

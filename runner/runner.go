@@ -88,7 +88,7 @@ type Runner struct {
 }
 
 // pendingRecord is a pass whose history rows maintain() could not close and
-// this runner must (with _maintain_fail_owner), once the pass's backend is
+// this runner must (with maintain_fail_owner), once the pass's backend is
 // gone: a pass cancelled by a stop, or one whose connection died.
 type pendingRecord struct {
 	msg      string    // recorded as the error of the pass and of its running parts
@@ -444,7 +444,7 @@ func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
 // releaseLeases gives up every lease this owner holds, on a new connection
 // (the pass's connection may have been cancelled). When a pass was cancelled
 // by the stop (or its connection died and its history is not closed yet),
-// _maintain_fail_owner closes its unfinished history rows ("the runner
+// maintain_fail_owner closes its unfinished history rows ("the runner
 // stopped during this pass") and releases the leases in one statement:
 // releasing first would let another holder take a part's lease and mark the
 // still-open run 'abandoned' before it was closed.
@@ -460,7 +460,7 @@ func (r *Runner) releaseLeases() {
 	r.mu.Lock()
 	pending := r.pending != nil
 	r.mu.Unlock()
-	// With a failed pass to record, _maintain_fail_owner releases the leases
+	// With a failed pass to record, maintain_fail_owner releases the leases
 	// (recordPending): only list them here.
 	release := r.sql(conn).LeaseReleaseOwner
 	if pending {
@@ -482,7 +482,7 @@ func (r *Runner) releaseLeases() {
 
 // recordPending closes the history rows of the pending pass, if any, on conn
 // (a working connection other than the pass's own): it waits until the
-// pass's backend is gone, then records the error with _maintain_fail_owner,
+// pass's backend is gone, then records the error with maintain_fail_owner,
 // which also releases this owner's leases.
 func (r *Runner) recordPending(ctx context.Context, conn Conn) error {
 	r.mu.Lock()
@@ -526,7 +526,7 @@ func (r *Runner) recordPendingFresh(ctx context.Context) {
 // awaitBackend waits until the backend of an ended pass is gone. The pass's
 // client saw the cancellation (or the broken connection) at once, but its
 // backend may still be running maintain() -- and commit the start of a
-// part's run -- after _maintain_fail_owner closed this owner's rows; that run
+// part's run -- after maintain_fail_owner closed this owner's rows; that run
 // would stay 'running'. The backend exits once it sees the cancel request or
 // the closed socket (client_connection_check_interval); after a few seconds
 // it is terminated. The backend is recognised by its pid and start time: a

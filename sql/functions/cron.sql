@@ -18,25 +18,33 @@ AS $$
       FROM (SELECT 'pgsweep-maintain:' || current_schema() AS n) x
 $$;
 
-CREATE OR REPLACE FUNCTION _cron_available()
+-- cron_available: whether pg_cron is installed in this database.
+CREATE OR REPLACE FUNCTION cron_available()
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$ SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') $$;
 
-CREATE OR REPLACE FUNCTION _cron_require()
-RETURNS void
+-- cron_command: the job's command for a budget, the arguments checked
+-- (22023), and pg_cron's presence (55000 with what to do instead). The
+-- cron functions run as their caller (pg_cron schedules as current_user),
+-- so they call only such non-underscore routines.
+CREATE OR REPLACE FUNCTION cron_command(p_schedule text, p_budget interval)
+RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF NOT _cron_available() THEN
+    PERFORM _check_text('p_schedule', p_schedule, 100);
+    PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
+    IF NOT cron_available() THEN
         RAISE EXCEPTION 'pg_cron is not installed in database %: install it there (CREATE EXTENSION pg_cron, in the database named by cron.database_name, now %) or run `pgsweep run` instead',
             quote_ident(current_database()),
             coalesce(quote_literal(current_setting('cron.database_name', true)), 'unset: pg_cron is not in shared_preload_libraries')
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = '`pgsweep run --database-url URL` calls maintain() on an interval from outside the database; run it next to your applications, as many replicas as you like.';
     END IF;
+    RETURN format('CALL %I.maintain(%L, %L)', current_schema(), 'pg_cron', _interval_text(p_budget));
 END
 $$;
 
@@ -52,16 +60,12 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_id bigint;
-    v_command text;
+    v_command text := cron_command(p_schedule, p_budget);
 BEGIN
-    PERFORM _check_text('p_schedule', p_schedule, 100);
-    PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
-    PERFORM _cron_require();
-    v_command := format('CALL %I.maintain(%L, %L)', current_schema(), 'pg_cron', _interval_text(p_budget));
     BEGIN
         EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO v_id USING cron_job_name(), p_schedule, v_command;
     EXCEPTION WHEN invalid_parameter_value THEN
-        RAISE EXCEPTION 'p_schedule must be a pg_cron schedule such as ''* * * * *'', got %', quote_literal(p_schedule)
+        RAISE EXCEPTION 'p_schedule must be a pg_cron schedule such as ''* * * * *'', got %', pg_catalog.quote_literal(p_schedule)
             USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
     END;
     RETURN v_id;
@@ -78,7 +82,7 @@ AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    IF NOT _cron_available() THEN
+    IF NOT cron_available() THEN
         RETURN false;
     END IF;
     EXECUTE 'SELECT jobid FROM cron.job WHERE jobname = $1 AND username = current_user' INTO v_id USING cron_job_name();
@@ -97,7 +101,7 @@ LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF _cron_available() THEN
+    IF cron_available() THEN
         RETURN QUERY EXECUTE 'SELECT jobid, schedule, command, active FROM cron.job WHERE jobname = $1 AND username = current_user'
             USING cron_job_name();
     END IF;

@@ -80,34 +80,60 @@ BEGIN
 END
 $$;
 
--- _maintain_fail_owner records an error that maintain() could not record
+-- _maintain_session_alive: whether the session that opened a pass (or a
+-- retention pass) may still be running it: a backend with its pid exists
+-- (and, where the caller can see it, started when the pass's did).
+CREATE OR REPLACE FUNCTION _maintain_session_alive(p_pid int, p_backend_start timestamptz, p_started_at timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_started_at >= pg_catalog.pg_postmaster_start_time()
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                    WHERE a.pid = p_pid
+                      AND (a.backend_start IS NULL OR p_backend_start IS NULL OR a.backend_start = p_backend_start))
+$$;
+
+-- maintain_fail_owner records an error that maintain() could not record
 -- itself (a part that raised through a COMMIT, see maintain.sql) against the
 -- owner's unfinished passes and runs, and releases the owner's leases. The Go
--- runner calls it after a pass that failed with an SQL error; call it only
--- when the failed session is known to be over.
-CREATE OR REPLACE FUNCTION _maintain_fail_owner(p_owner text, p_error text)
+-- runner calls it after a pass that failed with an SQL error, once the
+-- pass's backend is gone. It touches only passes whose session is over: a
+-- live pass of that owner (another session still running it) is left
+-- alone, and so are the leases then, so no admin can end a pass that runs.
+-- Before 0.34 it was _maintain_fail_owner.
+CREATE OR REPLACE FUNCTION maintain_fail_owner(p_owner text, p_error text)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
+    v_error text := left(p_error, 2000);
     v_n bigint;
 BEGIN
     PERFORM _check_text('p_owner', p_owner);
+    IF EXISTS (SELECT 1 FROM maintain_pass mp
+                WHERE mp.owner = p_owner AND mp.finished_at IS NULL
+                  AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
+       OR EXISTS (SELECT 1 FROM retention_pass rp
+                   WHERE rp.owner = p_owner AND rp.finished_at IS NULL
+                     AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at)) THEN
+        RETURN 0; -- its session still runs a pass: nothing to fail
+    END IF;
     -- Its runs stopped with their work unfinished: their parts are due
     -- again at once (backlog), whoever runs next.
     WITH failed AS (
-        UPDATE maintain_run SET status = 'failed', finished_at = v_now, error = coalesce(error, p_error)
+        UPDATE maintain_run SET status = 'failed', finished_at = v_now, error = coalesce(error, v_error)
          WHERE owner = p_owner AND status = 'running'
         RETURNING part)
     UPDATE maintain_state s SET backlog = true FROM failed WHERE s.part = failed.part;
     UPDATE maintain_run SET finished_at = v_now
      WHERE owner = p_owner AND status = 'abandoned' AND finished_at IS NULL;
-    UPDATE maintain_pass SET finished_at = v_now, error = coalesce(error || '; ', '') || p_error
+    UPDATE maintain_pass SET finished_at = v_now, error = coalesce(error || '; ', '') || v_error
      WHERE owner = p_owner AND finished_at IS NULL;
     GET DIAGNOSTICS v_n = ROW_COUNT;
-    PERFORM lease_release_owner(p_owner);
+    PERFORM _lease_release_owner_all(p_owner);
     RETURN v_n;
 END
 $$;

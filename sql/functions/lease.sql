@@ -2,17 +2,56 @@
 --
 -- The lease row is the truth. Expiry is decided by the database clock
 -- (clock_timestamp(), not now(): a caller inside a long transaction must not
--- see time stand still), read after the lease row is locked. The overloads
--- taking p_now let tests pin the clock; NULL there means the database clock,
--- and the contract's forms pass NULL. p_now must be within 10 years of the
--- database clock (_check_now, validate.sql).
+-- see time stand still), read after the lease row is locked. The internal
+-- _lease_* functions take p_now so that tests can pin the clock (S_owner
+-- only, like every underscore routine); NULL there means the database clock.
+-- p_now must be within 10 years of the database clock (_check_now,
+-- validate.sql).
+--
+-- Reserved names. pgsweep's own leases (maintain:<part>,
+-- retention:<policy>, and anything under pgsweep:) are taken through the
+-- internal functions only: lease_acquire, lease_renew and lease_release
+-- refuse them to every caller, a superuser included (42501), and
+-- lease_release_owner leaves them alone. Before 0.34 any worker could hold
+-- maintain:recovery or retention:<policy> forever with lease_renew, and
+-- recovery and retention stopped for everyone.
 --
 -- Token rules: a new tenure (first acquire, takeover after expiry, acquire
 -- after release, or re-acquire by a holder whose lease lapsed) gets token + 1;
 -- a holder re-acquiring a live lease keeps its token. Rows are never deleted,
 -- so tokens for a name only ever increase.
 
-CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+-- _lease_reserved: why a lease name is pgsweep's own (NULL: it is not).
+CREATE OR REPLACE FUNCTION _lease_reserved(p_name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE
+        WHEN pg_catalog.starts_with(p_name, 'maintain:') THEN 'maintain() holds it while it runs a part'
+        WHEN pg_catalog.starts_with(p_name, 'retention:') THEN 'a retention pass holds it while it runs a policy'
+        WHEN pg_catalog.starts_with(p_name, 'pgsweep:') THEN 'names under pgsweep: are pgsweep''s own' END
+$$;
+
+-- _lease_reserved_refuse raises 42501 for a reserved name.
+CREATE OR REPLACE FUNCTION _lease_reserved_refuse(p_verb text, p_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_why text := _lease_reserved(p_name);
+BEGIN
+    IF v_why IS NOT NULL THEN
+        RAISE EXCEPTION '%: lease % is reserved for pgsweep itself (%); no role may take, renew or release it',
+            p_verb, pg_catalog.quote_literal(p_name), v_why
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Name your leases outside maintain:, retention: and pgsweep:.';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -57,15 +96,32 @@ BEGIN
 END
 $$;
 
+-- lease_acquire with a pinned clock, for tests (S_owner only: no role is granted a clock).
+CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_acquire', p_name);
+    RETURN _lease_acquire(p_name, p_owner, p_ttl, p_now);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval)
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_acquire(p_name, p_owner, p_ttl, NULL) $$;
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_acquire', p_name);
+    RETURN _lease_acquire(p_name, p_owner, p_ttl, NULL);
+END
+$$;
 
 -- A renew succeeds only while the caller's lease is live: a lapsed holder must
 -- acquire again (and may get a new token), so it learns that it lapsed.
-CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+CREATE OR REPLACE FUNCTION _lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -89,15 +145,32 @@ BEGIN
 END
 $$;
 
+-- lease_renew with a pinned clock, for tests (S_owner only: no role is granted a clock).
+CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_renew', p_name);
+    RETURN _lease_renew(p_name, p_owner, p_ttl, p_now);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_renew(p_name, p_owner, p_ttl, NULL) $$;
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_renew', p_name);
+    RETURN _lease_renew(p_name, p_owner, p_ttl, NULL);
+END
+$$;
 
 -- Release ends the tenure at once so that another owner need not wait for the
 -- TTL. The row (and its token) stays so the next tenure's token is higher.
-CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text, p_now timestamptz)
+CREATE OR REPLACE FUNCTION _lease_release(p_name text, p_owner text, p_now timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -120,11 +193,28 @@ BEGIN
 END
 $$;
 
+-- lease_release with a pinned clock, for tests (S_owner only: no role is granted a clock).
+CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_release', p_name);
+    RETURN _lease_release(p_name, p_owner, p_now);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_release(p_name, p_owner, NULL) $$;
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_release', p_name);
+    RETURN _lease_release(p_name, p_owner, NULL);
+END
+$$;
 
 CREATE OR REPLACE FUNCTION lease_release_owner(p_owner text)
 RETURNS SETOF text
@@ -139,12 +229,24 @@ BEGIN
     UPDATE lease
        SET owner = NULL,
            expires_at = least(expires_at, v_now)
-     WHERE owner = p_owner
+     WHERE owner = p_owner AND _lease_reserved(name) IS NULL
     RETURNING name;
 END
 $$;
 
--- _lease_rows: the rows of the leases view, read as S_owner (SECURITY
+-- _lease_release_owner_all: every lease of p_owner, pgsweep's own included
+-- (maintain_fail_owner, for a pass whose session is gone).
+CREATE OR REPLACE FUNCTION _lease_release_owner_all(p_owner text)
+RETURNS SETOF text
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    UPDATE lease SET owner = NULL, expires_at = least(expires_at, pg_catalog.clock_timestamp())
+     WHERE owner = p_owner
+    RETURNING name
+$$;
+
+-- lease_rows: the rows of the leases view, read as S_owner (SECURITY
 -- DEFINER, like every function here). The view reads its table through it
 -- because a monitor holds no privilege on any table, and on Citus a view's
 -- tables are read with the privileges of the querying role, not the view's
@@ -153,9 +255,10 @@ $$;
 -- table's row type as its result, citus_distribute fails ("Citus can not
 -- handle circular dependencies between distributed objects") when it
 -- distributes the function. Granted to S_monitor
--- (the caller of a view needs EXECUTE on what it calls); it returns what
--- the view shows, no more.
-CREATE OR REPLACE FUNCTION _lease_rows()
+-- (the caller of a view needs EXECUTE on what it calls, so it has no
+-- underscore: internals are the owner's); it returns what the view shows,
+-- no more. Before 0.34 it was _lease_rows.
+CREATE OR REPLACE FUNCTION lease_rows()
 RETURNS TABLE (name text, owner text, token bigint, acquired_at timestamptz, expires_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
@@ -168,4 +271,4 @@ SELECT name,
        acquired_at,
        expires_at,
        (owner IS NOT NULL AND expires_at > clock_timestamp()) AS live
-  FROM _lease_rows();
+  FROM lease_rows();

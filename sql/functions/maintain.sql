@@ -12,39 +12,170 @@
 -- every function this one cannot pin search_path: instead every name in its
 -- body is qualified with the install schema (a template value, validated as a
 -- plain lower-case identifier) and the body uses no operator (the pinned
--- _maintain_* functions compute), so the caller's search_path cannot
--- redirect it.
+-- step routines compute), so the caller's search_path cannot redirect it.
+--
+-- Step routines. A procedure runs as its caller (pg_cron's superuser, an
+-- admin), so whatever it calls its caller may call too, in any order, with
+-- any argument. It calls only the maintain_step_* routines below (and the
+-- retention_step_* ones, retention_step.sql), never an internal (underscore)
+-- one, and each of them is safe by itself:
+--   * it takes no clock: time is the database's;
+--   * a pass belongs to the session that opened it (maintain_pass.pid, and
+--     a pass begun before the server started is nobody's): a step naming a
+--     pass or a run of another session raises 42501 and changes nothing;
+--   * what a step records it computes itself: the deadline comes from the
+--     pass's budget, a run's counts from its own work, whether a part is due
+--     again (backlog) from the state at its end. A caller can cut its own
+--     pass short, never make a part look done that did not run.
 
--- _maintain_recovery_deadline: recovery gets at most half the budget.
-CREATE OR REPLACE FUNCTION _maintain_recovery_deadline(p_deadline timestamptz, p_budget interval)
-RETURNS timestamptz
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT p_deadline - p_budget / 2 $$;
-
--- _maintain_running: whether a part's begin said it runs.
-CREATE OR REPLACE FUNCTION _maintain_running(p_status text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT coalesce(p_status = 'running', false) $$;
-
--- _maintain_ret_errors: the retention part's per-policy errors as one
--- text (NULL: none); _maintain_ret_counts: its result without them.
-CREATE OR REPLACE FUNCTION _maintain_ret_errors(p_result jsonb)
-RETURNS text
-LANGUAGE sql IMMUTABLE
+-- _maintain_session_check raises 42501 unless this session opened p_pass.
+CREATE OR REPLACE FUNCTION _maintain_session_check(p_pass bigint)
+RETURNS maintain_pass
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT string_agg(format('policy %s: %s', e.key, e.value #>> '{}'), '; ' ORDER BY e.key)
-      FROM jsonb_each(CASE WHEN jsonb_typeof(p_result -> 'errors') = 'object' THEN p_result -> 'errors' END) e
+DECLARE
+    v maintain_pass;
+BEGIN
+    SELECT * INTO v FROM maintain_pass WHERE id = p_pass;
+    IF NOT FOUND OR v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
+       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+        RAISE EXCEPTION 'maintenance pass %: not a running pass of this session', coalesce(p_pass::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A pass''s steps run in the session that began it (CALL maintain()).';
+    END IF;
+    RETURN v;
+END
 $$;
 
-CREATE OR REPLACE FUNCTION _maintain_ret_counts(p_result jsonb)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+-- _maintain_run_check: the run p_run of a pass of this session (42501 otherwise).
+CREATE OR REPLACE FUNCTION _maintain_run_check(p_run bigint)
+RETURNS maintain_run
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
-AS $$ SELECT p_result - 'errors' $$;
+AS $$
+DECLARE
+    v maintain_run;
+BEGIN
+    SELECT * INTO v FROM maintain_run WHERE id = p_run;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'maintenance run %: no such run', coalesce(p_run::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM _maintain_session_check(v.pass_id);
+    RETURN v;
+END
+$$;
+
+-- maintain_step_begin validates maintain's arguments (22023), derives an
+-- owner when none is given and records the pass for this session.
+CREATE OR REPLACE FUNCTION maintain_step_begin(p_owner text, p_budget interval, OUT o_pass bigint, OUT o_owner text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+BEGIN
+    v := _maintain_pass_begin(p_owner, p_budget, NULL);
+    o_pass := v.o_pass;
+    o_owner := v.o_owner;
+END
+$$;
+
+-- maintain_step_part decides whether this session runs p_part of its pass
+-- now: o_run is the part's run, NULL when it does not run (busy, not due, no
+-- budget). Recovery gets at most half the pass's budget.
+CREATE OR REPLACE FUNCTION maintain_step_part(p_pass bigint, p_part text, OUT o_run bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass maintain_pass := _maintain_session_check(p_pass);
+    v_deadline timestamptz := v_pass.started_at + v_pass.budget;
+    v record;
+BEGIN
+    IF p_part = 'recovery' THEN
+        v_deadline := v_deadline - v_pass.budget / 2;
+    END IF;
+    v := _maintain_part_begin(p_pass, p_part, v_pass.owner, v_deadline, NULL);
+    IF v.o_status = 'running' THEN
+        o_run := v.o_run;
+        UPDATE maintain_run SET deadline = v_deadline WHERE id = o_run;
+        IF p_part = 'retention' THEN
+            -- the built-in policies follow the queues: a queue created or
+            -- reconfigured by SQL is covered from this part on
+            BEGIN
+                PERFORM retention_builtin_sync();
+            EXCEPTION WHEN OTHERS THEN
+                UPDATE maintain_run SET error = format('builtin_sync: %s (SQLSTATE %s)', SQLERRM, SQLSTATE) WHERE id = o_run;
+            END;
+        END IF;
+    END IF;
+END
+$$;
+
+-- maintain_step_recovery takes one bounded step of recovery for the run
+-- p_run (maintain_recovery.sql), records it and renews the part's lease; it
+-- returns whether another step is worth it.
+CREATE OR REPLACE FUNCTION maintain_step_recovery(p_run bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    IF v_run.part <> 'recovery' OR v_run.status <> 'running' THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_part_step(p_run, _maintain_recovery(v_run.owner, v_run.deadline), NULL, v_run.deadline, NULL);
+END
+$$;
+
+-- maintain_step_failed records that a step of the run p_run raised (the
+-- procedure caught it): the run fails, and its part is due again at once.
+CREATE OR REPLACE FUNCTION maintain_step_failed(p_run bigint, p_message text, p_state text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    PERFORM _maintain_part_step(p_run, '{"more": true}', format('%s (SQLSTATE %s)', left(p_message, 2000), left(p_state, 5)),
+                                v_run.deadline, NULL);
+END
+$$;
+
+-- maintain_step_part_end closes the run p_run. Its part is due again at
+-- once (backlog) when a step left work (more), when it took no step at
+-- all, or, for retention, when a policy is still due.
+CREATE OR REPLACE FUNCTION maintain_step_part_end(p_run bigint)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    IF v_run.steps = 0 OR (v_run.part = 'retention' AND EXISTS (SELECT 1 FROM retention_due())) THEN
+        UPDATE maintain_run SET more = true WHERE id = p_run;
+    END IF;
+    RETURN _maintain_part_end(p_run, NULL);
+END
+$$;
+
+-- maintain_step_end completes this session's pass and trims the history.
+CREATE OR REPLACE FUNCTION maintain_step_end(p_pass bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _maintain_session_check(p_pass);
+    PERFORM _maintain_pass_end(p_pass, NULL);
+END
+$$;
 
 CREATE OR REPLACE PROCEDURE maintain(p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
 LANGUAGE plpgsql
@@ -52,58 +183,51 @@ AS $$
 DECLARE
     v_pass bigint;
     v_owner text;
-    v_deadline timestamptz;
-    v_recovery_deadline timestamptz;
-    v_part record;
-    v_result jsonb;
-    v_error text;
+    v_run bigint;
     v_more boolean;
-    v_running boolean;
+    v_failed boolean;
+    v_msg text;
+    v_state text;
 BEGIN
-    SELECT b.o_pass, b.o_owner, b.o_deadline INTO v_pass, v_owner, v_deadline
-      FROM {{ .schema | default "pgsweep" }}._maintain_pass_begin(p_owner, p_budget) b;
+    SELECT b.o_pass, b.o_owner INTO v_pass, v_owner FROM {{ .schema | default "pgsweep" }}.maintain_step_begin(p_owner, p_budget) b;
     COMMIT;
 
     -- recovery: bounded steps, each caught, committed and followed by a
     -- lease renewal, until the step says it is done or half the budget is
     -- spent: a recovery backlog must not starve retention (the backlog makes
     -- recovery due again at once on the next pass).
-    v_recovery_deadline := {{ .schema | default "pgsweep" }}._maintain_recovery_deadline(v_deadline, p_budget);
-    SELECT * INTO v_part FROM {{ .schema | default "pgsweep" }}._maintain_part_begin(v_pass, 'recovery', v_owner, v_recovery_deadline);
+    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'recovery');
     COMMIT;
-    v_running := {{ .schema | default "pgsweep" }}._maintain_running(v_part.o_status);
-    IF v_running THEN
+    IF v_run IS NOT NULL THEN
         LOOP
-            v_result := NULL;
-            v_error := NULL;
+            v_failed := false;
             BEGIN
-                v_result := {{ .schema | default "pgsweep" }}._maintain_recovery(v_owner, v_recovery_deadline);
+                v_more := {{ .schema | default "pgsweep" }}.maintain_step_recovery(v_run);
             EXCEPTION WHEN OTHERS THEN
-                v_error := {{ .schema | default "pgsweep" }}._maintain_ret_error(SQLERRM, SQLSTATE);
+                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+                v_failed := true;
             END;
-            v_more := {{ .schema | default "pgsweep" }}._maintain_part_step(v_part.o_run, v_result, v_error, v_recovery_deadline);
+            IF v_failed THEN
+                PERFORM {{ .schema | default "pgsweep" }}.maintain_step_failed(v_run, v_msg, v_state);
+                v_more := false;
+            END IF;
             COMMIT;
             EXIT WHEN NOT v_more;
         END LOOP;
-        PERFORM {{ .schema | default "pgsweep" }}._maintain_part_end(v_part.o_run);
+        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
         COMMIT;
     END IF;
 
     -- retention: one call that commits per batch itself (see maintain_retention.sql).
-    SELECT * INTO v_part FROM {{ .schema | default "pgsweep" }}._maintain_part_begin(v_pass, 'retention', v_owner, v_deadline);
+    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'retention');
     COMMIT;
-    v_running := {{ .schema | default "pgsweep" }}._maintain_running(v_part.o_status);
-    IF v_running THEN
-        v_result := '{}';
-        CALL {{ .schema | default "pgsweep" }}._maintain_retention(v_owner, v_deadline, v_result);
-        v_error := {{ .schema | default "pgsweep" }}._maintain_ret_errors(v_result);
-        PERFORM {{ .schema | default "pgsweep" }}._maintain_part_step(v_part.o_run,
-            {{ .schema | default "pgsweep" }}._maintain_ret_counts(v_result), v_error, v_deadline);
-        PERFORM {{ .schema | default "pgsweep" }}._maintain_part_end(v_part.o_run);
+    IF v_run IS NOT NULL THEN
+        CALL {{ .schema | default "pgsweep" }}.maintain_step_retention(v_run);
+        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
         COMMIT;
     END IF;
 
-    PERFORM {{ .schema | default "pgsweep" }}._maintain_pass_end(v_pass);
+    PERFORM {{ .schema | default "pgsweep" }}.maintain_step_end(v_pass);
     COMMIT;
 END
 $$;

@@ -115,7 +115,7 @@ BEGIN
     ELSIF NOT pg_try_advisory_lock(v_key) THEN
         o_status := 'busy';
     ELSE
-        o_token := lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl'), p_now);
+        o_token := _lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl'), p_now);
         IF o_token IS NULL THEN
             PERFORM pg_advisory_unlock(v_key);
             o_status := 'busy';
@@ -125,7 +125,7 @@ BEGIN
             PERFORM 1 FROM maintain_state WHERE part = p_part FOR UPDATE;
             v_now := coalesce(p_now, clock_timestamp());
             IF NOT _maintain_due(p_part, v_now) THEN
-                PERFORM lease_release('maintain:' || p_part, p_owner, p_now);
+                PERFORM _lease_release('maintain:' || p_part, p_owner, p_now);
                 PERFORM pg_advisory_unlock(v_key);
                 o_status := 'not due';
             ELSE
@@ -186,7 +186,7 @@ BEGIN
          WHERE id = p_run;
         RETURN false;
     END IF;
-    IF lease_acquire('maintain:' || v_run.part, v_run.owner, setting_interval('maintain_lease_ttl'), p_now) IS NULL THEN
+    IF _lease_acquire('maintain:' || v_run.part, v_run.owner, setting_interval('maintain_lease_ttl'), p_now) IS NULL THEN
         UPDATE maintain_run
            SET counts = v_counts, steps = steps + 1, more = v_more, status = 'lost',
                error = format('lease maintain:%s was taken over by another owner during the run', v_run.part)
@@ -207,7 +207,7 @@ CREATE OR REPLACE FUNCTION _maintain_renew(p_part text, p_owner text)
 RETURNS boolean
 LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$ SELECT lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl')) IS NOT NULL $$;
+AS $$ SELECT _lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl'), NULL) IS NOT NULL $$;
 
 CREATE OR REPLACE FUNCTION _maintain_add_counts(p_total jsonb, p_add jsonb)
 RETURNS jsonb
@@ -237,7 +237,8 @@ $$;
 
 -- _maintain_part_end closes a run: finished_at, final status ('done' unless a
 -- step failed or lost the lease), the part's state for the next due check,
--- and the pass row; then it gives the lease and the advisory lock back.
+-- and the pass row; then it gives the lease and the advisory lock back. A
+-- run still 'running' that recorded an error (a retention policy's) ends 'failed'.
 CREATE OR REPLACE FUNCTION _maintain_part_end(p_run bigint, p_now timestamptz DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
@@ -250,7 +251,7 @@ BEGIN
     PERFORM _check_now('p_now', p_now);
     UPDATE maintain_run
        SET finished_at = v_now,
-           status = CASE WHEN status = 'running' THEN 'done' ELSE status END
+           status = CASE WHEN status <> 'running' THEN status WHEN error IS NOT NULL THEN 'failed' ELSE 'done' END
      WHERE id = p_run
     RETURNING * INTO v_run;
     IF NOT FOUND THEN
@@ -260,7 +261,7 @@ BEGIN
        SET last_finished_at = v_now, last_status = v_run.status, backlog = v_run.more
      WHERE part = v_run.part;
     PERFORM _maintain_note(v_run.pass_id, v_run.part, v_run.status, v_run.error);
-    PERFORM lease_release('maintain:' || v_run.part, v_run.owner, p_now);
+    PERFORM _lease_release('maintain:' || v_run.part, v_run.owner, p_now);
     PERFORM pg_advisory_unlock(_maintain_lock_key(v_run.part));
     RETURN v_run.status;
 END

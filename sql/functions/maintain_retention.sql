@@ -1,10 +1,11 @@
 {{ $s := .schema | default "pgsweep" -}}
--- The retention part of maintain(): sync the built-in policies, then run
--- every due retention policy (own and registered; retention_due lists them,
--- oldest first) until p_deadline.
+-- The retention part of maintain(): run every due retention policy (own and
+-- registered; retention_due lists them, oldest first) until the run's
+-- deadline. The built-in policies were synced when the part began
+-- (maintain_step_part).
 --
--- It drives each policy's pass through the engine's own steps
--- (_retention_begin / _retention_step / _retention_finish, exactly as
+-- It drives each policy's pass through the retention step routines
+-- (retention_step_begin / retention_step / retention_step_end, exactly as
 -- retention_run does) rather than CALL retention_run, because a failing
 -- policy must not end the whole maintain pass: PL/pgSQL cannot catch an
 -- error raised across a COMMIT, so every step is caught here, outside the
@@ -14,47 +15,32 @@
 -- A PROCEDURE without a SET clause (it COMMITs after every batch), so every
 -- name below is qualified with the install schema and the body uses no
 -- operator: comparisons, arithmetic and JSON building live in the pinned
--- functions _maintain_ret_* below, so nothing on the caller's search_path
--- (pg_cron's superuser's included) can stand in for them.
+-- step routines below, so nothing on the caller's search_path (pg_cron's
+-- superuser's included) can stand in for them. Like maintain, it calls only
+-- step routines (maintain.sql): each checks that the run p_run belongs to
+-- a pass of this session.
 --
--- Returns in p_result {"deleted": {"<policy>": rows}, "errors": {"<policy>":
--- "message"}, "more": bool}; "more" means a policy stopped on the budget with
--- rows left, or due policies were not reached, so the part is due again at once.
--- _maintain_ret_go: whether the part may start another policy (the
--- deadline has not passed and the part's lease was renewed).
-CREATE OR REPLACE FUNCTION _maintain_ret_go(p_owner text, p_deadline timestamptz)
-RETURNS boolean
+-- The run's counts: {"deleted": {"<policy>": rows}}; a policy's error goes
+-- to the run's error ("policy <name>: message") and the run ends 'failed';
+-- the part is due again at once while a policy is still due
+-- (maintain_step_part_end).
+
+-- maintain_step_go: whether the run p_run may start another policy (the
+-- deadline has not passed and the part's lease was renewed), with the
+-- run's owner and what is left of its budget for the policy's pass.
+CREATE OR REPLACE FUNCTION maintain_step_go(p_run bigint, OUT o_go boolean, OUT o_owner text, OUT o_budget interval)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF clock_timestamp() >= p_deadline THEN
-        RETURN false;
-    END IF;
-    RETURN _maintain_renew('retention', p_owner);
+    o_owner := v_run.owner;
+    o_budget := least(greatest(v_run.deadline - clock_timestamp(), interval '0'), interval '1 day');
+    o_go := v_run.part = 'retention' AND v_run.status = 'running' AND clock_timestamp() < v_run.deadline
+            AND _maintain_renew('retention', v_run.owner);
 END
 $$;
-
--- _maintain_ret_budget: what is left of the part's budget.
-CREATE OR REPLACE FUNCTION _maintain_ret_budget(p_deadline timestamptz)
-RETURNS interval
-LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
-AS $$ SELECT greatest(p_deadline - clock_timestamp(), interval '0') $$;
-
--- _maintain_ret_error: an error's text as the history records it.
-CREATE OR REPLACE FUNCTION _maintain_ret_error(p_message text, p_state text)
-RETURNS text
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT format('%s (SQLSTATE %s)', p_message, p_state) $$;
-
--- _maintain_ret_put: p_obj with p_key set to p_value.
-CREATE OR REPLACE FUNCTION _maintain_ret_put(p_obj jsonb, p_key text, p_value jsonb)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 
 -- Pacing: background retention yields to live traffic.
 --
@@ -66,7 +52,7 @@ AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 --   * a batch more than twice as slow per row as the fastest recent one:
 --     cut it by 30% (at least 35%): the cleaner competes for CPU or I/O;
 --   * other sessions of the database running, or active within the last
---     100 ms (live traffic, _maintain_ret_traffic): raise it by 5 points, to
+--     100 ms (live traffic, maintain_step_traffic): raise it by 5 points, to
 --     at most 65%;
 --   * nothing else running: raise it by 10 points, to 100% (an idle
 --     database drains at full speed).
@@ -77,7 +63,7 @@ AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 -- its quiet value; 35-65% sits between, on a machine too loaded to settle it.
 -- CALL retention_run never pauses.
 
--- _maintain_ret_traffic: the live traffic the pacing yields to, as the
+-- maintain_step_traffic: the live traffic the pacing yields to, as the
 -- maintenance role sees it: busy, the other client sessions of this
 -- database running now or within the last 100 ms (a claim loop is idle most
 -- of the time between short statements); waiting, those waiting for a lock.
@@ -90,7 +76,7 @@ AS $$ SELECT p_obj || jsonb_build_object(p_key, p_value) $$;
 -- pacing yields to every other session rather than to none. Grant the
 -- maintenance role pg_read_all_stats (or pg_monitor) for the exact picture
 -- (docs/operations.md).
-CREATE OR REPLACE FUNCTION _maintain_ret_traffic(OUT busy int, OUT waiting int)
+CREATE OR REPLACE FUNCTION maintain_step_traffic(OUT busy int, OUT waiting int)
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
@@ -149,46 +135,74 @@ BEGIN
 END
 $$;
 
--- _maintain_ret_renew_due: whether the part's lease is due for renewal
--- (every third of maintain_lease_ttl since p_renewed).
-CREATE OR REPLACE FUNCTION _maintain_ret_renew_due(p_renewed timestamptz)
-RETURNS boolean
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ SELECT clock_timestamp() - p_renewed > setting_interval('maintain_lease_ttl') / 3 $$;
-
--- _maintain_ret_tally adds a finished pass to the part's result: its rows
--- under "deleted", and "more" when it stopped on the budget.
-CREATE OR REPLACE FUNCTION _maintain_ret_tally(p_result jsonb, p_name text, p_pass bigint)
+-- maintain_step_pace: the pacing's sleep after a batch of the pass p_pass
+-- in the run p_run (_maintain_ret_pace), never past the run's deadline.
+CREATE OR REPLACE FUNCTION maintain_step_pace(p_run bigint, p_state jsonb, p_pass bigint, p_batch_start timestamptz,
+    p_busy int, p_waiting int)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_outcome text;
-    v_rows bigint;
+    v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    SELECT p.outcome, p.rows_deleted INTO v_outcome, v_rows FROM retention_pass p WHERE p.id = p_pass;
-    p_result := jsonb_set(p_result, ARRAY['deleted', p_name], to_jsonb(coalesce(v_rows, 0)));
-    IF v_outcome = 'budget' THEN
-        p_result := jsonb_set(p_result, '{more}', 'true');
-    END IF;
-    RETURN p_result;
+    RETURN _maintain_ret_pace(coalesce(p_state, '{}'), p_pass, greatest(p_batch_start, v_run.started_at),
+                              v_run.deadline, coalesce(p_busy, 1), coalesce(p_waiting, 0));
 END
 $$;
 
--- _maintain_ret_result: the part's result, errors included when there are any.
-CREATE OR REPLACE FUNCTION _maintain_ret_result(p_result jsonb, p_more boolean, p_errors jsonb)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+-- maintain_step_renew keeps the run's lease alive through a long policy:
+-- renewed once a third of maintain_lease_ttl has passed since it was last
+-- set; false when it is lost (another owner goes on).
+CREATE OR REPLACE FUNCTION maintain_step_renew(p_run bigint)
+RETURNS boolean
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT jsonb_build_object('deleted', p_result -> 'deleted',
-                              'more', p_more OR coalesce((p_result ->> 'more')::boolean, false))
-           || CASE WHEN p_errors <> '{}' THEN jsonb_build_object('errors', p_errors) ELSE '{}' END
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+    v_ttl interval := setting_interval('maintain_lease_ttl');
+BEGIN
+    IF EXISTS (SELECT 1 FROM lease l WHERE l.name = 'maintain:' || v_run.part AND l.owner = v_run.owner
+                  AND l.expires_at - clock_timestamp() > v_ttl * 2 / 3) THEN
+        RETURN true;
+    END IF;
+    RETURN _maintain_renew(v_run.part, v_run.owner);
+END
 $$;
 
-CREATE OR REPLACE PROCEDURE _maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+-- maintain_step_tally records a policy's pass in the run p_run: its rows
+-- (read from the pass, which must be this session's pass of p_name), or
+-- the error that stopped it.
+CREATE OR REPLACE FUNCTION maintain_step_tally(p_run bigint, p_name text, p_pass bigint, p_error text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+    v_rows bigint;
+    v_outcome text;
+BEGIN
+    IF v_run.part <> 'retention' OR v_run.status <> 'running' THEN
+        RETURN;
+    END IF;
+    IF p_pass IS NOT NULL THEN
+        SELECT p.rows_deleted, p.outcome INTO v_rows, v_outcome FROM retention_pass p
+         WHERE p.id = p_pass AND p.policy = p_name AND p.pid = pg_catalog.pg_backend_pid();
+    END IF;
+    UPDATE maintain_run
+       SET counts = CASE WHEN v_rows IS NULL THEN counts
+                         ELSE _maintain_add_counts(counts, jsonb_build_object('deleted', jsonb_build_object(p_name, v_rows))) END,
+           steps = steps + 1,
+           more = more OR coalesce(v_outcome = 'budget', false),
+           error = CASE WHEN p_error IS NULL THEN error
+                        ELSE coalesce(error || '; ', '') || format('policy %s: %s', p_name, left(p_error, 2000)) END
+     WHERE id = p_run;
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE maintain_step_retention(p_run bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -197,61 +211,44 @@ DECLARE
     v_pass bigint;
     v_step_more boolean;
     v_error text;
-    v_errors jsonb := '{}';
-    v_tally jsonb := '{"deleted": {}}';
-    v_more boolean := false;
-    v_renewed timestamptz := pg_catalog.clock_timestamp();
     v_batch_start timestamptz;
-    v_go boolean;
+    v_go record;
     v_renew boolean;
     v_pace jsonb := '{}';
     v_busy int;
     v_waiting int;
 BEGIN
-    BEGIN
-        PERFORM {{ $s }}.retention_builtin_sync();
-    EXCEPTION WHEN OTHERS THEN
-        v_errors := {{ $s }}._maintain_ret_put(v_errors, 'builtin_sync', pg_catalog.to_jsonb({{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE)));
-    END;
-    COMMIT;
-
     v_due := ARRAY(SELECT {{ $s }}.retention_due());
     FOREACH v_name IN ARRAY v_due LOOP
-        v_go := {{ $s }}._maintain_ret_go(p_owner, p_deadline);
-        IF NOT v_go THEN
-            v_more := true; -- out of budget, or lost the part's lease: another owner goes on
-            EXIT;
-        END IF;
+        v_go := {{ $s }}.maintain_step_go(p_run);
         COMMIT;
+        EXIT WHEN NOT v_go.o_go; -- out of budget, or lost the part's lease: another owner goes on
 
         v_error := NULL;
         v_pass := NULL;
         BEGIN
-            v_pass := {{ $s }}._retention_begin(v_name, p_owner, {{ $s }}._maintain_ret_budget(p_deadline), NULL);
+            v_pass := {{ $s }}.retention_step_begin(v_name, v_go.o_owner, v_go.o_budget);
         EXCEPTION WHEN OTHERS THEN
-            v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
+            v_error := pg_catalog.format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
         END;
         IF v_error IS NOT NULL THEN
-            PERFORM {{ $s }}._retention_unlock(v_name);
+            PERFORM {{ $s }}.retention_step_unlock(v_name);
+            PERFORM {{ $s }}.maintain_step_tally(p_run, v_name, NULL, v_error);
             COMMIT;
-            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
             CONTINUE;
         END IF;
         COMMIT;
-        IF v_pass IS NULL THEN
-            -- busy elsewhere (or keeps rows forever): a cleaner that died may
-            -- still hold the policy's lease, so the part is not done with it:
-            -- due again at once, and the lease's expiry lets the next pass in
-            v_more := true;
-            CONTINUE;
-        END IF;
+        -- NULL: busy elsewhere (or keeps rows forever): a cleaner that died
+        -- may still hold the policy's lease; the policy stays due, and so
+        -- does the part (maintain_step_part_end)
+        CONTINUE WHEN v_pass IS NULL;
 
         LOOP
             v_batch_start := pg_catalog.clock_timestamp();
             BEGIN
-                v_step_more := {{ $s }}._retention_step(v_pass);
+                v_step_more := {{ $s }}.retention_step(v_pass);
             EXCEPTION WHEN OTHERS THEN
-                v_error := {{ $s }}._maintain_ret_error(SQLERRM, SQLSTATE);
+                v_error := pg_catalog.format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
             END;
             EXIT WHEN v_error IS NOT NULL;
             COMMIT;
@@ -259,31 +256,21 @@ BEGIN
             -- Background work yields to live traffic (retention_duty_cycle,
             -- adaptive by default); keep the part's lease alive through a
             -- long policy.
-            SELECT t.busy, t.waiting INTO v_busy, v_waiting FROM {{ $s }}._maintain_ret_traffic() t;
-            v_pace := {{ $s }}._maintain_ret_pace(v_pace, v_pass, v_batch_start, p_deadline, v_busy, v_waiting);
-            v_renew := {{ $s }}._maintain_ret_renew_due(v_renewed);
-            IF v_renew THEN
-                v_go := {{ $s }}._maintain_renew('retention', p_owner);
-                IF NOT v_go THEN
-                    v_error := 'lost the maintain:retention lease during the pass';
-                    EXIT;
-                END IF;
-                v_renewed := pg_catalog.clock_timestamp();
-                COMMIT;
+            SELECT t.busy, t.waiting INTO v_busy, v_waiting FROM {{ $s }}.maintain_step_traffic() t;
+            v_pace := {{ $s }}.maintain_step_pace(p_run, v_pace, v_pass, v_batch_start, v_busy, v_waiting);
+            v_renew := {{ $s }}.maintain_step_renew(p_run);
+            IF NOT v_renew THEN
+                v_error := 'lost the maintain:retention lease during the pass';
+                EXIT;
             END IF;
+            COMMIT;
         END LOOP;
 
-        IF v_error IS NOT NULL THEN
-            PERFORM {{ $s }}._retention_finish(v_pass, 'error', v_error);
-            v_errors := {{ $s }}._maintain_ret_put(v_errors, v_name, pg_catalog.to_jsonb(v_error));
-        ELSE
-            PERFORM {{ $s }}._retention_finish(v_pass, NULL, NULL);
-        END IF;
+        PERFORM {{ $s }}.retention_step_end(v_pass, v_error);
         COMMIT;
-        PERFORM {{ $s }}._retention_unlock(v_name);
-        v_tally := {{ $s }}._maintain_ret_tally(v_tally, v_name, v_pass);
+        PERFORM {{ $s }}.retention_step_unlock(v_name);
+        PERFORM {{ $s }}.maintain_step_tally(p_run, v_name, v_pass, v_error);
+        COMMIT;
     END LOOP;
-
-    p_result := {{ $s }}._maintain_ret_result(v_tally, v_more, v_errors);
 END
 $$;

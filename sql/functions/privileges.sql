@@ -41,22 +41,44 @@ SET search_path FROM CURRENT
 AS $$ SELECT (pg_catalog.current_schema() || '_owner')::pg_catalog.regrole $$;
 
 -- Routines that run as their caller; every other function is SECURITY DEFINER.
+-- An invoker routine can call only what its caller may execute, so none of
+-- them calls an underscore routine (but _grant_all, which is S_owner's).
 CREATE OR REPLACE FUNCTION _invoker_routines()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT ARRAY['retention_register', '_retention_resolve', '_retention_step', '_retention_as_owner', '_grant_all',
-                 -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
-                 'cron_schedule', 'cron_unschedule', 'cron_job', '_cron_available', '_cron_require',
-                 -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
-                 '_maintain_ret_traffic']::text[]
+    SELECT ARRAY[
+        -- the owner proofs: the caller's role becomes (or must own) the policy (retention_register.sql)
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_resolve_table',
+        -- the step that runs a statement as the policy's owner (retention_sql.sql)
+        'retention_step', '_grant_all',
+        -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+        'cron_schedule', 'cron_unschedule', 'cron_job',
+        -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
+        'maintain_step_traffic']::text[]
+$$;
+
+-- Underscore routines other parts of the 0.34 work still grant (input: the
+-- argument checks; queues: the queue rows): _grant_all tolerates exactly
+-- these until they are renamed or made owner-only. Empty it when they are.
+CREATE OR REPLACE FUNCTION _grant_pending_underscore()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY['_check_text', '_check_int', '_check_interval', '_interval_text', '_queue_get', '_queue_stats',
+                 '_queue_rows', '_setting_rows']::text[]
 $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
 -- listed are callable by S_owner only (internal helpers, the p_now test
 -- overloads: a routine is listed by name, so _grant_all leaves out a
 -- signature that takes p_now when the routine has one without it).
+-- Internals are the owner's: _grant_all refuses to grant a routine whose
+-- name starts with an underscore (docs/security.md, "Internals are the
+-- owner's").
 CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
 RETURNS SETOF record
 LANGUAGE sql IMMUTABLE
@@ -78,28 +100,24 @@ AS $$
         'notify_channel', 'version',
         'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
         'retention_detach_claim', 'retention_detach_done', -- the runner's DETACH ... CONCURRENTLY (retention_detach.sql)
-        -- what the invoker functions (retention_register's wrappers, the
-        -- retention steps, cron) call: argument checks, pure
-        '_check_text', '_check_int', '_check_interval', '_interval_text', '_retention_invalid',
-        -- what the procedures (running as their caller) call
-        '_maintain_pass_begin', '_maintain_pass_end', '_maintain_part_begin', '_maintain_part_step',
-        '_maintain_part_end', '_maintain_recovery', '_maintain_retention', '_maintain_renew',
-        '_maintain_fail_owner', '_retention_begin', '_retention_step', '_retention_finish', '_retention_unlock',
-        '_retention_step_claim', '_retention_step_done', '_retention_step_deferred', '_owner_role',
-        -- a partitioned policy's drop units (retention_partition.sql)
-        '_retention_detach_claim', '_retention_step_detaching', '_retention_step_rows', '_retention_step_detached', '_retention_release_claim', '_retention_step_released',
-        '_retention_detach_body', '_retention_release_body',
-        '_retention_step_batch', '_retention_shard_body', -- a shard's batch (retention_shards.sql)
-        '_retention_sweep_sql', '_retention_sample_sql', '_retention_exec_settings', '_retention_exec_body', '_retention_sample_done', '_retention_builtin_exec',
-        '_retention_as_owner', '_retention_finish_error', '_retention_run', '_cron_available', '_cron_require', '_maintain_recovery_deadline', '_maintain_running',
-        '_maintain_ret_errors', '_maintain_ret_counts', '_maintain_ret_go', '_maintain_ret_budget',
-        '_maintain_ret_error', '_maintain_ret_put', '_maintain_ret_pace', '_maintain_ret_traffic', '_maintain_ret_renew_due', '_maintain_ret_tally', '_maintain_ret_result',
-        -- the session check of _retention_as_owner (retention_sql.sql)
-        '_retention_session_state', '_retention_session_restore',
-        '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
+        -- input's argument checks (validate.sql), pending their rename
+        '_check_text', '_check_int', '_check_interval', '_interval_text',
+        -- what the invoker wrappers call: the owner proof's definer halves
+        -- (retention_register.sql) and the pg_cron command (cron.sql)
+        'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
+        'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
+        'cron_command', 'cron_available',
+        -- the step routines the procedures call (docs/security.md): each
+        -- checks that the caller's session opened the pass it names
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
+        'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
+        'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
+        'maintain_fail_owner', -- the runner: a pass whose session is gone
+        'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
+        'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'lane_stats', 'version',
-        '_lease_rows', '_setting_rows', '_queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'lease_rows', '_setting_rows', '_queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
@@ -167,7 +185,7 @@ BEGIN
     -- invoker, executable by nobody but the roles the matrix names.
     FOR r IN SELECT p.proname, p.prokind, p.pronargs,
                     pg_catalog.format('%I.%I(%s)', v_schema, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)) AS sig,
-                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a = 'p_now') AS has_now, p.oid
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a IN ('p_now', 'p_clock')) AS has_now, p.oid
                FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_schema::regnamespace ORDER BY 4 LOOP
         EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', r.sig, v_owner);
         EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, %I, %I, %I', r.sig,
@@ -176,14 +194,17 @@ BEGIN
             EXECUTE pg_catalog.format('ALTER FUNCTION %s %s', r.sig,
                 CASE WHEN r.proname = ANY (_invoker_routines()) THEN 'SECURITY INVOKER' ELSE 'SECURITY DEFINER' END);
         END IF;
-        -- p_now overloads are for tests: S_owner alone. A routine whose every
-        -- signature takes p_now (the maintenance steps, retention_due,
-        -- queue_recover, _queue_stats: p_now has a default) is granted as the
-        -- matrix says, or no role but S_owner could call it at all.
-        CONTINUE WHEN r.has_now AND EXISTS (
-            SELECT 1 FROM pg_catalog.pg_proc q
-             WHERE q.pronamespace = v_schema::regnamespace AND q.proname = r.proname AND q.oid <> r.oid
-               AND NOT 'p_now' = ANY (coalesce(q.proargnames, '{}')));
+        -- Internals are the owner's, and so is every clock: a name with a
+        -- leading underscore in the matrix is refused, a signature that
+        -- takes p_now or p_clock (the tests' overloads) is never granted
+        -- (queue_recover and _queue_stats: the queues' work, pending).
+        IF pg_catalog.left(r.proname, 1) = '_' AND NOT r.proname = ANY (_grant_pending_underscore())
+           AND EXISTS (SELECT 1 FROM _routine_grants() g WHERE g.routine = r.proname) THEN
+            RAISE EXCEPTION '_grant_all: % is internal (its name starts with an underscore): no role but % may execute it',
+                r.sig, v_owner USING ERRCODE = 'insufficient_privilege',
+                HINT = 'Give the callers a step routine without the underscore that checks what it is asked (privileges.sql).';
+        END IF;
+        CONTINUE WHEN r.has_now AND NOT r.proname = ANY (ARRAY['queue_recover', '_queue_stats']);
         FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
             EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
         END LOOP;

@@ -56,7 +56,7 @@ BEGIN
         -- policy without its queue filter.
         PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
                                     1000, 'exclusive', interval '1 minute', _owner_role(), true);
-        PERFORM retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
+        PERFORM _retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
         v_changed := v_changed + 1;
     END LOOP;
 
@@ -67,7 +67,7 @@ BEGIN
             OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (
                     SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name))
     LOOP
-        PERFORM retention_unregister(v_name);
+        PERFORM _retention_unregister(v_name);
         v_changed := v_changed + 1;
     END LOOP;
     RETURN v_changed;

@@ -4,9 +4,15 @@
 -- dropped or retyped column is an error at the next batch, never a wrong
 -- DELETE. Names reach SQL only through %I / regclass quoting.
 
--- _retention_column returns a column's type, resolved through domains, as a
--- qualified type name safe to splice into SQL ("pg_catalog"."varchar"), and its
--- type category; NULL when the table has no such (live, user) column.
+-- _retention_column returns a column's base type (a domain resolved to the
+-- type it is over) as a qualified type name safe to splice into SQL
+-- ("pg_catalog"."varchar"), and its type category; NULL when the table has
+-- no such (live, user) column. Values are cast to the BASE type, never to
+-- a domain: a domain's CHECK (and the functions it calls) is its owner's
+-- code, and a cast to it would run that code as whoever casts --
+-- <schema>_owner in retention_set_filter before 0.34.
+-- A column compares with its base type's values as it is (no check runs
+-- when a domain value is read as its base type).
 CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,
     OUT category "char")
 LANGUAGE plpgsql STABLE
@@ -21,14 +27,12 @@ BEGIN
     IF v_typ IS NULL THEN
         RETURN;
     END IF;
-    -- The declared type (a domain keeps its checks) for casts ...
-    SELECT format('%I.%I', n.nspname, t.typname) INTO type_sql
-      FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-     WHERE t.oid = v_typ;
-    -- ... and the base type to decide what kind of column it is.
     WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = v_typ) = 'd' LOOP
         SELECT t.typbasetype INTO v_typ FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
     END LOOP;
+    SELECT format('%I.%I', n.nspname, t.typname) INTO type_sql
+      FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+     WHERE t.oid = v_typ;
     base_type := v_typ::regtype;
     SELECT t.typcategory INTO category FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
 END
@@ -79,4 +83,17 @@ AS $$
               FROM unnest(kc.cols[1:array_position(kc.cols, p_time_column::name) - 1]) c) IS NOT FALSE
      ORDER BY array_position(kc.cols, p_time_column::name), i.indexrelid
      LIMIT 1
+$$;
+
+-- _retention_scalar_type: whether values of a base type can be read from
+-- text without running any role's code: a base type (its input function is
+-- C, installed by a superuser) or an enum, not an array, composite or range
+-- (whose elements may be domains).
+CREATE OR REPLACE FUNCTION _retention_scalar_type(p_type regtype)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce((SELECT t.typtype IN ('b', 'e') AND t.typcategory <> 'A'
+                       FROM pg_catalog.pg_type t WHERE t.oid = p_type), false)
 $$;

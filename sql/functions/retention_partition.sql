@@ -11,6 +11,13 @@
 --     be deleted), and
 --   * the policy's owner owns the leaf and its parent (DROP and DETACH need
 --     ownership; a policy owner with only SELECT and DELETE gets sweeps).
+--     Owns, not is a member of the owner (0.34): the detach runs as the
+--     policy's owner, so any code of the leaf must be that role's.
+-- A leaf swept row by row runs its DELETE as the leaf's owner when the
+-- policy's owner is that role or a member of it; a leaf of another role is
+-- skipped, with an error on the pass (retention_step_claim,
+-- _retention_run_role): no leaf's code ever runs as a role that did not
+-- write it.
 -- Every other leaf -- the default partition, LIST and HASH leaves, a leaf
 -- the cutoff cuts through -- is swept like a plain table, in tid_range units
 -- of its own, with the same guarantees (the full predicate in every DELETE,
@@ -133,8 +140,11 @@ BEGIN
         RETURN false;
     END IF;
     SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    RETURN pg_catalog.pg_has_role(p_pol.owner, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf), 'USAGE')
-       AND pg_catalog.pg_has_role(p_pol.owner, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = v_parent), 'USAGE');
+    -- the policy's owner owns both (0.34: not merely a member of their
+    -- owners): the detach runs as it, and so does whatever code of the
+    -- leaf's the count, the locks and the DETACH run
+    RETURN (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf) = p_pol.owner
+       AND (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = v_parent) = p_pol.owner;
 END
 $$;
 
@@ -262,7 +272,7 @@ SET search_path FROM CURRENT
 AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
 
 -- _retention_detach_body: the PL/pgSQL body (run as the policy's owner by
--- _retention_as_owner) that detaches the leaves p_leaves of p_parent in one
+-- retention_step) that detaches the leaves p_leaves of p_parent in one
 -- transaction:
 --   1. each leaf's rows counted, from the statistics;
 --   2. each leaf locked SHARE UPDATE EXCLUSIVE, with lock_timeout raised to

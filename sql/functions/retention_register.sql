@@ -17,47 +17,33 @@ END
 $$;
 
 -- Ownership: a policy belongs to the role that registers it, and every
--- run deletes as that role (retention_sql.sql, _retention_as_owner).
+-- run deletes as that role (retention_sql.sql, retention_step). Only its
+-- owner, or a member of it, changes it, unregisters it or registers its
+-- name again (42501 otherwise, nothing changed); built-in policies
+-- (retention_builtin.sql, names under 'pgsweep.') belong to pgsweep and no
+-- caller changes them, a superuser included.
+--
 -- A SECURITY DEFINER function cannot see the role that called it, and a
 -- role name passed in could be anyone's; so the caller proves who it is:
--- retention_register runs as its caller and creates an empty temporary
--- table (pg_temp.pgsweep_owner_proof_<random>), which only the calling role
--- can have created and which PostgreSQL records as owned by it;
--- _retention_register (SECURITY DEFINER) takes the policy's owner from that
--- table's owner, accepting only such a table of this session; then the
--- wrapper drops it (an error in between rolls its creation back: a proof
--- exists only while its own registration runs, and no other code runs
--- then). Code running as another role
--- in the same session (a SECURITY DEFINER trigger of a hostile admin, say)
--- can prove only its own role, never the session's. The owner needs SELECT
--- and DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
--- registered (the built-in policies cover them). Registering a name again
--- re-points it, under the new caller's name and rights.
-CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
-    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
-    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_oid regclass;
-BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    v_oid := pg_catalog.to_regclass(v_proof);
-    PERFORM _retention_register(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
-                                p_batch_size, p_mode, p_interval, v_oid);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
-END
-$$;
+-- every entry point below (retention_register, retention_unregister,
+-- retention_set_*) runs as its caller and creates an empty temporary table
+-- (pg_temp.pgsweep_owner_proof_<random>), which only the calling role can
+-- have created and which PostgreSQL records as owned by it; its SECURITY
+-- DEFINER half (retention_*_proved) takes the calling role from that
+-- table's owner, accepting only such a table of this session
+-- (_retention_proof_role); then the wrapper drops it (an error in between
+-- rolls its creation back: a proof exists only while its own call runs,
+-- and no other code runs then). Code running as another role in the same
+-- session (a SECURITY DEFINER trigger of a hostile admin, say) can prove
+-- only its own role, never the session's. The owner needs SELECT and
+-- DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
+-- registered (the built-in policies cover them).
 
--- _retention_register takes the owner from the proof table (see above).
-CREATE OR REPLACE FUNCTION _retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
-    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval, p_proof regclass)
-RETURNS void
-LANGUAGE plpgsql
+-- _retention_proof_role: the role that created the proof table p_proof of
+-- this session (42501 when it is not one).
+CREATE OR REPLACE FUNCTION _retention_proof_role(p_proof regclass, p_verb text)
+RETURNS regrole
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -68,16 +54,93 @@ BEGIN
      WHERE c.oid = p_proof AND c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relpersistence = 't'
        AND c.relname LIKE 'pgsweep\_owner\_proof\_%';
     IF v_owner IS NULL THEN
-        RAISE EXCEPTION 'retention_register: no proof of the calling role (call retention_register, not _retention_register)'
+        RAISE EXCEPTION '%: no proof of the calling role (call %, not %_proved)', p_verb, p_verb, p_verb
             USING ERRCODE = 'insufficient_privilege';
     END IF;
+    RETURN v_owner;
+END
+$$;
+
+-- _retention_builtin_name: whether p_name is reserved for a built-in policy.
+CREATE OR REPLACE FUNCTION _retention_builtin_name(p_name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT coalesce(pg_catalog.starts_with(p_name, 'pgsweep.'), false) $$;
+
+-- _retention_policy_owned: the policy p_name for a change by p_role (FOR NO
+-- KEY UPDATE), or NULL when there is none (p_must: 22023 instead); 42501
+-- when the name is a built-in's or the policy belongs to a role p_role is
+-- not a member of.
+CREATE OR REPLACE FUNCTION _retention_policy_owned(p_verb text, p_name text, p_role regrole, p_must boolean)
+RETURNS retention_policy
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    IF _retention_builtin_name(p_name) THEN
+        RAISE EXCEPTION '%: retention policy % is reserved: names under ''pgsweep.'' are pgsweep''s built-in policies, which follow the queues',
+            p_verb, pg_catalog.quote_literal(p_name)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Change a queue''s built-in retention with queue_configure (processed_retention, dead_retention).';
+    END IF;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        IF p_must THEN
+            PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(p_role, v_pol.owner, 'MEMBER') THEN
+        RAISE EXCEPTION '%: retention policy % belongs to %; % is not a member of it', p_verb,
+            pg_catalog.quote_literal(p_name), v_pol.owner, p_role
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only a policy''s owner (or a member of it) changes, unregisters or re-registers it.';
+    END IF;
+    RETURN v_pol;
+END
+$$;
+
+-- retention_register: the caller's proof, then retention_register_proved.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_register_proved(pg_catalog.to_regclass(v_proof), p_name, p_table, p_time_column, p_older_than,
+                                      p_status_column, p_statuses, p_batch_size, p_mode, p_interval);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+-- retention_register_proved: retention_register's SECURITY DEFINER half.
+CREATE OR REPLACE FUNCTION retention_register_proved(p_proof regclass, p_name text, p_table regclass, p_time_column text,
+    p_older_than interval, p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole := _retention_proof_role(p_proof, 'retention_register');
+BEGIN
+    PERFORM _retention_policy_owned('retention_register', p_name, v_owner, false);
     PERFORM _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
                                   p_batch_size, p_mode, p_interval, v_owner, false);
 END
 $$;
 
 -- _retention_policy_put validates and stores a policy for p_owner. Only
--- SECURITY DEFINER code calls it (_retention_register, the built-in sync):
+-- SECURITY DEFINER code calls it (retention_register_proved, the built-in sync):
 -- nobody else may execute it.
 CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
@@ -218,9 +281,12 @@ BEGIN
 END
 $$;
 
--- _retention_resolve resolves a table name on the given search_path (the
--- caller's), or raises 22023 naming p_table.
-CREATE OR REPLACE FUNCTION _retention_resolve(p_name text, p_table text, p_search_path text)
+-- retention_resolve_table resolves a table name on the given search_path
+-- (the caller's: it runs as its caller, since schemas the caller may use
+-- are searched only if the role that looks may use them too), or raises
+-- 22023 naming p_table. pg_catalog only: an invoker routine calls nothing
+-- its caller could not.
+CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
 RETURNS regclass
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -229,18 +295,20 @@ DECLARE
     v_rel regclass;
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
-    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
-    PERFORM _check_text('p_table', p_table, 300);
-    BEGIN
-        PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
-        v_rel := pg_catalog.to_regclass(p_table);
+    IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
+        BEGIN
+            PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
+            v_rel := pg_catalog.to_regclass(p_table);
+            PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+        EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
+            v_rel := NULL;
+        END;
         PERFORM pg_catalog.set_config('search_path', v_pinned, true);
-    EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
-        v_rel := NULL;
-    END;
-    PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+    END IF;
     IF v_rel IS NULL THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got %s', quote_literal(p_table));
+        RAISE EXCEPTION 'p_table must be an existing table, got %',
+            coalesce(pg_catalog.quote_literal(pg_catalog.left(p_table, 300)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN v_rel;
 END
@@ -251,9 +319,9 @@ $$;
 -- 'orders_archive', ...) finds public.orders_archive). This overload pins no
 -- search_path so that it can read the caller's; its body is one call with
 -- every name schema-qualified, and the lookup itself runs in
--- _retention_resolve, which pins its own path and only resolves the name. A
--- name that resolves to no table is a 22023 naming p_table. A string literal
--- argument resolves to this overload.
+-- retention_resolve_table, which pins its own path and only resolves the
+-- name. A name that resolves to no table is a 22023 naming p_table. A
+-- string literal argument resolves to this overload.
 CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
@@ -261,11 +329,46 @@ RETURNS void
 LANGUAGE sql
 AS $$
     SELECT {{ .schema | default "pgsweep" }}.retention_register(p_name,
-        {{ .schema | default "pgsweep" }}._retention_resolve(p_name, p_table, pg_catalog.current_setting('search_path')),
+        {{ .schema | default "pgsweep" }}.retention_resolve_table(p_table, pg_catalog.current_setting('search_path')),
         p_time_column, p_older_than, p_status_column, p_statuses, p_batch_size, p_mode, p_interval)
 $$;
 
+-- retention_unregister removes a policy (its owner's, or a member's: see
+-- above); false when there was none.
 CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result boolean;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    v_result := retention_unregister_proved(pg_catalog.to_regclass(v_proof), p_name);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    RETURN v_result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF _retention_policy_owned('retention_unregister', p_name, _retention_proof_role(p_proof, 'retention_unregister'), false)
+       IS NULL THEN
+        RETURN false;
+    END IF;
+    RETURN _retention_unregister(p_name);
+END
+$$;
+
+-- _retention_unregister: the policy removed, whoever owns it (the built-in
+-- sync; retention_unregister checks the caller first).
+CREATE OR REPLACE FUNCTION _retention_unregister(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -273,7 +376,6 @@ AS $$
 DECLARE
     v_table text;
 BEGIN
-    PERFORM _check_text('p_name', p_name);
     -- partitions a pass detached and no pass dropped yet stay behind
     FOR v_table IN
         SELECT c.oid::regclass::text FROM retention_unit u JOIN pg_catalog.pg_class c ON c.oid = u.block_hi::oid
@@ -283,6 +385,116 @@ BEGIN
     END LOOP;
     DELETE FROM retention_policy WHERE name = p_name;
     RETURN FOUND;
+END
+$$;
+
+-- The time zone in which a timestamp-without-time-zone (or date) column is
+-- read: CAP writes local times. NULL: the database's TimeZone at run time.
+-- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
+CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_time_zone_proved(pg_catalog.to_regclass(v_proof), p_name, p_time_zone);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
+    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo); -- the open sweep's cutoff was computed in the old zone
+END
+$$;
+
+-- An extra fixed filter: only rows whose p_column is one of p_values are
+-- deleted. pgsweep's built-in policies use it for per-queue periods
+-- (queue = 'orders'). p_column NULL removes the filter.
+CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_filter_proved(pg_catalog.to_regclass(v_proof), p_name, p_column, p_values);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_filter_proved(p_proof regclass, p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
+    PERFORM _retention_set_filter(p_name, p_column, p_values);
+END
+$$;
+
+-- _retention_set_filter sets a policy's filter, whoever owns it (the
+-- built-in sync; retention_set_filter checks the caller first). The values
+-- are checked against the column's BASE type (_retention_column): reading
+-- them runs no domain CHECK and no function of any role.
+CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy := _retention_policy_for_update(p_name);
+    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
+    v_col record;
+    v_at timestamptz;
+BEGIN
+    IF p_column IS NOT NULL THEN
+        PERFORM _check_text('p_column', p_column, 63);
+        v_col := _retention_column(v_rel, p_column);
+        IF v_col.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
+        END IF;
+        IF NOT _retention_scalar_type(v_col.base_type) THEN
+            PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
+                quote_ident(p_column), v_col.base_type::text);
+        END IF;
+        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
+        END IF;
+        -- Values are cast to the column's base type in every batch: fail now, not then.
+        BEGIN
+            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
+                v_col.base_type::text, p_values::text);
+        END;
+    ELSIF p_values IS NOT NULL THEN
+        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
+    END IF;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
+     WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
 END
 $$;
 
@@ -304,65 +516,6 @@ BEGIN
 END
 $$;
 
--- The time zone in which a timestamp-without-time-zone (or date) column is
--- read: CAP writes local times. NULL: the database's TimeZone at run time.
--- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
-CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_at timestamptz;
-BEGIN
-    PERFORM _retention_policy_for_update(p_name);
-    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
-    v_at := clock_timestamp();
-    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo); -- the open sweep's cutoff was computed in the old zone
-END
-$$;
-
--- An extra fixed filter: only rows whose p_column is one of p_values are
--- deleted. pgsweep's built-in policies use it for per-queue periods
--- (queue = 'orders'). p_column NULL removes the filter.
-CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_pol retention_policy := _retention_policy_for_update(p_name);
-    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
-    v_col record;
-    v_at timestamptz;
-BEGIN
-    IF p_column IS NOT NULL THEN
-        PERFORM _check_text('p_column', p_column, 63);
-        v_col := _retention_column(v_rel, p_column);
-        IF v_col.type_sql IS NULL THEN
-            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
-        END IF;
-        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
-            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
-        END IF;
-        -- Values are cast to the column's type in every batch: fail now, not then.
-        BEGIN
-            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
-                v_col.base_type::text, p_values::text);
-        END;
-    ELSIF p_values IS NOT NULL THEN
-        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
-    END IF;
-    v_at := clock_timestamp();
-    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
-     WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
-END
-$$;
-
 -- How a sweep walks the table: 'auto' (the default) picks per sweep, see
 -- _retention_plan; 'tid_range' or 'keyset' force one.
 CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
@@ -371,9 +524,25 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_strategy_proved(pg_catalog.to_regclass(v_proof), p_name, p_strategy);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
     v_at timestamptz;
 BEGIN
-    PERFORM _retention_policy_for_update(p_name);
+    PERFORM _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
     IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
         PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
             coalesce(quote_literal(p_strategy), 'NULL'));
@@ -392,9 +561,25 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_lease_ttl_proved(pg_catalog.to_regclass(v_proof), p_name, p_ttl);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
     v_at timestamptz;
 BEGIN
-    PERFORM _retention_policy_for_update(p_name);
+    PERFORM _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
     v_at := clock_timestamp();
     UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = v_at WHERE name = p_name;

@@ -5,7 +5,9 @@
 --   CALL retention_run('cap.published', 'replica-1', '10 seconds');
 --   CALL retention_run('cap.published', NULL, '10 seconds', NULL, NULL);  -- returns p_pass_id
 --
--- Must be called outside a transaction block (it commits). Procedures cannot
+-- Must be called outside a transaction block (it commits). It calls only
+-- the step routines (retention_step.sql), never an internal one: its
+-- caller may call them too, and each checks what it is asked. Procedures cannot
 -- pin search_path (a SET clause forbids COMMIT inside), so these bodies call
 -- only schema-qualified functions that pin theirs and use no operator at
 -- all (every comparison, concatenation and arithmetic happens inside those
@@ -19,19 +21,11 @@
 -- rolled back whole, its unit stays open for the next cleaner, its lease
 -- expires after the policy's TTL and the view shows the pass as abandoned.
 
--- _retention_finish_error records a failed step (for the procedures).
-CREATE OR REPLACE FUNCTION _retention_finish_error(p_pass bigint, p_state text, p_message text)
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ SELECT _retention_finish(p_pass, 'error', p_state || ': ' || p_message) $$;
-
--- _retention_run is the pass, for both retention_run procedures below: the
--- verb (no clock of its own, executable by admins) and the p_now overload
--- (tests, S_owner only). p_clock is checked by _retention_begin (within 10
--- years of the clock) like the p_now of the steps an admin's maintain calls.
-CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
-    INOUT p_pass_id bigint)
+-- retention_step_pass runs this session's pass p_pass of p_name to its end
+-- with the step routines (retention_step.sql), for both retention_run
+-- procedures below. Any admin may call it: it only ever drives a pass of
+-- its own session.
+CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -41,6 +35,38 @@ DECLARE
     v_msg text;
     v_detail text;
     v_hint text;
+BEGIN
+    LOOP
+        BEGIN
+            v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                    v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+            v_failed := true;
+        END;
+        IF v_failed THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, pg_catalog.format('%s: %s', v_state, v_msg));
+            COMMIT;
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
+                HINT = coalesce(v_hint, '');
+        END IF;
+        COMMIT;
+        EXIT WHEN NOT v_more;
+    END LOOP;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, NULL);
+    COMMIT;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+END
+$$;
+
+-- _retention_run: the pass with a pinned clock, for tests (S_owner only:
+-- no role but the owner passes a clock, and it may only make the cutoff
+-- earlier). It returns the pass's id.
+CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
+    INOUT p_pass_id bigint)
+LANGUAGE plpgsql
+AS $$
 BEGIN
     -- Inside a transaction block this fails here, before anything is taken.
     COMMIT;
@@ -52,30 +78,9 @@ BEGIN
         RAISE;
     END;
     COMMIT;
-    IF p_pass_id IS NULL THEN
-        RETURN; -- busy, or the policy keeps rows forever
+    IF p_pass_id IS NOT NULL THEN -- NULL: busy, or the policy keeps rows forever
+        CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, p_pass_id);
     END IF;
-    LOOP
-        BEGIN
-            v_more := {{ .schema | default "pgsweep" }}._retention_step(p_pass_id);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
-                                    v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
-            v_failed := true;
-        END;
-        IF v_failed THEN
-            PERFORM {{ .schema | default "pgsweep" }}._retention_finish_error(p_pass_id, v_state, v_msg);
-            COMMIT;
-            PERFORM {{ .schema | default "pgsweep" }}._retention_unlock(p_name);
-            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
-                HINT = coalesce(v_hint, '');
-        END IF;
-        COMMIT;
-        EXIT WHEN NOT v_more;
-    END LOOP;
-    PERFORM {{ .schema | default "pgsweep" }}._retention_finish(p_pass_id, NULL, NULL);
-    COMMIT;
-    PERFORM {{ .schema | default "pgsweep" }}._retention_unlock(p_name);
 END
 $$;
 
@@ -95,6 +100,18 @@ AS $$
 DECLARE
     v_pass bigint;
 BEGIN
-    CALL {{ .schema | default "pgsweep" }}._retention_run(p_name, p_owner, p_budget, NULL, v_pass);
+    -- Inside a transaction block this fails here, before anything is taken.
+    COMMIT;
+    BEGIN
+        v_pass := {{ .schema | default "pgsweep" }}.retention_step_begin(p_name, p_owner, p_budget);
+    EXCEPTION WHEN OTHERS THEN
+        -- The begin step may have taken the advisory lock before it failed.
+        PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+        RAISE;
+    END;
+    COMMIT;
+    IF v_pass IS NOT NULL THEN -- NULL: busy, or the policy keeps rows forever
+        CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, v_pass);
+    END IF;
 END
 $$;

@@ -211,7 +211,7 @@ END
 $$;
 
 -- _retention_shard_body: the PL/pgSQL body of one batch on one shard, run
--- as the policy's owner in the temporary function of _retention_as_owner
+-- as the policy's owner in the temporary function of retention_step
 -- (its parameters: $1, $2 the unit's range as text -- TIDs or encoded
 -- times --, $3 the cutoff, $4 the statuses, $5 the filter values). The read
 -- goes to the shard's worker, the DELETE through the coordinator to that

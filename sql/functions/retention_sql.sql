@@ -159,7 +159,7 @@ $$;
 -- owner's could RESET ROLE back to a superuser session user. So the
 -- statement runs inside a SECURITY DEFINER function owned by the policy's
 -- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
--- _retention_as_owner creates it in this session's pg_temp (built now from
+-- retention_step creates it in this session's pg_temp (built now from
 -- validated policy fields; no stored SQL), hands it to the owner, calls it
 -- once and drops it, all in the caller's transaction, so no other session
 -- ever sees it and it is never called twice. Creating and dropping costs
@@ -178,7 +178,7 @@ $$;
 -- prepared statement would stand in for the client's; and a role's
 -- membership is checked against the session user, so a call made inside the
 -- statement could register a policy as any role the caller may act as. So
--- _retention_as_owner checks, before it looks up any name again, that the
+-- retention_step checks, before it looks up any name again, that the
 -- statement left search_path, every setting a role may SET, the session's
 -- prepared statements, retention_policy and the catalogs' object rows
 -- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
@@ -186,11 +186,12 @@ $$;
 -- the batch rolls back with everything the statement did (settings,
 -- objects, rows); the error is recorded on the policy's pass and other
 -- policies still run. The check costs about 0.1 ms a batch
--- (_retention_session_state). docs/security.md tells the whole story.
+-- (retention_step_session_state). docs/security.md tells the whole story.
 --
 -- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
--- _retention_builtin_exec instead, a SECURITY DEFINER function of
--- <schema>_owner that builds the statement from the policy itself.
+-- _retention_builtin_exec instead, inside retention_step_claim (SECURITY
+-- DEFINER, <schema>_owner), which builds the statement from the policy
+-- itself: no code of another role ever runs there.
 
 -- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
 CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
@@ -228,7 +229,7 @@ AS $$
                              (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
 $$;
 
--- _retention_session_state: what _retention_as_owner compares before and
+-- retention_step_session_state: what retention_step compares before and
 -- after a statement run as a policy's owner. settings: every setting a role
 -- may SET (context 'user' in PostgreSQL 15; a name a server lacks reads as
 -- NULL) but search_path, which is pinned here (the caller compares its own);
@@ -237,7 +238,7 @@ $$;
 -- pg_type and pg_proc (a new table, view, type or function), from the
 -- transaction's statistics counters, or, with track_counts off, a digest of
 -- the policies and of this session's temporary objects.
-CREATE OR REPLACE FUNCTION _retention_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
+CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
@@ -296,11 +297,11 @@ BEGIN
 END
 $$;
 
--- _retention_session_restore deletes the prepared statements that are not
--- in p_prepared (as _retention_session_state lists them): a statement run
+-- retention_step_session_restore deletes the prepared statements that are not
+-- in p_prepared (as retention_step_session_state lists them): a statement run
 -- as a policy's owner made them, and they outlive a rollback. It returns
 -- their names.
-CREATE OR REPLACE FUNCTION _retention_session_restore(p_prepared text[])
+CREATE OR REPLACE FUNCTION retention_step_session_restore(p_prepared text[])
 RETURNS text[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -317,89 +318,102 @@ BEGIN
 END
 $$;
 
--- _retention_as_owner runs one statement of a policy as its owner and
--- returns the DELETE's row count or the sample's three values. It runs as
--- its caller (SECURITY INVOKER): the caller must be able to act as the owner.
--- p_shard: a batch on one shard of a distributed (Citus) table
--- (_retention_shard_body; sampled is then the number of rows it read).
-CREATE OR REPLACE FUNCTION _retention_as_owner(p_pol retention_policy, p_kind text, p_strategy text,
-    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz, p_target regclass, p_shard bigint DEFAULT NULL,
-    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
+-- retention_step does one step of a pass: at most one batch. It returns
+-- false when the pass is over (outcome recorded), true to be called again.
+-- It runs as its caller (SECURITY INVOKER): the statement on the policy's
+-- table runs as the table's owner (or the policy's, see retention_step_claim)
+-- in a temporary SECURITY DEFINER function owned by that role, which only a
+-- caller that can act as it may create. Everything else happens in two
+-- SECURITY DEFINER step routines, each of which checks that this session
+-- opened the pass: retention_step_claim (which unit, the statement built
+-- now from the stored policy and the catalog, the cutoff capped at now()
+-- minus the policy's older_than) and retention_step_record (what the
+-- statement did, for the unit the claim handed out and no other). The
+-- caller may call either one alone, in any order: a claim not recorded is
+-- void at the next claim, a record without a claim changes nothing.
+CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
+RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_sql text;
-    v_type text := pg_catalog.format_type(pg_catalog.pg_typeof(p_lo), NULL);
+    v record;
     v_sig text;
-    v_path text := pg_catalog.current_setting('search_path');
+    v_path text;
     v_before record;
     v_after record;
     v_changed text;
+    v_deleted bigint;
+    v_fraction double precision;
+    v_sampled bigint;
+    v_times timestamptz[];
 BEGIN
-    IF p_pol.owner = _owner_role() THEN
-        SELECT * INTO deleted, fraction, sampled, times
-          FROM _retention_builtin_exec(p_pol.name, p_kind, p_strategy, p_lo, p_hi, p_cutoff);
-        RETURN;
+    v := retention_step_claim(p_pass);
+    IF v.o_kind IS NULL THEN
+        RETURN v.o_more;
     END IF;
-    IF NOT pg_catalog.pg_has_role(current_user, p_pol.owner, 'MEMBER') THEN
-        RAISE EXCEPTION 'retention policy %: % cannot act as the policy''s owner %', p_pol.name, current_user, p_pol.owner
+    IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'retention policy %: % cannot act as %, the role its statements run as', v.o_policy, current_user, v.o_role
             USING ERRCODE = 'insufficient_privilege',
                   HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
-                                           p_pol.owner, p_pol.owner::text, current_user);
+                                           v.o_role, v.o_role::text, current_user);
     END IF;
-    IF p_kind = 'delete' THEN
-        v_sql := _retention_sweep_sql(p_pol, p_strategy, p_target);
-    ELSIF p_kind = 'detach' THEN
-        v_sql := _retention_detach_body(p_target, p_lo::text::oid[]); -- p_lo: the leaves
-    ELSIF p_kind = 'release' THEN
-        v_sql := _retention_release_body(p_lo::text::oid[]); -- p_lo: the detached tables
-    ELSE
-        v_sql := _retention_sample_sql(p_pol, p_lo::text::double precision);
-    END IF;
-    v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v_type, v_type);
-    EXECUTE pg_catalog.format(
-        'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
-        'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L',
-        v_sig, _retention_exec_settings(CASE WHEN p_kind = 'delete' AND p_shard IS NULL THEN p_strategy END)
-               -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
-               || CASE WHEN p_shard IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END,
-        CASE WHEN p_shard IS NULL THEN _retention_exec_body(v_sql, p_kind, p_target)
-             ELSE _retention_shard_body(p_pol, p_strategy, p_shard, p_lo::text, p_hi::text, p_cutoff) END);
-    EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, p_pol.owner::text);
-    v_before := _retention_session_state();
     BEGIN
-        EXECUTE pg_catalog.format('SELECT * FROM %s', pg_catalog.replace(v_sig,
-                pg_catalog.format('(%s, %s, timestamptz, text[], text[])', v_type, v_type), '($1, $2, $3, $4, $5)'))
-           INTO deleted, fraction, sampled, times
-          USING p_lo, p_hi, p_cutoff, p_pol.statuses, p_pol.filter_values;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-        -- Rolled back with the block: settings, objects, rows. Not prepared statements.
-        PERFORM _retention_session_restore(v_before.prepared);
-        RAISE;
+        IF v.o_kind = 'detach' THEN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
+        END IF;
+        v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
+            'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L', v_sig, v.o_settings, v.o_body);
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, v.o_role::text);
+        v_path := pg_catalog.current_setting('search_path');
+        v_before := retention_step_session_state();
+        BEGIN
+            EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
+                                      v.o_type, v.o_type)
+               INTO v_deleted, v_fraction, v_sampled, v_times
+              USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            -- Rolled back with the block: settings, objects, rows. Not prepared statements.
+            PERFORM retention_step_session_restore(v_before.prepared);
+            RAISE;
+        END;
+        -- The owner's code may have set search_path for the session: compare it
+        -- before any name is looked up again (pg_catalog only, no operator).
+        IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
+            v_changed := 'search_path';
+        ELSE
+            v_after := retention_step_session_state();
+            v_changed := CASE
+                WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
+                    'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
+                                      FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
+                WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
+                WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
+        END IF;
+        IF v_changed IS NOT NULL THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_session_restore(v_before.prepared);
+            RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
+                v.o_policy, v.o_role, v_changed
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
+                             'they must not SET parameters, create objects, prepare statements or register retention policies.';
+        END IF;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        -- A row (delete), the parent or a leaf (detach), a detached table
+        -- (release) stayed locked past retention_lock_timeout: the step
+        -- rolled back whole; its units wait for a later pass.
+        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN
+            RAISE;
+        END IF;
+        PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
     END;
-    -- The owner's code may have set search_path for the session: compare it
-    -- before any name is looked up again (pg_catalog only, no operator).
-    IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
-        v_changed := 'search_path';
-    ELSE
-        v_after := _retention_session_state();
-        v_changed := CASE
-            WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
-                'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
-                                  FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
-            WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
-            WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
-    END IF;
-    IF v_changed IS NOT NULL THEN
-        PERFORM {{ .schema | default "pgsweep" }}._retention_session_restore(v_before.prepared);
-        RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
-            p_pol.name, p_pol.owner, v_changed
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
-                         'they must not SET parameters, create objects, prepare statements or register retention policies.';
-    END IF;
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+    RETURN v.o_more;
 END
 $$;
 
@@ -418,6 +432,8 @@ DECLARE
     v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
 BEGIN
     SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    -- never later than now() - older_than, whatever the caller says
+    p_cutoff := least(p_cutoff, _retention_cutoff(v_pol, pg_catalog.clock_timestamp()));
     IF NOT FOUND OR v_pol.owner <> _owner_role() OR v_pol.table_schema <> pg_catalog.current_schema()
        OR v_pol.table_name NOT IN ('message_processed', 'message_dead') THEN
         RAISE EXCEPTION 'retention policy %: not a built-in policy', p_name USING ERRCODE = 'insufficient_privilege';

@@ -1,6 +1,7 @@
 -- Retention: the steps of a pass. retention_run (a procedure, so that it can
--- commit) calls them and commits after each; all logic lives here, in
--- functions that pin search_path (a procedure that commits cannot).
+-- commit) calls the step routines below and commits after each; all logic
+-- lives here, in functions that pin search_path (a procedure that commits
+-- cannot).
 --
 -- Exclusive mode takes two locks for the whole pass, in this order:
 --   1. pg_try_advisory_lock on the policy (session level, held across the
@@ -85,7 +86,7 @@ BEGIN
             RAISE NOTICE 'retention policy %: another cleaner is running it; nothing done', p_name;
             RETURN NULL;
         END IF;
-        v_token := lease_acquire('retention:' || p_name, v_owner, v_pol.lease_ttl);
+        v_token := _lease_acquire('retention:' || p_name, v_owner, v_pol.lease_ttl, NULL);
         IF v_token IS NULL THEN
             PERFORM pg_catalog.pg_advisory_unlock(_retention_lock_key(p_name));
             RAISE NOTICE 'retention policy %: lease retention:% is held by another cleaner; nothing done', p_name, p_name;
@@ -134,14 +135,16 @@ BEGIN
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
     -- The budget bounds the pass; a pass always gets its first batch.
-    IF v_now >= v_pass.deadline AND v_pass.batches > 0 THEN
+    -- A pass whose steps are claimed and never recorded (retention_step_claim
+    -- alone, in a loop) still ends: a lease TTL after its deadline.
+    IF v_now >= v_pass.deadline AND (v_pass.batches > 0 OR v_now >= v_pass.deadline + v_pol.lease_ttl) THEN
         UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
         RETURN;
     END IF;
 
     IF v_pass.mode = 'exclusive' THEN
         IF v_now >= v_pass.renewed_at + v_pol.lease_ttl / 3 THEN
-            IF NOT lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl) THEN
+            IF NOT _lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl, NULL) THEN
                 UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
                 RETURN;
             END IF;
@@ -197,7 +200,8 @@ BEGIN
         o_action := 'plan';
         o_more := true;
         o_pol := v_pol;
-        o_now := coalesce(v_pass.now_override, clock_timestamp());
+        -- a pinned clock (tests) may only make the cutoff earlier
+        o_now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
         o_cutoff := _retention_cutoff(v_pol, o_now);
         o_pct := _retention_sample_pct(v_pol);
         RETURN;
@@ -233,7 +237,8 @@ BEGIN
         END IF;
         -- Planned as a drop but no longer droppable (re-attached elsewhere,
         -- the policy changed): sweep the whole leaf instead.
-        IF v_unit.action = 'drop' AND NOT _retention_leaf_droppable(v_pol, o_target, v_sweep.cutoff) THEN
+        IF v_unit.action = 'drop'
+           AND NOT _retention_leaf_droppable(v_pol, o_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
             UPDATE retention_unit SET action = 'delete', block_lo = 0, block_hi = NULL
              WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
             RETURNING * INTO v_unit;
@@ -245,7 +250,10 @@ BEGIN
     o_pol := v_pol;
     o_strategy := v_sweep.strategy;
     o_unit := v_unit;
-    o_cutoff := v_sweep.cutoff;
+    -- The cap: a sweep's cutoff is never later than now() - older_than of
+    -- the policy as it is now (it may have been planned with a later clock,
+    -- or before older_than grew).
+    o_cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
 END
 $$;
 
@@ -448,7 +456,7 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                     WHERE c.oid = v_unit.block_hi::oid AND c.relkind = 'r' AND NOT c.relispartition
                       AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
-                      AND pg_catalog.pg_has_role(v_owner, c.relowner, 'USAGE')
+                      AND c.relowner = v_owner
                       -- nothing outside it depends on it (a view, a foreign key): DROP would fail
                       AND NOT _retention_depended_on(c.oid)) THEN
             o_units := o_units || v_unit.unit_no;
@@ -517,93 +525,315 @@ BEGIN
 END
 $$;
 
--- _retention_step does one step of a pass: at most one batch. It returns
--- false when the pass is over (outcome recorded), true to be called again.
--- It runs as its caller: the bookkeeping runs as <schema>_owner
--- (_retention_step_claim, _retention_step_done), the statements on the
--- policy's table as the policy's owner (_retention_as_owner).
-CREATE OR REPLACE FUNCTION _retention_step(p_pass bigint)
-RETURNS boolean
+-- Step routines (docs/security.md, "Step routines"). retention_run and
+-- maintain run as their caller, so they call only these, never an internal
+-- (underscore) routine, and their caller may call them too, in any order:
+--   retention_step_begin   opens a pass for this session (no clock: a pinned
+--                          clock is _retention_begin's, S_owner's alone);
+--   retention_step         one step (retention_sql.sql): claim, the
+--                          statement as the table's owner, record;
+--   retention_step_end     records the end of this session's pass;
+--   retention_step_unlock  gives back this session's advisory lock on a policy.
+-- Every one that names a pass checks that this session opened it
+-- (_retention_pass_check): pid and, since a pid is reused, a pass begun
+-- before the server started is nobody's.
+
+-- _retention_pass_check: this session's running pass p_pass (NULL when it
+-- no longer exists: its policy was unregistered during the pass); 42501
+-- when it is another session's or over.
+CREATE OR REPLACE FUNCTION _retention_pass_check(p_pass bigint)
+RETURNS retention_pass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v retention_pass;
+BEGIN
+    SELECT * INTO v FROM retention_pass WHERE id = p_pass;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
+       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+        RAISE EXCEPTION 'retention pass %: not a running pass of this session', p_pass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A pass''s steps run in the session that began it (CALL retention_run, CALL maintain).';
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- retention_step_begin opens a pass of p_name for this session (see
+-- _retention_begin): its id, or NULL when there is nothing to do.
+CREATE OR REPLACE FUNCTION retention_step_begin(p_name text, p_owner text, p_budget interval)
+RETURNS bigint
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_begin(p_name, p_owner, p_budget, NULL) $$;
+
+-- retention_step_end records the end of this session's pass p_pass (an
+-- error when p_error is given) and releases its lease; the caller commits,
+-- then gives the advisory lock back (retention_step_unlock).
+CREATE OR REPLACE FUNCTION retention_step_end(p_pass bigint, p_error text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF _retention_pass_check(p_pass) IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000));
+END
+$$;
+
+-- retention_step_unlock: this session's advisory lock on a policy, given
+-- back (_retention_unlock); a session can only ever release its own.
+CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_unlock(p_name) $$;
+
+-- _retention_run_role: the role a statement on p_rel (the policy's table,
+-- or one of its leaves) runs as: the table's owner when the policy's owner
+-- is that role or a member of it (then the table's code -- triggers, rules,
+-- row-level security, domains, defaults -- runs as the role that wrote it),
+-- else NULL: a leaf is then skipped, and the policy's own table is swept as
+-- the policy's owner (a grantee's DELETE, as PostgreSQL runs any).
+CREATE OR REPLACE FUNCTION _retention_run_role(p_pol retention_policy, p_rel regclass)
+RETURNS regrole
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN c.relowner = p_pol.owner OR pg_catalog.pg_has_role(p_pol.owner, c.relowner, 'MEMBER')
+                THEN c.relowner::regrole END
+      FROM pg_catalog.pg_class c WHERE c.oid = p_rel
+$$;
+
+-- retention_step_claim: the bookkeeping of one step of this session's pass
+-- p_pass, as <schema>_owner, and the statement retention_step runs. o_kind
+-- NULL: nothing to run (o_more: call again); else o_kind is 'sample',
+-- 'delete', 'detach' or 'release', run as o_role with the body o_body
+-- (built now from the stored policy and the catalog), the settings
+-- o_settings and the parameters ($1, $2 of type o_type as text, $3 the
+-- cutoff, never later than now() - older_than, $4 the statuses, $5 the
+-- filter values). What it handed out is kept on the pass (step) for
+-- retention_step_record. A built-in policy's step runs here whole.
+CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
+    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_policy text, OUT o_type text,
+    OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
+    OUT o_settings text, OUT o_body text)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v record;
+    v_b record;
     v_run record;
-    v_batch record;
-    v_batch2 record;
+    v_step jsonb;
+    v_sql text;
+    v_rel regclass;
 BEGIN
+    o_more := false;
+    IF _retention_pass_check(p_pass) IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
     v := _retention_step_claim(p_pass);
-    IF v.o_action = 'plan' THEN
-        IF v.o_pct IS NOT NULL THEN
-            v_run := _retention_as_owner(v.o_pol, 'sample', NULL, v.o_pct, NULL::double precision, v.o_cutoff, NULL);
-            PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
-        ELSE -- an empty table, or a partitioned one (planned per leaf): no sample
-            PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
-        END IF;
-    ELSIF v.o_action = 'detach' THEN
-        -- every droppable leaf of the parent in one transaction (retention_partition.sql)
-        v_batch := _retention_detach_claim(p_pass, v.o_unit, v.o_target, v.o_cutoff);
-        BEGIN
-            -- recorded first, as if every leaf will be detached: from the
-            -- parent's lock to the commit only the rows are left to add
-            PERFORM _retention_step_detaching(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v.o_strategy);
-            v_run := _retention_as_owner(v.o_pol, 'detach', NULL, v_batch.o_leaves, v_batch.o_leaves, v.o_cutoff,
-                                         v_batch.o_parent);
-            IF v_run.sampled = cardinality(v_batch.o_leaves) THEN
-                PERFORM _retention_step_rows(p_pass, v_run.deleted);
-            ELSE -- a leaf was in use and stays: the record follows the catalog
-                PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, v_run.deleted,
-                                                 v.o_strategy, true);
+    o_more := v.o_more;
+    IF v.o_action IS NULL THEN
+        RETURN;
+    END IF;
+    o_policy := (v.o_pol).name;
+    o_cutoff := v.o_cutoff;
+    o_statuses := (v.o_pol).statuses;
+    o_filters := (v.o_pol).filter_values;
+    v_step := jsonb_build_object('action', v.o_action, 'strategy', v.o_strategy, 'sweep', (v.o_unit).sweep_id,
+                                 'unit', (v.o_unit).unit_no, 'now', v.o_now, 'pct', v.o_pct);
+
+    IF (v.o_pol).owner = _owner_role() THEN
+        -- A built-in policy: pgsweep's own table, as <schema>_owner, here.
+        IF v.o_action = 'plan' THEN
+            IF v.o_pct IS NOT NULL THEN
+                v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.o_pct, NULL::double precision, o_cutoff);
+                PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
+            ELSE
+                PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
             END IF;
-        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-            -- the parent (or the default partition) stayed locked past
-            -- retention_lock_timeout, or a session that holds the parent
-            -- (ANALYZE of the whole table, say) waited for a leaf this step
-            -- held: nothing was detached (the record above rolled back with
-            -- it), a later pass retries
-            PERFORM _retention_step_detached(p_pass, v.o_unit, v_batch.o_units, v_batch.o_leaves, 0, v.o_strategy, false);
-        END;
-        RETURN true;
+        ELSIF v.o_action = 'delete' THEN
+            BEGIN
+                IF v.o_strategy = 'tid_range' THEN
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.o_strategy,
+                        format('(%s,0)', (v.o_unit).block_lo)::tid, format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid,
+                        o_cutoff);
+                ELSE
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
+                                                     o_cutoff);
+                END IF;
+            EXCEPTION WHEN lock_not_available THEN
+                PERFORM _retention_step_deferred(p_pass, v.o_unit);
+                RETURN;
+            END;
+            PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+        END IF;
+        RETURN;
+    END IF;
+
+    o_role := (v.o_pol).owner;
+    IF v.o_action = 'plan' THEN
+        IF v.o_pct IS NULL THEN -- an empty table, or a partitioned one (planned per leaf): no sample
+            PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
+            RETURN;
+        END IF;
+        o_kind := 'sample';
+        o_type := 'pg_catalog.float8';
+        o_lo := v.o_pct::text;
+        v_sql := _retention_sample_sql(v.o_pol, v.o_pct);
+        v_rel := _retention_table((v.o_pol).table_schema, (v.o_pol).table_name);
+        o_role := coalesce(_retention_run_role(v.o_pol, v_rel), o_role);
+    ELSIF v.o_action = 'detach' THEN
+        -- every droppable leaf of the parent in one transaction
+        -- (retention_partition.sql); droppable: the policy's owner owns
+        -- the leaves and the parent, so it is their owner who runs it
+        v_b := _retention_detach_claim(p_pass, v.o_unit, v.o_target, o_cutoff);
+        o_kind := 'detach';
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v_b.o_leaves::text;
+        o_hi := o_lo;
+        v_step := v_step || jsonb_build_object('units', to_jsonb(v_b.o_units), 'leaves', to_jsonb(v_b.o_leaves));
+        v_sql := _retention_detach_body(v_b.o_parent, v_b.o_leaves);
     ELSIF v.o_action = 'release' THEN
         -- drop the tables earlier passes detached; no lock on the parent
-        v_batch2 := _retention_release_claim(p_pass, v.o_unit);
-        IF cardinality(v_batch2.o_tables) > 0 THEN
-            BEGIN
-                v_run := _retention_as_owner(v.o_pol, 'release', NULL, v_batch2.o_tables, v_batch2.o_tables, v.o_cutoff, NULL);
-            EXCEPTION WHEN lock_not_available THEN
-                NULL;
-            END;
-            PERFORM _retention_step_released(p_pass, v.o_unit, v_batch2.o_units, v_batch2.o_tables);
+        v_b := _retention_release_claim(p_pass, v.o_unit);
+        IF cardinality(v_b.o_tables) = 0 THEN
+            RETURN;
         END IF;
-        RETURN true;
-    ELSIF v.o_action = 'delete' THEN
-        BEGIN
-            IF v.o_strategy = 'tid_range' THEN
-                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy,
-                    pg_catalog.format('(%s,0)', (v.o_unit).block_lo)::tid,
-                    pg_catalog.format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid, v.o_cutoff, v.o_target,
-                    (v.o_unit).shard_id);
-            ELSE
-                v_run := _retention_as_owner(v.o_pol, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
-                    v.o_cutoff, v.o_target, (v.o_unit).shard_id);
+        o_kind := 'release';
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v_b.o_tables::text;
+        o_hi := o_lo;
+        v_step := v_step || jsonb_build_object('units', to_jsonb(v_b.o_units), 'tables', to_jsonb(v_b.o_tables));
+        v_sql := _retention_release_body(v_b.o_tables);
+    ELSE
+        o_kind := 'delete';
+        IF v.o_target IS NOT NULL THEN
+            -- a leaf: as its owner, if the policy's owner may act as it
+            o_role := _retention_run_role(v.o_pol, v.o_target);
+            IF o_role IS NULL THEN
+                UPDATE retention_pass
+                   SET error = coalesce(error || '; ', '') || format(
+                       'leaf %s skipped: owned by %s, which the policy''s owner %s is not a member of',
+                       v.o_target::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.o_target),
+                       (v.o_pol).owner::text)
+                 WHERE id = p_pass;
+                DELETE FROM retention_unit u
+                 WHERE u.policy = (v.o_unit).policy AND u.sweep_id = (v.o_unit).sweep_id AND u.unit_no = (v.o_unit).unit_no;
+                o_kind := NULL;
+                RETURN;
             END IF;
-        EXCEPTION WHEN lock_not_available THEN
-            -- A row of the unit stayed locked past retention_lock_timeout:
-            -- the batch rolled back whole; a later pass takes the unit.
-            PERFORM _retention_step_deferred(p_pass, v.o_unit);
-            RETURN true;
-        END;
+        ELSE
+            v_rel := _retention_table((v.o_pol).table_schema, (v.o_pol).table_name);
+            o_role := coalesce(_retention_run_role(v.o_pol, v_rel), o_role);
+        END IF;
+        IF v.o_strategy = 'tid_range' THEN
+            o_type := 'pg_catalog.tid';
+            o_lo := format('(%s,0)', (v.o_unit).block_lo);
+            o_hi := format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295));
+        ELSE
+            o_type := 'pg_catalog.timestamptz';
+            o_lo := (v.o_unit).time_lo::text;
+            o_hi := (v.o_unit).time_hi::text;
+        END IF;
+        IF (v.o_unit).shard_id IS NULL THEN
+            v_sql := _retention_sweep_sql(v.o_pol, v.o_strategy, v.o_target);
+        END IF;
+        v_step := v_step || jsonb_build_object('shard', (v.o_unit).shard_id);
+    END IF;
+    o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND (v.o_unit).shard_id IS NULL THEN v.o_strategy END)
+                  -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+                  || CASE WHEN (v.o_unit).shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
+    o_body := CASE WHEN o_kind = 'delete' AND (v.o_unit).shard_id IS NOT NULL
+                   THEN _retention_shard_body(v.o_pol, v.o_strategy, (v.o_unit).shard_id, o_lo, o_hi, o_cutoff)
+                   ELSE _retention_exec_body(v_sql, o_kind, v.o_target) END;
+    UPDATE retention_pass SET step = v_step WHERE id = p_pass;
+END
+$$;
+
+-- retention_step_record records what the statement of the step that
+-- retention_step_claim handed out did (p_phase 'done'), or that it found a
+-- lock held past retention_lock_timeout ('locked': its units wait for a
+-- later pass), or, for a detach, that it is about to run ('detaching').
+-- It acts only on the unit the claim handed out to this session's pass:
+-- a record without a claim changes nothing.
+CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass := _retention_pass_check(p_pass);
+    v_step jsonb := v_pass.step;
+    v_unit retention_unit;
+    v_pol retention_policy;
+    v_units int[];
+    v_oids oid[];
+    v_deleted bigint := greatest(coalesce(p_deleted, 0), 0);
+BEGIN
+    IF v_step IS NULL OR p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+        RETURN;
+    END IF;
+    IF p_phase <> 'detaching' THEN
+        UPDATE retention_pass SET step = NULL WHERE id = p_pass;
+    END IF;
+    IF v_step ->> 'action' = 'plan' THEN
+        IF p_phase = 'done' THEN
+            PERFORM _retention_plan_from_sample(p_pass, (v_step ->> 'now')::timestamptz, (v_step ->> 'pct')::double precision,
+                                                p_fraction, p_sampled, p_times);
+        END IF;
+        RETURN;
+    END IF;
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pass.policy AND u.sweep_id = (v_step ->> 'sweep')::bigint AND u.unit_no = (v_step ->> 'unit')::int;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_units := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(coalesce(v_step -> 'units', '[]'))::int);
+    v_oids := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(coalesce(v_step -> 'leaves', v_step -> 'tables', '[]'))::oid);
+    IF v_step ->> 'action' = 'detach' THEN
+        IF p_phase = 'detaching' THEN
+            PERFORM _retention_step_detaching(p_pass, v_unit, v_units, v_oids, v_step ->> 'strategy');
+            UPDATE retention_pass SET step = v_step || '{"premarked": true}' WHERE id = p_pass;
+        ELSIF p_phase = 'locked' THEN
+            -- the parent (or the default partition) stayed locked past
+            -- retention_lock_timeout, or a session that holds the parent
+            -- waited for a leaf this step held: nothing was detached (the
+            -- premark rolled back with it), a later pass retries
+            PERFORM _retention_step_detached(p_pass, v_unit, v_units, v_oids, 0, v_step ->> 'strategy', false);
+        ELSIF p_sampled = cardinality(v_oids) AND (v_step ->> 'premarked')::boolean THEN
+            PERFORM _retention_step_rows(p_pass, v_deleted);
+        ELSE -- a leaf was in use and stays: the record follows the catalog
+            PERFORM _retention_step_detached(p_pass, v_unit, v_units, v_oids, v_deleted, v_step ->> 'strategy',
+                                             coalesce((v_step ->> 'premarked')::boolean, false));
+        END IF;
+    ELSIF v_step ->> 'action' = 'release' THEN
+        PERFORM _retention_step_released(p_pass, v_unit, v_units, v_oids);
+    ELSIF p_phase = 'locked' THEN
+        -- A row of the unit stayed locked past retention_lock_timeout: the
+        -- batch rolled back whole; a later pass takes the unit.
+        PERFORM _retention_step_deferred(p_pass, v_unit);
+    ELSE
+        SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
         -- A shard's batch reads at most batch_size rows of its unit: one
         -- that read that many and deleted some leaves the unit open for the
         -- next batch (retention_shards.sql).
-        IF (v.o_unit).shard_id IS NOT NULL AND v_run.sampled >= (v.o_pol).batch_size AND v_run.deleted > 0 THEN
-            PERFORM _retention_step_batch(p_pass, v.o_strategy, v_run.deleted);
+        IF v_step ->> 'shard' IS NOT NULL AND p_sampled >= v_pol.batch_size AND v_deleted > 0 THEN
+            PERFORM _retention_step_batch(p_pass, v_step ->> 'strategy', v_deleted);
         ELSE
-            PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+            PERFORM _retention_step_done(p_pass, v_unit, v_step ->> 'strategy', v_deleted);
         END IF;
     END IF;
-    RETURN v.o_more;
 END
 $$;
 
@@ -621,14 +851,15 @@ BEGIN
     UPDATE retention_pass
        SET finished_at = v_at,
            outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
-           error = p_error
+           error = CASE WHEN p_error IS NULL THEN error ELSE coalesce(error || '; ', '') || p_error END,
+           step = NULL
      WHERE id = p_pass
     RETURNING * INTO v_pass;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     IF v_pass.mode = 'exclusive' THEN
-        PERFORM lease_release('retention:' || v_pass.policy, v_pass.owner);
+        PERFORM _lease_release('retention:' || v_pass.policy, v_pass.owner, NULL);
     END IF;
     -- A bounded history: the last 1000 passes of each policy.
     DELETE FROM retention_pass p

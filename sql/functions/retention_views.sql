@@ -67,7 +67,9 @@ SELECT r.name,
 -- abandoned, e.g. a runner stopped by SIGTERM or kill -9). A pass that ended
 -- in an error waits for the interval (a persistent error would otherwise
 -- repeat every pass). Policies that keep rows forever are never due.
-CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz DEFAULT NULL)
+-- retention_due() reads the database clock; the p_now overload pins it,
+-- for tests (S_owner only: no role but the owner passes a clock).
+CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -95,3 +97,9 @@ BEGIN
      ORDER BY lp.at NULLS FIRST, r.name;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION retention_due()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT retention_due(NULL::timestamptz) $$;

@@ -1,0 +1,4588 @@
+-- pgsweep 0.34: internals are the owner's (issue 23, classes 2-4).
+--
+-- * No role but <schema>_owner executes a routine whose name starts with an
+--   underscore, or passes a clock: _grant_all refuses to grant one. The
+--   procedures (maintain, retention_run, maintain_step_retention) call only
+--   step routines (maintain_step_*, retention_step_*), each tied to the
+--   session that opened its pass; a cutoff is never later than now() minus
+--   the policy's older_than when a statement runs.
+-- * leases view reads lease_rows() (was _lease_rows); the Go runner calls
+--   maintain_fail_owner and retention_step_unlock.
+-- * lease_acquire/renew/release refuse pgsweep's own lease names.
+-- * A retention policy is changed, unregistered or re-registered only by
+--   its owner or a member of it (owner proof), built-in names are reserved.
+-- * Other roles' code runs only as that role: filter values are read as the
+--   column's base type (no domain CHECK); a statement on a table or leaf
+--   runs as its owner (retention_step); a leaf of another role is skipped.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+ALTER TABLE maintain_run ADD COLUMN deadline timestamptz;
+ALTER TABLE retention_pass ADD COLUMN step jsonb;
+COMMENT ON COLUMN retention_pass.step IS 'the step retention_step_claim handed out and retention_step_record has not recorded yet';
+
+-- Gone or renamed: every one was executable by <schema>_admin or _monitor.
+DROP VIEW leases; -- recreated over lease_rows() (lease.sql)
+DROP FUNCTION _lease_rows();
+DROP FUNCTION retention_due(timestamptz); -- its p_now had a default: now retention_due() and the owner's retention_due(p_now)
+DROP PROCEDURE _maintain_retention(text, timestamptz, jsonb);
+DROP FUNCTION _maintain_recovery_deadline(timestamptz, interval);
+DROP FUNCTION _maintain_running(text);
+DROP FUNCTION _maintain_ret_errors(jsonb);
+DROP FUNCTION _maintain_ret_counts(jsonb);
+DROP FUNCTION _maintain_ret_go(text, timestamptz);
+DROP FUNCTION _maintain_ret_budget(timestamptz);
+DROP FUNCTION _maintain_ret_error(text, text);
+DROP FUNCTION _maintain_ret_put(jsonb, text, jsonb);
+DROP FUNCTION _maintain_ret_traffic();
+DROP FUNCTION _maintain_ret_renew_due(timestamptz);
+DROP FUNCTION _maintain_ret_tally(jsonb, text, bigint);
+DROP FUNCTION _maintain_ret_result(jsonb, boolean, jsonb);
+DROP FUNCTION _maintain_fail_owner(text, text);
+DROP FUNCTION _retention_finish_error(bigint, text, text);
+DROP FUNCTION _retention_step(bigint);
+DROP FUNCTION _retention_as_owner(retention_policy, text, text, anyelement, anyelement, timestamptz, regclass, bigint);
+DROP FUNCTION _retention_session_state();
+DROP FUNCTION _retention_session_restore(text[]);
+DROP FUNCTION _retention_register(text, regclass, text, interval, text, text[], int, text, interval, regclass);
+DROP FUNCTION _retention_resolve(text, text, text);
+DROP FUNCTION _cron_available();
+DROP FUNCTION _cron_require();
+
+-- pgsweep:include functions/privileges.sql
+-- The role model, in one place (docs/security.md).
+--
+-- Installing into schema S uses four NOLOGIN roles (created by the
+-- migration when missing, see _ensure_roles):
+--   S_owner    owns the schema and every object in it; never a superuser
+--   S_admin    queues, settings, retention policies, cron, maintenance (and S_monitor)
+--   S_worker   send, claim, renew, complete, fail, release, leases
+--   S_monitor  the stats views; never payloads
+-- DBAs grant one of them to an application's own login role. PUBLIC gets
+-- nothing: not the schema, not a table, not a function.
+--
+-- Every function is SECURITY DEFINER (runs as S_owner, search_path pinned
+-- with pg_temp last) except the few that must run as their caller
+-- (_invoker_routines): the retention_register wrappers, which pass the
+-- caller's role on as the policy owner, the retention steps that delete as
+-- the policy's owner, and the pg_cron functions (the job runs as the role
+-- that scheduled it, which needs pg_cron's own grants). Worker and monitor roles hold no privilege on any
+-- table, so a fence cannot be bypassed with a direct UPDATE, and payloads
+-- are reachable only through the verbs. Procedures (maintain, retention_run)
+-- cannot be SECURITY DEFINER (they commit): they run as their caller and
+-- call only schema-qualified functions.
+--
+-- Every migration ends with SELECT _grant_all(): ownership, security and
+-- grants are re-applied from this file, so an upgraded install's ACLs equal
+-- a fresh one's.
+
+-- _role_names: the four role names of this install.
+CREATE OR REPLACE FUNCTION _role_names(OUT owner_role text, OUT admin_role text, OUT worker_role text, OUT monitor_role text)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.current_schema() || '_owner', pg_catalog.current_schema() || '_admin',
+           pg_catalog.current_schema() || '_worker', pg_catalog.current_schema() || '_monitor'
+$$;
+
+-- _owner_role: S_owner as a regrole (built-in retention policies belong to it).
+CREATE OR REPLACE FUNCTION _owner_role()
+RETURNS regrole
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (pg_catalog.current_schema() || '_owner')::pg_catalog.regrole $$;
+
+-- Routines that run as their caller; every other function is SECURITY DEFINER.
+-- An invoker routine can call only what its caller may execute, so none of
+-- them calls an underscore routine (but _grant_all, which is S_owner's).
+CREATE OR REPLACE FUNCTION _invoker_routines()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY[
+        -- the owner proofs: the caller's role becomes (or must own) the policy (retention_register.sql)
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_resolve_table',
+        -- the step that runs a statement as the policy's owner (retention_sql.sql)
+        'retention_step', '_grant_all',
+        -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+        'cron_schedule', 'cron_unschedule', 'cron_job',
+        -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
+        'maintain_step_traffic']::text[]
+$$;
+
+-- Underscore routines other parts of the 0.34 work still grant (input: the
+-- argument checks; queues: the queue rows): _grant_all tolerates exactly
+-- these until they are renamed or made owner-only. Empty it when they are.
+CREATE OR REPLACE FUNCTION _grant_pending_underscore()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY['_check_text', '_check_int', '_check_interval', '_interval_text', '_queue_get', '_queue_stats',
+                 '_queue_rows', '_setting_rows']::text[]
+$$;
+
+-- The grant matrix: which role may execute which routine. Routines not
+-- listed are callable by S_owner only (internal helpers, the p_now test
+-- overloads: a routine is listed by name, so _grant_all leaves out a
+-- signature that takes p_now when the routine has one without it).
+-- Internals are the owner's: _grant_all refuses to grant a routine whose
+-- name starts with an underscore (docs/security.md, "Internals are the
+-- owner's").
+CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
+        'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
+        'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
+    UNION ALL
+    SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
+        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
+        'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
+        'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
+        'notify_channel', 'version',
+        'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
+        'retention_detach_claim', 'retention_detach_done', -- the runner's DETACH ... CONCURRENTLY (retention_detach.sql)
+        -- input's argument checks (validate.sql), pending their rename
+        '_check_text', '_check_int', '_check_interval', '_interval_text',
+        -- what the invoker wrappers call: the owner proof's definer halves
+        -- (retention_register.sql) and the pg_cron command (cron.sql)
+        'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
+        'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
+        'cron_command', 'cron_available',
+        -- the step routines the procedures call (docs/security.md): each
+        -- checks that the caller's session opened the pass it names
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
+        'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
+        'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
+        'maintain_fail_owner', -- the runner: a pass whose session is gone
+        'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
+        'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
+    UNION ALL
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'lane_stats', 'version',
+        'lease_rows', '_setting_rows', '_queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+$$;
+
+-- The views each role may read (all run as S_owner, their owner).
+CREATE OR REPLACE FUNCTION _view_grants(OUT role_kind text, OUT view_name text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'monitor', v FROM pg_catalog.unnest(ARRAY[
+        'queue_stats', 'leases', 'retention_policies', 'retention_passes', 'maintenance_passes',
+        'maintenance_runs', 'settings']) v
+$$;
+
+-- _grant_all applies the model to everything in the schema. It runs as the
+-- migrating role (which must be S_owner's member or a superuser), at the end
+-- of every migration; it is idempotent.
+CREATE OR REPLACE FUNCTION _grant_all()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_roles record := _role_names();
+    v_owner text := v_roles.owner_role;
+    r record;
+    v_role text;
+BEGIN
+    IF (SELECT ro.rolsuper FROM pg_catalog.pg_roles ro WHERE ro.rolname = v_owner) THEN
+        RAISE EXCEPTION 'role % is a superuser: pgsweep''s objects must not be owned by one', v_owner
+            USING ERRCODE = 'insufficient_privilege', HINT = pg_catalog.format('ALTER ROLE %I NOSUPERUSER', v_owner);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER SCHEMA %I OWNER TO %I', v_schema, v_owner);
+    EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', v_schema);
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %I, %I, %I', v_schema,
+                              v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    EXECUTE pg_catalog.format('GRANT %I TO %I', v_roles.monitor_role, v_roles.admin_role);
+
+    -- Relations: owned by S_owner, nobody else holds a privilege. A sequence
+    -- owned by a column follows its table.
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                 WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                                   AND d.deptype IN ('a', 'i') AND c.relkind = 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('ALTER %s %I.%I OWNER TO %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+            v_schema, r.relname, v_owner);
+    END LOOP;
+    FOR r IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = v_schema::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+              ORDER BY c.relname LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %I.%I FROM PUBLIC, %I, %I, %I',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, v_schema, r.relname,
+            v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+    END LOOP;
+    FOR r IN SELECT g.role_kind, g.view_name FROM _view_grants() g LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, r.view_name)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON %I.%I TO %I', v_schema, r.view_name, v_schema || '_' || r.role_kind);
+        END IF;
+    END LOOP;
+
+    -- Routines: owned by S_owner, SECURITY DEFINER unless listed as
+    -- invoker, executable by nobody but the roles the matrix names.
+    FOR r IN SELECT p.proname, p.prokind, p.pronargs,
+                    pg_catalog.format('%I.%I(%s)', v_schema, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)) AS sig,
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proargnames) a WHERE a IN ('p_now', 'p_clock')) AS has_now, p.oid
+               FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_schema::regnamespace ORDER BY 4 LOOP
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', r.sig, v_owner);
+        EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, %I, %I, %I', r.sig,
+                                  v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
+        IF r.prokind = 'f' THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s %s', r.sig,
+                CASE WHEN r.proname = ANY (_invoker_routines()) THEN 'SECURITY INVOKER' ELSE 'SECURITY DEFINER' END);
+        END IF;
+        -- Internals are the owner's, and so is every clock: a name with a
+        -- leading underscore in the matrix is refused, a signature that
+        -- takes p_now or p_clock (the tests' overloads) is never granted
+        -- (queue_recover and _queue_stats: the queues' work, pending).
+        IF pg_catalog.left(r.proname, 1) = '_' AND NOT r.proname = ANY (_grant_pending_underscore())
+           AND EXISTS (SELECT 1 FROM _routine_grants() g WHERE g.routine = r.proname) THEN
+            RAISE EXCEPTION '_grant_all: % is internal (its name starts with an underscore): no role but % may execute it',
+                r.sig, v_owner USING ERRCODE = 'insufficient_privilege',
+                HINT = 'Give the callers a step routine without the underscore that checks what it is asked (privileges.sql).';
+        END IF;
+        CONTINUE WHEN r.has_now AND NOT r.proname = ANY (ARRAY['queue_recover', '_queue_stats']);
+        FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
+        END LOOP;
+    END LOOP;
+END
+$$;
+-- pgsweep:end functions/privileges.sql
+
+-- pgsweep:include functions/lease.sql
+-- Leases: named, expiring ownership with a fencing token.
+--
+-- The lease row is the truth. Expiry is decided by the database clock
+-- (clock_timestamp(), not now(): a caller inside a long transaction must not
+-- see time stand still), read after the lease row is locked. The internal
+-- _lease_* functions take p_now so that tests can pin the clock (S_owner
+-- only, like every underscore routine); NULL there means the database clock.
+-- p_now must be within 10 years of the database clock (_check_now,
+-- validate.sql).
+--
+-- Reserved names. pgsweep's own leases (maintain:<part>,
+-- retention:<policy>, and anything under pgsweep:) are taken through the
+-- internal functions only: lease_acquire, lease_renew and lease_release
+-- refuse them to every caller, a superuser included (42501), and
+-- lease_release_owner leaves them alone. Before 0.34 any worker could hold
+-- maintain:recovery or retention:<policy> forever with lease_renew, and
+-- recovery and retention stopped for everyone.
+--
+-- Token rules: a new tenure (first acquire, takeover after expiry, acquire
+-- after release, or re-acquire by a holder whose lease lapsed) gets token + 1;
+-- a holder re-acquiring a live lease keeps its token. Rows are never deleted,
+-- so tokens for a name only ever increase.
+
+-- _lease_reserved: why a lease name is pgsweep's own (NULL: it is not).
+CREATE OR REPLACE FUNCTION _lease_reserved(p_name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE
+        WHEN pg_catalog.starts_with(p_name, 'maintain:') THEN 'maintain() holds it while it runs a part'
+        WHEN pg_catalog.starts_with(p_name, 'retention:') THEN 'a retention pass holds it while it runs a policy'
+        WHEN pg_catalog.starts_with(p_name, 'pgsweep:') THEN 'names under pgsweep: are pgsweep''s own' END
+$$;
+
+-- _lease_reserved_refuse raises 42501 for a reserved name.
+CREATE OR REPLACE FUNCTION _lease_reserved_refuse(p_verb text, p_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_why text := _lease_reserved(p_name);
+BEGIN
+    IF v_why IS NOT NULL THEN
+        RAISE EXCEPTION '%: lease % is reserved for pgsweep itself (%); no role may take, renew or release it',
+            p_verb, pg_catalog.quote_literal(p_name), v_why
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Name your leases outside maintain:, retention: and pgsweep:.';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_lease lease;
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
+
+    LOOP
+        -- Read the clock only once the row is locked: a contender that
+        -- waited for the lock must not act on a time from before the wait,
+        -- or its tenure could appear to start before the previous one ended.
+        SELECT * INTO v_lease FROM lease WHERE name = p_name FOR UPDATE;
+        v_now := coalesce(p_now, clock_timestamp());
+        IF NOT FOUND THEN
+            INSERT INTO lease (name, owner, token, acquired_at, expires_at)
+            VALUES (p_name, p_owner, 1, v_now, v_now + p_ttl)
+            ON CONFLICT (name) DO NOTHING;
+            IF FOUND THEN
+                RETURN 1;
+            END IF;
+            CONTINUE; -- a concurrent first acquire won the insert: lock its row
+        END IF;
+
+        IF v_lease.owner = p_owner AND v_lease.expires_at > v_now THEN
+            UPDATE lease SET expires_at = v_now + p_ttl WHERE name = p_name;
+            RETURN v_lease.token;
+        END IF;
+        IF v_lease.owner IS NULL OR v_lease.expires_at <= v_now THEN
+            UPDATE lease
+               SET owner = p_owner, token = v_lease.token + 1, acquired_at = v_now, expires_at = v_now + p_ttl
+             WHERE name = p_name;
+            RETURN v_lease.token + 1;
+        END IF;
+        RETURN NULL;
+    END LOOP;
+END
+$$;
+
+-- lease_acquire with a pinned clock, for tests (S_owner only: no role is granted a clock).
+CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_acquire', p_name);
+    RETURN _lease_acquire(p_name, p_owner, p_ttl, p_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_acquire', p_name);
+    RETURN _lease_acquire(p_name, p_owner, p_ttl, NULL);
+END
+$$;
+
+-- A renew succeeds only while the caller's lease is live: a lapsed holder must
+-- acquire again (and may get a new token), so it learns that it lapsed.
+CREATE OR REPLACE FUNCTION _lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_lease lease;
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
+
+    SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND OR v_lease.expires_at <= v_now THEN
+        RETURN false;
+    END IF;
+    UPDATE lease SET expires_at = v_now + p_ttl WHERE name = p_name;
+    RETURN true;
+END
+$$;
+
+-- lease_renew with a pinned clock, for tests (S_owner only: no role is granted a clock).
+CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_renew', p_name);
+    RETURN _lease_renew(p_name, p_owner, p_ttl, p_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_renew', p_name);
+    RETURN _lease_renew(p_name, p_owner, p_ttl, NULL);
+END
+$$;
+
+-- Release ends the tenure at once so that another owner need not wait for the
+-- TTL. The row (and its token) stays so the next tenure's token is higher.
+CREATE OR REPLACE FUNCTION _lease_release(p_name text, p_owner text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_lease lease;
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_now('p_now', p_now);
+
+    SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    UPDATE lease SET owner = NULL, expires_at = least(expires_at, v_now) WHERE name = p_name;
+    RETURN true;
+END
+$$;
+
+-- lease_release with a pinned clock, for tests (S_owner only: no role is granted a clock).
+CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_release', p_name);
+    RETURN _lease_release(p_name, p_owner, p_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _lease_reserved_refuse('lease_release', p_name);
+    RETURN _lease_release(p_name, p_owner, NULL);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease_release_owner(p_owner text)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    RETURN QUERY
+    UPDATE lease
+       SET owner = NULL,
+           expires_at = least(expires_at, v_now)
+     WHERE owner = p_owner AND _lease_reserved(name) IS NULL
+    RETURNING name;
+END
+$$;
+
+-- _lease_release_owner_all: every lease of p_owner, pgsweep's own included
+-- (maintain_fail_owner, for a pass whose session is gone).
+CREATE OR REPLACE FUNCTION _lease_release_owner_all(p_owner text)
+RETURNS SETOF text
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    UPDATE lease SET owner = NULL, expires_at = least(expires_at, pg_catalog.clock_timestamp())
+     WHERE owner = p_owner
+    RETURNING name
+$$;
+
+-- lease_rows: the rows of the leases view, read as S_owner (SECURITY
+-- DEFINER, like every function here). The view reads its table through it
+-- because a monitor holds no privilege on any table, and on Citus a view's
+-- tables are read with the privileges of the querying role, not the view's
+-- owner (citusdata/citus#6161): `FROM lease` failed there for a monitor
+-- login. The columns are spelled out, not RETURNS SETOF lease: with the
+-- table's row type as its result, citus_distribute fails ("Citus can not
+-- handle circular dependencies between distributed objects") when it
+-- distributes the function. Granted to S_monitor
+-- (the caller of a view needs EXECUTE on what it calls, so it has no
+-- underscore: internals are the owner's); it returns what the view shows,
+-- no more. Before 0.34 it was _lease_rows.
+CREATE OR REPLACE FUNCTION lease_rows()
+RETURNS TABLE (name text, owner text, token bigint, acquired_at timestamptz, expires_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT l.name, l.owner, l.token, l.acquired_at, l.expires_at FROM lease l $$;
+
+CREATE OR REPLACE VIEW leases AS
+SELECT name,
+       owner,
+       token,
+       acquired_at,
+       expires_at,
+       (owner IS NOT NULL AND expires_at > clock_timestamp()) AS live
+  FROM lease_rows();
+-- pgsweep:end functions/lease.sql
+
+-- pgsweep:include functions/history.sql
+-- The maintenance history: every pass is recorded when it starts (and
+-- committed, so a pass that dies stays visible) and completed when it ends.
+-- The history bounds itself: each pass deletes passes older than
+-- history_retention and beyond history_max_rows.
+
+-- _maintain_pass_begin validates maintain's arguments (22023, before anything
+-- is written), derives an owner when none is given, and records the pass.
+CREATE OR REPLACE FUNCTION _maintain_pass_begin(p_owner text, p_budget interval, p_now timestamptz DEFAULT NULL,
+    OUT o_pass bigint, OUT o_owner text, OUT o_deadline timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_part text;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
+    o_owner := coalesce(p_owner, format('maintain:pid%s:%s', pg_backend_pid(), substr(md5(random()::text), 1, 8)));
+    PERFORM _check_text('p_owner', o_owner);
+    -- A maintain that raised in this session may have left its session-level
+    -- part locks behind; no pass of this session is running now (a session
+    -- runs one statement at a time), so any such lock is a leftover.
+    FOREACH v_part IN ARRAY _maintain_parts() LOOP
+        WHILE _maintain_lock_held(v_part) LOOP
+            PERFORM pg_advisory_unlock(_maintain_lock_key(v_part));
+        END LOOP;
+    END LOOP;
+    INSERT INTO maintain_pass (owner, started_at, budget, pid, backend_start)
+    SELECT o_owner, v_now, p_budget, pg_catalog.pg_backend_pid(), a.backend_start
+      FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()
+    RETURNING id INTO o_pass;
+    o_deadline := v_now + p_budget;
+END
+$$;
+
+-- _maintain_pass_end completes the pass row and trims the history. Trimming
+-- is done by one session at a time (others skip it), in a bounded batch, and
+-- never touches a pass that may still be running.
+CREATE OR REPLACE FUNCTION _maintain_pass_end(p_pass bigint, p_now timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    UPDATE maintain_pass SET finished_at = v_now WHERE id = p_pass;
+    PERFORM _maintain_history_trim(v_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _maintain_history_trim(p_now timestamptz, p_limit int DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_before timestamptz := p_now - setting_interval('history_retention');
+    -- A pass can last at most an hour (maintain's budget); one unfinished for
+    -- two is dead and may go, an unfinished younger one may still be running.
+    v_dead timestamptz := p_now - interval '2 hours';
+    v_cut bigint;
+    v_deleted bigint;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    IF NOT pg_try_advisory_xact_lock(_maintain_lock_key('history')) THEN
+        RETURN 0;
+    END IF;
+    SELECT id INTO v_cut FROM maintain_pass ORDER BY id DESC OFFSET setting_int('history_max_rows') LIMIT 1;
+    DELETE FROM maintain_pass
+     WHERE id IN (SELECT id FROM maintain_pass
+                   WHERE (id <= v_cut OR started_at < v_before)
+                     AND (finished_at IS NOT NULL OR started_at < v_dead)
+                   ORDER BY id
+                   LIMIT p_limit);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+
+-- _maintain_session_alive: whether the session that opened a pass (or a
+-- retention pass) may still be running it: a backend with its pid exists
+-- (and, where the caller can see it, started when the pass's did).
+CREATE OR REPLACE FUNCTION _maintain_session_alive(p_pid int, p_backend_start timestamptz, p_started_at timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_started_at >= pg_catalog.pg_postmaster_start_time()
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                    WHERE a.pid = p_pid
+                      AND (a.backend_start IS NULL OR p_backend_start IS NULL OR a.backend_start = p_backend_start))
+$$;
+
+-- maintain_fail_owner records an error that maintain() could not record
+-- itself (a part that raised through a COMMIT, see maintain.sql) against the
+-- owner's unfinished passes and runs, and releases the owner's leases. The Go
+-- runner calls it after a pass that failed with an SQL error, once the
+-- pass's backend is gone. It touches only passes whose session is over: a
+-- live pass of that owner (another session still running it) is left
+-- alone, and so are the leases then, so no admin can end a pass that runs.
+-- Before 0.34 it was _maintain_fail_owner.
+CREATE OR REPLACE FUNCTION maintain_fail_owner(p_owner text, p_error text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_error text := left(p_error, 2000);
+    v_n bigint;
+BEGIN
+    PERFORM _check_text('p_owner', p_owner);
+    IF EXISTS (SELECT 1 FROM maintain_pass mp
+                WHERE mp.owner = p_owner AND mp.finished_at IS NULL
+                  AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
+       OR EXISTS (SELECT 1 FROM retention_pass rp
+                   WHERE rp.owner = p_owner AND rp.finished_at IS NULL
+                     AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at)) THEN
+        RETURN 0; -- its session still runs a pass: nothing to fail
+    END IF;
+    -- Its runs stopped with their work unfinished: their parts are due
+    -- again at once (backlog), whoever runs next.
+    WITH failed AS (
+        UPDATE maintain_run SET status = 'failed', finished_at = v_now, error = coalesce(error, v_error)
+         WHERE owner = p_owner AND status = 'running'
+        RETURNING part)
+    UPDATE maintain_state s SET backlog = true FROM failed WHERE s.part = failed.part;
+    UPDATE maintain_run SET finished_at = v_now
+     WHERE owner = p_owner AND status = 'abandoned' AND finished_at IS NULL;
+    UPDATE maintain_pass SET finished_at = v_now, error = coalesce(error || '; ', '') || v_error
+     WHERE owner = p_owner AND finished_at IS NULL;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    PERFORM _lease_release_owner_all(p_owner);
+    RETURN v_n;
+END
+$$;
+
+CREATE OR REPLACE VIEW maintenance_passes AS
+SELECT p.id,
+       p.owner,
+       p.started_at,
+       p.finished_at,
+       p.finished_at - p.started_at AS duration,
+       p.parts ->> 'recovery' AS recovery,
+       p.parts ->> 'retention' AS retention,
+       coalesce((SELECT jsonb_object_agg(r.part, r.counts) FROM maintain_run r WHERE r.pass_id = p.id), '{}') AS counts,
+       p.error
+  FROM maintain_pass p;
+
+CREATE OR REPLACE VIEW maintenance_runs AS
+SELECT id, pass_id, part, owner, token, status, started_at, finished_at,
+       finished_at - started_at AS duration, steps, counts, error
+  FROM maintain_run;
+-- pgsweep:end functions/history.sql
+
+-- pgsweep:include functions/retention_check.sql
+-- Retention: catalog look-ups shared by registration and by every batch.
+--
+-- Policies store names; every use resolves them again in the catalog, so a
+-- dropped or retyped column is an error at the next batch, never a wrong
+-- DELETE. Names reach SQL only through %I / regclass quoting.
+
+-- _retention_column returns a column's base type (a domain resolved to the
+-- type it is over) as a qualified type name safe to splice into SQL
+-- ("pg_catalog"."varchar"), and its type category; NULL when the table has
+-- no such (live, user) column. Values are cast to the BASE type, never to
+-- a domain: a domain's CHECK (and the functions it calls) is its owner's
+-- code, and a cast to it would run that code as whoever casts --
+-- <schema>_owner in retention_set_filter before 0.34.
+-- A column compares with its base type's values as it is (no check runs
+-- when a domain value is read as its base type).
+CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,
+    OUT category "char")
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_typ oid;
+BEGIN
+    SELECT a.atttypid INTO v_typ
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = p_table AND a.attname = p_column AND a.attnum > 0 AND NOT a.attisdropped;
+    IF v_typ IS NULL THEN
+        RETURN;
+    END IF;
+    WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = v_typ) = 'd' LOOP
+        SELECT t.typbasetype INTO v_typ FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
+    END LOOP;
+    SELECT format('%I.%I', n.nspname, t.typname) INTO type_sql
+      FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+     WHERE t.oid = v_typ;
+    base_type := v_typ::regtype;
+    SELECT t.typcategory INTO category FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
+END
+$$;
+
+-- _retention_table resolves a policy's table by its stored names.
+CREATE OR REPLACE FUNCTION _retention_table(p_schema text, p_table text)
+RETURNS regclass
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass;
+BEGIN
+    SELECT c.oid INTO v_rel
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = p_schema AND c.relname = p_table AND c.relkind IN ('r', 'p');
+    IF v_rel IS NULL THEN
+        RAISE EXCEPTION 'retention: table %.% no longer exists', quote_ident(p_schema), quote_ident(p_table)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    RETURN v_rel;
+END
+$$;
+
+-- _retention_index names a btree index that can drive the keyset walk: its
+-- first key column is the time column, or every key column before the time
+-- column is one the policy pins to a list of values (status, filter). NULL
+-- when there is none: then only a walk over the whole heap can find the rows.
+CREATE OR REPLACE FUNCTION _retention_index(p_table regclass, p_time_column text, p_status_column text,
+    p_filter_column text)
+RETURNS regclass
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT i.indexrelid::regclass
+      FROM pg_catalog.pg_index i
+      JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+      JOIN pg_catalog.pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
+      CROSS JOIN LATERAL (
+          SELECT array_agg(a.attname ORDER BY k.ord) AS cols
+            FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
+            LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+           WHERE k.ord <= i.indnkeyatts) kc
+     WHERE i.indrelid = p_table AND i.indisvalid AND i.indpred IS NULL
+       AND p_time_column = ANY (kc.cols)
+       AND (SELECT bool_and(coalesce(c = p_status_column, false) OR coalesce(c = p_filter_column, false))
+              FROM unnest(kc.cols[1:array_position(kc.cols, p_time_column::name) - 1]) c) IS NOT FALSE
+     ORDER BY array_position(kc.cols, p_time_column::name), i.indexrelid
+     LIMIT 1
+$$;
+
+-- _retention_scalar_type: whether values of a base type can be read from
+-- text without running any role's code: a base type (its input function is
+-- C, installed by a superuser) or an enum, not an array, composite or range
+-- (whose elements may be domains).
+CREATE OR REPLACE FUNCTION _retention_scalar_type(p_type regtype)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce((SELECT t.typtype IN ('b', 'e') AND t.typcategory <> 'A'
+                       FROM pg_catalog.pg_type t WHERE t.oid = p_type), false)
+$$;
+-- pgsweep:end functions/retention_check.sql
+
+-- pgsweep:include functions/retention_register.sql
+-- Retention: registering policies and their options.
+--
+-- Every argument is checked before anything changes (SQLSTATE 22023 naming the
+-- argument). Re-registering a policy with the same definition changes nothing
+-- but updated_at, so every replica may register its tables at start-up; a
+-- changed definition drops the open sweep (its units were planned for the old
+-- definition) and the next run plans a new one.
+
+CREATE OR REPLACE FUNCTION _retention_invalid(p_message text, VARIADIC p_args text[] DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RAISE EXCEPTION USING MESSAGE = format(p_message, VARIADIC p_args), ERRCODE = 'invalid_parameter_value';
+END
+$$;
+
+-- Ownership: a policy belongs to the role that registers it, and every
+-- run deletes as that role (retention_sql.sql, retention_step). Only its
+-- owner, or a member of it, changes it, unregisters it or registers its
+-- name again (42501 otherwise, nothing changed); built-in policies
+-- (retention_builtin.sql, names under 'pgsweep.') belong to pgsweep and no
+-- caller changes them, a superuser included.
+--
+-- A SECURITY DEFINER function cannot see the role that called it, and a
+-- role name passed in could be anyone's; so the caller proves who it is:
+-- every entry point below (retention_register, retention_unregister,
+-- retention_set_*) runs as its caller and creates an empty temporary table
+-- (pg_temp.pgsweep_owner_proof_<random>), which only the calling role can
+-- have created and which PostgreSQL records as owned by it; its SECURITY
+-- DEFINER half (retention_*_proved) takes the calling role from that
+-- table's owner, accepting only such a table of this session
+-- (_retention_proof_role); then the wrapper drops it (an error in between
+-- rolls its creation back: a proof exists only while its own call runs,
+-- and no other code runs then). Code running as another role in the same
+-- session (a SECURITY DEFINER trigger of a hostile admin, say) can prove
+-- only its own role, never the session's. The owner needs SELECT and
+-- DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
+-- registered (the built-in policies cover them).
+
+-- _retention_proof_role: the role that created the proof table p_proof of
+-- this session (42501 when it is not one).
+CREATE OR REPLACE FUNCTION _retention_proof_role(p_proof regclass, p_verb text)
+RETURNS regrole
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole;
+BEGIN
+    SELECT c.relowner::regrole INTO v_owner
+      FROM pg_catalog.pg_class c
+     WHERE c.oid = p_proof AND c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relpersistence = 't'
+       AND c.relname LIKE 'pgsweep\_owner\_proof\_%';
+    IF v_owner IS NULL THEN
+        RAISE EXCEPTION '%: no proof of the calling role (call %, not %_proved)', p_verb, p_verb, p_verb
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN v_owner;
+END
+$$;
+
+-- _retention_builtin_name: whether p_name is reserved for a built-in policy.
+CREATE OR REPLACE FUNCTION _retention_builtin_name(p_name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT coalesce(pg_catalog.starts_with(p_name, 'pgsweep.'), false) $$;
+
+-- _retention_policy_owned: the policy p_name for a change by p_role (FOR NO
+-- KEY UPDATE), or NULL when there is none (p_must: 22023 instead); 42501
+-- when the name is a built-in's or the policy belongs to a role p_role is
+-- not a member of.
+CREATE OR REPLACE FUNCTION _retention_policy_owned(p_verb text, p_name text, p_role regrole, p_must boolean)
+RETURNS retention_policy
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    IF _retention_builtin_name(p_name) THEN
+        RAISE EXCEPTION '%: retention policy % is reserved: names under ''pgsweep.'' are pgsweep''s built-in policies, which follow the queues',
+            p_verb, pg_catalog.quote_literal(p_name)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Change a queue''s built-in retention with queue_configure (processed_retention, dead_retention).';
+    END IF;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        IF p_must THEN
+            PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(p_role, v_pol.owner, 'MEMBER') THEN
+        RAISE EXCEPTION '%: retention policy % belongs to %; % is not a member of it', p_verb,
+            pg_catalog.quote_literal(p_name), v_pol.owner, p_role
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only a policy''s owner (or a member of it) changes, unregisters or re-registers it.';
+    END IF;
+    RETURN v_pol;
+END
+$$;
+
+-- retention_register: the caller's proof, then retention_register_proved.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_register_proved(pg_catalog.to_regclass(v_proof), p_name, p_table, p_time_column, p_older_than,
+                                      p_status_column, p_statuses, p_batch_size, p_mode, p_interval);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+-- retention_register_proved: retention_register's SECURITY DEFINER half.
+CREATE OR REPLACE FUNCTION retention_register_proved(p_proof regclass, p_name text, p_table regclass, p_time_column text,
+    p_older_than interval, p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole := _retention_proof_role(p_proof, 'retention_register');
+BEGIN
+    PERFORM _retention_policy_owned('retention_register', p_name, v_owner, false);
+    PERFORM _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                  p_batch_size, p_mode, p_interval, v_owner, false);
+END
+$$;
+
+-- _retention_policy_put validates and stores a policy for p_owner. Only
+-- SECURITY DEFINER code calls it (retention_register_proved, the built-in sync):
+-- nobody else may execute it.
+CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
+    p_owner regrole, p_builtin boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text;
+    v_table text;
+    v_kind "char";
+    v_persistence "char";
+    v_time record;
+    v_status record;
+    v_time_type text;
+    v_old retention_policy;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    IF p_table IS NULL THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
+    END IF;
+    SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+    END IF;
+    -- Only plain tables: the TID-range walk needs one heap. A partitioned
+    -- table's partitions are registered one by one (or dropped when old).
+    -- Ordinary or partitioned (retention_partition.sql: every leaf, present
+    -- and future), never temporary: a cleaner runs in another session.
+    IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
+        PERFORM _retention_invalid('p_table must be an ordinary or partitioned, non-temporary table, got %s (relkind %s)',
+            p_table::text, v_kind::text);
+    END IF;
+    IF p_builtin THEN
+        IF p_owner <> _owner_role() OR v_schema <> pg_catalog.current_schema()
+           OR v_table NOT IN ('message_processed', 'message_dead') THEN
+            RAISE EXCEPTION 'built-in retention policies belong to % and cover pgsweep''s own tables', _owner_role()
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    ELSE
+        IF (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_table) = _owner_role() THEN
+            PERFORM _retention_invalid('p_table must not be one of pgsweep''s own tables (their built-in policies '
+                'cover them: queue_configure processed_retention/dead_retention), got %s', p_table::text);
+        END IF;
+        IF NOT pg_catalog.has_table_privilege(p_owner, p_table, 'SELECT')
+           OR NOT pg_catalog.has_table_privilege(p_owner, p_table, 'DELETE') THEN
+            RAISE EXCEPTION 'retention_register: role % needs SELECT and DELETE on % to register a policy for it', p_owner, p_table
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Every run deletes as the role that registered the policy.';
+        END IF;
+    END IF;
+
+    PERFORM _check_text('p_time_column', p_time_column, 63);
+    v_time := _retention_column(p_table, p_time_column);
+    IF v_time.type_sql IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
+    END IF;
+    v_time_type := CASE v_time.base_type
+        WHEN 'timestamptz'::regtype THEN 'timestamptz'
+        WHEN 'timestamp'::regtype THEN 'timestamp'
+        WHEN 'date'::regtype THEN 'date' END;
+    IF v_time_type IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
+            quote_ident(p_time_column), v_time.base_type::text);
+    END IF;
+
+    -- 0 is allowed: for an expiry column (CAP's ExpiresAt) the cutoff is now.
+    -- At most 100 years, so that now() - p_older_than is a valid moment.
+    IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
+                                     OR NOT pg_catalog.isfinite(p_older_than)) THEN
+        PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
+            _interval_text(p_older_than));
+    END IF;
+
+    IF p_status_column IS NOT NULL THEN
+        PERFORM _check_text('p_status_column', p_status_column, 63);
+        v_status := _retention_column(p_table, p_status_column);
+        IF v_status.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_status_column must name a column of %s, got %s', p_table::text,
+                quote_ident(p_status_column));
+        END IF;
+        IF v_status.category <> 'S' THEN
+            PERFORM _retention_invalid('p_status_column must be text-like (text, varchar, char), got %s of type %s',
+                quote_ident(p_status_column), v_status.base_type::text);
+        END IF;
+        IF p_statuses IS NULL OR cardinality(p_statuses) = 0 OR array_position(p_statuses, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_statuses must be a non-empty array without NULLs when p_status_column is given, got %s',
+                coalesce(p_statuses::text, 'NULL'));
+        END IF;
+    ELSIF p_statuses IS NOT NULL THEN
+        PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
+    END IF;
+
+    PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
+    IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
+        PERFORM _retention_invalid('p_mode must be ''exclusive'' or ''parallel'', got %s', coalesce(quote_literal(p_mode), 'NULL'));
+    END IF;
+    IF p_interval IS NULL OR p_interval <= interval '0' THEN
+        PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
+    END IF;
+
+    -- Checks done: from here on the call succeeds.
+    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
+                  v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode, v_old.owner)
+                 IS DISTINCT FROM
+                 (v_schema, v_table, p_time_column, v_time_type, p_older_than,
+                  p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
+        DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+    END IF;
+    INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
+                                       status_column, statuses, batch_size, mode, run_interval,
+                                       registered_at, updated_at, owner)
+    VALUES (p_name, v_schema, v_table, p_time_column, v_time_type, p_older_than,
+            p_status_column, p_statuses, p_batch_size, p_mode, p_interval, v_now, v_now, p_owner)
+    ON CONFLICT (name) DO UPDATE
+       SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
+           time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
+           status_column = excluded.status_column, statuses = excluded.statuses,
+           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           -- a filter names a column of the old table: it cannot carry over to another table
+           filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_column END,
+           filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_values END,
+           updated_at = excluded.updated_at;
+
+    IF _retention_index(p_table, p_time_column, p_status_column,
+                        (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
+        RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
+            p_name, p_table::text, quote_ident(p_time_column)
+            USING HINT = format('CREATE INDEX ON %s (%I)', p_table::text, p_time_column);
+    END IF;
+END
+$$;
+
+-- retention_resolve_table resolves a table name on the given search_path
+-- (the caller's: it runs as its caller, since schemas the caller may use
+-- are searched only if the role that looks may use them too), or raises
+-- 22023 naming p_table. pg_catalog only: an invoker routine calls nothing
+-- its caller could not.
+CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
+RETURNS regclass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass;
+    v_pinned text := pg_catalog.current_setting('search_path');
+BEGIN
+    IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
+        BEGIN
+            PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
+            v_rel := pg_catalog.to_regclass(p_table);
+            PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+        EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
+            v_rel := NULL;
+        END;
+        PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+    END IF;
+    IF v_rel IS NULL THEN
+        RAISE EXCEPTION 'p_table must be an existing table, got %',
+            coalesce(pg_catalog.quote_literal(pg_catalog.left(p_table, 300)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v_rel;
+END
+$$;
+
+-- The same, for a table given by name, resolved on the CALLER's
+-- search_path like every PostgreSQL command (retention_register('x',
+-- 'orders_archive', ...) finds public.orders_archive). This overload pins no
+-- search_path so that it can read the caller's; its body is one call with
+-- every name schema-qualified, and the lookup itself runs in
+-- retention_resolve_table, which pins its own path and only resolves the
+-- name. A name that resolves to no table is a 22023 naming p_table. A
+-- string literal argument resolves to this overload.
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT {{ .schema | default "pgsweep" }}.retention_register(p_name,
+        {{ .schema | default "pgsweep" }}.retention_resolve_table(p_table, pg_catalog.current_setting('search_path')),
+        p_time_column, p_older_than, p_status_column, p_statuses, p_batch_size, p_mode, p_interval)
+$$;
+
+-- retention_unregister removes a policy (its owner's, or a member's: see
+-- above); false when there was none.
+CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result boolean;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    v_result := retention_unregister_proved(pg_catalog.to_regclass(v_proof), p_name);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    RETURN v_result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF _retention_policy_owned('retention_unregister', p_name, _retention_proof_role(p_proof, 'retention_unregister'), false)
+       IS NULL THEN
+        RETURN false;
+    END IF;
+    RETURN _retention_unregister(p_name);
+END
+$$;
+
+-- _retention_unregister: the policy removed, whoever owns it (the built-in
+-- sync; retention_unregister checks the caller first).
+CREATE OR REPLACE FUNCTION _retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_table text;
+BEGIN
+    -- partitions a pass detached and no pass dropped yet stay behind
+    FOR v_table IN
+        SELECT c.oid::regclass::text FROM retention_unit u JOIN pg_catalog.pg_class c ON c.oid = u.block_hi::oid
+         WHERE u.policy = p_name AND _retention_unit_detached(u.action, u.block_lo)
+    LOOP
+        RAISE NOTICE 'retention policy %: the detached partition % is left in place (DROP TABLE it)', p_name, v_table;
+    END LOOP;
+    DELETE FROM retention_policy WHERE name = p_name;
+    RETURN FOUND;
+END
+$$;
+
+-- The time zone in which a timestamp-without-time-zone (or date) column is
+-- read: CAP writes local times. NULL: the database's TimeZone at run time.
+-- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
+CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_time_zone_proved(pg_catalog.to_regclass(v_proof), p_name, p_time_zone);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
+    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo); -- the open sweep's cutoff was computed in the old zone
+END
+$$;
+
+-- An extra fixed filter: only rows whose p_column is one of p_values are
+-- deleted. pgsweep's built-in policies use it for per-queue periods
+-- (queue = 'orders'). p_column NULL removes the filter.
+CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_filter_proved(pg_catalog.to_regclass(v_proof), p_name, p_column, p_values);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_filter_proved(p_proof regclass, p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
+    PERFORM _retention_set_filter(p_name, p_column, p_values);
+END
+$$;
+
+-- _retention_set_filter sets a policy's filter, whoever owns it (the
+-- built-in sync; retention_set_filter checks the caller first). The values
+-- are checked against the column's BASE type (_retention_column): reading
+-- them runs no domain CHECK and no function of any role.
+CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy := _retention_policy_for_update(p_name);
+    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
+    v_col record;
+    v_at timestamptz;
+BEGIN
+    IF p_column IS NOT NULL THEN
+        PERFORM _check_text('p_column', p_column, 63);
+        v_col := _retention_column(v_rel, p_column);
+        IF v_col.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
+        END IF;
+        IF NOT _retention_scalar_type(v_col.base_type) THEN
+            PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
+                quote_ident(p_column), v_col.base_type::text);
+        END IF;
+        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
+        END IF;
+        -- Values are cast to the column's base type in every batch: fail now, not then.
+        BEGIN
+            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
+                v_col.base_type::text, p_values::text);
+        END;
+    ELSIF p_values IS NOT NULL THEN
+        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
+    END IF;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
+     WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+END
+$$;
+
+-- _retention_policy_for_update loads a policy for a setter, or raises 22023.
+CREATE OR REPLACE FUNCTION _retention_policy_for_update(p_name text)
+RETURNS retention_policy
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    RETURN v_pol;
+END
+$$;
+
+-- How a sweep walks the table: 'auto' (the default) picks per sweep, see
+-- _retention_plan; 'tid_range' or 'keyset' force one.
+CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_strategy_proved(pg_catalog.to_regclass(v_proof), p_name, p_strategy);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
+    IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
+        PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
+            coalesce(quote_literal(p_strategy), 'NULL'));
+    END IF;
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET strategy = p_strategy, updated_at = v_at WHERE name = p_name;
+    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+END
+$$;
+
+-- The TTL of an exclusive policy's lease retention:<name>: how long another
+-- cleaner waits after a crash. A live cleaner renews it every third of it.
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_result int;
+BEGIN
+    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
+    PERFORM retention_set_lease_ttl_proved(pg_catalog.to_regclass(v_proof), p_name, p_ttl);
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    v_at := clock_timestamp();
+    UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = v_at WHERE name = p_name;
+END
+$$;
+-- pgsweep:end functions/retention_register.sql
+
+-- pgsweep:include functions/retention_builtin.sql
+-- Built-in retention of the rows pgsweep itself keeps: per queue, processed
+-- inbox records (message_processed, by processed_at) after
+-- queue.processed_retention, and dead letters (message_dead, by dead_at)
+-- after queue.dead_retention. NULL periods keep rows forever.
+--
+-- Each is an ordinary retention policy restricted to one queue by the policy
+-- filter (queue = '<queue>'), named 'pgsweep.processed:<queue>' and
+-- 'pgsweep.dead:<queue>', so the retention engine's guarantees, leases and
+-- history apply unchanged and a DBA sees them in retention_policies.
+-- Undelivered messages (table message) are never under any policy: an outbox
+-- row leaves only by being completed.
+--
+-- maintain() calls retention_builtin_sync() at the start of every retention
+-- part, so a queue created or reconfigured by SQL is covered on the next
+-- pass; a DBA driving retention_run by hand calls it once after such changes.
+--
+-- Policy names have at most 190 characters, so queue_create accepts names of
+-- at most 172 (18 for 'pgsweep.processed:'). A longer queue made by an older
+-- version gets no policy whose name would not fit -- a WARNING names it and
+-- says to move its messages to a shorter queue -- and every other queue
+-- keeps its retention.
+CREATE OR REPLACE FUNCTION retention_builtin_sync()
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+-- retention_register's "no index leads with the time column" NOTICE does not
+-- apply: the filter (queue) and time column lead the tables' retention indexes.
+SET client_min_messages = warning
+AS $$
+DECLARE
+    v_changed int := 0;
+    v_want record;
+    v_pol retention_policy;
+    v_name text;
+BEGIN
+    FOR v_want IN
+        SELECT 'pgsweep.processed:' || q.name AS name, 'message_processed'::regclass AS tbl,
+               'processed_at' AS col, q.processed_retention AS period, q.name AS queue
+          FROM queue q WHERE q.kind = 'inbox'
+        UNION ALL
+        SELECT 'pgsweep.dead:' || q.name, 'message_dead'::regclass, 'dead_at', q.dead_retention, q.name
+          FROM queue q
+         ORDER BY 1
+    LOOP
+        IF length(v_want.name) > 190 THEN
+            RAISE WARNING 'queue "%" has no built-in retention of %: its name has % characters, at most 172 fit in a retention policy name (190); move its messages to a queue with a shorter name',
+                v_want.queue, v_want.tbl, length(v_want.queue);
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
+        IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
+           AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN
+            CONTINUE;
+        END IF;
+        -- register and filter in one transaction: no pass ever sees the
+        -- policy without its queue filter.
+        PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
+                                    1000, 'exclusive', interval '1 minute', _owner_role(), true);
+        PERFORM _retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
+        v_changed := v_changed + 1;
+    END LOOP;
+
+    FOR v_name IN
+        SELECT p.name FROM retention_policy p
+         WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
+                    SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
+            OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (
+                    SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name))
+    LOOP
+        PERFORM _retention_unregister(v_name);
+        v_changed := v_changed + 1;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+-- pgsweep:end functions/retention_builtin.sql
+
+-- pgsweep:include functions/retention_partition.sql
+-- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
+--
+-- A policy on a partitioned table (RANGE, LIST or HASH, any depth) covers
+-- every leaf partition, present and future: each sweep lists the leaves
+-- again when it is planned. A leaf is removed whole -- detached and dropped
+-- -- when
+--   * its parent is partitioned by RANGE on the policy's time column alone,
+--   * its upper bound is at or before the cutoff (every row it can hold is
+--     older than the cutoff),
+--   * the policy has no status and no filter condition (all its rows would
+--     be deleted), and
+--   * the policy's owner owns the leaf and its parent (DROP and DETACH need
+--     ownership; a policy owner with only SELECT and DELETE gets sweeps).
+--     Owns, not is a member of the owner (0.34): the detach runs as the
+--     policy's owner, so any code of the leaf must be that role's.
+-- A leaf swept row by row runs its DELETE as the leaf's owner when the
+-- policy's owner is that role or a member of it; a leaf of another role is
+-- skipped, with an error on the pass (retention_step_claim,
+-- _retention_run_role): no leaf's code ever runs as a role that did not
+-- write it.
+-- Every other leaf -- the default partition, LIST and HASH leaves, a leaf
+-- the cutoff cuts through -- is swept like a plain table, in tid_range units
+-- of its own, with the same guarantees (the full predicate in every DELETE,
+-- exclusive and parallel modes).
+--
+-- A RANGE leaf on the time column whose lower bound is at or after the
+-- cutoff holds no eligible row: the plan leaves it alone (0.30). Before, every
+-- young leaf got tid_range units and each pass read it whole for nothing:
+-- 0.85 of the 1.3 s a pass over the benchmark's 10 leaves took.
+--
+-- Locks: DETACH takes an ACCESS EXCLUSIVE lock on the parent (and on the
+-- default partition, if there is one). A drop unit's first step detaches
+-- every droppable leaf of the sweep under that parent in ONE transaction
+-- (0.30): the parent's lock is requested with lock_timeout =
+-- retention_lock_timeout (1 s by default; writers and readers queue behind
+-- the request at most that long), each leaf's with NOWAIT once the parent's
+-- is held (a leaf another transaction is reading -- a long report, say -- is
+-- skipped and its unit deferred to a later pass, instead of holding the
+-- parent while waiting for it), and the lock is held for about 0.1-0.3 ms a
+-- leaf plus the commit: inserts wait for it once per pass, not once per
+-- leaf. Before the parent, each leaf is locked SHARE UPDATE EXCLUSIVE (which
+-- no insert or query waits for) so that an autovacuum worker on it yields
+-- first (_retention_detach_body). A parent lock that is not granted in time
+-- defers every unit of the step.
+-- DETACH ... CONCURRENTLY cannot run in a function or procedure (so not
+-- under pg_cron or CALL maintain()) and PostgreSQL refuses it when the table
+-- has a default partition: the Go runner runs it before each maintenance
+-- pass (0.31, retention_detach.sql); the leaves it claimed or left
+-- half-detached are not planned here.
+--
+-- Detached, not dropped (0.30). The detached leaf is renamed
+-- pgsweep_detached_<oid> in the same transaction (its name is free again at
+-- once, and nothing writes into it by its old name) and its unit stays open,
+-- marked detached (block_lo -1, block_hi its oid). Its rows are gone from
+-- the policy's table at that commit, so they count as deleted then, and the
+-- pass may end 'drained'. The next pass (retention_due lists the policy at
+-- once) drops the detached tables first, in one transaction that holds no
+-- lock on the parent: the commit releases the files, 25-50 ms a leaf of
+-- 1,000,000 rows on ext4 (docs/benchmarks.md), one buffer-pool scan for all
+-- of them. PostgreSQL releases a dropped table's files after the commit has
+-- released its locks, so no writer waits for that either way; moving it to
+-- the next pass takes it out of the pass that removes the rows.
+-- 0.27-0.29 emptied a leaf with TRUNCATE before detaching it; a unit left
+-- emptied (block_lo 0) by those versions is detached like any other.
+--
+-- The rows a detached leaf held are reported as deleted, as a swept leaf's
+-- are, counted from the statistics rather than read: the cumulative
+-- statistics' live tuples (exact for a partition only ever inserted into),
+-- else pg_class.reltuples (the last VACUUM or ANALYZE), and count(*) only for
+-- a leaf that has neither. A count(*) reads the whole leaf: 2.2 of the 2.4 s
+-- that dropping 8 leaves of 1,000,000 rows took, for a number. The counts
+-- are read before the parent is locked.
+
+-- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
+-- lower bound of a RANGE leaf on the policy's time column, encoded like the
+-- cutoff (_retention_cutoff); NULL when the leaf is not such a range (LIST,
+-- HASH, DEFAULT, a multi-column or other-column key, MINVALUE, MAXVALUE).
+CREATE OR REPLACE FUNCTION _retention_leaf_bound(p_pol retention_policy, p_leaf regclass, p_lower boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent regclass;
+    v_strategy "char";
+    v_natts int;
+    v_attnum int;
+    v_bound text;
+    v_value text;
+BEGIN
+    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    IF v_parent IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT pt.partstrat, pt.partnatts, pt.partattrs[0] INTO v_strategy, v_natts, v_attnum
+      FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = v_parent;
+    IF v_strategy IS DISTINCT FROM 'r' OR v_natts <> 1 OR v_attnum = 0
+       OR (SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_parent AND a.attnum = v_attnum)
+          IS DISTINCT FROM p_pol.time_column THEN
+        RETURN NULL;
+    END IF;
+    SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) INTO v_bound FROM pg_catalog.pg_class c WHERE c.oid = p_leaf;
+    -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
+    v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
+                    ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
+    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
+        CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
+       INTO v_bound;
+    RETURN v_bound::timestamptz;
+END
+$$;
+
+-- _retention_leaf_upper: the exclusive upper bound of a RANGE leaf on the
+-- policy's time column (see _retention_leaf_bound).
+CREATE OR REPLACE FUNCTION _retention_leaf_upper(p_pol retention_policy, p_leaf regclass)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_leaf_bound(p_pol, p_leaf, false) $$;
+
+-- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
+-- (see the rules above).
+CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_upper timestamptz;
+    v_parent regclass;
+BEGIN
+    IF p_pol.status_column IS NOT NULL OR p_pol.filter_column IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    v_upper := _retention_leaf_upper(p_pol, p_leaf);
+    IF v_upper IS NULL OR v_upper > p_cutoff THEN
+        RETURN false;
+    END IF;
+    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    -- the policy's owner owns both (0.34: not merely a member of their
+    -- owners): the detach runs as it, and so does whatever code of the
+    -- leaf's the count, the locks and the DETACH run
+    RETURN (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf) = p_pol.owner
+       AND (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = v_parent) = p_pol.owner;
+END
+$$;
+
+-- _retention_plan_partitioned plans a sweep of a partitioned table: one
+-- 'drop' unit per droppable leaf, tid_range units over every other leaf.
+CREATE OR REPLACE FUNCTION _retention_plan_partitioned(p_pol retention_policy, p_now timestamptz, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_block_size int := current_setting('block_size')::int;
+    v_leaf record;
+    v_sweep bigint;
+    v_units int := 0;
+    v_blocks bigint;
+    v_step bigint;
+    v_rpb double precision;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units)
+    VALUES (p_pol.name, 'tid_range', v_cutoff, v_at, p_owner, 0)
+    RETURNING id INTO v_sweep;
+    FOR v_leaf IN
+        SELECT t.relid::regclass AS leaf, n.nspname, c.relname, c.reltuples, c.relpages
+          FROM pg_catalog.pg_partition_tree(v_rel) t
+          JOIN pg_catalog.pg_class c ON c.oid = t.relid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE t.isleaf AND c.relkind = 'r'
+           -- being detached concurrently by a runner (retention_detach.sql):
+           -- half-detached, or claimed and not expired
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
+           AND NOT EXISTS (SELECT 1 FROM retention_detaching d WHERE d.leaf = t.relid AND d.expires_at > v_at)
+         ORDER BY n.nspname, c.relname
+    LOOP
+        -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible
+        CONTINUE WHEN _retention_leaf_bound(p_pol, v_leaf.leaf, true) >= v_cutoff;
+        IF _retention_leaf_droppable(p_pol, v_leaf.leaf, v_cutoff) THEN
+            v_units := v_units + 1;
+            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, action)
+            VALUES (p_pol.name, v_sweep, v_units, v_leaf.nspname, v_leaf.relname, 'drop');
+            CONTINUE;
+        END IF;
+        v_blocks := pg_catalog.pg_relation_size(v_leaf.leaf) / v_block_size;
+        v_rpb := greatest(CASE WHEN v_leaf.reltuples > 0 AND v_leaf.relpages > 0
+                               THEN v_leaf.reltuples / v_leaf.relpages END, 1);
+        v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, action)
+        SELECT p_pol.name, v_sweep, v_units + g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END,
+               v_leaf.nspname, v_leaf.relname, 'delete'
+          FROM generate_series(0, greatest(v_blocks - 1, 0), v_step) WITH ORDINALITY g(lo, n);
+        v_units := v_units + (greatest(v_blocks - 1, 0) / v_step + 1)::int;
+    END LOOP;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
+
+-- _retention_drop_sql: the statements that remove a leaf whole, as the
+-- policy's owner: count its rows (from the statistics), detach it from its
+-- parent, drop it.
+CREATE OR REPLACE FUNCTION _retention_drop_sql(p_leaf regclass, OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_leaf text;
+    v_parent text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_leaf
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE i.inhrelid = p_leaf;
+    count_sql := format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 '
+                        'THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
+                        'WHEN c.reltuples >= 0 THEN c.reltuples::bigint '
+                        'ELSE (SELECT count(*) FROM ONLY %s) END '
+                        'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf, p_leaf::oid);
+    detach_sql := format('ALTER TABLE %s DETACH PARTITION %s', v_parent, v_leaf);
+    drop_sql := format('DROP TABLE %s', v_leaf);
+END
+$$;
+
+-- _retention_unit_detached: whether a unit is a drop unit whose leaf a pass
+-- detached (block_lo -1, block_hi the detached table's oid); its table is
+-- dropped by a later pass whatever happens to the policy's definition.
+CREATE OR REPLACE FUNCTION _retention_unit_detached(p_action text, p_block_lo bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_action = 'drop' AND p_block_lo IS NOT DISTINCT FROM -1 $$;
+
+-- _retention_depended_on: whether something outside a detached table
+-- depends on it -- a view made on it since, a foreign key to it -- so that
+-- its DROP would fail (every pass, if nothing stopped trying). The table's
+-- own constraints do not count: a CHECK constraint (one inherited from the
+-- parent, the one DETACH ... CONCURRENTLY adds) depends on the table's
+-- columns, and until 0.33 it made every detached leaf of a table with a
+-- CHECK constraint stay in place, never dropped. The pass's drops
+-- (_retention_release_claim) and the runner's (retention_detach.sql) ask
+-- this one function.
+CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                    WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = p_table
+                      AND d.deptype = 'n'
+                      AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                                            WHERE k.oid = d.objid AND k.conrelid = p_table)))
+$$;
+
+-- _retention_detached_name: the name a detached leaf gets until a later
+-- pass drops it.
+CREATE OR REPLACE FUNCTION _retention_detached_name(p_leaf oid)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
+
+-- _retention_detach_body: the PL/pgSQL body (run as the policy's owner by
+-- retention_step) that detaches the leaves p_leaves of p_parent in one
+-- transaction:
+--   1. each leaf's rows counted, from the statistics;
+--   2. each leaf locked SHARE UPDATE EXCLUSIVE, with lock_timeout raised to
+--      retention_lock_timeout + deadlock_timeout: that mode blocks no insert
+--      and no query, only VACUUM, ANALYZE and DDL; an autovacuum worker on
+--      the leaf (one starts on every partition that got many inserts) is
+--      cancelled by PostgreSQL after deadlock_timeout instead of making the
+--      leaf wait for a later pass; a leaf still held after that is skipped;
+--   3. the parent locked ACCESS EXCLUSIVE, with lock_timeout =
+--      retention_lock_timeout: from here on inserts and queries on the
+--      parent wait;
+--   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
+--      writing the leaf directly makes it skipped: nobody waits while the
+--      parent is locked), detached and renamed.
+-- It returns the rows of the leaves it detached (deleted) and how many it
+-- detached (sampled); which ones, the catalog tells (_retention_step_detached).
+CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent text;
+    v_counts text := '';
+    v_prelocks text := '';
+    v_steps text := '';
+    v_leaf record;
+    v_sql record;
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_deadlock bigint := (extract(epoch FROM pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    FOR v_leaf IN
+        SELECT l.oid, l.ord, format('%I.%I', n.nspname, c.relname) AS name
+          FROM unnest(p_leaves) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        v_sql := _retention_drop_sql(v_leaf.oid::regclass);
+        -- A runner's DETACH ... CONCURRENTLY (retention_detach.sql) may have
+        -- detached or dropped the leaf since it was claimed (undefined_table:
+        -- gone, or "not a partition"), or left it half-detached
+        -- (object_not_in_prerequisite_state: a plain DETACH is refused): the
+        -- leaf is skipped, its unit deferred.
+        v_counts := v_counts || format('BEGIN EXECUTE %L INTO c; EXCEPTION WHEN undefined_table THEN c := 0; END; r[%s] := c; ',
+                                       v_sql.count_sql, v_leaf.ord);
+        v_prelocks := v_prelocks || format(
+            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; ',
+            format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
+        v_steps := v_steps || format(
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN object_not_in_prerequisite_state OR undefined_table THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
+            v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
+            v_leaf.ord, v_sql.detach_sql, v_leaf.ord,
+            v_leaf.ord, format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
+    END LOOP;
+    RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
+                  'RETURN QUERY SELECT n, NULL::float8, d, NULL::timestamptz[]; END',
+                  v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
+                  format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
+END
+$$;
+
+-- _retention_release_body: the PL/pgSQL body (run as the policy's owner)
+-- that drops the detached tables p_tables in one transaction; a table
+-- someone else holds past lock_timeout is left to a later pass.
+CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_steps text := '';
+    v_name text;
+BEGIN
+    FOR v_name IN
+        SELECT format('%I.%I', n.nspname, c.relname)
+          FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        v_steps := v_steps || format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                     format('DROP TABLE %s', v_name));
+    END LOOP;
+    RETURN format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', v_steps);
+END
+$$;
+-- pgsweep:end functions/retention_partition.sql
+
+-- pgsweep:include functions/retention_shards.sql
+-- Retention of a distributed (Citus) table: shard by shard
+-- (docs/operations.md, "Scaling out with Citus").
+--
+-- On a Citus coordinator a hash-distributed table is an empty shell: its rows
+-- live in shards on the workers. Planned like a plain table, a sweep would
+-- see no blocks and make one unit, and each batch would be one multi-shard
+-- DELETE over every shard -- unbounded, and with ctid in it, which Citus
+-- runs on every shard (the same ctid means a different row in each). So a
+-- policy on a hash-distributed table (pg_dist_partition.partmethod 'h') is
+-- planned per shard instead:
+--
+--   * units per shard (retention_unit.shard_id): tid_range units over the
+--     shard's own blocks, sized like a plain table's from the shard's size
+--     and statistics (read on its worker), or, for a keyset policy, one
+--     window (-infinity, infinity) per shard. Units are numbered round-robin
+--     over the shards, so parallel cleaners spread over the shards (and the
+--     workers) instead of queuing on the first one.
+--   * a batch is two statements, both on that shard alone:
+--       1. a read, sent to the shard's worker as text with
+--          master_run_on_worker (a connection of its own, as the policy's
+--          owner): the ctid and distribution value of at most batch_size
+--          eligible rows of the unit's range of that shard, in ctid (or
+--          time) order. It locks nothing and changes nothing; it only says
+--          which rows to try.
+--       2. the DELETE, on the coordinator in the batch's transaction, of
+--          exactly those rows: WHERE <distribution column> = ANY (their
+--          values) AND ctid = ANY (their ctids) AND <the policy's full
+--          predicate>. The distribution values all hash into the one shard,
+--          so Citus's router planner sends the DELETE to that shard only
+--          (a single-shard statement, where ctid is safe), and the full
+--          predicate is re-checked on every row as it is deleted (READ
+--          COMMITTED: a row re-queued since the read is skipped; a row
+--          updated since the read has a new ctid and is skipped). A batch
+--          deletes at most batch_size rows.
+--     A read that returned batch_size rows leaves its unit open (the next
+--     batch reads the unit again: the rows just deleted are gone); one that
+--     returned fewer, or deleted nothing, finishes it.
+--   * the DELETE waits for a row lock no longer than retention_lock_timeout,
+--     on the worker too: Citus does not pass a function's settings on to
+--     the workers, so the batch sets lock_timeout with SET LOCAL under
+--     citus.propagate_set_commands = local, which Citus sends with the
+--     transaction to the shard's worker. A lock timeout there (55P03) defers
+--     the unit to a later pass, as on one server (_retention_step).
+--   * never a multi-shard statement with ctid or SKIP LOCKED, exclusive and
+--     parallel modes unchanged (units are claimed as before).
+-- Reference tables and Citus local tables hold all their rows on the
+-- coordinator's side of a single statement: they are planned as today, as
+-- are plain tables (the check is one catalog read when Citus is installed,
+-- one pg_extension read when it is not). pgsweep's own built-in policies
+-- (message_processed, message_dead) filter by one queue, their distribution
+-- column, so their statements already go to one shard: they are planned as
+-- today too.
+--
+-- The read's own session has no lock_timeout (master_run_on_worker sends
+-- one statement, and a relation lock is taken before any set_config in it
+-- could run): DDL that holds the shard's lock holds the batch up.
+--
+-- Values in the read travel as literals (format %L; a time as ISO 8601 in
+-- UTC, so no DateStyle or TimeZone of either session changes it):
+-- master_run_on_worker takes text only. A shard that no longer exists when
+-- its unit comes up (split, or its table redistributed) drops the unit; its
+-- rows are swept by the next sweep. A shard that moved is found where it is
+-- now (pg_dist_placement is read at every batch).
+
+-- _retention_distribution: the distribution column of a hash-distributed
+-- Citus table, NULL for any other table (and without Citus).
+CREATE OR REPLACE FUNCTION _retention_distribution(p_rel regclass)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_col text;
+BEGIN
+    IF NOT _citus_available() THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT pg_catalog.column_to_column_name(d.logicalrelid, d.partkey) FROM pg_catalog.pg_dist_partition d '
+            'WHERE d.logicalrelid = $1 AND d.partmethod = ''h'''
+       INTO v_col USING p_rel;
+    RETURN v_col;
+END
+$$;
+
+-- _retention_shard_placement: where a shard of p_rel is now -- the node and
+-- port of its active primary placement and its name (schema-qualified,
+-- quoted) -- or NULLs when the shard is gone.
+CREATE OR REPLACE FUNCTION _retention_shard_placement(p_rel regclass, p_shard bigint,
+    OUT node text, OUT port int, OUT shard text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    EXECUTE 'SELECT n.nodename::text, n.nodeport, pg_catalog.shard_name(s.logicalrelid, s.shardid, false) '
+            'FROM pg_catalog.pg_dist_shard s '
+            'JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid '
+            'JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid '
+            'WHERE s.shardid = $1 AND s.logicalrelid = $2 AND n.noderole = ''primary'' AND n.isactive '
+            'ORDER BY p.placementid LIMIT 1'
+       INTO node, port, shard USING p_shard, p_rel;
+END
+$$;
+
+-- _retention_time_literal: a time as an SQL literal that means the same in
+-- any session (ISO 8601 in UTC; infinity as itself).
+CREATE OR REPLACE FUNCTION _retention_time_literal(p_at timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.format('%L::pg_catalog.timestamptz', CASE WHEN pg_catalog.isfinite(p_at)
+        THEN pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE p_at::text END)
+$$;
+
+-- _retention_plan_shards plans a sweep of a hash-distributed table: units
+-- per shard (see the top of this file).
+CREATE OR REPLACE FUNCTION _retention_plan_shards(p_pol retention_policy, p_now timestamptz, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_strategy text := CASE WHEN p_pol.strategy = 'keyset' THEN 'keyset' ELSE 'tid_range' END;
+    v_block_size int := current_setting('block_size')::int;
+    v_shards bigint[];
+    v_nodes text[] := '{}';
+    v_ports int[] := '{}';
+    v_cmds text[] := '{}';
+    v_keys text[] := '{}';
+    v_k int;
+    v_where record;
+    v_name text[];
+    v_sweep bigint;
+    v_sizes text[] := '{}';
+    v_units int;
+    v_blocks bigint := 0;
+    v_at timestamptz := clock_timestamp();
+    r record;
+    i int;
+BEGIN
+    EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
+       INTO v_shards USING v_rel;
+    -- Each shard's blocks and statistics, read on its worker: one command
+    -- (one connection) a node, finding the shards by name (no privilege on
+    -- the table's schema is needed).
+    FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
+        v_where := _retention_shard_placement(v_rel, v_shards[i]);
+        IF v_where.node IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, v_shards[i], v_rel::text
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        v_name := parse_ident(v_where.shard);
+        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
+        IF v_k IS NULL THEN
+            v_keys := v_keys || (v_where.node || ':' || v_where.port);
+            v_nodes := v_nodes || v_where.node;
+            v_ports := v_ports || v_where.port;
+            v_cmds := v_cmds || ''::text;
+            v_k := cardinality(v_keys);
+        END IF;
+        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
+                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
+    END LOOP;
+    -- "shard blocks tuples pages", one line a shard
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
+                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
+                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                               'FROM (VALUES %s) v(shard, nsp, rel) '
+                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
+                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
+                r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';
+        END IF;
+        v_sizes := v_sizes || string_to_array(r.result, ',');
+    END LOOP;
+    SELECT coalesce(sum(split_part(l, ' ', 2)::bigint), 0) INTO v_blocks FROM unnest(v_sizes) l;
+
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks)
+    RETURNING id INTO v_sweep;
+    IF v_strategy = 'tid_range' THEN
+        -- As a plain table's (retention_plan.sql), per shard: rows per block
+        -- from the shard's statistics, or, before its first ANALYZE, about
+        -- 64 bytes a row (a read stops at batch_size rows whatever a unit
+        -- holds); the last unit of a shard is open-ended.
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, shard_id)
+        SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY g.k, s.shard), g.lo,
+               CASE WHEN g.lo + s.step < s.blocks THEN g.lo + s.step END, s.shard
+          FROM (SELECT z.shard, z.blocks,
+                       greatest(1, ceil(p_pol.batch_size / greatest(
+                           CASE WHEN z.tuples > 0 AND z.pages > 0 THEN z.tuples / z.pages ELSE v_block_size / 64.0 END,
+                           1)))::bigint AS step
+                  FROM (SELECT split_part(l, ' ', 1)::bigint AS shard, split_part(l, ' ', 2)::bigint AS blocks,
+                               split_part(l, ' ', 3)::double precision AS tuples, split_part(l, ' ', 4)::bigint AS pages
+                          FROM unnest(v_sizes) l) z) s
+         CROSS JOIN LATERAL generate_series(0, greatest(s.blocks - 1, 0), s.step) WITH ORDINALITY g(lo, k);
+    ELSE
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, time_lo, time_hi, shard_id)
+        SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY s.shard), '-infinity', 'infinity', s.shard
+          FROM unnest(v_shards) s(shard);
+    END IF;
+    GET DIAGNOSTICS v_units = ROW_COUNT;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
+
+-- _retention_shard_body: the PL/pgSQL body of one batch on one shard, run
+-- as the policy's owner in the temporary function of retention_step
+-- (its parameters: $1, $2 the unit's range as text -- TIDs or encoded
+-- times --, $3 the cutoff, $4 the statuses, $5 the filter values). The read
+-- goes to the shard's worker, the DELETE through the coordinator to that
+-- shard alone (see the top of this file). Returns the rows deleted and,
+-- as sampled, the rows the read returned.
+CREATE OR REPLACE FUNCTION _retention_shard_body(p_pol retention_policy, p_strategy text, p_shard bigint,
+    p_lo text, p_hi text, p_cutoff timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_dist text := _retention_distribution(v_rel);
+    v_type text;
+    v_where record;
+    v_range text;
+    v_order text;
+    v_read text;
+    v_delete text;
+BEGIN
+    IF v_dist IS NULL THEN
+        RAISE EXCEPTION 'retention policy %: % is no longer a distributed table', p_pol.name, v_rel::text
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT format_type(a.atttypid, a.atttypmod) INTO v_type
+      FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_dist;
+    v_where := _retention_shard_placement(v_rel, p_shard);
+    IF v_where.node IS NULL THEN
+        RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, p_shard, v_rel::text
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF p_strategy = 'tid_range' THEN
+        v_range := format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi);
+        v_order := 'ctid';
+    ELSE
+        v_range := format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                          _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
+                          _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz)));
+        v_order := format('%I', p_pol.time_column);
+    END IF;
+    v_read := format(
+        'SELECT pg_catalog.json_build_object(''n'', pg_catalog.count(*), ''t'', pg_catalog.array_agg(s.t), ''k'', pg_catalog.array_agg(s.k))::text '
+        'FROM (SELECT ctid::text AS t, %I::text AS k FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s) s',
+        v_dist, v_where.shard, v_range,
+        _retention_predicate_with(p_pol, v_rel, _retention_time_literal(p_cutoff),
+                                  format('%L', p_pol.statuses::text), format('%L', p_pol.filter_values::text)),
+        v_order, p_pol.batch_size);
+    v_delete := format('DELETE FROM %I.%I WHERE %I = ANY ($2::%s[]) AND ctid = ANY ($1) AND %s',
+                       p_pol.table_schema, p_pol.table_name, v_dist, v_type, _retention_predicate(p_pol, v_rel));
+    RETURN format($b$DECLARE r record; j json; c bigint; n bigint := 0;
+BEGIN
+    SELECT w.success, w.result INTO r FROM pg_catalog.master_run_on_worker(ARRAY[%L], ARRAY[%s], ARRAY[%L], false) w;
+    IF NOT r.success THEN
+        RAISE EXCEPTION USING ERRCODE = 'external_routine_exception', MESSAGE = %L || r.result;
+    END IF;
+    j := r.result::json;
+    c := (j ->> 'n')::bigint;
+    IF c > 0 THEN
+        EXECUTE 'SET LOCAL lock_timeout = ' || quote_literal(current_setting('lock_timeout'));
+        EXECUTE %L USING ARRAY(SELECT json_array_elements_text(j -> 't'))::tid[],
+                         ARRAY(SELECT json_array_elements_text(j -> 'k')), $3, $4, $5;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END IF;
+    RETURN QUERY SELECT n, NULL::float8, c, NULL::timestamptz[];
+END$b$,
+        v_where.node, v_where.port, v_read,
+        format('retention policy %s: reading shard %s on %s:%s failed: ', p_pol.name, v_where.shard, v_where.node, v_where.port),
+        v_delete);
+END
+$$;
+-- pgsweep:end functions/retention_shards.sql
+
+-- pgsweep:include functions/retention_sql.sql
+-- Retention: the SQL each batch runs against the policy's table.
+--
+-- Safety rule: a row is deleted only if it is eligible when it is deleted.
+-- Every DELETE carries the policy's full predicate in its own WHERE clause.
+-- Under READ COMMITTED, when a DELETE meets a row version that a concurrent
+-- transaction updated, PostgreSQL follows the update to the newest version and
+-- re-evaluates the whole WHERE clause on it (EvalPlanQual): a row re-queued
+-- meanwhile (status or time changed) no longer matches and is skipped. The
+-- range condition (ctid range, ctid list) is re-checked too; a new version
+-- that moved outside the range is skipped, which is safe, and a still-eligible
+-- row skipped that way is deleted by a later sweep. CAP's
+-- DELETE ... WHERE "Id" IN (SELECT ... LIMIT n) re-checks only "Id", which is
+-- why it deletes re-queued rows. sql/tests/retention_run.sql and the Go tests
+-- prove the difference.
+--
+-- Parameters, the same in every statement: $1, $2 the range (TIDs, or the
+-- keyset lower bound), $3 the cutoff, $4 the statuses, $5 the filter values.
+-- Values travel as parameters, never as SQL text; names through %I. (One
+-- exception: the read a batch on a shard of a distributed (Citus) table
+-- sends to the shard's worker takes literals, format %L: it goes there as
+-- text. Its DELETE takes parameters like every other; retention_shards.sql.)
+--
+-- Time: the cutoff is carried as timestamptz. For a timestamp column it holds
+-- the local cutoff (now - older_than, in the policy's time zone) encoded as if
+-- it were UTC, and the SQL decodes it with AT TIME ZONE 'UTC' applied to the
+-- parameter (immutable, so the index on the column still serves); a date
+-- column compares with the local cutoff's date, so a day is deleted only when
+-- all of it is older than the cutoff.
+
+-- _retention_cutoff computes a policy's cutoff for a clock reading.
+CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_pol.time_type = 'timestamptz' THEN
+        RETURN p_now - p_pol.older_than;
+    END IF;
+    RETURN ((p_now - p_pol.older_than) AT TIME ZONE coalesce(p_pol.time_zone, current_setting('TimeZone')))
+           AT TIME ZONE 'UTC';
+END
+$$;
+
+-- _retention_param decodes an encoded time parameter into the column's type.
+CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_pol.time_type
+        WHEN 'timestamptz' THEN p_param
+        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
+        ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END
+$$;
+
+-- _retention_encode encodes a column value (an SQL expression) like the cutoff.
+CREATE OR REPLACE FUNCTION _retention_encode(p_pol retention_policy, p_expr text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_pol.time_type
+        WHEN 'timestamptz' THEN p_expr
+        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_expr)
+        ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END
+$$;
+
+-- _retention_predicate_with is the same test over the given SQL for the
+-- cutoff, the statuses and the filter values: parameters ($3..$5), or
+-- literals for a statement sent as text to another node (a shard's batch,
+-- _retention_shard_body).
+CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
+    p_cutoff text, p_statuses text, p_filters text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, p_cutoff));
+    v_col record;
+BEGIN
+    IF p_pol.status_column IS NOT NULL THEN
+        v_col := _retention_column(p_rel, p_pol.status_column);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(p_pol.status_column), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.status_column, p_statuses, v_col.type_sql);
+    END IF;
+    IF p_pol.filter_column IS NOT NULL THEN
+        v_col := _retention_column(p_rel, p_pol.filter_column);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(p_pol.filter_column), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.filter_column, p_filters, v_col.type_sql);
+    END IF;
+    RETURN v_sql;
+END
+$$;
+
+-- _retention_predicate is the policy's full eligibility test as SQL over $3..$5.
+CREATE OR REPLACE FUNCTION _retention_predicate(p_pol retention_policy, p_rel regclass)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
+
+-- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
+-- p_target, one leaf of it (a partitioned policy's units name their leaf).
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
+    v_pred text := _retention_predicate(p_pol, v_rel);
+BEGIN
+    IF p_target IS NOT NULL THEN
+        SELECT format('%I.%I', n.nspname, c.relname) INTO v_tbl
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target;
+    END IF;
+    IF p_strategy = 'tid_range' THEN
+        RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
+    END IF;
+    RETURN format('DELETE FROM %s WHERE %I >= %s AND %I < %s AND %s', v_tbl, p_pol.time_column,
+                  _retention_param(p_pol, '$1'), p_pol.time_column, _retention_param(p_pol, '$2'), v_pred);
+END
+$$;
+
+-- _retention_sample_sql builds the planning sample (see retention_plan.sql):
+-- the eligible fraction, the sample size and the eligible rows' encoded
+-- times in order, over about p_pct percent of the table's blocks.
+CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+BEGIN
+    RETURN format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
+                  'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
+                  _retention_predicate(p_pol, v_rel), _retention_encode(p_pol, quote_ident(p_pol.time_column)),
+                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct);
+END
+$$;
+
+-- Running a policy's statements as its owner.
+--
+-- A policy belongs to the role that registered it, and every statement a
+-- run makes on the policy's table (the planning sample, each batch's
+-- DELETE) runs as that role: the table's privileges, row-level security and
+-- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
+-- superuser included). A plain SET ROLE is not enough: a trigger of the
+-- owner's could RESET ROLE back to a superuser session user. So the
+-- statement runs inside a SECURITY DEFINER function owned by the policy's
+-- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
+-- retention_step creates it in this session's pg_temp (built now from
+-- validated policy fields; no stored SQL), hands it to the owner, calls it
+-- once and drops it, all in the caller's transaction, so no other session
+-- ever sees it and it is never called twice. Creating and dropping costs
+-- about 0.2 ms a batch. The caller (maintain's or retention_run's session
+-- role) must be able to act as the owner (be a member of it, or a
+-- superuser); otherwise the run of that policy fails with 42501 and says
+-- which GRANT is missing, and other policies still run.
+--
+-- The owner's code (triggers, rules, row-level security policies) runs in
+-- the maintenance session, between the caller's own statements. Whatever it
+-- leaves in that session would act later with the caller's rights, which
+-- may be a superuser's: a search_path set with plain SET outlives the
+-- function that pins it (PostgreSQL keeps a SET made inside a function with a
+-- SET clause), so the caller's next unqualified name would resolve in the
+-- owner's schema; a temporary view or type would shadow a catalog name; a
+-- prepared statement would stand in for the client's; and a role's
+-- membership is checked against the session user, so a call made inside the
+-- statement could register a policy as any role the caller may act as. So
+-- retention_step checks, before it looks up any name again, that the
+-- statement left search_path, every setting a role may SET, the session's
+-- prepared statements, retention_policy and the catalogs' object rows
+-- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
+-- the new prepared statements (they outlive a rollback) and raises 42501:
+-- the batch rolls back with everything the statement did (settings,
+-- objects, rows); the error is recorded on the policy's pass and other
+-- policies still run. The check costs about 0.1 ms a batch
+-- (retention_step_session_state). docs/security.md tells the whole story.
+--
+-- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
+-- _retention_builtin_exec instead, inside retention_step_claim (SECURITY
+-- DEFINER, <schema>_owner), which builds the statement from the policy
+-- itself: no code of another role ever runs there.
+
+-- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
+CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_kind
+        -- a drop unit's two steps (retention_partition.sql): detach leaves,
+        -- later drop the detached tables; bodies built from the catalog there
+        WHEN 'detach' THEN p_sql
+        WHEN 'release' THEN p_sql
+        WHEN 'delete' THEN pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
+        ELSE pg_catalog.format(
+            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
+$$;
+
+-- _retention_exec_settings: the settings a statement runs with: a
+-- tid_range DELETE is pinned to its Tid Range Scan (see retention_plan.sql);
+-- JIT off everywhere, batches are too short to gain from it; and it waits
+-- for no lock longer than retention_lock_timeout (a row an application holds
+-- locked defers the unit to a later pass, _retention_step).
+CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_strategy
+        WHEN 'tid_range' THEN ' SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off SET jit = off'
+        ELSE ' SET jit = off' END
+        || pg_catalog.format(' SET lock_timeout = %L',
+                             (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
+$$;
+
+-- retention_step_session_state: what retention_step compares before and
+-- after a statement run as a policy's owner. settings: every setting a role
+-- may SET (context 'user' in PostgreSQL 15; a name a server lacks reads as
+-- NULL) but search_path, which is pinned here (the caller compares its own);
+-- prepared: the session's prepared statements (name and text); writes: rows
+-- this transaction wrote to retention_policy and inserted into pg_class,
+-- pg_type and pg_proc (a new table, view, type or function), from the
+-- transaction's statistics counters, or, with track_counts off, a digest of
+-- the policies and of this session's temporary objects.
+CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    settings := ARRAY(SELECT n || '=' || coalesce(pg_catalog.current_setting(n, true), '<unset>') FROM pg_catalog.unnest(ARRAY[
+        'DateStyle', 'IntervalStyle', 'TimeZone', 'application_name', 'array_nulls', 'backend_flush_after',
+        'backslash_quote', 'bytea_output', 'check_function_bodies', 'client_connection_check_interval',
+        'client_encoding', 'client_min_messages', 'commit_siblings', 'constraint_exclusion', 'cpu_index_tuple_cost',
+        'cpu_operator_cost', 'cpu_tuple_cost', 'cursor_tuple_fraction', 'debug_pretty_print', 'debug_print_parse',
+        'debug_print_plan', 'debug_print_rewritten', 'default_statistics_target', 'default_table_access_method',
+        'default_tablespace', 'default_text_search_config', 'default_toast_compression',
+        'default_transaction_deferrable', 'default_transaction_isolation', 'default_transaction_read_only',
+        'effective_cache_size', 'effective_io_concurrency', 'enable_async_append', 'enable_bitmapscan',
+        'enable_gathermerge', 'enable_hashagg', 'enable_hashjoin', 'enable_incremental_sort', 'enable_indexonlyscan',
+        'enable_indexscan', 'enable_material', 'enable_memoize', 'enable_mergejoin', 'enable_nestloop',
+        'enable_parallel_append', 'enable_parallel_hash', 'enable_partition_pruning', 'enable_partitionwise_aggregate',
+        'enable_partitionwise_join', 'enable_seqscan', 'enable_sort', 'enable_tidscan', 'escape_string_warning',
+        'exit_on_error', 'extra_float_digits', 'force_parallel_mode', 'from_collapse_limit', 'geqo', 'geqo_effort',
+        'geqo_generations', 'geqo_pool_size', 'geqo_seed', 'geqo_selection_bias', 'geqo_threshold',
+        'gin_fuzzy_search_limit', 'gin_pending_list_limit', 'hash_mem_multiplier',
+        'idle_in_transaction_session_timeout', 'idle_session_timeout', 'jit', 'jit_above_cost', 'jit_expressions',
+        'jit_inline_above_cost', 'jit_optimize_above_cost', 'jit_tuple_deforming', 'join_collapse_limit',
+        'lc_monetary', 'lc_numeric', 'lc_time', 'local_preload_libraries', 'lock_timeout',
+        'log_parameter_max_length_on_error', 'logical_decoding_work_mem', 'maintenance_io_concurrency',
+        'maintenance_work_mem', 'max_parallel_maintenance_workers', 'max_parallel_workers',
+        'max_parallel_workers_per_gather', 'min_parallel_index_scan_size', 'min_parallel_table_scan_size',
+        'parallel_leader_participation', 'parallel_setup_cost', 'parallel_tuple_cost', 'password_encryption',
+        'plan_cache_mode', 'quote_all_identifiers', 'random_page_cost', 'recursive_worktable_factor',
+        'restrict_nonsystem_relation_kind', 'row_security', 'seq_page_cost', 'standard_conforming_strings',
+        'statement_timeout', 'stats_fetch_consistency', 'synchronize_seqscans', 'synchronous_commit',
+        'tcp_keepalives_count', 'tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_user_timeout', 'temp_buffers',
+        'temp_tablespaces', 'timezone_abbreviations', 'trace_notify', 'trace_sort', 'transaction_deferrable',
+        'transaction_isolation', 'transaction_read_only', 'transform_null_equals', 'vacuum_cost_delay',
+        'vacuum_cost_limit', 'vacuum_cost_page_dirty', 'vacuum_cost_page_hit', 'vacuum_cost_page_miss',
+        'vacuum_failsafe_age', 'vacuum_freeze_min_age', 'vacuum_freeze_table_age', 'vacuum_multixact_failsafe_age',
+        'vacuum_multixact_freeze_min_age', 'vacuum_multixact_freeze_table_age', 'wal_sender_timeout',
+        'wal_skip_threshold', 'work_mem', 'xmlbinary', 'xmloption', 'plpgsql.check_asserts', 'plpgsql.extra_errors',
+        'plpgsql.extra_warnings', 'plpgsql.print_strict_params']) n);
+    prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
+    IF pg_catalog.current_setting('track_counts')::boolean THEN
+        writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                              + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+                     FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r)::text
+                  || ' ' ||
+                  (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+                     FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r)::text;
+    ELSE
+        writes := (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p)
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema())::text;
+    END IF;
+END
+$$;
+
+-- retention_step_session_restore deletes the prepared statements that are not
+-- in p_prepared (as retention_step_session_state lists them): a statement run
+-- as a policy's owner made them, and they outlive a rollback. It returns
+-- their names.
+CREATE OR REPLACE FUNCTION retention_step_session_restore(p_prepared text[])
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_names text[] := ARRAY(SELECT p.name FROM pg_catalog.pg_prepared_statements p
+                             WHERE NOT (p.name || ' ' || p.statement) = ANY (coalesce(p_prepared, '{}')) ORDER BY 1);
+    v_name text;
+BEGIN
+    FOREACH v_name IN ARRAY v_names LOOP
+        EXECUTE pg_catalog.format('DEALLOCATE %I', v_name);
+    END LOOP;
+    RETURN v_names;
+END
+$$;
+
+-- retention_step does one step of a pass: at most one batch. It returns
+-- false when the pass is over (outcome recorded), true to be called again.
+-- It runs as its caller (SECURITY INVOKER): the statement on the policy's
+-- table runs as the table's owner (or the policy's, see retention_step_claim)
+-- in a temporary SECURITY DEFINER function owned by that role, which only a
+-- caller that can act as it may create. Everything else happens in two
+-- SECURITY DEFINER step routines, each of which checks that this session
+-- opened the pass: retention_step_claim (which unit, the statement built
+-- now from the stored policy and the catalog, the cutoff capped at now()
+-- minus the policy's older_than) and retention_step_record (what the
+-- statement did, for the unit the claim handed out and no other). The
+-- caller may call either one alone, in any order: a claim not recorded is
+-- void at the next claim, a record without a claim changes nothing.
+CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+    v_sig text;
+    v_path text;
+    v_before record;
+    v_after record;
+    v_changed text;
+    v_deleted bigint;
+    v_fraction double precision;
+    v_sampled bigint;
+    v_times timestamptz[];
+BEGIN
+    v := retention_step_claim(p_pass);
+    IF v.o_kind IS NULL THEN
+        RETURN v.o_more;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'retention policy %: % cannot act as %, the role its statements run as', v.o_policy, current_user, v.o_role
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
+                                           v.o_role, v.o_role::text, current_user);
+    END IF;
+    BEGIN
+        IF v.o_kind = 'detach' THEN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
+        END IF;
+        v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
+            'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L', v_sig, v.o_settings, v.o_body);
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, v.o_role::text);
+        v_path := pg_catalog.current_setting('search_path');
+        v_before := retention_step_session_state();
+        BEGIN
+            EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
+                                      v.o_type, v.o_type)
+               INTO v_deleted, v_fraction, v_sampled, v_times
+              USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            -- Rolled back with the block: settings, objects, rows. Not prepared statements.
+            PERFORM retention_step_session_restore(v_before.prepared);
+            RAISE;
+        END;
+        -- The owner's code may have set search_path for the session: compare it
+        -- before any name is looked up again (pg_catalog only, no operator).
+        IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
+            v_changed := 'search_path';
+        ELSE
+            v_after := retention_step_session_state();
+            v_changed := CASE
+                WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
+                    'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
+                                      FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
+                WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
+                WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
+        END IF;
+        IF v_changed IS NOT NULL THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_session_restore(v_before.prepared);
+            RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
+                v.o_policy, v.o_role, v_changed
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
+                             'they must not SET parameters, create objects, prepare statements or register retention policies.';
+        END IF;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        -- A row (delete), the parent or a leaf (detach), a detached table
+        -- (release) stayed locked past retention_lock_timeout: the step
+        -- rolled back whole; its units wait for a later pass.
+        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN
+            RAISE;
+        END IF;
+        PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
+    END;
+    RETURN v.o_more;
+END
+$$;
+
+-- _retention_builtin_exec runs one statement of a built-in policy (owned by
+-- <schema>_owner, on pgsweep's own tables) as <schema>_owner. It takes no
+-- SQL: it builds the statement from the policy, and refuses any other policy.
+CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
+    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET jit = off
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    -- never later than now() - older_than, whatever the caller says
+    p_cutoff := least(p_cutoff, _retention_cutoff(v_pol, pg_catalog.clock_timestamp()));
+    IF NOT FOUND OR v_pol.owner <> _owner_role() OR v_pol.table_schema <> pg_catalog.current_schema()
+       OR v_pol.table_name NOT IN ('message_processed', 'message_dead') THEN
+        RAISE EXCEPTION 'retention policy %: not a built-in policy', p_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_kind = 'delete' THEN
+        -- as _retention_exec_settings: wait on no lock longer than retention_lock_timeout
+        PERFORM pg_catalog.set_config('lock_timeout',
+            (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms', true);
+        EXECUTE _retention_sweep_sql(v_pol, p_strategy) USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    ELSE
+        EXECUTE _retention_sample_sql(v_pol, p_lo::text::double precision) INTO fraction, sampled, times
+          USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_sql.sql
+
+-- pgsweep:include functions/retention_step.sql
+-- Retention: the steps of a pass. retention_run (a procedure, so that it can
+-- commit) calls the step routines below and commits after each; all logic
+-- lives here, in functions that pin search_path (a procedure that commits
+-- cannot).
+--
+-- Exclusive mode takes two locks for the whole pass, in this order:
+--   1. pg_try_advisory_lock on the policy (session level, held across the
+--      pass's commits): while a cleaner is connected and in its pass, no other
+--      session can start one, even if the lease expired because the cleaner
+--      stalled. Failing it returns at once: no waiting, no retry loop.
+--   2. the lease retention:<name> (lease.sql), the truth that survives the
+--      session: a crashed cleaner's lease blocks others until its TTL ends, and
+--      every batch first checks that this pass still holds it (renewing it
+--      every third of the TTL), so a pass that lost it stops before deleting.
+-- The advisory lock is released only after the commit that released the
+-- lease and recorded the end of the pass, so pass records never overlap.
+
+CREATE OR REPLACE FUNCTION _retention_lock_key(p_name text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT pg_catalog.hashtextextended(current_schema() || ' retention:' || p_name, 0) $$;
+
+-- _retention_unlock releases every hold this session has on the policy's
+-- advisory lock: after a pass, and before the next one, in case an aborted
+-- call (a cancel between steps) left one behind on a pooled connection.
+CREATE OR REPLACE FUNCTION _retention_unlock(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_key bigint := _retention_lock_key(p_name);
+    v_held int;
+BEGIN
+    SELECT count(*) INTO v_held
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
+       AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
+    -- pg_locks shows a lock once however often it was taken; unlock until it is gone.
+    WHILE v_held > 0 LOOP
+        EXIT WHEN NOT pg_catalog.pg_advisory_unlock(v_key);
+        SELECT count(*) INTO v_held
+          FROM pg_catalog.pg_locks l
+         WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
+           AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
+    END LOOP;
+END
+$$;
+
+-- _retention_begin starts a pass and returns its id, or NULL when there is
+-- nothing to do: the policy keeps rows forever, or (exclusive) another
+-- cleaner holds it.
+CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_owner text;
+    v_token bigint;
+    v_id bigint;
+    v_start timestamptz;
+    v_at timestamptz;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_text('p_name', p_name);
+    IF p_owner IS NOT NULL THEN
+        PERFORM _check_text('p_owner', p_owner);
+    END IF;
+    PERFORM _check_interval('p_budget', p_budget, interval '0', interval '1 day');
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    IF v_pol.older_than IS NULL THEN
+        RETURN NULL; -- keep forever
+    END IF;
+    v_owner := coalesce(p_owner,
+        format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
+
+    IF v_pol.mode = 'exclusive' THEN
+        PERFORM _retention_unlock(p_name);
+        IF NOT pg_catalog.pg_try_advisory_lock(_retention_lock_key(p_name)) THEN
+            RAISE NOTICE 'retention policy %: another cleaner is running it; nothing done', p_name;
+            RETURN NULL;
+        END IF;
+        v_token := _lease_acquire('retention:' || p_name, v_owner, v_pol.lease_ttl, NULL);
+        IF v_token IS NULL THEN
+            PERFORM pg_catalog.pg_advisory_unlock(_retention_lock_key(p_name));
+            RAISE NOTICE 'retention policy %: lease retention:% is held by another cleaner; nothing done', p_name, p_name;
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    SELECT a.backend_start INTO v_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid();
+    v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
+    INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
+                                now_override, renewed_at)
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, v_at,
+            v_at + p_budget, p_now, v_at)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
+$$;
+
+-- _retention_step_claim does the bookkeeping of one step (as <schema>_owner)
+-- and tells _retention_step what to run as the policy's owner: o_action
+-- 'plan' (take the planning sample, then _retention_plan_from_sample),
+-- 'delete' (the unit o_unit is locked for this transaction), 'detach' (o_unit
+-- is a drop unit of the leaf o_target: detach it and the sweep's other
+-- droppable leaves of its parent), 'release' (o_unit is a detached leaf:
+-- drop the sweep's detached tables), or NULL with
+-- o_more false when the pass is over (outcome recorded) and true to be
+-- called again.
+CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint, OUT o_action text, OUT o_more boolean,
+    OUT o_pol retention_policy, OUT o_strategy text, OUT o_unit retention_unit, OUT o_cutoff timestamptz,
+    OUT o_now timestamptz, OUT o_pct double precision, OUT o_target regclass)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_sweep retention_sweep;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    o_more := false;
+    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
+    IF NOT FOUND THEN
+        RETURN; -- the policy was unregistered during the pass
+    END IF;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+
+    -- The budget bounds the pass; a pass always gets its first batch.
+    -- A pass whose steps are claimed and never recorded (retention_step_claim
+    -- alone, in a loop) still ends: a lease TTL after its deadline.
+    IF v_now >= v_pass.deadline AND (v_pass.batches > 0 OR v_now >= v_pass.deadline + v_pol.lease_ttl) THEN
+        UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+        RETURN;
+    END IF;
+
+    IF v_pass.mode = 'exclusive' THEN
+        IF v_now >= v_pass.renewed_at + v_pol.lease_ttl / 3 THEN
+            IF NOT _lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl, NULL) THEN
+                UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
+                RETURN;
+            END IF;
+            v_now := clock_timestamp();
+            UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
+        ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
+                             AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
+            UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
+    -- never waited for; a unit this pass deferred (a row of it was locked by
+    -- another transaction past retention_lock_timeout) waits for a later pass.
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
+     ORDER BY u.sweep_id, u.unit_no
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- A pass works one sweep: it joins the open one or plans one. Units
+        -- left but locked belong to cleaners that will finish them.
+        IF v_pass.deferred > 0 THEN
+            UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
+            RETURN;
+        END IF;
+        IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
+           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
+            RETURN;
+        END IF;
+        -- Plan under the policy row's lock, taken without waiting; a cleaner
+        -- that finds it taken polls briefly for the units being planned.
+        PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
+                UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+                RETURN;
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.005);
+            o_more := true;
+            RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+            o_more := true; -- planned and committed by another cleaner just now
+            RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM retention_sweep s WHERE s.policy = v_pol.name AND s.planned_at >= v_pass.started_at) THEN
+            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
+            RETURN;
+        END IF;
+        o_action := 'plan';
+        o_more := true;
+        o_pol := v_pol;
+        -- a pinned clock (tests) may only make the cutoff earlier
+        o_now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
+        o_cutoff := _retention_cutoff(v_pol, o_now);
+        o_pct := _retention_sample_pct(v_pol);
+        RETURN;
+    END IF;
+
+    SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
+    -- A distributed table's unit names its shard (retention_shards.sql): a
+    -- shard that is gone (split, redistributed) leaves its rows to the next sweep.
+    IF v_unit.shard_id IS NOT NULL
+       AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
+        DELETE FROM retention_unit
+         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        o_more := true;
+        RETURN;
+    END IF;
+    -- A partitioned policy's unit names its leaf (retention_partition.sql);
+    -- a drop unit whose leaf an earlier step detached (block_lo -1) names the
+    -- detached table by its oid (block_hi): _retention_release_claim checks it.
+    IF v_unit.leaf_name IS NOT NULL AND NOT _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN
+        -- by the catalog, not to_regclass: this runs as <schema>_owner, which
+        -- need not have USAGE on the table's schema
+        -- still a partition (0.32): a table detached since the plan (by a
+        -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
+        -- no longer the policy's table, never swept
+        SELECT c.oid INTO o_target
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
+        IF o_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+            o_more := true;
+            RETURN;
+        END IF;
+        -- Planned as a drop but no longer droppable (re-attached elsewhere,
+        -- the policy changed): sweep the whole leaf instead.
+        IF v_unit.action = 'drop'
+           AND NOT _retention_leaf_droppable(v_pol, o_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
+            UPDATE retention_unit SET action = 'delete', block_lo = 0, block_hi = NULL
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
+            RETURNING * INTO v_unit;
+        END IF;
+    END IF;
+    o_action := CASE WHEN _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN 'release'
+                     WHEN v_unit.action = 'drop' THEN 'detach' ELSE 'delete' END;
+    o_more := true;
+    o_pol := v_pol;
+    o_strategy := v_sweep.strategy;
+    o_unit := v_unit;
+    -- The cap: a sweep's cutoff is never later than now() - older_than of
+    -- the policy as it is now (it may have been planned with a later clock,
+    -- or before older_than grew).
+    o_cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
+END
+$$;
+
+-- _retention_step_done records a unit's batch: the unit is done.
+CREATE OR REPLACE FUNCTION _retention_step_done(p_pass bigint, p_unit retention_unit, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    DELETE FROM retention_unit
+     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
+    v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_batch records a batch that leaves its unit open (a
+-- shard's unit with more rows to read, retention_shards.sql).
+CREATE OR REPLACE FUNCTION _retention_step_batch(p_pass bigint, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1,
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_deferred leaves a unit to a later pass: one of its rows
+-- was locked by another transaction for longer than retention_lock_timeout.
+-- The cleaner never waits longer than that on anyone (an idle-in-transaction
+-- session cannot stall a policy) and never deletes a row it could not lock,
+-- so it cannot delete a row that is no longer eligible.
+CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    UPDATE retention_unit SET deferred_pass = p_pass
+     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
+    UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
+END
+$$;
+
+-- _retention_detach_claim gathers a detach step's leaves: p_leaf (the
+-- claimed unit's) and the leaves of the sweep's other drop units under the
+-- same parent that are still attached, droppable and not taken by another
+-- cleaner (FOR UPDATE SKIP LOCKED), at most 64 in all.
+CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
+    p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_oid oid;
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_unit.policy;
+    SELECT i.inhparent INTO o_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    o_units := ARRAY[p_unit.unit_no];
+    o_leaves := ARRAY[p_leaf::oid];
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
+           AND u.action = 'drop' AND u.block_lo IS DISTINCT FROM -1 AND u.deferred_pass IS DISTINCT FROM p_pass
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        EXIT WHEN cardinality(o_leaves) >= 64;
+        SELECT c.oid INTO v_oid
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
+        -- gone, moved or no longer droppable: its own step finds out
+        CONTINUE WHEN v_oid IS NULL
+            OR (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_oid) IS DISTINCT FROM o_parent
+            OR NOT _retention_leaf_droppable(v_pol, v_oid::regclass, p_cutoff);
+        o_units := o_units || v_unit.unit_no;
+        o_leaves := o_leaves || v_oid;
+    END LOOP;
+END
+$$;
+
+-- _retention_step_detaching records a detach step before it runs, as if
+-- every leaf of it will be detached: each unit marked detached (block_lo -1,
+-- block_hi the leaf's oid, left to a later pass, which drops the table), the
+-- pass's batch and partitions counted. Done before the parent is locked, so
+-- that the lock is held for the detaches and little else; the step
+-- corrects it when a leaf stays (_retention_step_detached) and rolls it back
+-- with the detaches when the parent's lock is not granted.
+CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_unit u SET block_lo = -1, block_hi = l.oid::bigint, deferred_pass = p_pass
+      FROM unnest(p_units, p_leaves) l(unit_no, oid)
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
+    UPDATE retention_pass
+       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
+           last_batch_at = v_now, strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_step_rows adds a detach step's rows to its pass.
+CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
+
+-- _retention_step_detached records a detach step from the catalog: a leaf
+-- now named pgsweep_detached_<oid> and out of its parent was detached: its
+-- unit is marked so (block_lo -1, block_hi the oid) and left to a later pass,
+-- which drops the table; the pass counts its rows (p_rows, all the detached
+-- leaves') and the partition. A leaf still attached (locked by another
+-- transaction, or the whole step rolled back) is deferred to a later pass.
+-- p_premarked: _retention_step_detaching counted every leaf already.
+CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_rows bigint, p_strategy text, p_premarked boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_detached int;
+    v_now timestamptz;
+BEGIN
+    WITH l AS (
+        SELECT x.unit_no, x.oid,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                        WHERE c.oid = x.oid AND c.relname = _retention_detached_name(x.oid) AND NOT c.relispartition) AS detached
+          FROM unnest(p_units, p_leaves) x(unit_no, oid)
+    ), u AS (
+        UPDATE retention_unit u
+           SET block_lo = CASE WHEN l.detached THEN -1 END,
+               block_hi = CASE WHEN l.detached THEN l.oid::bigint END,
+               deferred_pass = p_pass
+          FROM l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
+        RETURNING l.detached
+    )
+    SELECT count(*) FILTER (WHERE u.detached) INTO v_detached FROM u;
+    v_now := clock_timestamp();
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + CASE WHEN v_detached > 0 THEN p_rows ELSE 0 END,
+           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + v_detached
+                                - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
+           deferred = deferred + cardinality(p_leaves) - v_detached,
+           last_batch_at = CASE WHEN v_detached > 0 THEN v_now ELSE last_batch_at END,
+           strategy = p_strategy
+     WHERE id = p_pass;
+END
+$$;
+
+-- _retention_release_claim gathers a release step's tables: the sweep's
+-- detached units not taken by another cleaner (p_unit's included). A unit
+-- whose table is no longer the one it detached (dropped, re-attached,
+-- renamed), that the policy's owner can no longer drop (the policy changed
+-- hands), or that something else depends on (a view made on it since, a
+-- foreign key to it) is closed and its table left alone (a NOTICE names it):
+-- a DROP that fails would fail every pass.
+CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
+    OUT o_units int[], OUT o_tables oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole := (SELECT p.owner FROM retention_policy p WHERE p.name = p_unit.policy);
+    v_unit retention_unit;
+BEGIN
+    o_units := '{}';
+    o_tables := '{}';
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id
+           AND (u.unit_no = p_unit.unit_no
+                OR (u.action = 'drop' AND u.block_lo = -1 AND u.deferred_pass IS DISTINCT FROM p_pass))
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                    WHERE c.oid = v_unit.block_hi::oid AND c.relkind = 'r' AND NOT c.relispartition
+                      AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
+                      AND c.relowner = v_owner
+                      -- nothing outside it depends on it (a view, a foreign key): DROP would fail
+                      AND NOT _retention_depended_on(c.oid)) THEN
+            o_units := o_units || v_unit.unit_no;
+            o_tables := o_tables || v_unit.block_hi::oid;
+        ELSE
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.block_hi::oid) THEN
+                RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
+                    p_unit.policy, v_unit.block_hi::oid::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
+            END IF;
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- _retention_step_released records a release step: a unit whose table is
+-- gone is done; one whose table is still there (locked past lock_timeout by
+-- another transaction) is deferred to a later pass. A release is not a
+-- batch: the pass goes on to plan its own sweep.
+CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_released int;
+    v_left int;
+BEGIN
+    WITH l AS (
+        SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
+          FROM unnest(p_units, p_tables) x(unit_no, oid)
+    ), d AS (
+        DELETE FROM retention_unit u USING l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_released FROM d;
+    UPDATE retention_unit u SET deferred_pass = p_pass
+     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = ANY (p_units);
+    GET DIAGNOSTICS v_left = ROW_COUNT;
+    UPDATE retention_pass SET units = units + v_released, deferred = deferred + v_left WHERE id = p_pass;
+END
+$$;
+
+-- _retention_plan_from_sample plans the pass's sweep from the sample.
+CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_pol retention_policy;
+    v_sweep_id bigint;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_sweep_id := _retention_plan(v_pol, p_now, v_pass.owner, p_pct, p_fraction, p_sampled, p_times);
+    UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
+END
+$$;
+
+-- Step routines (docs/security.md, "Step routines"). retention_run and
+-- maintain run as their caller, so they call only these, never an internal
+-- (underscore) routine, and their caller may call them too, in any order:
+--   retention_step_begin   opens a pass for this session (no clock: a pinned
+--                          clock is _retention_begin's, S_owner's alone);
+--   retention_step         one step (retention_sql.sql): claim, the
+--                          statement as the table's owner, record;
+--   retention_step_end     records the end of this session's pass;
+--   retention_step_unlock  gives back this session's advisory lock on a policy.
+-- Every one that names a pass checks that this session opened it
+-- (_retention_pass_check): pid and, since a pid is reused, a pass begun
+-- before the server started is nobody's.
+
+-- _retention_pass_check: this session's running pass p_pass (NULL when it
+-- no longer exists: its policy was unregistered during the pass); 42501
+-- when it is another session's or over.
+CREATE OR REPLACE FUNCTION _retention_pass_check(p_pass bigint)
+RETURNS retention_pass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v retention_pass;
+BEGIN
+    SELECT * INTO v FROM retention_pass WHERE id = p_pass;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
+       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+        RAISE EXCEPTION 'retention pass %: not a running pass of this session', p_pass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A pass''s steps run in the session that began it (CALL retention_run, CALL maintain).';
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- retention_step_begin opens a pass of p_name for this session (see
+-- _retention_begin): its id, or NULL when there is nothing to do.
+CREATE OR REPLACE FUNCTION retention_step_begin(p_name text, p_owner text, p_budget interval)
+RETURNS bigint
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_begin(p_name, p_owner, p_budget, NULL) $$;
+
+-- retention_step_end records the end of this session's pass p_pass (an
+-- error when p_error is given) and releases its lease; the caller commits,
+-- then gives the advisory lock back (retention_step_unlock).
+CREATE OR REPLACE FUNCTION retention_step_end(p_pass bigint, p_error text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF _retention_pass_check(p_pass) IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000));
+END
+$$;
+
+-- retention_step_unlock: this session's advisory lock on a policy, given
+-- back (_retention_unlock); a session can only ever release its own.
+CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_unlock(p_name) $$;
+
+-- _retention_run_role: the role a statement on p_rel (the policy's table,
+-- or one of its leaves) runs as: the table's owner when the policy's owner
+-- is that role or a member of it (then the table's code -- triggers, rules,
+-- row-level security, domains, defaults -- runs as the role that wrote it),
+-- else NULL: a leaf is then skipped, and the policy's own table is swept as
+-- the policy's owner (a grantee's DELETE, as PostgreSQL runs any).
+CREATE OR REPLACE FUNCTION _retention_run_role(p_pol retention_policy, p_rel regclass)
+RETURNS regrole
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN c.relowner = p_pol.owner OR pg_catalog.pg_has_role(p_pol.owner, c.relowner, 'MEMBER')
+                THEN c.relowner::regrole END
+      FROM pg_catalog.pg_class c WHERE c.oid = p_rel
+$$;
+
+-- retention_step_claim: the bookkeeping of one step of this session's pass
+-- p_pass, as <schema>_owner, and the statement retention_step runs. o_kind
+-- NULL: nothing to run (o_more: call again); else o_kind is 'sample',
+-- 'delete', 'detach' or 'release', run as o_role with the body o_body
+-- (built now from the stored policy and the catalog), the settings
+-- o_settings and the parameters ($1, $2 of type o_type as text, $3 the
+-- cutoff, never later than now() - older_than, $4 the statuses, $5 the
+-- filter values). What it handed out is kept on the pass (step) for
+-- retention_step_record. A built-in policy's step runs here whole.
+CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
+    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_policy text, OUT o_type text,
+    OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
+    OUT o_settings text, OUT o_body text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+    v_b record;
+    v_run record;
+    v_step jsonb;
+    v_sql text;
+    v_rel regclass;
+BEGIN
+    o_more := false;
+    IF _retention_pass_check(p_pass) IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
+    v := _retention_step_claim(p_pass);
+    o_more := v.o_more;
+    IF v.o_action IS NULL THEN
+        RETURN;
+    END IF;
+    o_policy := (v.o_pol).name;
+    o_cutoff := v.o_cutoff;
+    o_statuses := (v.o_pol).statuses;
+    o_filters := (v.o_pol).filter_values;
+    v_step := jsonb_build_object('action', v.o_action, 'strategy', v.o_strategy, 'sweep', (v.o_unit).sweep_id,
+                                 'unit', (v.o_unit).unit_no, 'now', v.o_now, 'pct', v.o_pct);
+
+    IF (v.o_pol).owner = _owner_role() THEN
+        -- A built-in policy: pgsweep's own table, as <schema>_owner, here.
+        IF v.o_action = 'plan' THEN
+            IF v.o_pct IS NOT NULL THEN
+                v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.o_pct, NULL::double precision, o_cutoff);
+                PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
+            ELSE
+                PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
+            END IF;
+        ELSIF v.o_action = 'delete' THEN
+            BEGIN
+                IF v.o_strategy = 'tid_range' THEN
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.o_strategy,
+                        format('(%s,0)', (v.o_unit).block_lo)::tid, format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid,
+                        o_cutoff);
+                ELSE
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
+                                                     o_cutoff);
+                END IF;
+            EXCEPTION WHEN lock_not_available THEN
+                PERFORM _retention_step_deferred(p_pass, v.o_unit);
+                RETURN;
+            END;
+            PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+        END IF;
+        RETURN;
+    END IF;
+
+    o_role := (v.o_pol).owner;
+    IF v.o_action = 'plan' THEN
+        IF v.o_pct IS NULL THEN -- an empty table, or a partitioned one (planned per leaf): no sample
+            PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
+            RETURN;
+        END IF;
+        o_kind := 'sample';
+        o_type := 'pg_catalog.float8';
+        o_lo := v.o_pct::text;
+        v_sql := _retention_sample_sql(v.o_pol, v.o_pct);
+        v_rel := _retention_table((v.o_pol).table_schema, (v.o_pol).table_name);
+        o_role := coalesce(_retention_run_role(v.o_pol, v_rel), o_role);
+    ELSIF v.o_action = 'detach' THEN
+        -- every droppable leaf of the parent in one transaction
+        -- (retention_partition.sql); droppable: the policy's owner owns
+        -- the leaves and the parent, so it is their owner who runs it
+        v_b := _retention_detach_claim(p_pass, v.o_unit, v.o_target, o_cutoff);
+        o_kind := 'detach';
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v_b.o_leaves::text;
+        o_hi := o_lo;
+        v_step := v_step || jsonb_build_object('units', to_jsonb(v_b.o_units), 'leaves', to_jsonb(v_b.o_leaves));
+        v_sql := _retention_detach_body(v_b.o_parent, v_b.o_leaves);
+    ELSIF v.o_action = 'release' THEN
+        -- drop the tables earlier passes detached; no lock on the parent
+        v_b := _retention_release_claim(p_pass, v.o_unit);
+        IF cardinality(v_b.o_tables) = 0 THEN
+            RETURN;
+        END IF;
+        o_kind := 'release';
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v_b.o_tables::text;
+        o_hi := o_lo;
+        v_step := v_step || jsonb_build_object('units', to_jsonb(v_b.o_units), 'tables', to_jsonb(v_b.o_tables));
+        v_sql := _retention_release_body(v_b.o_tables);
+    ELSE
+        o_kind := 'delete';
+        IF v.o_target IS NOT NULL THEN
+            -- a leaf: as its owner, if the policy's owner may act as it
+            o_role := _retention_run_role(v.o_pol, v.o_target);
+            IF o_role IS NULL THEN
+                UPDATE retention_pass
+                   SET error = coalesce(error || '; ', '') || format(
+                       'leaf %s skipped: owned by %s, which the policy''s owner %s is not a member of',
+                       v.o_target::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.o_target),
+                       (v.o_pol).owner::text)
+                 WHERE id = p_pass;
+                DELETE FROM retention_unit u
+                 WHERE u.policy = (v.o_unit).policy AND u.sweep_id = (v.o_unit).sweep_id AND u.unit_no = (v.o_unit).unit_no;
+                o_kind := NULL;
+                RETURN;
+            END IF;
+        ELSE
+            v_rel := _retention_table((v.o_pol).table_schema, (v.o_pol).table_name);
+            o_role := coalesce(_retention_run_role(v.o_pol, v_rel), o_role);
+        END IF;
+        IF v.o_strategy = 'tid_range' THEN
+            o_type := 'pg_catalog.tid';
+            o_lo := format('(%s,0)', (v.o_unit).block_lo);
+            o_hi := format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295));
+        ELSE
+            o_type := 'pg_catalog.timestamptz';
+            o_lo := (v.o_unit).time_lo::text;
+            o_hi := (v.o_unit).time_hi::text;
+        END IF;
+        IF (v.o_unit).shard_id IS NULL THEN
+            v_sql := _retention_sweep_sql(v.o_pol, v.o_strategy, v.o_target);
+        END IF;
+        v_step := v_step || jsonb_build_object('shard', (v.o_unit).shard_id);
+    END IF;
+    o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND (v.o_unit).shard_id IS NULL THEN v.o_strategy END)
+                  -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+                  || CASE WHEN (v.o_unit).shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
+    o_body := CASE WHEN o_kind = 'delete' AND (v.o_unit).shard_id IS NOT NULL
+                   THEN _retention_shard_body(v.o_pol, v.o_strategy, (v.o_unit).shard_id, o_lo, o_hi, o_cutoff)
+                   ELSE _retention_exec_body(v_sql, o_kind, v.o_target) END;
+    UPDATE retention_pass SET step = v_step WHERE id = p_pass;
+END
+$$;
+
+-- retention_step_record records what the statement of the step that
+-- retention_step_claim handed out did (p_phase 'done'), or that it found a
+-- lock held past retention_lock_timeout ('locked': its units wait for a
+-- later pass), or, for a detach, that it is about to run ('detaching').
+-- It acts only on the unit the claim handed out to this session's pass:
+-- a record without a claim changes nothing.
+CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass := _retention_pass_check(p_pass);
+    v_step jsonb := v_pass.step;
+    v_unit retention_unit;
+    v_pol retention_policy;
+    v_units int[];
+    v_oids oid[];
+    v_deleted bigint := greatest(coalesce(p_deleted, 0), 0);
+BEGIN
+    IF v_step IS NULL OR p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+        RETURN;
+    END IF;
+    IF p_phase <> 'detaching' THEN
+        UPDATE retention_pass SET step = NULL WHERE id = p_pass;
+    END IF;
+    IF v_step ->> 'action' = 'plan' THEN
+        IF p_phase = 'done' THEN
+            PERFORM _retention_plan_from_sample(p_pass, (v_step ->> 'now')::timestamptz, (v_step ->> 'pct')::double precision,
+                                                p_fraction, p_sampled, p_times);
+        END IF;
+        RETURN;
+    END IF;
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pass.policy AND u.sweep_id = (v_step ->> 'sweep')::bigint AND u.unit_no = (v_step ->> 'unit')::int;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_units := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(coalesce(v_step -> 'units', '[]'))::int);
+    v_oids := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(coalesce(v_step -> 'leaves', v_step -> 'tables', '[]'))::oid);
+    IF v_step ->> 'action' = 'detach' THEN
+        IF p_phase = 'detaching' THEN
+            PERFORM _retention_step_detaching(p_pass, v_unit, v_units, v_oids, v_step ->> 'strategy');
+            UPDATE retention_pass SET step = v_step || '{"premarked": true}' WHERE id = p_pass;
+        ELSIF p_phase = 'locked' THEN
+            -- the parent (or the default partition) stayed locked past
+            -- retention_lock_timeout, or a session that holds the parent
+            -- waited for a leaf this step held: nothing was detached (the
+            -- premark rolled back with it), a later pass retries
+            PERFORM _retention_step_detached(p_pass, v_unit, v_units, v_oids, 0, v_step ->> 'strategy', false);
+        ELSIF p_sampled = cardinality(v_oids) AND (v_step ->> 'premarked')::boolean THEN
+            PERFORM _retention_step_rows(p_pass, v_deleted);
+        ELSE -- a leaf was in use and stays: the record follows the catalog
+            PERFORM _retention_step_detached(p_pass, v_unit, v_units, v_oids, v_deleted, v_step ->> 'strategy',
+                                             coalesce((v_step ->> 'premarked')::boolean, false));
+        END IF;
+    ELSIF v_step ->> 'action' = 'release' THEN
+        PERFORM _retention_step_released(p_pass, v_unit, v_units, v_oids);
+    ELSIF p_phase = 'locked' THEN
+        -- A row of the unit stayed locked past retention_lock_timeout: the
+        -- batch rolled back whole; a later pass takes the unit.
+        PERFORM _retention_step_deferred(p_pass, v_unit);
+    ELSE
+        SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+        -- A shard's batch reads at most batch_size rows of its unit: one
+        -- that read that many and deleted some leaves the unit open for the
+        -- next batch (retention_shards.sql).
+        IF v_step ->> 'shard' IS NOT NULL AND p_sampled >= v_pol.batch_size AND v_deleted > 0 THEN
+            PERFORM _retention_step_batch(p_pass, v_step ->> 'strategy', v_deleted);
+        ELSE
+            PERFORM _retention_step_done(p_pass, v_unit, v_step ->> 'strategy', v_deleted);
+        END IF;
+    END IF;
+END
+$$;
+
+-- _retention_finish records the end of a pass and releases its lease. The
+-- caller commits, then releases the advisory lock (_retention_unlock).
+CREATE OR REPLACE FUNCTION _retention_finish(p_pass bigint, p_outcome text, p_error text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    UPDATE retention_pass
+       SET finished_at = v_at,
+           outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
+           error = CASE WHEN p_error IS NULL THEN error ELSE coalesce(error || '; ', '') || p_error END,
+           step = NULL
+     WHERE id = p_pass
+    RETURNING * INTO v_pass;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_pass.mode = 'exclusive' THEN
+        PERFORM _lease_release('retention:' || v_pass.policy, v_pass.owner, NULL);
+    END IF;
+    -- A bounded history: the last 1000 passes of each policy.
+    DELETE FROM retention_pass p
+     WHERE p.policy = v_pass.policy
+       AND p.id <= (SELECT p2.id FROM retention_pass p2 WHERE p2.policy = v_pass.policy
+                     ORDER BY p2.id DESC OFFSET 1000 LIMIT 1);
+END
+$$;
+-- pgsweep:end functions/retention_step.sql
+
+-- pgsweep:include functions/retention_run.sql
+-- Retention: retention_run, the procedure that deletes a policy's expired rows
+-- in batches, committing each, until the sweep is drained or the budget spent.
+--
+--   CALL retention_run('cap.published');
+--   CALL retention_run('cap.published', 'replica-1', '10 seconds');
+--   CALL retention_run('cap.published', NULL, '10 seconds', NULL, NULL);  -- returns p_pass_id
+--
+-- Must be called outside a transaction block (it commits). It calls only
+-- the step routines (retention_step.sql), never an internal one: its
+-- caller may call them too, and each checks what it is asked. Procedures cannot
+-- pin search_path (a SET clause forbids COMMIT inside), so these bodies call
+-- only schema-qualified functions that pin theirs and use no operator at
+-- all (every comparison, concatenation and arithmetic happens inside those
+-- functions): an operator or function that the caller's search_path puts
+-- before pg_catalog changes nothing. The schema comes from the migration's
+-- template data like everywhere else.
+--
+-- Errors: a step that fails is recorded on the pass (outcome 'error'), its
+-- lease and advisory lock are released, and the error is raised again. A
+-- cleaner that is killed records nothing more: its last batch is committed or
+-- rolled back whole, its unit stays open for the next cleaner, its lease
+-- expires after the policy's TTL and the view shows the pass as abandoned.
+
+-- retention_step_pass runs this session's pass p_pass of p_name to its end
+-- with the step routines (retention_step.sql), for both retention_run
+-- procedures below. Any admin may call it: it only ever drives a pass of
+-- its own session.
+CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_more boolean;
+    v_failed boolean := false;
+    v_state text;
+    v_msg text;
+    v_detail text;
+    v_hint text;
+BEGIN
+    LOOP
+        BEGIN
+            v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                    v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+            v_failed := true;
+        END;
+        IF v_failed THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, pg_catalog.format('%s: %s', v_state, v_msg));
+            COMMIT;
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
+                HINT = coalesce(v_hint, '');
+        END IF;
+        COMMIT;
+        EXIT WHEN NOT v_more;
+    END LOOP;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, NULL);
+    COMMIT;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+END
+$$;
+
+-- _retention_run: the pass with a pinned clock, for tests (S_owner only:
+-- no role but the owner passes a clock, and it may only make the cutoff
+-- earlier). It returns the pass's id.
+CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
+    INOUT p_pass_id bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- Inside a transaction block this fails here, before anything is taken.
+    COMMIT;
+    BEGIN
+        p_pass_id := {{ .schema | default "pgsweep" }}._retention_begin(p_name, p_owner, p_budget, p_clock);
+    EXCEPTION WHEN OTHERS THEN
+        -- The begin step may have taken the advisory lock before it failed.
+        PERFORM {{ .schema | default "pgsweep" }}._retention_unlock(p_name);
+        RAISE;
+    END;
+    COMMIT;
+    IF p_pass_id IS NOT NULL THEN -- NULL: busy, or the policy keeps rows forever
+        CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, p_pass_id);
+    END IF;
+END
+$$;
+
+-- The p_now overload, for tests (it also returns the pass's id).
+CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text, p_budget interval, p_now timestamptz,
+    INOUT p_pass_id bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    CALL {{ .schema | default "pgsweep" }}._retention_run(p_name, p_owner, p_budget, p_now, p_pass_id);
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_pass bigint;
+BEGIN
+    -- Inside a transaction block this fails here, before anything is taken.
+    COMMIT;
+    BEGIN
+        v_pass := {{ .schema | default "pgsweep" }}.retention_step_begin(p_name, p_owner, p_budget);
+    EXCEPTION WHEN OTHERS THEN
+        -- The begin step may have taken the advisory lock before it failed.
+        PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+        RAISE;
+    END;
+    COMMIT;
+    IF v_pass IS NOT NULL THEN -- NULL: busy, or the policy keeps rows forever
+        CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, v_pass);
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_run.sql
+
+-- pgsweep:include functions/retention_views.sql
+-- Retention: what a DBA looks at, and what maintain() asks.
+
+-- retention_passes: the pass history. A pass still marked running whose
+-- session is gone (killed, crashed) shows as abandoned.
+CREATE OR REPLACE VIEW retention_passes AS
+SELECT p.id,
+       p.policy,
+       p.owner,
+       p.mode,
+       p.strategy,
+       CASE WHEN p.outcome = 'running' AND NOT EXISTS (
+                SELECT 1 FROM pg_catalog.pg_stat_activity a
+                 WHERE a.pid = p.pid AND (a.backend_start IS NULL OR a.backend_start = p.backend_start))
+            THEN 'abandoned' ELSE p.outcome END AS outcome,
+       p.started_at,
+       p.finished_at,
+       p.last_batch_at,
+       coalesce(p.finished_at, p.last_batch_at, p.started_at) - p.started_at AS elapsed,
+       p.rows_deleted,
+       p.batches,
+       p.units,
+       p.lease_token,
+       p.planned_sweep,
+       p.error,
+       p.deferred,
+       p.partitions_dropped
+  FROM retention_pass p;
+
+-- retention_policies: every policy with its last pass.
+CREATE OR REPLACE VIEW retention_policies AS
+SELECT r.name,
+       format('%I.%I', r.table_schema, r.table_name) AS table_name,
+       r.time_column,
+       r.time_type,
+       r.older_than,
+       r.status_column,
+       r.statuses,
+       r.filter_column,
+       r.filter_values,
+       r.batch_size,
+       r.mode,
+       r.run_interval,
+       coalesce(r.time_zone, current_setting('TimeZone')) AS time_zone,
+       r.lease_ttl,
+       r.strategy,
+       (SELECT count(*) FROM retention_unit u WHERE u.policy = r.name) AS open_units,
+       lp.started_at AS last_started_at,
+       lp.finished_at AS last_finished_at,
+       lp.outcome AS last_outcome,
+       lp.owner AS last_owner,
+       lp.strategy AS last_strategy,
+       lp.rows_deleted AS last_rows_deleted,
+       lp.batches AS last_batches,
+       lp.elapsed AS last_elapsed,
+       lp.error AS last_error,
+       r.owner -- every run deletes as this role: maintenance needs GRANT <owner> TO <its role>
+  FROM retention_policy r
+  LEFT JOIN LATERAL (
+      SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
+
+-- retention_due lists the policies that are due, oldest first: what
+-- maintain() runs. A policy is due when its interval has passed since its
+-- last pass began (or it never ran), and at once when its last pass left
+-- work behind: it stopped on its budget ('budget'), lost its lease
+-- ('lease_lost'), skipped units a transaction held locked ('deferred'), or
+-- its session died mid-pass (still 'running' with the session gone:
+-- abandoned, e.g. a runner stopped by SIGTERM or kill -9). A pass that ended
+-- in an error waits for the interval (a persistent error would otherwise
+-- repeat every pass). Policies that keep rows forever are never due.
+-- retention_due() reads the database clock; the p_now overload pins it,
+-- for tests (S_owner only: no role but the owner passes a clock).
+CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    RETURN QUERY
+    SELECT r.name
+      FROM retention_policy r
+      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome, p.pid, p.backend_start
+                           FROM retention_pass p
+                          -- a runner's concurrent detach (retention_detach.sql) is not the policy's pass
+                          WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
+                          ORDER BY p.id DESC LIMIT 1) lp ON true
+     WHERE r.older_than IS NOT NULL
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
+            OR lp.outcome IN ('budget', 'lease_lost', 'deferred')
+            -- partitions a pass detached: the next pass drops them (retention_partition.sql)
+            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.action = 'drop' AND u.block_lo = -1)
+            OR (lp.outcome = 'running' AND NOT EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_stat_activity a
+                     WHERE a.pid = lp.pid AND (a.backend_start IS NULL OR a.backend_start = lp.backend_start))))
+     ORDER BY lp.at NULLS FIRST, r.name;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_due()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT retention_due(NULL::timestamptz) $$;
+-- pgsweep:end functions/retention_views.sql
+
+-- pgsweep:include functions/maintain_part.sql
+-- The parts of a maintain pass. Each part ('recovery', 'retention') runs under
+--   * the lease 'maintain:<part>' (the truth: holder, fencing token, expiry by
+--     the database clock; TTL from the setting maintain_lease_ttl, renewed
+--     after every step), and
+--   * a session advisory lock for the part while it runs, so that even a
+--     lease that expired during a long step cannot let a second session on
+--     this server overlap the run.
+-- A part whose lease or lock is busy is skipped at once (no waiting); a part
+-- that is not due (its interval since its last run has not passed, and that
+-- run left no backlog) is skipped too. The procedure maintain() strings these
+-- functions together with a COMMIT after each, so every state change below is
+-- visible to other sessions as soon as it is made.
+
+CREATE OR REPLACE FUNCTION _maintain_parts()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT ARRAY['recovery', 'retention'] $$;
+
+-- The advisory lock key of a part: per schema, so installs side by side in
+-- one database do not block each other.
+CREATE OR REPLACE FUNCTION _maintain_lock_key(p_part text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT hashtextextended('pgsweep maintain ' || current_schema() || ' ' || p_part, 0) $$;
+
+-- _maintain_lock_held: does this session hold the part's advisory lock?
+-- (A bigint key shows in pg_locks as classid = high 32 bits, objid = low 32.)
+CREATE OR REPLACE FUNCTION _maintain_lock_held(p_part text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks
+         WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 1 AND granted
+           AND classid = ((_maintain_lock_key(p_part) >> 32) & 4294967295)::oid
+           AND objid = (_maintain_lock_key(p_part) & 4294967295)::oid)
+$$;
+
+CREATE OR REPLACE FUNCTION _maintain_interval(p_part text)
+RETURNS interval
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT setting_interval(CASE p_part WHEN 'recovery' THEN 'recovery_interval' ELSE 'retention_check_interval' END)
+$$;
+
+-- A part is due when it never finished a run, when its last run stopped with
+-- work left, or when its interval has passed since its last run finished.
+CREATE OR REPLACE FUNCTION _maintain_due(p_part text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v maintain_state;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    SELECT * INTO v FROM maintain_state WHERE part = p_part;
+    RETURN v.backlog OR v.last_finished_at IS NULL OR v.last_finished_at + _maintain_interval(p_part) <= p_now;
+END
+$$;
+
+-- _maintain_note records what a part did in its pass row (parts->part) and,
+-- for a failure, appends '<part>: <error>' to the pass's error.
+CREATE OR REPLACE FUNCTION _maintain_note(p_pass bigint, p_part text, p_status text, p_error text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_error text;
+BEGIN
+    IF p_error IS NOT NULL THEN
+        v_error := p_part || ': ' || p_error;
+    END IF;
+    UPDATE maintain_pass
+       SET parts = parts || jsonb_build_object(p_part, p_status),
+           error = CASE WHEN v_error IS NULL THEN error
+                        WHEN error IS NULL THEN v_error
+                        ELSE error || '; ' || v_error END
+     WHERE id = p_pass;
+END
+$$;
+
+-- _maintain_part_begin decides whether this session runs p_part now. o_status:
+--   'running'   it does: it holds the lease (o_token) and the advisory lock,
+--               and o_run is its maintain_run row;
+--   'busy'      another session holds the part's advisory lock or lease;
+--   'not due'   the part ran recently and left no backlog;
+--   'no budget' the pass's deadline has passed.
+-- Runs of this part that were left 'running' by a session that died (or whose
+-- pass raised) are marked 'abandoned' here: holding the lease and the lock
+-- proves nobody runs them any more.
+CREATE OR REPLACE FUNCTION _maintain_part_begin(p_pass bigint, p_part text, p_owner text, p_deadline timestamptz,
+    p_now timestamptz DEFAULT NULL, OUT o_status text, OUT o_run bigint, OUT o_token bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_key bigint := _maintain_lock_key(p_part);
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    IF NOT p_part = ANY (_maintain_parts()) THEN
+        RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
+            coalesce(quote_literal(p_part), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_now >= p_deadline THEN
+        o_status := 'no budget';
+    ELSIF NOT _maintain_due(p_part, v_now) THEN
+        o_status := 'not due';
+    ELSIF NOT pg_try_advisory_lock(v_key) THEN
+        o_status := 'busy';
+    ELSE
+        o_token := _lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl'), p_now);
+        IF o_token IS NULL THEN
+            PERFORM pg_advisory_unlock(v_key);
+            o_status := 'busy';
+        ELSE
+            -- Re-check under the lease: another session may have finished a
+            -- run between our first look and our acquire.
+            PERFORM 1 FROM maintain_state WHERE part = p_part FOR UPDATE;
+            v_now := coalesce(p_now, clock_timestamp());
+            IF NOT _maintain_due(p_part, v_now) THEN
+                PERFORM _lease_release('maintain:' || p_part, p_owner, p_now);
+                PERFORM pg_advisory_unlock(v_key);
+                o_status := 'not due';
+            ELSE
+                -- An abandoned run ended before now: give it that end (the
+                -- no-overlap query needs one) and treat its part as a
+                -- backlog (it stopped with its work unfinished; we run it
+                -- now). Its pass is not closed here: a pass whose part
+                -- raised goes on with its next part.
+                UPDATE maintain_run
+                   SET status = 'abandoned', finished_at = v_now,
+                       error = coalesce(error, 'the pass ended before this part finished: its session died or the part raised an error (see the caller''s log or cron.job_run_details)')
+                 WHERE part = p_part AND status = 'running';
+                -- A pass whose session is gone (kill -9, a crash) ends too:
+                -- nobody else would ever close it.
+                UPDATE maintain_pass mp
+                   SET finished_at = v_now,
+                       error = coalesce(mp.error || '; ', '') || 'its session ended before the pass did (taken over)'
+                 WHERE mp.finished_at IS NULL AND mp.pid IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                                    WHERE a.pid = mp.pid AND a.backend_start IS NOT DISTINCT FROM mp.backend_start);
+                INSERT INTO maintain_run (pass_id, part, owner, token, status, started_at)
+                VALUES (p_pass, p_part, p_owner, o_token, 'running', v_now)
+                RETURNING id INTO o_run;
+                UPDATE maintain_state SET last_started_at = v_now, last_owner = p_owner WHERE part = p_part;
+                o_status := 'running';
+            END IF;
+        END IF;
+    END IF;
+    PERFORM _maintain_note(p_pass, p_part, o_status);
+END
+$$;
+
+-- _maintain_part_step records one step of a running part: its counts (numbers
+-- are added to the run's totals, objects merged one level deep, so
+-- {"deleted": {"policy": 10}} adds up per policy) or its error, and renews the
+-- lease. It returns true when the part should take another step: the step
+-- said {"more": true}, the deadline has not passed, and the lease is still ours.
+CREATE OR REPLACE FUNCTION _maintain_part_step(p_run bigint, p_result jsonb, p_error text, p_deadline timestamptz,
+    p_now timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run;
+    v_counts jsonb;
+    v_more boolean := coalesce(jsonb_typeof(p_result -> 'more') = 'boolean' AND (p_result ->> 'more')::boolean, false);
+    v_now timestamptz;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    SELECT * INTO v_run FROM maintain_run WHERE id = p_run FOR UPDATE;
+    IF NOT FOUND OR v_run.status <> 'running' THEN
+        RETURN false;
+    END IF;
+    v_counts := _maintain_add_counts(v_run.counts, coalesce(p_result, '{}') - 'more');
+    IF p_error IS NOT NULL THEN
+        UPDATE maintain_run SET counts = v_counts, steps = steps + 1, more = v_more, status = 'failed', error = p_error
+         WHERE id = p_run;
+        RETURN false;
+    END IF;
+    IF _lease_acquire('maintain:' || v_run.part, v_run.owner, setting_interval('maintain_lease_ttl'), p_now) IS NULL THEN
+        UPDATE maintain_run
+           SET counts = v_counts, steps = steps + 1, more = v_more, status = 'lost',
+               error = format('lease maintain:%s was taken over by another owner during the run', v_run.part)
+         WHERE id = p_run;
+        RETURN false;
+    END IF;
+    UPDATE maintain_run SET counts = v_counts, steps = steps + 1, more = v_more WHERE id = p_run;
+    v_now := coalesce(p_now, clock_timestamp());
+    RETURN v_more AND v_now < p_deadline;
+END
+$$;
+
+-- _maintain_renew extends the caller's lease on a part by maintain_lease_ttl
+-- and says whether it still holds it. maintain() renews after every step; a
+-- part body that runs long inside one call (retention, one CALL per policy)
+-- calls it between units of work and stops when it returns false.
+CREATE OR REPLACE FUNCTION _maintain_renew(p_part text, p_owner text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _lease_acquire('maintain:' || p_part, p_owner, setting_interval('maintain_lease_ttl'), NULL) IS NOT NULL $$;
+
+CREATE OR REPLACE FUNCTION _maintain_add_counts(p_total jsonb, p_add jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_out jsonb := coalesce(p_total, '{}');
+    v_key text;
+    v_val jsonb;
+BEGIN
+    IF p_add IS NULL OR jsonb_typeof(p_add) <> 'object' THEN
+        RETURN v_out;
+    END IF;
+    FOR v_key, v_val IN SELECT key, value FROM jsonb_each(p_add) LOOP
+        IF jsonb_typeof(v_val) = 'number' AND jsonb_typeof(v_out -> v_key) = 'number' THEN
+            v_out := v_out || jsonb_build_object(v_key, (v_out ->> v_key)::numeric + v_val::text::numeric);
+        ELSIF jsonb_typeof(v_val) = 'object' AND jsonb_typeof(v_out -> v_key) = 'object' THEN
+            v_out := v_out || jsonb_build_object(v_key, _maintain_add_counts(v_out -> v_key, v_val));
+        ELSE
+            v_out := v_out || jsonb_build_object(v_key, v_val);
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
+-- _maintain_part_end closes a run: finished_at, final status ('done' unless a
+-- step failed or lost the lease), the part's state for the next due check,
+-- and the pass row; then it gives the lease and the advisory lock back. A
+-- run still 'running' that recorded an error (a retention policy's) ends 'failed'.
+CREATE OR REPLACE FUNCTION _maintain_part_end(p_run bigint, p_now timestamptz DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run;
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    UPDATE maintain_run
+       SET finished_at = v_now,
+           status = CASE WHEN status <> 'running' THEN status WHEN error IS NOT NULL THEN 'failed' ELSE 'done' END
+     WHERE id = p_run
+    RETURNING * INTO v_run;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE maintain_state
+       SET last_finished_at = v_now, last_status = v_run.status, backlog = v_run.more
+     WHERE part = v_run.part;
+    PERFORM _maintain_note(v_run.pass_id, v_run.part, v_run.status, v_run.error);
+    PERFORM _lease_release('maintain:' || v_run.part, v_run.owner, p_now);
+    PERFORM pg_advisory_unlock(_maintain_lock_key(v_run.part));
+    RETURN v_run.status;
+END
+$$;
+-- pgsweep:end functions/maintain_part.sql
+
+-- pgsweep:include functions/maintain.sql
+-- CALL maintain(p_owner, p_budget): one maintenance pass. pg_cron and any
+-- number of `pgsweep run` replicas call it side by side; each part runs in at
+-- most one session at a time (see maintain_part.sql) and every pass is
+-- recorded (history.sql).
+--
+-- It is a PROCEDURE so that it can COMMIT after every step: the lease, the
+-- history rows and each batch of work become visible (and durable) at once,
+-- and no transaction stays open for the whole pass. Call it outside a
+-- transaction block (psql autocommit, pg_cron, the Go runner).
+--
+-- PostgreSQL forbids COMMIT in a procedure that has a SET clause, so unlike
+-- every function this one cannot pin search_path: instead every name in its
+-- body is qualified with the install schema (a template value, validated as a
+-- plain lower-case identifier) and the body uses no operator (the pinned
+-- step routines compute), so the caller's search_path cannot redirect it.
+--
+-- Step routines. A procedure runs as its caller (pg_cron's superuser, an
+-- admin), so whatever it calls its caller may call too, in any order, with
+-- any argument. It calls only the maintain_step_* routines below (and the
+-- retention_step_* ones, retention_step.sql), never an internal (underscore)
+-- one, and each of them is safe by itself:
+--   * it takes no clock: time is the database's;
+--   * a pass belongs to the session that opened it (maintain_pass.pid, and
+--     a pass begun before the server started is nobody's): a step naming a
+--     pass or a run of another session raises 42501 and changes nothing;
+--   * what a step records it computes itself: the deadline comes from the
+--     pass's budget, a run's counts from its own work, whether a part is due
+--     again (backlog) from the state at its end. A caller can cut its own
+--     pass short, never make a part look done that did not run.
+
+-- _maintain_session_check raises 42501 unless this session opened p_pass.
+CREATE OR REPLACE FUNCTION _maintain_session_check(p_pass bigint)
+RETURNS maintain_pass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v maintain_pass;
+BEGIN
+    SELECT * INTO v FROM maintain_pass WHERE id = p_pass;
+    IF NOT FOUND OR v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
+       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+        RAISE EXCEPTION 'maintenance pass %: not a running pass of this session', coalesce(p_pass::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A pass''s steps run in the session that began it (CALL maintain()).';
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- _maintain_run_check: the run p_run of a pass of this session (42501 otherwise).
+CREATE OR REPLACE FUNCTION _maintain_run_check(p_run bigint)
+RETURNS maintain_run
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v maintain_run;
+BEGIN
+    SELECT * INTO v FROM maintain_run WHERE id = p_run;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'maintenance run %: no such run', coalesce(p_run::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM _maintain_session_check(v.pass_id);
+    RETURN v;
+END
+$$;
+
+-- maintain_step_begin validates maintain's arguments (22023), derives an
+-- owner when none is given and records the pass for this session.
+CREATE OR REPLACE FUNCTION maintain_step_begin(p_owner text, p_budget interval, OUT o_pass bigint, OUT o_owner text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+BEGIN
+    v := _maintain_pass_begin(p_owner, p_budget, NULL);
+    o_pass := v.o_pass;
+    o_owner := v.o_owner;
+END
+$$;
+
+-- maintain_step_part decides whether this session runs p_part of its pass
+-- now: o_run is the part's run, NULL when it does not run (busy, not due, no
+-- budget). Recovery gets at most half the pass's budget.
+CREATE OR REPLACE FUNCTION maintain_step_part(p_pass bigint, p_part text, OUT o_run bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass maintain_pass := _maintain_session_check(p_pass);
+    v_deadline timestamptz := v_pass.started_at + v_pass.budget;
+    v record;
+BEGIN
+    IF p_part = 'recovery' THEN
+        v_deadline := v_deadline - v_pass.budget / 2;
+    END IF;
+    v := _maintain_part_begin(p_pass, p_part, v_pass.owner, v_deadline, NULL);
+    IF v.o_status = 'running' THEN
+        o_run := v.o_run;
+        UPDATE maintain_run SET deadline = v_deadline WHERE id = o_run;
+        IF p_part = 'retention' THEN
+            -- the built-in policies follow the queues: a queue created or
+            -- reconfigured by SQL is covered from this part on
+            BEGIN
+                PERFORM retention_builtin_sync();
+            EXCEPTION WHEN OTHERS THEN
+                UPDATE maintain_run SET error = format('builtin_sync: %s (SQLSTATE %s)', SQLERRM, SQLSTATE) WHERE id = o_run;
+            END;
+        END IF;
+    END IF;
+END
+$$;
+
+-- maintain_step_recovery takes one bounded step of recovery for the run
+-- p_run (maintain_recovery.sql), records it and renews the part's lease; it
+-- returns whether another step is worth it.
+CREATE OR REPLACE FUNCTION maintain_step_recovery(p_run bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    IF v_run.part <> 'recovery' OR v_run.status <> 'running' THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_part_step(p_run, _maintain_recovery(v_run.owner, v_run.deadline), NULL, v_run.deadline, NULL);
+END
+$$;
+
+-- maintain_step_failed records that a step of the run p_run raised (the
+-- procedure caught it): the run fails, and its part is due again at once.
+CREATE OR REPLACE FUNCTION maintain_step_failed(p_run bigint, p_message text, p_state text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    PERFORM _maintain_part_step(p_run, '{"more": true}', format('%s (SQLSTATE %s)', left(p_message, 2000), left(p_state, 5)),
+                                v_run.deadline, NULL);
+END
+$$;
+
+-- maintain_step_part_end closes the run p_run. Its part is due again at
+-- once (backlog) when a step left work (more), when it took no step at
+-- all, or, for retention, when a policy is still due.
+CREATE OR REPLACE FUNCTION maintain_step_part_end(p_run bigint)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    IF v_run.steps = 0 OR (v_run.part = 'retention' AND EXISTS (SELECT 1 FROM retention_due())) THEN
+        UPDATE maintain_run SET more = true WHERE id = p_run;
+    END IF;
+    RETURN _maintain_part_end(p_run, NULL);
+END
+$$;
+
+-- maintain_step_end completes this session's pass and trims the history.
+CREATE OR REPLACE FUNCTION maintain_step_end(p_pass bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _maintain_session_check(p_pass);
+    PERFORM _maintain_pass_end(p_pass, NULL);
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE maintain(p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_pass bigint;
+    v_owner text;
+    v_run bigint;
+    v_more boolean;
+    v_failed boolean;
+    v_msg text;
+    v_state text;
+BEGIN
+    SELECT b.o_pass, b.o_owner INTO v_pass, v_owner FROM {{ .schema | default "pgsweep" }}.maintain_step_begin(p_owner, p_budget) b;
+    COMMIT;
+
+    -- recovery: bounded steps, each caught, committed and followed by a
+    -- lease renewal, until the step says it is done or half the budget is
+    -- spent: a recovery backlog must not starve retention (the backlog makes
+    -- recovery due again at once on the next pass).
+    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'recovery');
+    COMMIT;
+    IF v_run IS NOT NULL THEN
+        LOOP
+            v_failed := false;
+            BEGIN
+                v_more := {{ .schema | default "pgsweep" }}.maintain_step_recovery(v_run);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+                v_failed := true;
+            END;
+            IF v_failed THEN
+                PERFORM {{ .schema | default "pgsweep" }}.maintain_step_failed(v_run, v_msg, v_state);
+                v_more := false;
+            END IF;
+            COMMIT;
+            EXIT WHEN NOT v_more;
+        END LOOP;
+        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
+        COMMIT;
+    END IF;
+
+    -- retention: one call that commits per batch itself (see maintain_retention.sql).
+    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'retention');
+    COMMIT;
+    IF v_run IS NOT NULL THEN
+        CALL {{ .schema | default "pgsweep" }}.maintain_step_retention(v_run);
+        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
+        COMMIT;
+    END IF;
+
+    PERFORM {{ .schema | default "pgsweep" }}.maintain_step_end(v_pass);
+    COMMIT;
+END
+$$;
+-- pgsweep:end functions/maintain.sql
+
+-- pgsweep:include functions/maintain_retention.sql
+{{ $s := .schema | default "pgsweep" -}}
+-- The retention part of maintain(): run every due retention policy (own and
+-- registered; retention_due lists them, oldest first) until the run's
+-- deadline. The built-in policies were synced when the part began
+-- (maintain_step_part).
+--
+-- It drives each policy's pass through the retention step routines
+-- (retention_step_begin / retention_step / retention_step_end, exactly as
+-- retention_run does) rather than CALL retention_run, because a failing
+-- policy must not end the whole maintain pass: PL/pgSQL cannot catch an
+-- error raised across a COMMIT, so every step is caught here, outside the
+-- COMMITs, recorded on that policy's pass, and the part goes on with the
+-- next policy.
+--
+-- A PROCEDURE without a SET clause (it COMMITs after every batch), so every
+-- name below is qualified with the install schema and the body uses no
+-- operator: comparisons, arithmetic and JSON building live in the pinned
+-- step routines below, so nothing on the caller's search_path (pg_cron's
+-- superuser's included) can stand in for them. Like maintain, it calls only
+-- step routines (maintain.sql): each checks that the run p_run belongs to
+-- a pass of this session.
+--
+-- The run's counts: {"deleted": {"<policy>": rows}}; a policy's error goes
+-- to the run's error ("policy <name>: message") and the run ends 'failed';
+-- the part is due again at once while a policy is still due
+-- (maintain_step_part_end).
+
+-- maintain_step_go: whether the run p_run may start another policy (the
+-- deadline has not passed and the part's lease was renewed), with the
+-- run's owner and what is left of its budget for the policy's pass.
+CREATE OR REPLACE FUNCTION maintain_step_go(p_run bigint, OUT o_go boolean, OUT o_owner text, OUT o_budget interval)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    o_owner := v_run.owner;
+    o_budget := least(greatest(v_run.deadline - clock_timestamp(), interval '0'), interval '1 day');
+    o_go := v_run.part = 'retention' AND v_run.status = 'running' AND clock_timestamp() < v_run.deadline
+            AND _maintain_renew('retention', v_run.owner);
+END
+$$;
+
+-- Pacing: background retention yields to live traffic.
+--
+-- retention_duty_cycle d in 1..100 is a fixed duty cycle: after a batch that
+-- took t, maintain() sleeps t*(100-d)/d. 0 (the default) adapts the duty
+-- cycle after every batch to what the database shows:
+--   * sessions waiting on a lock: halve it (at least 10%): the cleaner may
+--     be in someone's way;
+--   * a batch more than twice as slow per row as the fastest recent one:
+--     cut it by 30% (at least 35%): the cleaner competes for CPU or I/O;
+--   * other sessions of the database running, or active within the last
+--     100 ms (live traffic, maintain_step_traffic): raise it by 5 points, to
+--     at most 65%;
+--   * nothing else running: raise it by 10 points, to 100% (an idle
+--     database drains at full speed).
+-- It starts at 35%. The bounds come from `pgsweep bench mixed` runs of 0.28
+-- (docs/benchmarks.md, "mixed"), once the pacing saw the traffic again:
+-- 20-30% drained at 0.09x of the unpaced rate, 30-60% at 0.13-0.23x and
+-- 40-75% at 0.28-0.41x with the claims' p99 at 0.9x, 1.1x and 1.4-1.6x of
+-- its quiet value; 35-65% sits between, on a machine too loaded to settle it.
+-- CALL retention_run never pauses.
+
+-- maintain_step_traffic: the live traffic the pacing yields to, as the
+-- maintenance role sees it: busy, the other client sessions of this
+-- database running now or within the last 100 ms (a claim loop is idle most
+-- of the time between short statements); waiting, those waiting for a lock.
+-- SECURITY INVOKER (privileges.sql, _invoker_routines), called by the
+-- procedure, which runs as its caller: pg_stat_activity shows another
+-- role's session state only to a superuser or a member of
+-- pg_read_all_stats, and the owner role is neither (as a SECURITY DEFINER
+-- function this saw no traffic at all, and the pacing ran at 100%). A
+-- session the caller may not see counts as busy: without the privilege the
+-- pacing yields to every other session rather than to none. Grant the
+-- maintenance role pg_read_all_stats (or pg_monitor) for the exact picture
+-- (docs/operations.md).
+CREATE OR REPLACE FUNCTION maintain_step_traffic(OUT busy int, OUT waiting int)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT (count(*) FILTER (WHERE a.state IS NULL
+                                OR (a.state = 'active' AND a.wait_event_type IS DISTINCT FROM 'Lock')
+                                OR a.state_change > pg_catalog.clock_timestamp() - interval '100 milliseconds'))::int,
+           (count(*) FILTER (WHERE a.wait_event_type = 'Lock'))::int
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       -- a session the caller may not see shows no backend_type either
+       AND (a.backend_type = 'client backend' OR a.backend_type IS NULL)
+$$;
+
+-- _maintain_ret_pace sleeps after a batch as the pacing says and returns
+-- the pacing state for the next batch ({"duty", "best", "pass", "rows"}).
+CREATE OR REPLACE FUNCTION _maintain_ret_pace(p_state jsonb, p_pass bigint, p_batch_start timestamptz,
+    p_deadline timestamptz, p_busy int, p_waiting int)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_fixed int := setting_int('retention_duty_cycle');
+    v_elapsed double precision := greatest(extract(epoch FROM clock_timestamp() - p_batch_start), 0);
+    v_duty double precision := coalesce((p_state ->> 'duty')::double precision, 35);
+    v_best double precision := (p_state ->> 'best')::double precision;
+    v_rows bigint;
+    v_batch_rows bigint;
+    v_per_row double precision;
+BEGIN
+    SELECT p.rows_deleted INTO v_rows FROM retention_pass p WHERE p.id = p_pass;
+    v_batch_rows := coalesce(v_rows, 0) - CASE WHEN (p_state ->> 'pass')::bigint = p_pass
+                                               THEN coalesce((p_state ->> 'rows')::bigint, 0) ELSE 0 END;
+    IF v_fixed BETWEEN 1 AND 100 THEN
+        v_duty := v_fixed;
+    ELSE
+        IF v_batch_rows > 0 THEN
+            v_per_row := v_elapsed / v_batch_rows;
+            -- the fastest recent batch, drifting up slowly so that a
+            -- one-off fast batch does not set the bar forever
+            v_best := least(coalesce(v_best * 1.02, v_per_row), v_per_row);
+        END IF;
+        v_duty := CASE
+            WHEN p_waiting > 0 THEN greatest(10, v_duty / 2)
+            WHEN v_per_row > v_best * 2 THEN greatest(35, v_duty * 0.7)
+            WHEN p_busy > 0 THEN least(65, v_duty + 5)
+            ELSE least(100, v_duty + 10) END;
+    END IF;
+    IF v_duty < 100 THEN
+        PERFORM pg_catalog.pg_sleep(least(v_elapsed * (100 - v_duty) / v_duty,
+                                          greatest(extract(epoch FROM p_deadline - clock_timestamp()), 0)));
+    END IF;
+    RETURN jsonb_build_object('duty', v_duty, 'best', v_best, 'pass', p_pass,
+                              'rows', coalesce((SELECT p.rows_deleted FROM retention_pass p WHERE p.id = p_pass), 0));
+END
+$$;
+
+-- maintain_step_pace: the pacing's sleep after a batch of the pass p_pass
+-- in the run p_run (_maintain_ret_pace), never past the run's deadline.
+CREATE OR REPLACE FUNCTION maintain_step_pace(p_run bigint, p_state jsonb, p_pass bigint, p_batch_start timestamptz,
+    p_busy int, p_waiting int)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    RETURN _maintain_ret_pace(coalesce(p_state, '{}'), p_pass, greatest(p_batch_start, v_run.started_at),
+                              v_run.deadline, coalesce(p_busy, 1), coalesce(p_waiting, 0));
+END
+$$;
+
+-- maintain_step_renew keeps the run's lease alive through a long policy:
+-- renewed once a third of maintain_lease_ttl has passed since it was last
+-- set; false when it is lost (another owner goes on).
+CREATE OR REPLACE FUNCTION maintain_step_renew(p_run bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+    v_ttl interval := setting_interval('maintain_lease_ttl');
+BEGIN
+    IF EXISTS (SELECT 1 FROM lease l WHERE l.name = 'maintain:' || v_run.part AND l.owner = v_run.owner
+                  AND l.expires_at - clock_timestamp() > v_ttl * 2 / 3) THEN
+        RETURN true;
+    END IF;
+    RETURN _maintain_renew(v_run.part, v_run.owner);
+END
+$$;
+
+-- maintain_step_tally records a policy's pass in the run p_run: its rows
+-- (read from the pass, which must be this session's pass of p_name), or
+-- the error that stopped it.
+CREATE OR REPLACE FUNCTION maintain_step_tally(p_run bigint, p_name text, p_pass bigint, p_error text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+    v_rows bigint;
+    v_outcome text;
+BEGIN
+    IF v_run.part <> 'retention' OR v_run.status <> 'running' THEN
+        RETURN;
+    END IF;
+    IF p_pass IS NOT NULL THEN
+        SELECT p.rows_deleted, p.outcome INTO v_rows, v_outcome FROM retention_pass p
+         WHERE p.id = p_pass AND p.policy = p_name AND p.pid = pg_catalog.pg_backend_pid();
+    END IF;
+    UPDATE maintain_run
+       SET counts = CASE WHEN v_rows IS NULL THEN counts
+                         ELSE _maintain_add_counts(counts, jsonb_build_object('deleted', jsonb_build_object(p_name, v_rows))) END,
+           steps = steps + 1,
+           more = more OR coalesce(v_outcome = 'budget', false),
+           error = CASE WHEN p_error IS NULL THEN error
+                        ELSE coalesce(error || '; ', '') || format('policy %s: %s', p_name, left(p_error, 2000)) END
+     WHERE id = p_run;
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE maintain_step_retention(p_run bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_due text[];
+    v_name text;
+    v_pass bigint;
+    v_step_more boolean;
+    v_error text;
+    v_batch_start timestamptz;
+    v_go record;
+    v_renew boolean;
+    v_pace jsonb := '{}';
+    v_busy int;
+    v_waiting int;
+BEGIN
+    v_due := ARRAY(SELECT {{ $s }}.retention_due());
+    FOREACH v_name IN ARRAY v_due LOOP
+        v_go := {{ $s }}.maintain_step_go(p_run);
+        COMMIT;
+        EXIT WHEN NOT v_go.o_go; -- out of budget, or lost the part's lease: another owner goes on
+
+        v_error := NULL;
+        v_pass := NULL;
+        BEGIN
+            v_pass := {{ $s }}.retention_step_begin(v_name, v_go.o_owner, v_go.o_budget);
+        EXCEPTION WHEN OTHERS THEN
+            v_error := pg_catalog.format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+        END;
+        IF v_error IS NOT NULL THEN
+            PERFORM {{ $s }}.retention_step_unlock(v_name);
+            PERFORM {{ $s }}.maintain_step_tally(p_run, v_name, NULL, v_error);
+            COMMIT;
+            CONTINUE;
+        END IF;
+        COMMIT;
+        -- NULL: busy elsewhere (or keeps rows forever): a cleaner that died
+        -- may still hold the policy's lease; the policy stays due, and so
+        -- does the part (maintain_step_part_end)
+        CONTINUE WHEN v_pass IS NULL;
+
+        LOOP
+            v_batch_start := pg_catalog.clock_timestamp();
+            BEGIN
+                v_step_more := {{ $s }}.retention_step(v_pass);
+            EXCEPTION WHEN OTHERS THEN
+                v_error := pg_catalog.format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+            END;
+            EXIT WHEN v_error IS NOT NULL;
+            COMMIT;
+            EXIT WHEN NOT v_step_more;
+            -- Background work yields to live traffic (retention_duty_cycle,
+            -- adaptive by default); keep the part's lease alive through a
+            -- long policy.
+            SELECT t.busy, t.waiting INTO v_busy, v_waiting FROM {{ $s }}.maintain_step_traffic() t;
+            v_pace := {{ $s }}.maintain_step_pace(p_run, v_pace, v_pass, v_batch_start, v_busy, v_waiting);
+            v_renew := {{ $s }}.maintain_step_renew(p_run);
+            IF NOT v_renew THEN
+                v_error := 'lost the maintain:retention lease during the pass';
+                EXIT;
+            END IF;
+            COMMIT;
+        END LOOP;
+
+        PERFORM {{ $s }}.retention_step_end(v_pass, v_error);
+        COMMIT;
+        PERFORM {{ $s }}.retention_step_unlock(v_name);
+        PERFORM {{ $s }}.maintain_step_tally(p_run, v_name, v_pass, v_error);
+        COMMIT;
+    END LOOP;
+END
+$$;
+-- pgsweep:end functions/maintain_retention.sql
+
+-- pgsweep:include functions/cron.sql
+-- Scheduling maintain() with pg_cron, for databases that have it.
+--
+-- pg_cron lives in the one database named by cron.database_name. pgsweep does
+-- not depend on it: these functions reach cron.* through EXECUTE only, so they
+-- install everywhere, and without pg_cron they explain what to do instead.
+-- The job name is unique per install schema, so scheduling again updates the
+-- job (cron.schedule upserts by job name since pg_cron 1.4) and installs in
+-- other schemas of the same database get their own job.
+
+-- pg_cron job names are of type name (at most 63 bytes): a long schema name
+-- is cut and made unique again with a hash of the full name.
+CREATE OR REPLACE FUNCTION cron_job_name()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN octet_length(n) <= 63 THEN n ELSE left(n, 54) || ':' || left(md5(n), 8) END
+      FROM (SELECT 'pgsweep-maintain:' || current_schema() AS n) x
+$$;
+
+-- cron_available: whether pg_cron is installed in this database.
+CREATE OR REPLACE FUNCTION cron_available()
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') $$;
+
+-- cron_command: the job's command for a budget, the arguments checked
+-- (22023), and pg_cron's presence (55000 with what to do instead). The
+-- cron functions run as their caller (pg_cron schedules as current_user),
+-- so they call only such non-underscore routines.
+CREATE OR REPLACE FUNCTION cron_command(p_schedule text, p_budget interval)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_schedule', p_schedule, 100);
+    PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
+    IF NOT cron_available() THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database %: install it there (CREATE EXTENSION pg_cron, in the database named by cron.database_name, now %) or run `pgsweep run` instead',
+            quote_ident(current_database()),
+            coalesce(quote_literal(current_setting('cron.database_name', true)), 'unset: pg_cron is not in shared_preload_libraries')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = '`pgsweep run --database-url URL` calls maintain() on an interval from outside the database; run it next to your applications, as many replicas as you like.';
+    END IF;
+    RETURN format('CALL %I.maintain(%L, %L)', current_schema(), 'pg_cron', _interval_text(p_budget));
+END
+$$;
+
+-- cron_schedule schedules CALL <schema>.maintain('pg_cron', p_budget) on
+-- p_schedule (pg_cron syntax, e.g. '* * * * *') and returns the job id.
+-- Scheduling again replaces the schedule and budget of the same job.
+-- p_budget should stay below the schedule's period: pg_cron starts no second
+-- run of a job while one is still running.
+CREATE OR REPLACE FUNCTION cron_schedule(p_schedule text DEFAULT '* * * * *', p_budget interval DEFAULT '50 seconds')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+    v_command text := cron_command(p_schedule, p_budget);
+BEGIN
+    BEGIN
+        EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO v_id USING cron_job_name(), p_schedule, v_command;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'p_schedule must be a pg_cron schedule such as ''* * * * *'', got %', pg_catalog.quote_literal(p_schedule)
+            USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
+    END;
+    RETURN v_id;
+END
+$$;
+
+-- cron_unschedule removes this schema's maintain job; false when there was
+-- none (also when pg_cron is not installed: then nothing can be scheduled).
+CREATE OR REPLACE FUNCTION cron_unschedule()
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF NOT cron_available() THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT jobid FROM cron.job WHERE jobname = $1 AND username = current_user' INTO v_id USING cron_job_name();
+    IF v_id IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT cron.unschedule($1)' USING v_id;
+    RETURN true;
+END
+$$;
+
+-- cron_job shows this schema's maintain job, if any (no rows without pg_cron).
+CREATE OR REPLACE FUNCTION cron_job(OUT jobid bigint, OUT schedule text, OUT command text, OUT active boolean)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF cron_available() THEN
+        RETURN QUERY EXECUTE 'SELECT jobid, schedule, command, active FROM cron.job WHERE jobname = $1 AND username = current_user'
+            USING cron_job_name();
+    END IF;
+END
+$$;
+-- pgsweep:end functions/cron.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
