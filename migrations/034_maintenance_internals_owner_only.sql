@@ -157,7 +157,7 @@ AS $$
         -- (retention_register.sql) and the pg_cron command (cron.sql)
         'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
         'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
-        'cron_command', 'cron_available',
+        'cron_command', 'cron_available', 'retention_resolve_table',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
         'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
@@ -4108,8 +4108,9 @@ END
 $$;
 
 -- maintain_step_part_end closes the run p_run. Its part is due again at
--- once (backlog) when a step left work (more), when it took no step at
--- all, or, for retention, when a policy is still due.
+-- once (backlog) when a step left work (more), when recovery took no step
+-- at all, or, for retention, when a policy is still due: a caller that
+-- ends a run it did not work cannot make its part look done.
 CREATE OR REPLACE FUNCTION maintain_step_part_end(p_run bigint)
 RETURNS text
 LANGUAGE plpgsql
@@ -4118,7 +4119,8 @@ AS $$
 DECLARE
     v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_run.steps = 0 OR (v_run.part = 'retention' AND EXISTS (SELECT 1 FROM retention_due())) THEN
+    IF (v_run.part = 'retention' AND EXISTS (SELECT 1 FROM retention_due()))
+       OR (v_run.part <> 'retention' AND v_run.steps = 0) THEN
         UPDATE maintain_run SET more = true WHERE id = p_run;
     END IF;
     RETURN _maintain_part_end(p_run, NULL);

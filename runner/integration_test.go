@@ -387,7 +387,7 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
 		t.Fatal("want the escaped error")
 	}
-	exec(t, db, "SELECT "+s+".lease_release('maintain:retention', 'pg_cron')") // as if its TTL had passed
+	exec(t, db, "SELECT "+s+"._lease_release('maintain:retention', 'pg_cron', NULL)") // as if its TTL had passed
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
 		t.Fatal("want the escaped error again")
 	}

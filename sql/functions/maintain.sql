@@ -148,8 +148,9 @@ END
 $$;
 
 -- maintain_step_part_end closes the run p_run. Its part is due again at
--- once (backlog) when a step left work (more), when it took no step at
--- all, or, for retention, when a policy is still due.
+-- once (backlog) when a step left work (more), when recovery took no step
+-- at all, or, for retention, when a policy is still due: a caller that
+-- ends a run it did not work cannot make its part look done.
 CREATE OR REPLACE FUNCTION maintain_step_part_end(p_run bigint)
 RETURNS text
 LANGUAGE plpgsql
@@ -158,7 +159,8 @@ AS $$
 DECLARE
     v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_run.steps = 0 OR (v_run.part = 'retention' AND EXISTS (SELECT 1 FROM retention_due())) THEN
+    IF (v_run.part = 'retention' AND EXISTS (SELECT 1 FROM retention_due()))
+       OR (v_run.part <> 'retention' AND v_run.steps = 0) THEN
         UPDATE maintain_run SET more = true WHERE id = p_run;
     END IF;
     RETURN _maintain_part_end(p_run, NULL);

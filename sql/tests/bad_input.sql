@@ -178,7 +178,7 @@ DECLARE v bigint;
 BEGIN
     v := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', p_now);
     IF v IS NULL THEN RETURN NULL; END IF;
-    WHILE pgsweep._retention_step(v) LOOP END LOOP;
+    WHILE pgsweep.retention_step(v) LOOP END LOOP;
     PERFORM pgsweep._retention_finish(v, NULL, NULL);
     PERFORM pgsweep._retention_unlock(p_name);
     RETURN v;

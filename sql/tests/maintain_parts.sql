@@ -14,7 +14,7 @@ SELECT has_function('pgsweep', 'maintain', ARRAY['text', 'interval'], 'maintain(
 SELECT is((SELECT prokind::text FROM pg_proc WHERE oid = 'pgsweep.maintain(text, interval)'::regprocedure), 'p', 'maintain is a procedure');
 SELECT set_eq(
     $$SELECT proname::text FROM pg_proc WHERE pronamespace = 'pgsweep'::regnamespace AND prokind = 'p'$$,
-    ARRAY['maintain', '_maintain_retention', 'retention_run', '_retention_run'], 'the only procedures (no pinned search_path) are maintain, its retention part and retention_run (and its body)');
+    ARRAY['maintain', 'maintain_step_retention', 'retention_run', 'retention_step_pass', '_retention_run'], 'the only procedures (no pinned search_path) are maintain, its retention part and retention_run (and its pass, and the owner''s clocked one)');
 SELECT ok((SELECT prosrc !~ '(^|[^.])\m_maintain_' FROM pg_proc WHERE oid = 'pgsweep.maintain(text, interval)'::regprocedure),
     'maintain schema-qualifies every call');
 SELECT has_view('pgsweep', 'maintenance_passes', 'maintenance_passes view exists');
@@ -87,7 +87,7 @@ SELECT ok(NOT pgsweep._maintain_part_step((SELECT o_run FROM r3), '{"recovered":
     'a step whose lease was taken over stops');
 SELECT is(pgsweep._maintain_part_end((SELECT o_run FROM r3), '2026-01-01 00:00:11+00'), 'lost', 'part_end: lost');
 SELECT is((SELECT owner FROM pgsweep.lease WHERE name = 'maintain:recovery'), 'x', 'the new holder keeps its lease');
-SELECT ok(pgsweep.lease_release('maintain:recovery', 'x', '2026-01-01 00:00:12+00'), 'x releases');
+SELECT ok(pgsweep._lease_release('maintain:recovery', 'x', '2026-01-01 00:00:12+00'), 'x releases');
 
 -- a run whose session died stays running until the next holder marks it abandoned
 CREATE TEMP TABLE r4 AS SELECT * FROM pgsweep._maintain_part_begin((SELECT o_pass FROM p), 'recovery', 'a', '2026-01-01 01:00:00+00', '2026-01-01 00:00:20+00');
@@ -119,14 +119,14 @@ SELECT ok(pgsweep._maintain_renew('retention', 'renewer'), 'renew takes or exten
 SELECT ok((SELECT expires_at > clock_timestamp() + interval '50 seconds' FROM pgsweep.lease WHERE name = 'maintain:retention' AND owner = 'renewer'),
     'for maintain_lease_ttl');
 SELECT ok(NOT pgsweep._maintain_renew('retention', 'intruder'), 'another owner''s renew fails while the lease is live');
-SELECT ok(pgsweep.lease_release('maintain:retention', 'renewer'), 'renewer releases');
+SELECT ok(pgsweep._lease_release('maintain:retention', 'renewer', NULL), 'renewer releases');
 
 -- counts merge one level deep (retention's per-policy rows)
 SELECT is(pgsweep._maintain_add_counts('{"deleted": {"p": 1}, "n": 1}', '{"deleted": {"p": 2, "q": 3}, "n": 2, "s": "x"}'),
     '{"deleted": {"p": 3, "q": 3}, "n": 3, "s": "x"}'::jsonb, 'per-policy counts add up');
 
--- _maintain_fail_owner: an error maintain() could not record itself
-SELECT is(pgsweep._maintain_fail_owner('a', 'retention raised: oops'), 1::bigint, 'fail_owner closes the owner''s unfinished pass');
+-- maintain_fail_owner: an error maintain() could not record itself (these passes began before the server did: their session is gone)
+SELECT is(pgsweep.maintain_fail_owner('a', 'retention raised: oops'), 1::bigint, 'fail_owner closes the owner''s unfinished pass');
 SELECT is((SELECT count(*) FROM pgsweep.maintain_run WHERE owner = 'a' AND status = 'running'), 0::bigint, 'and its running runs');
 SELECT is((SELECT owner FROM pgsweep.lease WHERE name = 'maintain:recovery'), NULL, 'and releases its leases');
 

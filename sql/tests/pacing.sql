@@ -21,9 +21,9 @@ SELECT is((pgsweep._maintain_ret_pace('{"duty": 95}', -1, clock_timestamp(), clo
 
 -- the traffic is read as the caller (pacing_test.go proves that a session
 -- the maintenance role cannot see counts as busy)
-SELECT ok(NOT (SELECT p.prosecdef FROM pg_proc p WHERE p.oid = 'pgsweep._maintain_ret_traffic()'::regprocedure),
-          '_maintain_ret_traffic runs as its caller');
-SELECT ok((SELECT t.busy FROM pgsweep._maintain_ret_traffic() t) IS NOT NULL, 'a superuser gets a count too');
+SELECT ok(NOT (SELECT p.prosecdef FROM pg_proc p WHERE p.oid = 'pgsweep.maintain_step_traffic()'::regprocedure),
+          'maintain_step_traffic runs as its caller');
+SELECT ok((SELECT t.busy FROM pgsweep.maintain_step_traffic() t) IS NOT NULL, 'a superuser gets a count too');
 
 SELECT * FROM finish();
 ROLLBACK;

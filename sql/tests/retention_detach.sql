@@ -50,7 +50,7 @@ CREATE FUNCTION pg_temp.run(p_name text, p_now timestamptz) RETURNS bigint LANGU
 DECLARE v_pass bigint;
 BEGIN
     v_pass := pgsweep._retention_begin(p_name, 'tap-pass', interval '1 hour', p_now);
-    WHILE pgsweep._retention_step(v_pass) LOOP END LOOP;
+    WHILE pgsweep.retention_step(v_pass) LOOP END LOOP;
     PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);
     PERFORM pgsweep._retention_unlock(p_name);
     RETURN v_pass;
@@ -136,14 +136,14 @@ INSERT INTO rd.more SELECT g, '2026-01-01 00:00+00'::timestamptz + g * interval 
 INSERT INTO rd.more SELECT 100 + g, '2026-01-08 00:00+00'::timestamptz + g * interval '1 hour' FROM generate_series(0, 47) g;
 SELECT pgsweep.retention_register('more', 'rd.more', 'at', '1 day');
 CREATE TEMP TABLE mp AS SELECT pgsweep._retention_begin('more', 'tap-pass', interval '1 hour', '2026-01-09 12:00+00') AS pass;
-SELECT ok(pgsweep._retention_step((SELECT pass FROM mp)), 'the pass plans');
+SELECT ok(pgsweep.retention_step((SELECT pass FROM mp)), 'the pass plans');
 SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND action = 'drop'), 2::bigint,
     'two drop units planned');
 CREATE TEMP TABLE m1 AS SELECT 'rd.more_m1'::regclass::oid AS oid;
 ALTER TABLE rd.more DETACH PARTITION rd.more_m1;
 DO $$ BEGIN EXECUTE format('ALTER TABLE rd.more_m1 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM m1)); END $$;
 ALTER TABLE rd.more DETACH PARTITION rd.more_m2;
-SELECT lives_ok($$SELECT pgsweep._retention_step((SELECT pass FROM mp)) FROM generate_series(1, 10)$$,
+SELECT lives_ok($$SELECT pgsweep.retention_step((SELECT pass FROM mp)) FROM generate_series(1, 10)$$,
     'the pass goes on without an error');
 SELECT is((SELECT count(*) FROM rd.more_m2) + (SELECT count(*) FROM pg_class WHERE oid = (SELECT oid FROM m1)), 25::bigint,
     'the detached tables are neither swept nor dropped by it');

@@ -3,7 +3,7 @@
 -- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
 -- status-filtered) are swept row by row.
 BEGIN;
-SELECT plan(41);
+SELECT plan(45);
 
 CREATE SCHEMA rp;
 -- RANGE by day, with a default partition
@@ -26,7 +26,7 @@ BEGIN
     v_pass := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', p_now);
     IF v_pass IS NULL THEN RETURN NULL; END IF;
     LOOP
-        v_more := pgsweep._retention_step(v_pass);
+        v_more := pgsweep.retention_step(v_pass);
         IF p_watch IS NOT NULL THEN
             v_step := v_step + 1;
             v_n := NULL;
@@ -154,8 +154,28 @@ SET LOCAL ROLE rp_cleaner;
 SELECT pgsweep.retention_register('logs', 'rp.logs', 'at', '1 day');
 RESET ROLE;
 SELECT isnt(pg_temp.run('logs', '2026-01-05 00:00+00'), NULL, 'a pass of a non-owner''s policy runs');
+-- 0.34: the leaf's code (its triggers, RLS) must run as its owner, which
+-- the policy's owner cannot act as: the leaf is skipped, the pass says why
+SELECT ok(to_regclass('rp.logs_d1') IS NOT NULL AND (SELECT count(*) FROM rp.logs_d1) = 24,
+    'a leaf of a role the policy owner is not a member of is neither dropped nor swept');
+SELECT matches((SELECT error FROM pgsweep.retention_pass WHERE policy = 'logs' ORDER BY id DESC LIMIT 1),
+    'leaf rp\.logs_d1 skipped: owned by postgres, which the policy''s owner rp_cleaner is not a member of',
+    'the pass records the skipped leaf');
+-- a leaf whose owner the policy's owner is a member of is swept, as the leaf's owner
+CREATE ROLE rp_leafowner NOLOGIN;
+ALTER TABLE rp.logs_d1 OWNER TO rp_leafowner;
+GRANT USAGE ON SCHEMA rp TO rp_leafowner;
+GRANT rp_leafowner TO rp_cleaner;
+CREATE TABLE rp.logs_who (who text);
+GRANT INSERT ON rp.logs_who TO PUBLIC;
+CREATE FUNCTION rp.logs_note() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN INSERT INTO rp.logs_who VALUES (current_user); RETURN OLD; END $f$;
+CREATE TRIGGER note BEFORE DELETE ON rp.logs_d1 FOR EACH ROW EXECUTE FUNCTION rp.logs_note();
+SELECT isnt(pg_temp.run('logs', '2026-01-06 00:00+00'), NULL, 'a pass of a member''s policy runs');
 SELECT ok(to_regclass('rp.logs_d1') IS NOT NULL AND (SELECT count(*) FROM rp.logs_d1) = 0,
     'a policy owner that does not own the table has the expired leaf swept, not dropped');
+SELECT is((SELECT array_agg(DISTINCT who) FROM rp.logs_who), ARRAY['rp_leafowner'],
+    'the leaf''s trigger ran as the leaf''s owner');
 
 -- a table with a CHECK constraint (inherited by every leaf): the detached
 -- leaf is still dropped by the next pass (until 0.33 the leaf's own

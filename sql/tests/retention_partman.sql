@@ -24,7 +24,7 @@ DECLARE v_pass bigint; v_more boolean;
 BEGIN
     v_pass := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', NULL);
     LOOP
-        v_more := pgsweep._retention_step(v_pass);
+        v_more := pgsweep.retention_step(v_pass);
         EXIT WHEN NOT v_more;
     END LOOP;
     PERFORM pgsweep._retention_finish(v_pass, NULL, NULL);

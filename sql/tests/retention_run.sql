@@ -45,7 +45,7 @@ DECLARE v bigint;
 BEGIN
     v := pgsweep._retention_begin(p_name, p_owner, p_budget, p_now);
     IF v IS NULL THEN RETURN NULL; END IF;
-    WHILE pgsweep._retention_step(v) LOOP END LOOP;
+    WHILE pgsweep.retention_step(v) LOOP END LOOP;
     PERFORM pgsweep._retention_finish(v, NULL, NULL);
     PERFORM pgsweep._retention_unlock(p_name);
     RETURN v;
@@ -110,11 +110,11 @@ SELECT is((SELECT count(*) FROM rt.published), 3::bigint, 'auto: only the three 
 SELECT pgsweep.retention_set_strategy('cap', 'tid_range');
 SELECT pg_temp.fill();
 SELECT pgsweep._retention_begin('cap', 'tap', '1 hour', '2026-01-10 00:00:00+00') AS pass \gset
-SELECT ok(pgsweep._retention_step(:pass), 'the first step plans the sweep');
+SELECT ok(pgsweep.retention_step(:pass), 'the first step plans the sweep');
 SELECT is((SELECT rows_deleted FROM pgsweep.retention_pass WHERE id = :pass), 0::bigint, 'planning deleted nothing');
 UPDATE rt.published SET "StatusName" = 'Scheduled', "ExpiresAt" = NULL WHERE "Id" IN (1, 102);
 UPDATE rt.published SET "ExpiresAt" = '2026-01-09 12:00' WHERE "Id" = 2;
-SELECT pgsweep._retention_step(:pass) FROM generate_series(1, 100);
+SELECT pgsweep.retention_step(:pass) FROM generate_series(1, 100);
 SELECT pgsweep._retention_finish(:pass, NULL, NULL);
 SELECT pgsweep._retention_unlock('cap');
 SELECT set_eq('SELECT "Id" FROM rt.published',
@@ -139,10 +139,10 @@ SELECT ok((SELECT last_elapsed >= interval '0' AND last_batches > 0 FROM pgsweep
 
 -- exclusive: a live lease held by another owner means busy, nothing done
 SELECT pg_temp.fill();
-SELECT pgsweep.lease_acquire('retention:cap', 'someone-else', '1 hour');
+SELECT pgsweep._lease_acquire('retention:cap', 'someone-else', '1 hour', NULL);
 SELECT is(pg_temp.run('cap', '2026-01-10 00:00:00+00'), NULL, 'exclusive: busy while another owner holds the lease');
 SELECT is((SELECT count(*) FROM rt.published), 306::bigint, 'exclusive: a busy cleaner deleted nothing');
-SELECT ok(pgsweep.lease_release('retention:cap', 'someone-else'), 'the other owner releases');
+SELECT ok(pgsweep._lease_release('retention:cap', 'someone-else', NULL), 'the other owner releases');
 SELECT isnt(pg_temp.run('cap', '2026-01-10 00:00:00+00', p_owner => 'tap2'), NULL, 'then the policy runs');
 SELECT results_eq($$SELECT owner, live FROM pgsweep.leases WHERE name = 'retention:cap'$$,
     $$VALUES (NULL::text, false)$$, 'the pass released its lease');

@@ -57,7 +57,7 @@ CREATE FUNCTION pg_temp.run(p_name text) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE v bigint;
 BEGIN
     v := pgsweep._retention_begin(p_name, 'tap', '1 hour', NULL);
-    WHILE pgsweep._retention_step(v) LOOP END LOOP;
+    WHILE pgsweep.retention_step(v) LOOP END LOOP;
     PERFORM pgsweep._retention_finish(v, NULL, NULL);
     PERFORM pgsweep._retention_unlock(p_name);
     RETURN v;

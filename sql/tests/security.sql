@@ -41,7 +41,7 @@ CREATE FUNCTION pg_temp.sweep(p_name text) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v bigint := pgsweep._retention_begin(p_name, 'tap', interval '1 hour', NULL);
 BEGIN
-    WHILE pgsweep._retention_step(v) LOOP END LOOP;
+    WHILE pgsweep.retention_step(v) LOOP END LOOP;
     PERFORM pgsweep._retention_finish(v, NULL, NULL);
     PERFORM pgsweep._retention_unlock(p_name);
     RETURN (SELECT rows_deleted FROM pgsweep.retention_pass WHERE id = v);
@@ -183,7 +183,7 @@ SELECT is(pg_temp.as_role_val('sectap_monitor', $$SELECT count(*)::text FROM pgs
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.lease'), '42501', 'monitor cannot SELECT lease');
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.setting'), '42501', 'monitor cannot SELECT setting');
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.queue'), '42501', 'monitor cannot SELECT queue');
-SELECT is(pg_temp.as_role('sectap_worker', 'SELECT * FROM pgsweep._lease_rows()'), '42501', 'worker cannot call _lease_rows');
+SELECT is(pg_temp.as_role('sectap_worker', 'SELECT * FROM pgsweep.lease_rows()'), '42501', 'worker cannot call lease_rows');
 SELECT is(pg_temp.as_role('sectap_nobody', 'SELECT * FROM pgsweep._queue_rows()'), '42501', 'a role without a grant cannot call _queue_rows');
 
 -- admin
@@ -199,8 +199,8 @@ SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep.retention_register('s
 SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep._retention_policy_put('steal', 'sectap_v.precious'::regclass, 'at', '0 seconds',
     NULL, NULL, 1000, 'exclusive', '1 minute', 'pgsweep_owner'::regrole, true)$$), '42501',
     'admin cannot make a table of its own or another''s a built-in policy');
-SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep._retention_register('steal', 'sectap_v.precious'::regclass, 'at', '0 seconds',
-    NULL, NULL, 1000, 'exclusive', '1 minute', 'sectap_v.precious'::regclass)$$), '42501',
+SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep.retention_register_proved('sectap_v.precious'::regclass, 'steal',
+    'sectap_v.precious'::regclass, 'at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 minute')$$), '42501',
     'admin cannot pass another role''s table as the proof of who it is');
 SELECT is(pg_temp.as_role('sectap_admin', $$UPDATE pgsweep.retention_policy SET owner = 'sectap_victim'::regrole$$), '42501',
     'admin cannot UPDATE retention_policy');
