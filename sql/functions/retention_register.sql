@@ -81,7 +81,8 @@ DECLARE
     v_pol retention_policy;
 BEGIN
     PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
-    IF _retention_builtin_name(p_name) THEN
+    -- pgsweep's own code (queue_drop, SECURITY DEFINER) proves <schema>_owner
+    IF _retention_builtin_name(p_name) AND p_role IS DISTINCT FROM _owner_role() THEN
         RAISE EXCEPTION '%: retention policy % is reserved: names under ''pgsweep.'' are pgsweep''s built-in policies, which follow the queues',
             p_verb, pg_catalog.quote_literal(p_name)
             USING ERRCODE = 'insufficient_privilege',
