@@ -64,13 +64,14 @@ SET search_path FROM CURRENT
 AS $$
     SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
         'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
-        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
+        'queue_info', -- the Worker reads the queue's lease_default and max_attempts (no payloads; consume, queue_rights.sql)
         'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
         'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
         'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
+        'queue_grant', 'queue_revoke', 'queue_rights', -- per-queue rights (queue_rights.sql)
         'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
         'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
         'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
@@ -98,8 +99,8 @@ AS $$
         '_retention_session_state', '_retention_session_restore',
         '_retention_register', '_retention_resolve', '_retention_plan_from_sample', '_retention_proc_error', '_maintain_retention_error']) r
     UNION ALL
-    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'lane_stats', 'version',
-        '_lease_rows', '_setting_rows', '_queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
+        '_lease_rows', '_setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
@@ -178,7 +179,7 @@ BEGIN
         END IF;
         -- p_now overloads are for tests: S_owner alone. A routine whose every
         -- signature takes p_now (the maintenance steps, retention_due,
-        -- queue_recover, _queue_stats: p_now has a default) is granted as the
+        -- queue_recover, queue_counts: p_now has a default) is granted as the
         -- matrix says, or no role but S_owner could call it at all.
         CONTINUE WHEN r.has_now AND EXISTS (
             SELECT 1 FROM pg_catalog.pg_proc q
