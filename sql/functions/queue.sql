@@ -73,8 +73,10 @@ BEGIN
         RAISE EXCEPTION 'p_kind must match the existing queue "%" (%), got %', p_queue, v_kind, p_kind
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now
-     WHERE name = p_queue AND max_attempts <> p_max_attempts;
+    IF EXISTS (SELECT 1 FROM queue q WHERE q.name = p_queue AND q.max_attempts <> p_max_attempts) THEN
+        PERFORM _queue_require(p_queue, 'manage'); -- a change, not just "make sure it exists"
+        UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now WHERE name = p_queue;
+    END IF;
 END
 $$;
 
