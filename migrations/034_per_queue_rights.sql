@@ -83,21 +83,68 @@ DROP FUNCTION _queue_rows();
 -- The migration that introduced rights (035) gave every existing queue the
 -- rows of setting 1, so an upgraded install behaves as before.
 
--- _queue_caller: the role the session acts as -- the one rule for "who is
--- calling" in every queue verb. The verbs are SECURITY DEFINER, so
--- current_user inside them is S_owner; the session's role is what SET ROLE
--- set (current_setting('role')), or the session user when none was set.
--- PostgreSQL refuses SET ROLE and SET SESSION AUTHORIZATION inside a
--- SECURITY DEFINER function, so this is always a role the session itself
--- may be: a SECURITY DEFINER function of another role that calls a verb acts
--- with its caller's session rights on queues (docs/security.md).
-CREATE OR REPLACE FUNCTION _queue_caller()
-RETURNS name
-LANGUAGE sql STABLE
+-- _queue_require raises 42501 unless the calling session holds p_right on
+-- p_queue (an existing queue: the verbs look it up first, so an unknown
+-- queue is their 22023). It is the one place that says who the caller is
+-- and whether it holds a right; every verb calls it, and _queue_allowed
+-- asks it.
+--
+-- The caller is the role the session acts as. The verbs are SECURITY
+-- DEFINER, so current_user inside them is S_owner; the session's role is
+-- what SET ROLE set (current_setting('role')), or the session user when
+-- none was set. PostgreSQL refuses SET ROLE and SET SESSION AUTHORIZATION
+-- inside a SECURITY DEFINER function, so this is always a role the session
+-- itself may be: a SECURITY DEFINER function of another role that calls a
+-- verb acts with its caller's session rights on queues (docs/security.md).
+--
+-- The caller holds p_right when it is a member (pg_has_role MEMBER:
+-- directly or through other roles, inheriting or not, as SET ROLE allows)
+-- of a role granted it, and when it is a superuser (as PostgreSQL's own
+-- checks). A grant counts only while its grantee's oid still has the name
+-- it was granted to (a dropped role's oid taken by a new role inherits
+-- nothing).
+--
+-- Cost: one function call, one probe of queue_right's primary key and
+-- pg_has_role (PostgreSQL caches role membership) per verb call. The
+-- caller's name and the check are inline rather than in functions of their
+-- own: each call of a function with a pinned search_path costs about as
+-- much as the probe itself (docs/benchmarks.md, "Per-queue rights").
+CREATE OR REPLACE FUNCTION _queue_require(p_queue text, p_right text)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                ELSE pg_catalog.current_setting('role')::name END
+DECLARE
+    v_caller name := CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                          ELSE pg_catalog.current_setting('role')::name END;
+BEGIN
+    IF EXISTS (SELECT 1 FROM queue_right r
+                WHERE r.queue = p_queue AND r.privilege = p_right
+                  AND pg_catalog.pg_has_role(v_caller, r.grantee, 'MEMBER')
+                  AND pg_catalog.pg_get_userbyid(r.grantee) = r.grantee_name)
+       OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = v_caller) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'permission denied: role "%" lacks % on queue "%"', v_caller, p_right, p_queue
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = pg_catalog.format('A role holding manage on the queue grants it: SELECT queue_grant(%L, %L, ARRAY[%L])',
+                                       p_queue, v_caller, p_right);
+END
+$$;
+
+-- _queue_allowed: does the calling session hold p_right on p_queue? (Not on
+-- hot paths: it asks _queue_require.)
+CREATE OR REPLACE FUNCTION _queue_allowed(p_queue text, p_right text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _queue_require(p_queue, p_right);
+    RETURN true;
+EXCEPTION WHEN insufficient_privilege THEN
+    RETURN false;
+END
 $$;
 
 -- _queue_rights_valid: the names of the rights, for the checks and their messages.
@@ -106,47 +153,6 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT ARRAY['send', 'consume', 'browse', 'manage']::text[] $$;
-
--- _queue_allowed: does the calling session hold p_right on p_queue? True for
--- a member (pg_has_role MEMBER: directly or through other roles, inheriting
--- or not, as SET ROLE allows) of a role holding it, and for superusers (as
--- PostgreSQL's own checks). One probe of queue_right's primary key; role
--- membership is cached by PostgreSQL.
-CREATE OR REPLACE FUNCTION _queue_allowed(p_queue text, p_right text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_caller name := _queue_caller();
-BEGIN
-    IF EXISTS (SELECT 1 FROM queue_right r
-                WHERE r.queue = p_queue AND r.privilege = p_right
-                  AND pg_catalog.pg_has_role(v_caller, r.grantee, 'MEMBER')
-                  AND pg_catalog.pg_get_userbyid(r.grantee) = r.grantee_name) THEN
-        RETURN true;
-    END IF;
-    RETURN coalesce((SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = v_caller), false);
-END
-$$;
-
--- _queue_require raises 42501 unless the calling session holds p_right on
--- p_queue (an existing queue: the verbs look it up first, so an unknown
--- queue is their 22023).
-CREATE OR REPLACE FUNCTION _queue_require(p_queue text, p_right text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF NOT _queue_allowed(p_queue, p_right) THEN
-        RAISE EXCEPTION 'permission denied: role "%" lacks % on queue "%"', _queue_caller(), p_right, p_queue
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = pg_catalog.format('A role holding manage on the queue grants it: SELECT queue_grant(%L, %L, ARRAY[%L])',
-                                           p_queue, _queue_caller(), p_right);
-    END IF;
-END
-$$;
 
 -- _queue_rights_check validates queue_grant's and queue_revoke's arguments
 -- (22023 naming the argument and the allowed values) and returns the rights,

@@ -233,19 +233,18 @@ SELECT is(pg_temp.as_role('qr_app2', $$SELECT pgsweep.send('qr_private', '{}')$$
 SELECT throws_ok($$SELECT pgsweep.setting_set('queue_default_grants', '2')$$, '22023', NULL, 'queue_default_grants is 0 or 1');
 
 -- The caller is the session's role (SET ROLE honoured), whatever
--- SECURITY DEFINER function it goes through: a function of app2 called by
--- app1 acts with app1's queue rights, which app1 has anyway.
+-- SECURITY DEFINER function it goes through: a function of app1 called by
+-- app2 acts with app2's queue rights, never app1's.
 SET LOCAL ROLE qr_app1;
 CREATE FUNCTION pg_temp.peek() RETURNS bigint LANGUAGE sql SECURITY DEFINER AS $$ SELECT count(*) FROM pgsweep.claim('qr_pay', 'peek', 10) $$;
 SET LOCAL ROLE qr_app2;
 SELECT throws_ok($$SELECT pg_temp.peek()$$, '42501', 'permission denied: role "qr_app2" lacks consume on queue "qr_pay"',
     'a SECURITY DEFINER function of app1 called by app2 does not lend app1''s queue rights');
 RESET ROLE;
-SELECT is(pgsweep._queue_caller(), session_user, 'no SET ROLE: the session user');
-GRANT EXECUTE ON FUNCTION pgsweep._queue_caller() TO qr_app1; -- rolled back with the test
-SET LOCAL ROLE qr_app1;
-SELECT is(pgsweep._queue_caller(), 'qr_app1'::name, 'SET ROLE: that role');
-RESET ROLE;
+SELECT is(pg_temp.as_role('qr_app1_login', $$SELECT pgsweep.send('qr_pay', '{"salary": 6}')$$), 'ok',
+    'SET ROLE to a member of app1: allowed');
+SELECT is(pg_temp.as_role('qr_plain', $$SELECT pgsweep.send('qr_pay', '{}')$$), pg_temp.denied('qr_plain', 'qr_pay', 'send'),
+    'SET ROLE to another worker: refused, named as that role');
 
 -- The catalog: who may call what.
 SELECT ok(has_function_privilege('pgsweep_admin', 'pgsweep.queue_grant(text, regrole, text[])', 'EXECUTE')
@@ -261,7 +260,7 @@ SELECT ok(has_function_privilege('pgsweep_worker', 'pgsweep.queue_info(text)', '
 SELECT is((SELECT string_agg(c.relname || ':' || a.grantee::regrole::text, ', ') FROM pg_class c, aclexplode(c.relacl) a
             WHERE c.oid = 'pgsweep.queue_right'::regclass AND a.grantee <> c.relowner), NULL, 'nobody but the owner touches queue_right');
 SELECT is((SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgsweep'::regnamespace
-            AND proname IN ('_queue_caller', '_queue_allowed', '_queue_require', '_queue_rights_clean', '_queue_grant_rows', '_queue_recover')
+            AND proname IN ('_queue_allowed', '_queue_require', '_queue_rights_clean', '_queue_grant_rows', '_queue_recover')
             AND (has_function_privilege('pgsweep_worker', oid, 'EXECUTE') OR has_function_privilege('pgsweep_admin', oid, 'EXECUTE'))), 0::bigint,
     'the internals of rights are the owner''s');
 
