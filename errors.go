@@ -12,6 +12,13 @@ import (
 // changed when such an error is returned.
 var ErrInvalidArgument = errors.New("invalid argument")
 
+// ErrPermissionDenied matches (with errors.Is) every error that the database
+// raised because the calling role lacks a privilege (SQLSTATE 42501): a
+// per-queue right (RightSend, RightConsume, RightBrowse, RightManage; the
+// message names the queue and the right) or a function grant. Nothing was
+// changed when such an error is returned.
+var ErrPermissionDenied = errors.New("permission denied")
+
 // Error is returned by every Client method that failed in the database or on
 // the way to it. Op names the SQL function that was called.
 type Error struct {
@@ -27,13 +34,21 @@ func (e *Error) Error() string { return "pgsweep: " + e.Op + ": " + e.Err.Error(
 // Unwrap returns the underlying error (often a *pgconn.PgError).
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether the error is an invalid-argument error from the database.
+// Is reports whether the error is an invalid-argument (ErrInvalidArgument,
+// SQLSTATE 22023) or a permission-denied (ErrPermissionDenied, SQLSTATE
+// 42501) error from the database.
 func (e *Error) Is(target error) bool {
-	if target != ErrInvalidArgument {
+	var code string
+	switch target {
+	case ErrInvalidArgument:
+		code = "22023"
+	case ErrPermissionDenied:
+		code = "42501"
+	default:
 		return false
 	}
 	var pgErr *pgconn.PgError
-	return errors.As(e.Err, &pgErr) && pgErr.Code == "22023"
+	return errors.As(e.Err, &pgErr) && pgErr.Code == code
 }
 
 func wrapErr(op string, err error) error {

@@ -120,16 +120,17 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // queueLease reads the queue's lease_default, retrying database errors
-// until ctx ends (then it returns 0 and nil).
+// until ctx ends (then it returns 0 and nil). An unknown queue or a role
+// without consume on it (queue_info, queue_rights.sql) is returned at once.
 func (w *Worker) queueLease(ctx context.Context) (time.Duration, error) {
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, w.o.PollInterval) {
 		var lease time.Duration
-		err := w.client.db.QueryRow(ctx, "SELECT lease_default FROM "+w.client.fn("_queue_get")+"($1)", w.o.Queue).Scan(&lease)
+		err := w.client.db.QueryRow(ctx, "SELECT lease_default FROM "+w.client.fn("queue_info")+"($1)", w.o.Queue).Scan(&lease)
 		if err == nil {
 			return lease, nil
 		}
 		err = wrapErr("lease_default", err)
-		if errors.Is(err, ErrInvalidArgument) {
+		if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrPermissionDenied) {
 			return 0, err
 		}
 		w.log.Error("reading the queue's lease_default failed; will retry", "err", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,29 +13,33 @@ import (
 )
 
 // queueUsage is the usage line of `pgsweep queue`.
-const queueUsage = `usage: pgsweep queue pause|resume|purge|drop|stats [flags]
+const queueUsage = `usage: pgsweep queue pause|resume|purge|drop|stats|grant|revoke [flags]
   pause  --queue Q            claims of Q return nothing until resume (sends go on)
   resume --queue Q            claims of Q take messages again
   purge  --queue Q            delete Q's pending messages (due, scheduled, waiting in a lane)
   drop   --queue Q [--force]  remove Q and everything of it; refused while a message is in flight, unless --force
   stats  [--queue Q] [--lanes N] [--json]
                               queue_stats (of Q, or of every queue), and up to N lanes of Q (lane_stats)
+  grant  --queue Q --role R --rights send,consume,browse,manage
+                              give role R those rights on Q (needs manage on Q; docs/queues.md, "Per-queue rights")
+  revoke --queue Q --role R --rights ...
+                              take them from R (a right R does not hold: nothing happens)
 Every subcommand takes --database-url and --schema.`
 
 // runQueue is `pgsweep queue …`: the queue operations of queue_ops.sql and
 // the queue and lane statistics, from the command line (the admin role's
 // verbs; stats needs the monitor role).
 func runQueue(ctx context.Context, args []string, out io.Writer) error {
-	subs := map[string]bool{"pause": true, "resume": true, "purge": true, "drop": true, "stats": true}
+	subs := map[string]bool{"pause": true, "resume": true, "purge": true, "drop": true, "stats": true, "grant": true, "revoke": true}
 	if len(args) == 0 || !subs[args[0]] {
 		fmt.Fprintln(out, queueUsage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return nil
 		}
 		if len(args) == 0 {
-			return fmt.Errorf("%w: want pause, resume, purge, drop or stats", errUsage)
+			return fmt.Errorf("%w: want pause, resume, purge, drop, stats, grant or revoke", errUsage)
 		}
-		return fmt.Errorf("%w: unknown subcommand %q: want pause, resume, purge, drop or stats", errUsage, args[0])
+		return fmt.Errorf("%w: unknown subcommand %q: want pause, resume, purge, drop, stats, grant or revoke", errUsage, args[0])
 	}
 	sub := args[0]
 	fs := newFlagSet("queue " + sub)
@@ -44,12 +49,16 @@ func runQueue(ctx context.Context, args []string, out io.Writer) error {
 	var force *bool
 	var lanes *int
 	var asJSON *bool
+	var role, rights *string
 	switch sub {
 	case "drop":
 		force = fs.Bool("force", false, "drop it even while messages are in flight (their workers' calls then fail)")
 	case "stats":
 		lanes = fs.Int("lanes", 10, "with --queue: show up to this many of its lanes, blocked and oldest first (0: none; at most 10000)")
 		asJSON = fs.Bool("json", false, "print JSON for scripts")
+	case "grant", "revoke":
+		role = fs.String("role", "", "the role (its exact name)")
+		rights = fs.String("rights", "", "comma-separated rights: send, consume, browse, manage")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -59,6 +68,9 @@ func runQueue(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if sub != "stats" && *queue == "" {
 		return fmt.Errorf("%w: --queue is required", errUsage)
+	}
+	if (sub == "grant" || sub == "revoke") && (*role == "" || *rights == "") {
+		return fmt.Errorf("%w: --role and --rights are required", errUsage)
 	}
 	if sub == "stats" && (*lanes < 0 || *lanes > 10000) {
 		return fmt.Errorf("%w: --lanes must be between 0 and 10000, got %d", errUsage, *lanes)
@@ -107,6 +119,24 @@ func runQueue(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "dropped queue %s (%d live message(s) deleted, with its processed rows, dead letters and lanes)\n", *queue, n)
 	case "stats":
 		return queueStats(ctx, c, *queue, *lanes, *asJSON, out)
+	case "grant", "revoke":
+		var rs []pgsweep.Right
+		for _, r := range strings.Split(*rights, ",") {
+			rs = append(rs, pgsweep.Right(strings.TrimSpace(r)))
+		}
+		if sub == "grant" {
+			err = c.QueueGrant(ctx, *queue, *role, rs...)
+		} else {
+			err = c.QueueRevoke(ctx, *queue, *role, rs...)
+		}
+		if err != nil {
+			return withHint(err)
+		}
+		if sub == "grant" {
+			fmt.Fprintf(out, "granted %s on queue %s to role %s\n", *rights, *queue, *role)
+		} else {
+			fmt.Fprintf(out, "revoked %s on queue %s from role %s\n", *rights, *queue, *role)
+		}
 	}
 	return nil
 }

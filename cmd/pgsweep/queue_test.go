@@ -110,3 +110,48 @@ func countIn(t *testing.T, db *pgtest.DB, table, where string) int {
 	}
 	return n
 }
+
+// pgsweep queue grant|revoke: the rights land as rows (and go again); a bad
+// right is a usage of the SQL's 22023 (exit 1, nothing changed); missing
+// --role or --rights exits 2.
+func TestQueueCommandGrantRevoke(t *testing.T) {
+	db := pgtest.New(t, 2)
+	ctx := context.Background()
+	if err := db.Client.QueueCreate(ctx, "orders", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	monitor := db.Schema + "_monitor"
+	common := []string{"--database-url", db.URL, "--schema", db.Schema}
+	cli := func(args ...string) (string, string, int) {
+		return runCLI(t, append(args, common...)...)
+	}
+	held := func() string {
+		var s string
+		if err := db.Pool.QueryRow(ctx, "SELECT coalesce(string_agg(privilege, ',' ORDER BY privilege), '') FROM "+
+			pgx.Identifier{db.Schema, "queue_right"}.Sanitize()+" WHERE queue = 'orders' AND grantee_name = $1", monitor).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if out, errOut, code := cli("queue", "grant", "--queue", "orders", "--role", monitor, "--rights", "browse, send"); code != 0 ||
+		!strings.Contains(out, "granted browse, send on queue orders to role "+monitor) {
+		t.Fatalf("grant: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := held(); got != "browse,send" {
+		t.Fatalf("after grant: %q", got)
+	}
+	if _, errOut, code := cli("queue", "grant", "--queue", "orders", "--role", monitor, "--rights", "send,delete"); code != 1 ||
+		!strings.Contains(errOut, "p_rights must hold only send, consume, browse, manage, got 'delete'") {
+		t.Fatalf("grant of a bad right: exit %d\n%s", code, errOut)
+	}
+	if _, _, code := cli("queue", "revoke", "--queue", "orders", "--rights", "send"); code != 2 {
+		t.Fatalf("revoke without --role: exit %d, want 2", code)
+	}
+	if out, errOut, code := cli("queue", "revoke", "--queue", "orders", "--role", monitor, "--rights", "send"); code != 0 ||
+		!strings.Contains(out, "revoked send on queue orders from role "+monitor) {
+		t.Fatalf("revoke: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := held(); got != "browse" {
+		t.Fatalf("after revoke: %q", got)
+	}
+}

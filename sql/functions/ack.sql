@@ -60,6 +60,7 @@ BEGIN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
     v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'consume');
     v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
     RETURN QUERY
     UPDATE message m SET visible_at = v_until
@@ -113,6 +114,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
+    PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
         IF v_kind = 'outbox' THEN
@@ -191,6 +193,7 @@ BEGIN
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'consume');
     v_now := clock_timestamp();
     RETURN QUERY
     UPDATE message m

@@ -136,6 +136,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    PERFORM _queue_require(p_queue, 'consume');
     SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned
       FROM claim_cursor c WHERE c.queue = p_queue;
     v_read_at := v_cursor_at;

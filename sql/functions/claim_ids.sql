@@ -66,6 +66,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    PERFORM _queue_require(p_queue, 'consume');
     IF v_paused THEN
         RETURN;
     END IF;
@@ -147,6 +148,7 @@ BEGIN
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
     v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     WITH d AS (
         DELETE FROM message m

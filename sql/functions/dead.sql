@@ -42,6 +42,7 @@ BEGIN
     PERFORM _check_ids(p_ids);
     PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     v_now := clock_timestamp();
     v_visible := coalesce(p_deliver_at, v_now);
 

@@ -50,6 +50,7 @@ BEGIN
         PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
     END IF;
     v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
 
     IF p_retry_after IS NOT NULL THEN

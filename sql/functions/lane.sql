@@ -272,6 +272,7 @@ DECLARE
 BEGIN
     PERFORM _check_text('p_lane', p_lane, 200);
     PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     SELECT l.blocked_id INTO v_blocked FROM lane l WHERE l.queue = p_queue AND l.name = p_lane FOR UPDATE;
     IF v_blocked IS NULL THEN
         RETURN false;

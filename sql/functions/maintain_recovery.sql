@@ -29,7 +29,7 @@ BEGIN
             v_more := true; -- queues left unvisited this step
             EXIT;
         END IF;
-        SELECT * INTO v_r FROM queue_recover(v_queue, v_batch);
+        SELECT * INTO v_r FROM _queue_recover(v_queue, v_batch);
         v_recovered := v_recovered + v_r.recovered;
         v_dead := v_dead + v_r.dead_lettered;
         IF v_r.recovered + v_r.dead_lettered >= v_batch THEN

@@ -68,8 +68,7 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT ARRAY['_check_text', '_check_int', '_check_interval', '_interval_text', '_queue_get', '_queue_stats',
-                 '_queue_rows', '_setting_rows']::text[]
+    SELECT ARRAY['_check_text', '_check_int', '_check_interval', '_interval_text', '_setting_rows']::text[]
 $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
@@ -86,13 +85,14 @@ SET search_path FROM CURRENT
 AS $$
     SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
         'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
-        '_queue_get', -- the Worker reads the queue's lease_default and max_attempts (no payloads)
+        'queue_info', -- the Worker reads the queue's lease_default and max_attempts (no payloads; consume, queue_rights.sql)
         'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
         'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
         'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
+        'queue_grant', 'queue_revoke', 'queue_rights', -- per-queue rights (queue_rights.sql)
         'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
         'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
         'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
@@ -116,8 +116,8 @@ AS $$
         'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
-    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['_queue_stats', 'lane_stats', 'version',
-        'lease_rows', '_setting_rows', '_queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
+        'lease_rows', '_setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
@@ -196,15 +196,14 @@ BEGIN
         END IF;
         -- Internals are the owner's, and so is every clock: a name with a
         -- leading underscore in the matrix is refused, a signature that
-        -- takes p_now or p_clock (the tests' overloads) is never granted
-        -- (queue_recover and _queue_stats: the queues' work, pending).
+        -- takes p_now or p_clock (the tests' overloads) is never granted.
         IF pg_catalog.left(r.proname, 1) = '_' AND NOT r.proname = ANY (_grant_pending_underscore())
            AND EXISTS (SELECT 1 FROM _routine_grants() g WHERE g.routine = r.proname) THEN
             RAISE EXCEPTION '_grant_all: % is internal (its name starts with an underscore): no role but % may execute it',
                 r.sig, v_owner USING ERRCODE = 'insufficient_privilege',
                 HINT = 'Give the callers a step routine without the underscore that checks what it is asked (privileges.sql).';
         END IF;
-        CONTINUE WHEN r.has_now AND NOT r.proname = ANY (ARRAY['queue_recover', '_queue_stats']);
+        CONTINUE WHEN r.has_now;
         FOR v_role IN SELECT v_schema || '_' || g.role_kind FROM _routine_grants() g WHERE g.routine = r.proname LOOP
             EXECUTE pg_catalog.format('GRANT EXECUTE ON ROUTINE %s TO %I', r.sig, v_role);
         END LOOP;

@@ -63,6 +63,9 @@ BEGIN
         INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
         VALUES (p_queue, '-infinity', -9223372036854775808, '-infinity')
         ON CONFLICT (queue) DO NOTHING;
+        -- Its rights, as rows (queue_rights.sql): only for a new queue, so
+        -- an application's queue_create at start-up never undoes a revoke.
+        PERFORM _queue_default_grants(p_queue);
         RETURN;
     END IF;
     SELECT kind INTO v_kind FROM queue WHERE name = p_queue FOR UPDATE;
@@ -70,8 +73,10 @@ BEGIN
         RAISE EXCEPTION 'p_kind must match the existing queue "%" (%), got %', p_queue, v_kind, p_kind
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now
-     WHERE name = p_queue AND max_attempts <> p_max_attempts;
+    IF EXISTS (SELECT 1 FROM queue q WHERE q.name = p_queue AND q.max_attempts <> p_max_attempts) THEN
+        PERFORM _queue_require(p_queue, 'manage'); -- a change, not just "make sure it exists"
+        UPDATE queue SET max_attempts = p_max_attempts, updated_at = v_now WHERE name = p_queue;
+    END IF;
 END
 $$;
 
@@ -105,6 +110,7 @@ DECLARE
     v_now timestamptz := now(); -- plain value for the UPDATE (scale-out rule)
 BEGIN
     v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     IF p_settings IS NULL OR jsonb_typeof(p_settings) <> 'object' THEN
         RAISE EXCEPTION 'p_settings must be a JSON object, got %', coalesce(jsonb_typeof(p_settings), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';

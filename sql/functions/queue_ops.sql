@@ -20,6 +20,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     UPDATE queue q SET paused = true, updated_at = v_now WHERE q.name = p_queue AND NOT q.paused;
     RETURN FOUND;
 END
@@ -36,6 +37,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     UPDATE queue q SET paused = false, updated_at = v_now WHERE q.name = p_queue AND q.paused;
     IF FOUND THEN
         PERFORM pg_notify(notify_channel(), p_queue);
@@ -76,6 +78,7 @@ DECLARE
 BEGIN
     PERFORM _check_ids(p_ids);
     v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     PERFORM _lanes_lock(p_queue, ARRAY(SELECT DISTINCT m.lane FROM message m
                                          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.lane IS NOT NULL));
     WITH d AS (
@@ -106,6 +109,7 @@ DECLARE
     v_lanes text[];
 BEGIN
     PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name FOR UPDATE;
     WITH d AS (
         DELETE FROM message m WHERE m.queue = p_queue AND m.status = 'pending'
@@ -143,6 +147,7 @@ BEGIN
         RAISE EXCEPTION 'p_force must be true or false, got NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
     DELETE FROM lane l WHERE l.queue = p_queue;
@@ -162,6 +167,7 @@ BEGIN
     DELETE FROM message_dead d WHERE d.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
+    DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
     DELETE FROM queue q WHERE q.name = p_queue;
     PERFORM retention_unregister(p.name) FROM retention_policy p
       WHERE p.name IN ('pgsweep.processed:' || p_queue, 'pgsweep.dead:' || p_queue);

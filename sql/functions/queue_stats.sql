@@ -17,7 +17,7 @@
 --
 -- Scale-out rules: every statement on a message table filters by one queue,
 -- and the clock is read once into a variable, never applied in a filter. So
--- the counting is a function of one queue, _queue_stats, that runs one
+-- the counting is a function of one queue, queue_counts, that runs one
 -- statement per table, and the view calls it per queue row (LATERAL).
 -- `SELECT * FROM queue_stats WHERE queue = 'x'` counts only queue x: the
 -- filter applies to the queue scan before the call.
@@ -27,7 +27,7 @@
 -- message_processed or message_dead is counted exactly once. p_now pins the
 -- clock (tests; within 10 years of the database clock, see _check_now);
 -- NULL reads clock_timestamp() once per call.
-CREATE OR REPLACE FUNCTION _queue_stats(p_queue text, p_now timestamptz DEFAULT NULL)
+CREATE OR REPLACE FUNCTION queue_counts(p_queue text, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (pending bigint, processing bigint, failed bigint, processed bigint, dead bigint,
                oldest_pending_age interval, lanes bigint, blocked_lanes bigint)
 LANGUAGE plpgsql STABLE ROWS 1
@@ -55,12 +55,14 @@ BEGIN
 END
 $$;
 
--- _queue_rows: the queues as queue_stats shows them, read as S_owner (see
+-- queue_rows: the queues as queue_stats shows them, read as S_owner (see
 -- _lease_rows, lease.sql, for why a view reads its table through a
--- function). `WHERE queue = 'x'` on the view still filters the queues
--- before _queue_stats is called: the filter applies to this function's
+-- function). queue_rows and queue_counts are granted to S_monitor and carry
+-- no underscore: no role but S_owner executes an underscore function.
+-- Counts only, no payloads: no per-queue right is needed. `WHERE queue = 'x'` on the view still filters the queues
+-- before queue_counts is called: the filter applies to this function's
 -- rows.
-CREATE OR REPLACE FUNCTION _queue_rows()
+CREATE OR REPLACE FUNCTION queue_rows()
 RETURNS TABLE (name text, kind text, paused boolean)
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
@@ -78,5 +80,5 @@ SELECT q.name AS queue,
        q.paused,
        s.lanes,
        s.blocked_lanes
-  FROM _queue_rows() q
- CROSS JOIN LATERAL _queue_stats(q.name) s;
+  FROM queue_rows() q
+ CROSS JOIN LATERAL queue_counts(q.name) s;

@@ -24,7 +24,24 @@
 -- from the beginning with a new boundary. The cursor lives in queue_recovery
 -- and its row lock serialises concurrent calls for one queue. Rows locked by
 -- others are skipped (FOR UPDATE SKIP LOCKED): someone is acting on them.
+--
+-- queue_recover needs manage on the queue (queue_rights.sql);
+-- _queue_recover, the work itself, is what maintain() calls for every queue
+-- (maintain_recovery.sql): recovery is not a right of whoever runs
+-- maintenance, it is pgsweep's own housekeeping.
 CREATE OR REPLACE FUNCTION queue_recover(p_queue text, p_batch int, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (recovered int, dead_lettered int)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
+    RETURN QUERY SELECT * FROM _queue_recover(p_queue, p_batch, p_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _queue_recover(p_queue text, p_batch int, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (recovered int, dead_lettered int)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT

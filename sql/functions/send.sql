@@ -195,6 +195,7 @@ DECLARE
     v_q queue := _queue_get(p_queue);
     v_id bigint;
 BEGIN
+    PERFORM _queue_require(p_queue, 'send');
     PERFORM _check_message(p_payload, p_headers, p_key);
     PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     PERFORM _check_lane('p_lane', p_lane);
@@ -236,6 +237,7 @@ DECLARE
     v_news boolean[] := '{}';
     i int;
 BEGIN
+    PERFORM _queue_require(p_queue, 'send');
     PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
     IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
         RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)

@@ -83,9 +83,9 @@ SELECT throws_ok($$SELECT pgsweep.lease_release('l', 'holder', '-infinity')$$, '
 SELECT throws_ok($$SELECT pgsweep.lease_release('l', 'holder', '1900-01-01 00:00:00+00')$$, '22023',
     'p_now must be NULL (the database clock) or a time within 10 years of the database clock, got 1900-01-01 00:00:00+00',
     'lease_release: p_now in 1900');
-SELECT throws_ok($$SELECT * FROM pgsweep._queue_stats('o', 'infinity')$$, '22023',
+SELECT throws_ok($$SELECT * FROM pgsweep.queue_counts('o', 'infinity')$$, '22023',
     'p_now must be NULL (the database clock) or a time within 10 years of the database clock, got infinity',
-    '_queue_stats: p_now infinity');
+    'queue_counts: p_now infinity');
 SELECT throws_ok($$SELECT * FROM pgsweep.queue_recover('o', 10, 'infinity')$$, '22023',
     'p_now must be NULL (the database clock) or a time within 10 years of the database clock, got infinity',
     'queue_recover: p_now infinity (it would release every live claim)');
@@ -157,9 +157,9 @@ SELECT results_eq('SELECT * FROM pg_temp.sums() ORDER BY tbl', 'SELECT * FROM be
     'every bad call changed nothing: same row count and checksum of each table');
 
 -- The bounds accept what is inside them.
-SELECT lives_ok(format('SELECT * FROM pgsweep._queue_stats(%L, %L)', 'o', now() + interval '9 years 11 months'),
+SELECT lives_ok(format('SELECT * FROM pgsweep.queue_counts(%L, %L)', 'o', now() + interval '9 years 11 months'),
     'p_now 9 years 11 months ahead is accepted');
-SELECT lives_ok(format('SELECT * FROM pgsweep._queue_stats(%L, %L)', 'o', now() - interval '9 years 11 months'),
+SELECT lives_ok(format('SELECT * FROM pgsweep.queue_counts(%L, %L)', 'o', now() - interval '9 years 11 months'),
     'p_now 9 years 11 months ago is accepted');
 SELECT isnt(pgsweep.send('o', '4', '{}', NULL, clock_timestamp() + interval '9 years 11 months'), NULL,
     'deliver_at 9 years 11 months ahead is accepted');

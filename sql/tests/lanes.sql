@@ -81,7 +81,7 @@ SELECT results_eq($$SELECT pg_temp.name(id), lane FROM claims WHERE label = 'w1'
     $$VALUES ('a1', 'A'), ('b1', 'B'), ('u1', NULL)$$, 'claim returns each message''s lane');
 SELECT is(pg_temp.claim('w2', 'q', '1 second'), '', 'nothing else is claimable while the heads are in flight');
 SELECT is((SELECT lanes FROM pgsweep.queue_stats WHERE queue = 'q'), 2::bigint, 'queue_stats: two active lanes');
-SELECT is((SELECT oldest_pending_age FROM pgsweep._queue_stats('q', pg_temp.t('1 second'))), NULL,
+SELECT is((SELECT oldest_pending_age FROM pgsweep.queue_counts('q', pg_temp.t('1 second'))), NULL,
     'oldest_pending_age leaves out messages waiting in a lane');
 
 -- complete a1: a2 becomes the head in the same transaction

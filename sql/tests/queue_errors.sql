@@ -33,10 +33,10 @@ SELECT results_eq($$SELECT queue, kind, pending, processing, failed, processed, 
     $$VALUES ('i'::text, 'inbox'::text, 0::bigint, 0::bigint, 0::bigint, 1::bigint, 1::bigint),
              ('o', 'outbox', 3, 1, 0, 0, 0)$$,
     'seeded: o has 2 due, 1 scheduled and 1 claimed row; i has a processed row and a dead letter');
-SELECT is((SELECT oldest_pending_age FROM pgsweep._queue_stats('o', '2030-01-01 00:00:10+00')),
+SELECT is((SELECT oldest_pending_age FROM pgsweep.queue_counts('o', '2030-01-01 00:00:10+00')),
     '2030-01-01 00:00:10+00'::timestamptz - (SELECT created_at FROM pgsweep.message WHERE queue = 'o' AND id = pg_temp.id(2)),
     'oldest_pending_age: age of the oldest due, unleased row (the claimed, older row does not count)');
-SELECT is((SELECT oldest_pending_age FROM pgsweep._queue_stats('i', '2030-01-01 00:00:10+00')), NULL::interval,
+SELECT is((SELECT oldest_pending_age FROM pgsweep.queue_counts('i', '2030-01-01 00:00:10+00')), NULL::interval,
     'oldest_pending_age is NULL without a due row');
 SELECT is((SELECT count(*) FROM pgsweep.claim_cursor), 2::bigint, 'seeded: a claim cursor per claimed queue');
 

@@ -184,7 +184,7 @@ SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.lease'), '425
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.setting'), '42501', 'monitor cannot SELECT setting');
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.queue'), '42501', 'monitor cannot SELECT queue');
 SELECT is(pg_temp.as_role('sectap_worker', 'SELECT * FROM pgsweep.lease_rows()'), '42501', 'worker cannot call lease_rows');
-SELECT is(pg_temp.as_role('sectap_nobody', 'SELECT * FROM pgsweep._queue_rows()'), '42501', 'a role without a grant cannot call _queue_rows');
+SELECT is(pg_temp.as_role('sectap_nobody', 'SELECT * FROM pgsweep.queue_rows()'), '42501', 'a role without a grant cannot call queue_rows');
 
 -- admin
 SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep.queue_create('sectap_admin')$$), 'ok', 'admin creates a queue');

@@ -10,12 +10,12 @@ SELECT set_eq(
     $$SELECT name FROM pgsweep.settings$$,
     ARRAY['runner_interval', 'runner_jitter', 'maintain_lease_ttl', 'recovery_interval', 'recovery_batch_size',
           'retention_check_interval', 'retention_duty_cycle', 'inbox_processed_retention', 'dead_letter_retention',
-          'history_retention', 'history_max_rows', 'retention_lock_timeout'],
+          'history_retention', 'history_max_rows', 'retention_lock_timeout', 'queue_default_grants'],
     'the documented settings exist');
 SELECT results_eq(
     $$SELECT name, default_value FROM pgsweep.settings ORDER BY name$$,
     $$VALUES ('dead_letter_retention', '30 days'), ('history_max_rows', '10000'), ('history_retention', '7 days'),
-             ('inbox_processed_retention', '7 days'), ('maintain_lease_ttl', '1 minute'), ('recovery_batch_size', '1000'),
+             ('inbox_processed_retention', '7 days'), ('maintain_lease_ttl', '1 minute'), ('queue_default_grants', '1'), ('recovery_batch_size', '1000'),
              ('recovery_interval', '5 seconds'), ('retention_check_interval', '1 minute'), ('retention_duty_cycle', '0'), ('retention_lock_timeout', '1 second'), ('runner_interval', '10 seconds'),
              ('runner_jitter', '2 seconds')$$,
     'the documented defaults');
@@ -58,7 +58,7 @@ SELECT throws_ok($$SELECT pgsweep.setting_set('recovery_batch_size', '10001')$$,
 SELECT throws_ok($$SELECT pgsweep.setting_set('history_max_rows', 'many')$$, '22023',
     'history_max_rows must be an integer between 10 and 10000000, got ''many''', 'unparseable integer');
 SELECT throws_ok($$SELECT pgsweep.setting_set('nope', '1')$$, '22023',
-    'p_name must be one of dead_letter_retention, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, recovery_batch_size, recovery_interval, retention_check_interval, retention_duty_cycle, retention_lock_timeout, runner_interval, runner_jitter, got ''nope''',
+    'p_name must be one of dead_letter_retention, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, queue_default_grants, recovery_batch_size, recovery_interval, retention_check_interval, retention_duty_cycle, retention_lock_timeout, runner_interval, runner_jitter, got ''nope''',
     'unknown setting');
 SELECT throws_ok($$SELECT pgsweep.setting_get(NULL)$$, '22023', NULL, 'setting_get(NULL)');
 SELECT throws_ok($$SELECT pgsweep.setting_reset('nope')$$, '22023', NULL, 'setting_reset of an unknown setting');

@@ -1,0 +1,261 @@
+-- Per-queue rights (docs/queues.md, "Per-queue rights"; docs/security.md).
+--
+-- A queue verb acts only for a caller that holds the verb's right on the
+-- queue; the others get 42501 naming the queue and the right:
+--   send     send, send_batch
+--   consume  claim, claim_ids, renew, complete, fail, fail_details, release,
+--            dead_letter (the relay), queue_info (the Worker)
+--   browse   anything that returns payloads to a non-consumer (the
+--            dashboard's message views)
+--   manage   queue_configure, queue_pause, queue_resume, queue_purge,
+--            message_cancel, dead_requeue, queue_drop, lane_skip,
+--            queue_recover, queue_grant and queue_revoke
+-- The function grants of privileges.sql still decide which verbs a role may
+-- call at all (S_worker: send and consume verbs; S_admin: the manage verbs);
+-- the rights below decide on which queues.
+--
+-- Storage: table queue_right, one row per (queue, privilege, grantee), its
+-- key leading with the queue (it is placed like the message tables on
+-- Citus: distributed by queue, colocated, so a delegated verb reads its
+-- queue's rights on the queue's own worker). A queue's rows go with it
+-- (ON DELETE CASCADE; queue_drop). The grantee is a role's oid (pg_authid)
+-- and its name when granted: a row counts only while the role with that oid
+-- still has that name, so a role dropped and a new one created with the same
+-- oid (oids wrap around) inherits nothing; such orphans are deleted by the
+-- next queue_grant or queue_revoke on the queue (_queue_rights_clean). A
+-- renamed role loses its rights on queues until granted again.
+--
+-- Defaults (queue_create): a new queue's rights are rows like any other,
+-- so queue_revoke makes it private:
+--   setting queue_default_grants 1 (default): send and consume to S_worker,
+--     browse and manage to S_admin -- what every role had before 0.34;
+--   setting queue_default_grants 0: browse and manage to S_admin only; no
+--     worker may use the queue until queue_grant says so.
+-- The migration that introduced rights (035) gave every existing queue the
+-- rows of setting 1, so an upgraded install behaves as before.
+
+-- _queue_require raises 42501 unless the calling session holds p_right on
+-- p_queue (an existing queue: the verbs look it up first, so an unknown
+-- queue is their 22023). It is the one place that says who the caller is
+-- and whether it holds a right; every verb calls it, and _queue_allowed
+-- asks it.
+--
+-- The caller is the role the session acts as. The verbs are SECURITY
+-- DEFINER, so current_user inside them is S_owner; the session's role is
+-- what SET ROLE set (current_setting('role')), or the session user when
+-- none was set. PostgreSQL refuses SET ROLE and SET SESSION AUTHORIZATION
+-- inside a SECURITY DEFINER function, so this is always a role the session
+-- itself may be: a SECURITY DEFINER function of another role that calls a
+-- verb acts with its caller's session rights on queues (docs/security.md).
+--
+-- The caller holds p_right when it is a member (pg_has_role MEMBER:
+-- directly or through other roles, inheriting or not, as SET ROLE allows)
+-- of a role granted it, and when it is a superuser (as PostgreSQL's own
+-- checks). A grant counts only while its grantee's oid still has the name
+-- it was granted to (a dropped role's oid taken by a new role inherits
+-- nothing).
+--
+-- Cost: one function call, one probe of queue_right's primary key and
+-- pg_has_role (PostgreSQL caches role membership) per verb call. The
+-- caller's name and the check are inline rather than in functions of their
+-- own: each call of a function with a pinned search_path costs about as
+-- much as the probe itself (docs/benchmarks.md, "Per-queue rights").
+CREATE OR REPLACE FUNCTION _queue_require(p_queue text, p_right text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_caller name := CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                          ELSE pg_catalog.current_setting('role')::name END;
+BEGIN
+    IF EXISTS (SELECT 1 FROM queue_right r
+                WHERE r.queue = p_queue AND r.privilege = p_right
+                  AND pg_catalog.pg_has_role(v_caller, r.grantee, 'MEMBER')
+                  AND pg_catalog.pg_get_userbyid(r.grantee) = r.grantee_name)
+       OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = v_caller) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'permission denied: role "%" lacks % on queue "%"', v_caller, p_right, p_queue
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = pg_catalog.format('A role holding manage on the queue grants it: SELECT queue_grant(%L, %L, ARRAY[%L])',
+                                       p_queue, v_caller, p_right);
+END
+$$;
+
+-- _queue_allowed: does the calling session hold p_right on p_queue? (Not on
+-- hot paths: it asks _queue_require.)
+CREATE OR REPLACE FUNCTION _queue_allowed(p_queue text, p_right text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _queue_require(p_queue, p_right);
+    RETURN true;
+EXCEPTION WHEN insufficient_privilege THEN
+    RETURN false;
+END
+$$;
+
+-- _queue_rights_valid: the names of the rights, for the checks and their messages.
+CREATE OR REPLACE FUNCTION _queue_rights_valid()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT ARRAY['send', 'consume', 'browse', 'manage']::text[] $$;
+
+-- _queue_rights_check validates queue_grant's and queue_revoke's arguments
+-- (22023 naming the argument and the allowed values) and returns the rights,
+-- without duplicates.
+CREATE OR REPLACE FUNCTION _queue_rights_check(p_queue text, p_role regrole, p_rights text[])
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_bad text;
+BEGIN
+    PERFORM _queue_get(p_queue);
+    IF p_role IS NULL OR p_role::oid = 0 THEN
+        RAISE EXCEPTION 'p_role must name an existing role, got %', CASE WHEN p_role IS NULL THEN 'NULL' ELSE 'PUBLIC (-)' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_rights IS NULL OR cardinality(p_rights) = 0 OR cardinality(p_rights) > 4 THEN
+        RAISE EXCEPTION 'p_rights must be an array of 1 to 4 of send, consume, browse, manage, got %',
+            CASE WHEN p_rights IS NULL THEN 'NULL' ELSE cardinality(p_rights) || ' elements' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT coalesce(quote_literal(r), 'NULL') INTO v_bad FROM unnest(p_rights) r
+     WHERE r IS NULL OR NOT r = ANY (_queue_rights_valid()) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'p_rights must hold only send, consume, browse, manage, got %', v_bad
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT r FROM unnest(p_rights) r ORDER BY 1);
+END
+$$;
+
+-- _queue_rights_clean deletes the queue's rows whose grantee was dropped
+-- (or renamed, or whose oid now belongs to another role): they count for
+-- nothing already (_queue_allowed), this only tidies up.
+CREATE OR REPLACE FUNCTION _queue_rights_clean(p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    DELETE FROM queue_right r
+     WHERE r.queue = p_queue
+       AND pg_catalog.pg_get_userbyid(r.grantee) IS DISTINCT FROM r.grantee_name;
+END
+$$;
+
+-- _queue_grant_rows inserts rights without any check (queue_create's
+-- defaults, queue_grant). A grantee's row is refreshed to its current name.
+CREATE OR REPLACE FUNCTION _queue_grant_rows(p_queue text, p_role oid, p_rights text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    INSERT INTO queue_right (queue, privilege, grantee, grantee_name)
+    SELECT p_queue, r, p_role, pg_catalog.pg_get_userbyid(p_role) FROM unnest(p_rights) r
+    ON CONFLICT (queue, privilege, grantee) DO UPDATE SET grantee_name = excluded.grantee_name;
+END
+$$;
+
+-- _queue_default_grants: the rights a new queue starts with (see the top of
+-- this file), as rows.
+CREATE OR REPLACE FUNCTION _queue_default_grants(p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_roles record := _role_names();
+    v_admin oid := pg_catalog.to_regrole(pg_catalog.quote_ident(v_roles.admin_role));
+    v_worker oid := pg_catalog.to_regrole(pg_catalog.quote_ident(v_roles.worker_role));
+BEGIN
+    IF v_admin IS NOT NULL THEN
+        PERFORM _queue_grant_rows(p_queue, v_admin, ARRAY['browse', 'manage']);
+    END IF;
+    IF v_worker IS NOT NULL AND setting_int('queue_default_grants') = 1 THEN
+        PERFORM _queue_grant_rows(p_queue, v_worker, ARRAY['send', 'consume']);
+    END IF;
+END
+$$;
+
+-- queue_grant gives p_role the rights p_rights ('send', 'consume', 'browse',
+-- 'manage') on p_queue; granting a right held already changes nothing.
+-- The caller needs manage on the queue.
+CREATE OR REPLACE FUNCTION queue_grant(p_queue text, p_role regrole, p_rights text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rights text[] := _queue_rights_check(p_queue, p_role, p_rights);
+BEGIN
+    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_rights_clean(p_queue);
+    PERFORM _queue_grant_rows(p_queue, p_role, v_rights);
+END
+$$;
+
+-- queue_revoke takes the rights p_rights from p_role on p_queue; revoking a
+-- right not held is a no-op. Only p_role's own rows go: a member of another
+-- role holding the right keeps it through that role. The caller needs manage
+-- on the queue (revoking the last manage leaves the queue to superusers).
+CREATE OR REPLACE FUNCTION queue_revoke(p_queue text, p_role regrole, p_rights text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rights text[] := _queue_rights_check(p_queue, p_role, p_rights);
+BEGIN
+    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_rights_clean(p_queue);
+    DELETE FROM queue_right r
+     WHERE r.queue = p_queue AND r.privilege = ANY (v_rights) AND r.grantee = p_role;
+END
+$$;
+
+-- queue_rights lists the grants on p_queue (role names, for people and the
+-- dashboard). The caller needs manage or browse on the queue.
+CREATE OR REPLACE FUNCTION queue_rights(p_queue text)
+RETURNS TABLE (queue text, role_name text, rights text[])
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _queue_get(p_queue);
+    IF NOT _queue_allowed(p_queue, 'browse') THEN
+        PERFORM _queue_require(p_queue, 'manage');
+    END IF;
+    RETURN QUERY
+    SELECT p_queue, r.grantee_name::text, array_agg(r.privilege ORDER BY array_position(_queue_rights_valid(), r.privilege))
+      FROM queue_right r
+     WHERE r.queue = p_queue AND pg_catalog.pg_get_userbyid(r.grantee) = r.grantee_name
+     GROUP BY r.grantee_name
+     ORDER BY 2;
+END
+$$;
+
+-- queue_info: the settings a consumer needs (the Worker reads
+-- lease_default); no payloads. The caller needs consume on the queue.
+-- Columns spelled out: a function returning the queue row type made
+-- citus_distribute fail (circular dependency, citus.sql).
+CREATE OR REPLACE FUNCTION queue_info(p_queue text)
+RETURNS TABLE (name text, kind text, max_attempts int, lease_default interval, paused boolean)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_queue);
+BEGIN
+    PERFORM _queue_require(p_queue, 'consume');
+    RETURN QUERY SELECT v_q.name, v_q.kind, v_q.max_attempts, v_q.lease_default, v_q.paused;
+END
+$$;
