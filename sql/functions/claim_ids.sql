@@ -146,6 +146,7 @@ BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
+    PERFORM _check_size('p_error', octet_length(p_error), 'max_error_bytes');
     v_q := _queue_get(p_queue);
     v_now := coalesce(p_now, clock_timestamp());
     WITH d AS (

@@ -46,6 +46,7 @@ BEGIN
     END IF;
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
+    PERFORM _check_size('p_error', octet_length(p_error), 'max_error_bytes');
     IF p_retry_after IS NOT NULL THEN
         PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
     END IF;

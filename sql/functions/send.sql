@@ -61,6 +61,9 @@ BEGIN
     IF p_key IS NOT NULL THEN
         PERFORM _check_text('p_key', p_key, 1000);
     END IF;
+    PERFORM _check_size('p_payload', pg_column_size(p_payload), 'max_payload_bytes');
+    PERFORM _check_size('p_headers', pg_column_size(p_headers), 'max_headers_bytes');
+    PERFORM _check_size('p_key', octet_length(p_key), 'max_key_bytes');
 END
 $$;
 
@@ -237,6 +240,7 @@ DECLARE
     i int;
 BEGIN
     PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
+    PERFORM _check_size('p_payloads', cardinality(p_payloads), 'max_batch');
     IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
         RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)
             USING ERRCODE = 'invalid_parameter_value';
