@@ -139,7 +139,7 @@ AS $$
 DECLARE
     v_q queue;
     v_now timestamptz;
-    v_error text := left(p_error, 10000);
+    v_error text := p_error; -- at most max_error_bytes (_check_size below): refused, never truncated
     v_dead bigint[];
     v_lanes text[];
 BEGIN

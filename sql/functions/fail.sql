@@ -37,7 +37,7 @@ DECLARE
     v_k int := 1;
     v_delay interval;
     v_jitter double precision;
-    v_error text := left(p_error, 10000);
+    v_error text := p_error; -- at most max_error_bytes (_check_size below): refused, never truncated
     v_dead bigint[];
     v_lanes text[];
 BEGIN

@@ -268,7 +268,7 @@ SELECT p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')' AS ro
 UPDATE cases SET routine = replace(routine, ',', ', ');
 UPDATE elsewhere SET routine = replace(routine, ',', ', ');
 
-SELECT plan((SELECT count(*)::int FROM cases) + 4);
+SELECT plan((SELECT count(*)::int FROM cases) + 5);
 
 SELECT is(
     (SELECT string_agg(e.routine, '; ' ORDER BY e.routine) FROM exposed e
@@ -313,6 +313,12 @@ SELECT ok(r.state = '22023' AND r.msg LIKE (replace(replace(r.arg, '[', '\['), '
 -- and the seed is as it was: every hostile call together changed nothing
 SELECT results_eq($$SELECT queue, pending, processing FROM pgsweep.queue_stats ORDER BY queue$$,
     $$VALUES ('hi'::text, 1::bigint, 0::bigint), ('hq', 1, 1)$$, 'the queues hold what the seed put there');
+
+-- an error text under max_error_bytes is stored whole (0.33 cut it at 10000 characters)
+SELECT pgsweep.fail('hq', m.token, ARRAY[m.id], repeat('e', 20000), '1 minute')
+  FROM pgsweep.message m WHERE m.queue = 'hq' AND m.status = 'processing';
+SELECT is((SELECT length(last_error) FROM pgsweep.message WHERE queue = 'hq' AND status = 'failed'), 20000,
+    'a 20000-character error text is kept whole, not truncated');
 
 SELECT * FROM finish();
 ROLLBACK;
