@@ -197,7 +197,10 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('maintain(text,interval)', 'admin', 'p_owner', $$CALL pgsweep.maintain(%L, '1 second')$$, 'name', '{}'),
     ('maintain(text,interval)', 'admin', 'p_budget', $$CALL pgsweep.maintain('o', %L)$$, 'interval', '{}'),
     ('cron_schedule(text,interval)', 'admin', 'p_schedule', $$SELECT pgsweep.cron_schedule(%L, '10 seconds')$$, 'name', '{}'),
-    ('cron_schedule(text,interval)', 'admin', 'p_budget', $$SELECT pgsweep.cron_schedule('* * * * *', %L)$$, 'interval', '{}');
+    ('cron_schedule(text,interval)', 'admin', 'p_budget', $$SELECT pgsweep.cron_schedule('* * * * *', %L)$$, 'interval', '{}'),
+    -- per-queue rights (the queues helper's migration 035): run once they exist
+    ('queue_grant(text,regrole,text[])', 'admin', 'p_queue', $$SELECT pgsweep.queue_grant(%L, 'pgsweep_worker'::regrole, '{send}')$$, 'name', '{}'),
+    ('queue_revoke(text,regrole,text[])', 'admin', 'p_queue', $$SELECT pgsweep.queue_revoke(%L, 'pgsweep_worker'::regrole, '{send}')$$, 'name', '{}');
 
 -- Sizes and times: one row each (no class to cross with).
 CREATE TEMP TABLE one (routine text, kind text, arg text, call text, label text);
@@ -255,6 +258,15 @@ SELECT o.routine, o.kind, o.arg, o.call, format('%s %s: %s', o.routine, o.arg, o
 -- values; they stay in the table so that coverage counts them.
 CREATE TEMP TABLE elsewhere AS SELECT * FROM cases WHERE routine LIKE 'retention\_run(%';
 DELETE FROM cases WHERE routine LIKE 'retention\_run(%';
+
+-- Rows for routines that do not exist (yet: another branch adds them) are
+-- set aside and listed, not run.
+CREATE TEMP TABLE pending AS
+SELECT DISTINCT c.routine FROM cases c
+ WHERE NOT EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'pgsweep'::regnamespace
+                      AND p.proname || '(' || replace(pg_catalog.oidvectortypes(p.proargtypes), ', ', ',') || ')' = c.routine);
+DELETE FROM cases c WHERE c.routine IN (SELECT routine FROM pending);
+SELECT diag('cases set aside, their routine does not exist here: ' || string_agg(routine, '; ' ORDER BY routine)) FROM pending HAVING count(*) > 0;
 
 -- The routines that need cases: every routine of schema pgsweep with
 -- arguments that <schema>_admin, _worker or _monitor may execute.
