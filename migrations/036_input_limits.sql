@@ -141,7 +141,7 @@ BEGIN
         -- the value itself is not echoed: it is what a log must not show
         v_pos := strpos(p_value, v_char);
         RAISE EXCEPTION '% must hold printable characters only (no control, format or invisible characters), got U+% at character %',
-            p_arg, upper(lpad(to_hex(ascii(v_char)), 4, '0')), v_pos
+            p_arg, upper(lpad(to_hex(ascii(v_char)), greatest(4, length(to_hex(ascii(v_char)))), '0')), v_pos
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_value ~ '^[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+$' THEN

@@ -105,7 +105,7 @@ INSERT INTO bad_name VALUES
     ('zero-width joiner', E'q\u200dx'), ('BOM', E'\ufeffq'), ('line separator', E'q\u2028x'),
     ('bidi override', E'\u202eq'), ('word joiner', E'q\u2060'), ('soft hyphen', E'q\u00adx'), ('DEL', E'q\u007f'),
     ('only spaces', '   '), ('leading space', ' q'), ('trailing space', 'q '), ('no-break space', E'q\u00a0'),
-    ('empty', '');
+    ('empty', ''), ('tag character', E'q\U000E0001');
 
 -- Templates: routine (name and argument types, as pg_proc knows it), the
 -- role kind that may call it, the argument, the call with a %L slot, the
