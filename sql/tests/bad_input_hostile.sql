@@ -21,6 +21,9 @@
 -- case: a new routine without bad-input cases fails this file until rows
 -- are added for it.
 BEGIN;
+-- one snapshot for the whole file: the checksums see this transaction's
+-- work only, never another session's commits (a maintenance run elsewhere)
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
 SET LOCAL client_min_messages = warning;
 SET LOCAL TimeZone = 'UTC';
 
