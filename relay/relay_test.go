@@ -419,6 +419,10 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	u, read := stream(t)
+	// pgsweep's own cap (max_payload_bytes, 1 MiB by default) is raised so that the broker is the one to refuse
+	if _, err := db.Pool.Exec(ctx, "SELECT "+pgx.Identifier{db.Schema, "setting_set"}.Sanitize()+"('max_payload_bytes'::pg_catalog.text, '4194304'::pg_catalog.text)"); err != nil {
+		t.Fatal(err)
+	}
 	big := `"` + strings.Repeat("x", 2<<20) + `"` // nats-server's max_payload is 1 MiB
 	ids := send(t, db, "q", []pgsweep.Message{{Payload: json.RawMessage(`1`)}, {Payload: json.RawMessage(big)}, {Payload: json.RawMessage(`3`)}})
 	r, err := relay.New(db.Pool, "q", openNATS(t, u), relay.Options{Schema: db.Schema})

@@ -25,6 +25,7 @@ BEGIN
             CASE WHEN p_ids IS NULL THEN 'NULL' ELSE cardinality(p_ids)::text END
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
 END
 $$;
 
@@ -110,6 +111,7 @@ BEGIN
         PERFORM _check_token(p_token);
         PERFORM _check_ids(p_ids);
     END IF;
+    PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);

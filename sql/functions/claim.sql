@@ -118,6 +118,8 @@ BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
     END IF;
+    PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql): control characters, spaces
+    IF p_lease IS NOT NULL THEN PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour'); END IF;
     -- Hot path: one plain expression checks every argument; only a bad
     -- argument pays for the _check_* calls that name it in the error.
     IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000

@@ -140,13 +140,14 @@ AS $$
 DECLARE
     v_q queue;
     v_now timestamptz;
-    v_error text := left(p_error, 10000);
+    v_error text := p_error; -- at most max_error_bytes (_check_size below): refused, never truncated
     v_dead bigint[];
     v_lanes text[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
+    PERFORM _check_size('p_error', octet_length(p_error), 'max_error_bytes');
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());

@@ -37,7 +37,7 @@ DECLARE
     v_k int := 1;
     v_delay interval;
     v_jitter double precision;
-    v_error text := left(p_error, 10000);
+    v_error text := p_error; -- at most max_error_bytes (_check_size below): refused, never truncated
     v_dead bigint[];
     v_lanes text[];
 BEGIN
@@ -46,6 +46,7 @@ BEGIN
     END IF;
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
+    PERFORM _check_size('p_error', octet_length(p_error), 'max_error_bytes');
     IF p_retry_after IS NOT NULL THEN
         PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
     END IF;

@@ -78,6 +78,7 @@ BEGIN
     IF p_lane IS NOT NULL AND (p_lane = '' OR length(p_lane) > 200) THEN
         PERFORM _check_text(p_arg, p_lane, 200);
     END IF;
+    IF p_lane IS NOT NULL THEN PERFORM _check_text(p_arg, p_lane, 200); END IF;
 END
 $$;
 

@@ -53,6 +53,7 @@ BEGIN
         RAISE EXCEPTION 'p_kind must be outbox or inbox, got %', coalesce(p_kind, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM _check_text('p_queue', p_queue, 172); -- the name rule (validate.sql)
     PERFORM _check_int('p_max_attempts', p_max_attempts, 1, 1000);
 
     INSERT INTO queue (name, kind, max_attempts) VALUES (p_queue, p_kind, p_max_attempts)

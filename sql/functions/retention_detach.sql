@@ -122,6 +122,7 @@ BEGIN
         PERFORM _retention_invalid('p_owner must be a name of 1 to 200 characters, got %s',
                                    coalesce(pg_catalog.quote_literal(p_owner), 'NULL'));
     END IF;
+    PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
     PERFORM _check_now('p_now', p_now);
     -- Claims of a policy that was unregistered go with it (ON DELETE
     -- CASCADE); expired claims whose table is gone are forgotten (a live
@@ -273,6 +274,7 @@ DECLARE
     v_state text;
     v_now timestamptz := clock_timestamp();
 BEGIN
+    PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
     IF p_rows < 0 THEN
         PERFORM _retention_invalid('p_rows must be NULL or at least 0, got %s', p_rows::text);
     END IF;

@@ -220,6 +220,7 @@ BEGIN
             _interval_text(p_older_than));
     END IF;
 
+    IF p_older_than IS NOT NULL THEN PERFORM _check_interval('p_older_than', p_older_than, interval '0', interval '100 years'); END IF;
     IF p_status_column IS NOT NULL THEN
         PERFORM _check_text('p_status_column', p_status_column, 63);
         v_status := _retention_column(p_table, p_status_column);
@@ -240,12 +241,14 @@ BEGIN
     END IF;
 
     PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
+    PERFORM _check_size('p_statuses', cardinality(p_statuses), 'max_batch');
     IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
         PERFORM _retention_invalid('p_mode must be ''exclusive'' or ''parallel'', got %s', coalesce(quote_literal(p_mode), 'NULL'));
     END IF;
     IF p_interval IS NULL OR p_interval <= interval '0' THEN
         PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
     END IF;
+    PERFORM _check_interval('p_interval', p_interval, interval '1 second', interval '30 days');
 
     -- Checks done: from here on the call succeeds.
     SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
@@ -471,6 +474,7 @@ DECLARE
 BEGIN
     IF p_column IS NOT NULL THEN
         PERFORM _check_text('p_column', p_column, 63);
+        PERFORM _check_size('p_values', cardinality(p_values), 'max_batch');
         v_col := _retention_column(v_rel, p_column);
         IF v_col.type_sql IS NULL THEN
             PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));

@@ -197,6 +197,9 @@ DECLARE
 BEGIN
     PERFORM _queue_require(p_queue, 'send');
     PERFORM _check_message(p_payload, p_headers, p_key);
+    PERFORM _check_size('p_payload', pg_column_size(p_payload), 'max_payload_bytes');
+    PERFORM _check_size('p_headers', pg_column_size(p_headers), 'max_headers_bytes');
+    PERFORM _check_size('p_key', octet_length(p_key), 'max_key_bytes');
     PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     PERFORM _check_lane('p_lane', p_lane);
     v_id := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp(), p_lane);
@@ -239,6 +242,10 @@ DECLARE
 BEGIN
     PERFORM _queue_require(p_queue, 'send');
     PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
+    PERFORM _check_size('p_payloads', cardinality(p_payloads), 'max_batch');
+    PERFORM _check_size('p_payloads', (SELECT max(pg_column_size(x)) FROM unnest(p_payloads) x), 'max_payload_bytes'); -- its largest element
+    PERFORM _check_size('p_headers', (SELECT max(pg_column_size(x)) FROM unnest(p_headers) x), 'max_headers_bytes');
+    PERFORM _check_size('p_keys', (SELECT max(octet_length(x)) FROM unnest(p_keys) x), 'max_key_bytes');
     IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
         RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)
             USING ERRCODE = 'invalid_parameter_value';

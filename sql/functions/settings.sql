@@ -14,6 +14,10 @@ DECLARE
     v_int bigint;
     v_range text;
 BEGIN
+    -- a value is short and printable; leading and trailing spaces are trimmed
+    IF p_value IS NOT NULL THEN
+        PERFORM _check_text('p_value', trim(p_value), 100);
+    END IF;
     IF s.kind = 'interval' THEN
         v_range := format('between %s and %s', _interval_text(s.min_value::interval), _interval_text(s.max_value::interval));
         IF s.infinite_ok THEN
@@ -28,11 +32,17 @@ BEGIN
             RAISE EXCEPTION '% must be an interval %, got %', s.name, v_range, quote_literal(p_value)
                 USING ERRCODE = 'invalid_parameter_value';
         END;
-        IF v_interval IS NULL OR v_interval < s.min_value::interval OR v_interval > s.max_value::interval THEN
+        -- compared exactly (_interval_le), not with 30-day months
+        IF v_interval IS NULL OR NOT (_interval_le(s.min_value::interval, v_interval)
+                                      AND _interval_le(v_interval, s.max_value::interval)) THEN
             RAISE EXCEPTION '% must be %, got %', s.name, v_range,
                 CASE WHEN p_value IS NULL THEN 'NULL' ELSE _interval_text(v_interval) END
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        -- the rules of every interval argument (validate.sql): no mixed
+        -- signs; months only where the range is given in years (the
+        -- retention periods)
+        PERFORM _check_interval(s.name, v_interval, s.min_value::interval, s.max_value::interval);
         RETURN _interval_text(v_interval);
     END IF;
 
@@ -56,6 +66,7 @@ AS $$
 DECLARE
     v setting;
 BEGIN
+    PERFORM _check_text('p_name', p_name, 63); -- the message below echoes it
     SELECT * INTO v FROM setting WHERE name = p_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'p_name must be one of %, got %',

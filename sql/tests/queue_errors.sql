@@ -246,8 +246,8 @@ SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"processed_retention": 
     'queue_configure: processed_retention not an interval');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": "-1 day"}')$$, '22023',
     'dead_retention must be between 1 second and 100 years, got -1 day', 'queue_configure: negative dead_retention');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": "36001 days"}')$$, '22023',
-    'dead_retention must be between 1 second and 100 years, got 36001 days', 'queue_configure: dead_retention of 36001 days (100 years compare as 36000)');
+SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": "36501 days"}')$$, '22023',
+    'dead_retention must be between 1 second and 100 years, got 36501 days', 'queue_configure: dead_retention of 36501 days (100 years are at least 36500 days on any date: exact, not 30-day months)');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": true}')$$, '22023',
     'dead_retention must be an interval between 1 second and 100 years, or null (keep forever), got true', 'queue_configure: dead_retention a boolean');
 -- nothing is half-done: valid settings before a bad one are not applied
