@@ -77,7 +77,9 @@ type errRow struct{}
 func (errRow) Scan(...any) error { return errNoConn }
 
 // detachConcurrently removes expired partitions with DETACH ...
-// CONCURRENTLY before maintain() runs (Client.RetentionDetachConcurrently).
+// CONCURRENTLY before maintain() runs (Client.RetentionDetachConcurrently:
+// statements built in Go from typed values, each run as the policy's
+// owner; a partition owned by another role is skipped, and logged).
 // Nothing it fails at fails the pass: maintain()'s plain DETACH is the
 // fallback, and an install older than 0.31 has no such claims at all.
 func (r *Runner) detachConcurrently(ctx context.Context, conn Conn) {
@@ -85,6 +87,9 @@ func (r *Runner) detachConcurrently(ctx context.Context, conn Conn) {
 	r.metrics.observeDetach(d)
 	for _, e := range d.Errors {
 		r.log.Warn("concurrent detach: a statement failed; the pass or a later one retries", "error", redactErr(e))
+	}
+	for _, s := range d.Skipped {
+		r.log.Info("concurrent detach: partition left to the pass", "policy", s.Policy, "table", s.Table, "reason", s.Reason)
 	}
 	if d.Claimed > 0 {
 		r.log.Info("concurrent detach", "claimed", d.Claimed, "detached", d.Detached, "dropped", d.Dropped,

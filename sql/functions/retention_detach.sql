@@ -18,9 +18,9 @@
 --      lists, the leaves to remove:
 --        'detach'   a droppable leaf (_retention_leaf_droppable) of a parent
 --                   without a DEFAULT partition (PostgreSQL refuses
---                   CONCURRENTLY there: those keep the pass's DETACH), owned,
---                   with its parent, by roles the caller can act as
---                   (otherwise the pass, as the policy's owner, does it);
+--                   CONCURRENTLY there: those keep the pass's DETACH), whose
+--                   policy's owner the caller can SET ROLE to (otherwise the
+--                   pass, as the policy's owner, does it);
 --        'finalize' a leaf this protocol left half-detached (a runner killed,
 --                   or its lock_timeout reached, between DETACH's two
 --                   transactions): DETACH ... FINALIZE;
@@ -28,17 +28,27 @@
 --                   commit of a DROP releases the files, 25-50 ms a leaf of
 --                   1,000,000 rows, CPU and I/O taken from the inserts, so
 --                   it is left out of the call that removes the rows, as
---                   the pass does since 0.30).
+--                   the pass does since 0.30);
+--        'skip'     not a claim: a leaf the runner would detach but that it,
+--                   or its parent, is owned by another role than the
+--                   policy's owner; reason says which (see "As whom" below).
 --      A claim is a row of retention_detaching held for the policy's
 --      lease_ttl: two runners never work on one leaf at once; one that died
 --      leaves its leaf to the next runner after the TTL.
---   2. The runner counts the leaf's rows (count_sql, from the statistics, as
---      itself), sets lock_timeout to retention_lock_timeout, runs the DETACH
---      (or FINALIZE) and renames the detached table pgsweep_detached_c<oid>
+--   2. The runner builds each statement itself from the claim's typed
+--      values -- schema and relation names (quoted by pgx), the name to
+--      rename to, the role to act as -- and runs it as that role: SET ROLE
+--      to the policy's owner for exactly that statement, then back. No SQL
+--      text travels from the database to Go (before 0.34 the claim handed
+--      out count_sql, detach_sql, rename_sql and drop_sql, and the count's
+--      text compared oid = integer and real >= integer, which pg_catalog has
+--      no exact operator for: a public.=(oid, integer) ran as the runner).
+--      It sets lock_timeout to retention_lock_timeout, runs the DETACH (or
+--      FINALIZE) and renames the detached table pgsweep_detached_c<oid>
 --      (its name is free again at once), or the DROP, each statement in its
 --      own transaction.
---   3. retention_detach_done(owner, leaf, rows) records what the catalog
---      says, whatever failed in between: a leaf out of its parent under the
+--   3. retention_detach_done(owner, leaf) records what the catalog says,
+--      whatever failed in between: a leaf out of its parent under the
 --      runner's name (or dropped) counts its rows as deleted, once, in a
 --      retention_pass of strategy 'detach_concurrently' (which retention_due
 --      does not count as the policy's pass) and stays claimed for DROP; a
@@ -51,6 +61,35 @@
 -- (retention_partition.sql) and sweeps nothing that left its parent since
 -- it planned (retention_step.sql); its plain DETACH defers a leaf a runner
 -- detached or half-detached meanwhile.
+--
+-- The rows a detached leaf held are the catalog's estimate
+-- (_retention_detach_estimate), read by retention_detach_done when it
+-- records the leaf: nobody reads the leaf itself. Counting its rows would
+-- run the leaf owner's row-level security policies (with FORCE ROW LEVEL
+-- SECURITY, or for a runner that is not the owner) with the counting role's
+-- rights -- until 0.34 the runner's own -- and would read a whole partition
+-- the detach exists to avoid reading. Counting as the owner would cure the
+-- first and not the second. So the runner reports an estimate: the live
+-- tuples of the statistics, else pg_class.reltuples (exact after ANALYZE of
+-- a small leaf, autovacuum's estimate otherwise), else 0 for a leaf never
+-- analyzed whose inserts the statistics have not seen yet.
+--
+-- As whom: DETACH needs the ownership of the parent, RENAME and DROP the
+-- ownership of the leaf, so the runner runs each as the policy's owner (SET
+-- ROLE, the role retention_detach_claim names in act_as), never as itself:
+-- a superuser runner DETACHes with the policy owner's rights and no more.
+-- No code of the table's owner runs in these statements: DETACH ...
+-- CONCURRENTLY, FINALIZE, RENAME and DROP fire no trigger and no rule,
+-- evaluate no CHECK constraint (the constraint DETACH ... CONCURRENTLY adds
+-- is a copy of the partition bound, added as valid without a scan), no
+-- default, no generated column, no index expression, no domain check and
+-- no row-level security policy; event triggers belong to superusers. A leaf
+-- (or parent) owned by another role than the policy's owner is not
+-- claimed: PostgreSQL lets the parent's owner DETACH a leaf it does not own,
+-- which would act on that role's table with the policy owner's rights; the
+-- claim returns it as 'skip' with the reason, and the runner logs it. The
+-- hook suite (security_runner_hooks_test.go) proves it with a hostile
+-- table carrying every hook, for a superuser runner and for a runner role.
 
 -- _retention_detach_runner_name: the name the runner gives a table it
 -- detached, until its next call drops it (0.32). Not the pass's
@@ -75,32 +114,43 @@ AS $$
                 ELSE pg_catalog.current_setting('role')::name END
 $$;
 
--- _retention_detach_statements: the statements for a leaf, names quoted
--- (the count and the DROP are the pass's: _retention_drop_sql).
-CREATE OR REPLACE FUNCTION _retention_detach_statements(p_leaf oid, p_attached boolean, p_finalize boolean,
-    OUT count_sql text, OUT detach_sql text, OUT rename_sql text, OUT drop_sql text)
-LANGUAGE plpgsql STABLE
+-- _retention_detach_can_act: whether p_role may SET ROLE to p_owner (the
+-- runner acts as the policy's owner for each statement). PostgreSQL 16
+-- grants SET apart from membership.
+CREATE OR REPLACE FUNCTION _retention_detach_can_act(p_role name, p_owner oid)
+RETURNS boolean
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_sql record := _retention_drop_sql(p_leaf::regclass);
-BEGIN
-    count_sql := v_sql.count_sql;
-    IF p_attached THEN
-        detach_sql := v_sql.detach_sql || CASE WHEN p_finalize THEN ' FINALIZE' ELSE ' CONCURRENTLY' END;
-    END IF;
-    SELECT pg_catalog.format('ALTER TABLE %I.%I RENAME TO %I', n.nspname, c.relname, _retention_detach_runner_name(p_leaf))
-      INTO rename_sql
-      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
-    drop_sql := v_sql.drop_sql;
-END
+    SELECT CASE WHEN pg_catalog.current_setting('server_version_num')::int >= 160000
+                THEN pg_catalog.pg_has_role(p_role, p_owner, 'SET')
+                ELSE pg_catalog.pg_has_role(p_role, p_owner, 'MEMBER') END
+       -- set_config('role', 'none') means RESET ROLE: a role of that name
+       -- would have the runner act as itself
+       AND pg_catalog.pg_get_userbyid(p_owner) OPERATOR(pg_catalog.<>) 'none'::name
+$$;
+
+-- _retention_detach_estimate: the rows of a table, from the catalog (see
+-- above): the statistics' live tuples, else reltuples, else 0. Reads
+-- nothing of the table; NULL when the table is gone.
+CREATE OR REPLACE FUNCTION _retention_detach_estimate(p_table oid)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) OPERATOR(pg_catalog.>) 0::bigint
+                THEN pg_catalog.pg_stat_get_live_tuples(c.oid)
+                WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::real THEN c.reltuples::bigint
+                ELSE 0::bigint END
+      FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) p_table
 $$;
 
 -- _retention_detach_claim_for: the claims of retention_detach_claim (below),
--- at most p_limit.
+-- at most p_limit ('skip' rows are not claims and not counted).
 CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, rename_sql text, drop_sql text,
-               lock_timeout_ms bigint)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -112,7 +162,6 @@ DECLARE
     v_rel regclass;
     v_cutoff timestamptz;
     v_c record;
-    v_s record;
     v_n int := 0;
     v_taken oid;
     v_due boolean;
@@ -130,7 +179,8 @@ BEGIN
     DELETE FROM retention_detaching d
      WHERE d.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = d.leaf);
     -- New leaves only of the policies that are due (the runner's pass
-    -- follows); leaves this protocol left half-detached whenever.
+    -- follows); leaves this protocol left half-detached whenever. Only
+    -- policies whose owner the caller can act as.
     FOR v_r IN
         WITH due AS (SELECT retention_due(p_now) AS name)
         SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
@@ -138,6 +188,7 @@ BEGIN
                 OR EXISTS (SELECT 1 FROM retention_detaching d WHERE d.policy = r.name))
            AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                         WHERE n.nspname = r.table_schema AND c.relname = r.table_name AND c.relkind = 'p')
+           AND _retention_detach_can_act(v_caller, r.owner)
          ORDER BY r.name
     LOOP
         v_pol := v_r.pol;
@@ -145,14 +196,18 @@ BEGIN
         v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
         v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
         FOR v_c IN
-            SELECT c.oid AS leaf, i.inhparent AS parent, i.inhdetachpending AS pending
+            SELECT c.oid AS leaf, i.inhparent AS parent, i.inhdetachpending AS pending,
+                   n.nspname AS leaf_schema, c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name,
+                   c.relowner AS leaf_owner, p.relowner AS parent_owner
               -- pg_partition_tree omits half-detached leaves: the claims name them
               FROM (SELECT t.relid FROM pg_catalog.pg_partition_tree(v_rel) t WHERE t.isleaf
                     UNION
                     SELECT d.leaf FROM retention_detaching d WHERE d.policy = v_pol.name) x
               JOIN pg_catalog.pg_class c ON c.oid = x.relid
+              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
               JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
               JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+              JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
               JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent
               LEFT JOIN retention_detaching d ON d.leaf = c.oid
              WHERE c.relkind = 'r'
@@ -163,16 +218,36 @@ BEGIN
                               -- PostgreSQL detaches one leaf of a parent at a time
                               AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits s
                                                WHERE s.inhparent = i.inhparent AND s.inhdetachpending) END)
-               AND pg_catalog.pg_has_role(v_caller, c.relowner, 'USAGE')
-               AND pg_catalog.pg_has_role(v_caller, p.relowner, 'USAGE')
              ORDER BY i.inhdetachpending DESC, c.oid
         LOOP
+            -- The runner acts as the policy's owner, on that role's own
+            -- tables only (see "As whom" above).
+            IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
+                policy := v_pol.name;
+                leaf := v_c.leaf;
+                parent := v_c.parent;
+                action := 'skip';
+                leaf_schema := v_c.leaf_schema;
+                leaf_name := v_c.leaf_name;
+                parent_schema := v_c.parent_schema;
+                parent_name := v_c.parent_name;
+                rename_to := NULL;
+                act_as := NULL;
+                lock_timeout_ms := NULL;
+                reason := pg_catalog.format('%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
+                    pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
+                    pg_catalog.pg_get_userbyid(v_pol.owner));
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
             EXIT WHEN v_n >= p_limit;
-            v_s := _retention_detach_statements(v_c.leaf, true, v_c.pending);
             INSERT INTO retention_detaching AS d (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner,
                                                   began_at, expires_at)
-            SELECT v_c.leaf, v_pol.name, v_c.parent, n.nspname, c.relname, c.relowner, p_owner, v_now, v_now + v_pol.lease_ttl
-              FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = v_c.leaf
+            VALUES (v_c.leaf, v_pol.name, v_c.parent, v_c.leaf_schema, v_c.leaf_name, v_c.leaf_owner, p_owner,
+                    v_now, v_now + v_pol.lease_ttl)
             ON CONFLICT ON CONSTRAINT retention_detaching_pkey DO UPDATE
                SET owner = excluded.owner, expires_at = excluded.expires_at
              WHERE d.owner = excluded.owner OR d.expires_at <= v_now
@@ -185,31 +260,35 @@ BEGIN
             leaf := v_c.leaf;
             parent := v_c.parent;
             action := CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END;
-            count_sql := v_s.count_sql;
-            detach_sql := v_s.detach_sql;
-            rename_sql := v_s.rename_sql;
-            drop_sql := NULL; -- by the next call: the files' release is not this pass's
+            leaf_schema := v_c.leaf_schema;
+            leaf_name := v_c.leaf_name;
+            parent_schema := v_c.parent_schema;
+            parent_name := v_c.parent_name;
+            rename_to := _retention_detach_runner_name(v_c.leaf);
+            act_as := pg_catalog.pg_get_userbyid(v_pol.owner);
             lock_timeout_ms := v_timeout;
+            reason := NULL;
             RETURN NEXT;
         END LOOP;
     END LOOP;
     -- Tables this protocol detached and renamed (earlier calls): dropped
     -- now. Only a table under the runner's name (the proof that its DETACH
-    -- and rename succeeded), that the policy's owner and the caller can
-    -- still act as the owner of, and that nothing outside it depends on (a
-    -- view made on it since: DROP would fail every call): such a table is
-    -- left in place, its claim closed, a NOTICE names it, as the pass does.
+    -- and rename succeeded), that the policy's owner still owns, whose owner
+    -- the caller can act as, and that nothing outside it depends on (a view
+    -- made on it since: DROP would fail every call): such a table is left
+    -- in place, its claim closed, a NOTICE names it, as the pass does.
     FOR v_c IN
-        SELECT d.leaf, d.policy, d.parent, d.counted,
+        SELECT d.leaf, d.policy, d.parent, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                (c.relname = _retention_detach_runner_name(d.leaf) AND NOT c.relispartition
-                AND pg_catalog.pg_has_role(r.owner, c.relowner, 'USAGE')
+                AND c.relowner = r.owner
                 AND NOT _retention_depended_on(c.oid)) AS droppable
           FROM retention_detaching d
           JOIN pg_catalog.pg_class c ON c.oid = d.leaf
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
           JOIN retention_policy r ON r.name = d.policy
          WHERE c.relkind = 'r' AND NOT c.relispartition
            AND (d.owner = p_owner OR d.expires_at <= v_now)
-           AND pg_catalog.pg_has_role(v_caller, c.relowner, 'USAGE')
+           AND _retention_detach_can_act(v_caller, r.owner)
          ORDER BY d.leaf
            FOR UPDATE OF d SKIP LOCKED
     LOOP
@@ -221,18 +300,19 @@ BEGIN
         EXIT WHEN v_n >= p_limit;
         SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
         UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
-        v_s := _retention_detach_statements(v_c.leaf, false, false);
         v_n := v_n + 1;
         policy := v_c.policy;
         leaf := v_c.leaf;
         parent := v_c.parent;
         action := 'drop';
-        -- a runner that died between its rename and its record: counted now
-        count_sql := CASE WHEN NOT v_c.counted THEN v_s.count_sql END;
-        detach_sql := NULL;
-        rename_sql := NULL;
-        drop_sql := v_s.drop_sql;
+        leaf_schema := v_c.leaf_schema;
+        leaf_name := v_c.leaf_name;
+        parent_schema := NULL;
+        parent_name := NULL;
+        rename_to := NULL;
+        act_as := pg_catalog.pg_get_userbyid(v_c.pol_owner);
         lock_timeout_ms := v_timeout;
+        reason := NULL;
         RETURN NEXT;
     END LOOP;
 END
@@ -240,17 +320,20 @@ $$;
 
 -- retention_detach_claim: what the Go runner detaches concurrently now (see
 -- above), at most 64 leaves; p_owner names the runner (1-200 characters).
--- The p_now overload is for tests (S_owner only).
+-- Typed values only: the runner builds each statement from them. The p_now
+-- overload is for tests (S_owner only).
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, rename_sql text, drop_sql text,
-               lock_timeout_ms bigint)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, p_now, 64) $$;
 
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, count_sql text, detach_sql text, rename_sql text, drop_sql text,
-               lock_timeout_ms bigint)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, NULL, 64) $$;
@@ -259,30 +342,31 @@ AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, NULL, 64) $$;
 -- above) and returns its state: 'dropped', 'detached' (out of its parent,
 -- not dropped yet: claimed again for DROP), 'pending' (half-detached:
 -- claimed again for FINALIZE), 'attached' (released) or 'taken' (a
--- maintenance pass detached it first: released, not counted). p_rows is the
--- leaf's rows as count_sql found them (NULL: unknown, counted 0); a leaf is
--- counted once. A claim held by another owner, or a caller that cannot act
--- as the leaf's owner, changes nothing ('other').
-CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, p_rows bigint)
-RETURNS text
+-- maintenance pass detached it first: released, not counted); and rows,
+-- the rows this call counted as deleted (the catalog's estimate,
+-- _retention_detach_estimate), NULL when it counted nothing: a leaf is
+-- counted once, when it is first found out of its parent under the
+-- runner's name. A claim held by another owner, or a caller that cannot act
+-- as the policy's owner, changes nothing ('other').
+CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, OUT state text, OUT rows bigint)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_d retention_detaching;
     v_pol retention_policy;
-    v_state text;
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
-    IF p_rows < 0 THEN
-        PERFORM _retention_invalid('p_rows must be NULL or at least 0, got %s', p_rows::text);
-    END IF;
     SELECT * INTO v_d FROM retention_detaching d WHERE d.leaf = p_leaf FOR UPDATE;
-    -- only the claim's holder, acting as the leaf's owner, records it
+    IF FOUND THEN
+        SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_d.policy;
+    END IF;
+    -- only the claim's holder, able to act as the policy's owner, records it
     IF NOT FOUND OR v_d.owner IS DISTINCT FROM p_owner
-       OR NOT pg_catalog.pg_has_role(_retention_detach_caller(), v_d.leaf_owner, 'USAGE') THEN
-        RETURN 'other';
+       OR NOT _retention_detach_can_act(_retention_detach_caller(), v_pol.owner) THEN
+        state := 'other';
+        RETURN;
     END IF;
     SELECT CASE WHEN c.oid IS NULL THEN 'dropped'
                 WHEN i.inhdetachpending THEN 'pending'
@@ -296,28 +380,29 @@ BEGIN
                 -- keeping the table), or the runner's rename failed: not
                 -- counted, never dropped by the runner
                 ELSE 'taken' END
-      INTO v_state
+      INTO state
       FROM (SELECT p_leaf AS oid) x
       LEFT JOIN pg_catalog.pg_class c ON c.oid = x.oid
       LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
       LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.oid;
-    IF v_state IN ('dropped', 'detached') AND NOT v_d.counted THEN
-        SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_d.policy;
+    IF state IN ('dropped', 'detached') AND NOT v_d.counted THEN
+        -- a table dropped before it was recorded: its rows are unknown (0);
+        -- the runner records a table before it drops it
+        rows := coalesce(_retention_detach_estimate(p_leaf), 0);
         INSERT INTO retention_pass (policy, owner, mode, pid, backend_start, started_at, deadline, last_batch_at,
                                     finished_at, rows_deleted, batches, units, partitions_dropped, strategy, outcome)
         VALUES (v_d.policy, p_owner, v_pol.mode, pg_catalog.pg_backend_pid(),
                 (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
-                v_d.began_at, v_d.expires_at, v_now, v_now, coalesce(p_rows, 0), 1, 1, 1, 'detach_concurrently', 'drained');
+                v_d.began_at, v_d.expires_at, v_now, v_now, rows, 1, 1, 1, 'detach_concurrently', 'drained');
     END IF;
-    IF v_state = 'taken' AND NOT v_d.counted THEN
+    IF state = 'taken' AND NOT v_d.counted THEN
         RAISE NOTICE 'retention policy %: partition %.% was detached by someone else (or could not be renamed): left in place',
             v_d.policy, v_d.leaf_schema, v_d.leaf_name;
     END IF;
-    IF v_state IN ('dropped', 'attached', 'taken') THEN
+    IF state IN ('dropped', 'attached', 'taken') THEN
         DELETE FROM retention_detaching d WHERE d.leaf = p_leaf;
     ELSE
-        UPDATE retention_detaching d SET counted = d.counted OR v_state = 'detached' WHERE d.leaf = p_leaf;
+        UPDATE retention_detaching d SET counted = d.counted OR state = 'detached' WHERE d.leaf = p_leaf;
     END IF;
-    RETURN v_state;
 END
 $$;

@@ -3,7 +3,7 @@
 -- statement itself cannot run in a transaction block: the Go tests run it
 -- (retention_detach_test.go).
 BEGIN;
-SELECT plan(39);
+SELECT plan(50);
 
 CREATE SCHEMA rd;
 CREATE TABLE rd.events (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
@@ -26,8 +26,7 @@ SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('', '2026-01-09 
     'claim: an empty owner is refused');
 SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('tap', 'infinity')$$, '22023', NULL,
     'claim: a clock that is not near the database''s is refused');
-SELECT throws_ok($$SELECT pgsweep.retention_detach_done('tap', 1, -1)$$, '22023',
-    'p_rows must be NULL or at least 0, got -1', 'done: negative rows are refused');
+SELECT is((pgsweep.retention_detach_done(NULL, 1)).state, 'other', 'done: no claim of no owner');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detaching), 0::bigint, 'bad input claimed nothing');
 
 -- claims: the two expired leaves of events, none of logs (DEFAULT)
@@ -35,11 +34,25 @@ CREATE TEMP TABLE c1 AS SELECT * FROM pgsweep.retention_detach_claim('tap', '202
 SELECT is((SELECT array_agg(leaf::regclass::text ORDER BY leaf) FROM c1), ARRAY['rd.events_d1', 'rd.events_d2'],
     'the wholly expired leaves of the parent without DEFAULT are claimed, the young one is not');
 SELECT is((SELECT array_agg(DISTINCT action) FROM c1), ARRAY['detach'], 'as detaches');
-SELECT is((SELECT detach_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
-    'ALTER TABLE rd.events DETACH PARTITION rd.events_d1 CONCURRENTLY', 'the statement names both, quoted, CONCURRENTLY');
-SELECT is((SELECT rename_sql FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
-    format('ALTER TABLE rd.events_d1 RENAME TO pgsweep_detached_c%s', 'rd.events_d1'::regclass::oid),
-    'then a rename that frees the name (the next call drops it)');
+SELECT is((SELECT row(parent::regclass::text, leaf_schema, leaf_name, parent_schema, parent_name, act_as, reason)::text
+             FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
+    row('rd.events', 'rd', 'events_d1', 'rd', 'events', current_user, NULL::text)::text,
+    'a claim is typed values: the names the runner quotes, the role it acts as (the policy''s owner)');
+SELECT is((SELECT rename_to FROM c1 WHERE leaf = 'rd.events_d1'::regclass),
+    format('pgsweep_detached_c%s', 'rd.events_d1'::regclass::oid)::name,
+    'then the name a rename frees the leaf''s for (the next call drops it)');
+SELECT is((SELECT lock_timeout_ms FROM c1 LIMIT 1),
+    (extract(epoch FROM pgsweep.setting_interval('retention_lock_timeout')) * 1000)::bigint, 'with retention_lock_timeout');
+-- no SQL text travels from the database to the runner: no text column but
+-- the policy, the action and the reason, and no value that looks like SQL
+SELECT is((SELECT array_agg(a ORDER BY a) FROM unnest((SELECT proargnames FROM pg_proc
+            WHERE oid = 'pgsweep.retention_detach_claim(text)'::regprocedure)) a
+            WHERE a IN (SELECT unnest(proargnames) FROM pg_proc WHERE oid = 'pgsweep.retention_detach_claim(text)'::regprocedure)
+              AND a NOT IN ('p_owner')),
+    ARRAY['act_as', 'action', 'leaf', 'leaf_name', 'leaf_schema', 'lock_timeout_ms', 'parent', 'parent_name',
+          'parent_schema', 'policy', 'reason', 'rename_to'], 'the claim''s columns: typed values, no statement');
+SELECT is((SELECT count(*) FROM c1 WHERE concat_ws(' ', leaf_schema, leaf_name, parent_schema, parent_name, rename_to, reason) ~* '(alter|drop|select) '),
+    0::bigint, 'and no value is a statement');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('other', '2026-01-09 12:00+00')), 0::bigint,
     'another runner gets nothing while the claims hold');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')), 2::bigint,
@@ -60,29 +73,33 @@ SELECT is((SELECT count(*) FROM ONLY rd.events_d1) + (SELECT count(*) FROM ONLY 
     'it neither drops nor sweeps the claimed leaves');
 
 -- done, from the catalog
-SELECT is(pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass, 24), 'attached',
+SELECT is((pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass)).state, 'attached',
     'a leaf still attached (the DETACH failed) is released');
 SELECT is((SELECT count(*) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 0::bigint,
     'and nothing is counted');
-SELECT is(pgsweep.retention_detach_done('someone', 'rd.events_d1'::regclass, 24), 'other',
+SELECT is((pgsweep.retention_detach_done('someone', 'rd.events_d1'::regclass)).state, 'other',
     'a claim held by another runner is not touched');
 -- what the runner does (DETACH ... CONCURRENTLY, in a transaction here, and the rename)
 CREATE TEMP TABLE d1 AS SELECT 'rd.events_d1'::regclass::oid AS oid;
+-- the rows are the catalog's estimate: exact after ANALYZE of a small leaf
+ANALYZE rd.events_d1;
 ALTER TABLE rd.events DETACH PARTITION rd.events_d1;
 DO $$ BEGIN EXECUTE format('ALTER TABLE rd.events_d1 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM d1)); END $$;
-SELECT is(pgsweep.retention_detach_done('tap', (SELECT oid FROM d1), 24), 'detached',
-    'a leaf the runner detached and renamed is recorded');
+SELECT is((pgsweep.retention_detach_done('tap', (SELECT oid FROM d1)))::text, '(detached,24)',
+    'a leaf the runner detached and renamed is recorded, with the catalog''s estimate of its rows');
 SELECT is((SELECT row(rows_deleted, partitions_dropped, outcome)::text FROM pgsweep.retention_passes
             WHERE strategy = 'detach_concurrently'), '(24,1,drained)', 'its rows count as deleted, in a pass of its own');
+SELECT is((pgsweep.retention_detach_done('tap', (SELECT oid FROM d1)))::text, '(detached,)',
+    'recorded again (before its DROP): counted once');
 UPDATE pgsweep.retention_pass SET started_at = started_at - interval '1 hour'
  WHERE policy = 'events' AND strategy IS DISTINCT FROM 'detach_concurrently';
 SELECT ok('events' IN (SELECT pgsweep.retention_due()),
     'the policy''s own pass (an hour ago), not the detach (just now), sets when it is due next');
-SELECT is((SELECT array_agg(action || ' ' || drop_sql) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')
-            WHERE leaf = (SELECT oid FROM d1)), ARRAY['drop DROP TABLE rd.pgsweep_detached_c' || (SELECT oid FROM d1)],
-    'the renamed table is claimed again, to be dropped');
+SELECT is((SELECT array_agg(concat_ws(' ', action, leaf_schema, leaf_name, act_as)) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')
+            WHERE leaf = (SELECT oid FROM d1)), ARRAY['drop rd pgsweep_detached_c' || (SELECT oid FROM d1) || ' ' || current_user],
+    'the renamed table is claimed again, to be dropped (as the policy''s owner)');
 DO $$ BEGIN EXECUTE format('DROP TABLE rd.%I', 'pgsweep_detached_c' || (SELECT oid FROM d1)); END $$;
-SELECT is(pgsweep.retention_detach_done('tap', (SELECT oid FROM d1), NULL), 'dropped', 'then recorded as dropped');
+SELECT is((pgsweep.retention_detach_done('tap', (SELECT oid FROM d1)))::text, '(dropped,)', 'then recorded as dropped');
 SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
     'and counted once');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detaching WHERE leaf = (SELECT oid FROM d1)), 0::bigint, 'its claim is gone');
@@ -103,7 +120,7 @@ SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy
 INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
 VALUES ('rd.events_d2'::regclass, 'events', 'rd.events'::regclass, 'rd', 'events_d2',
         (SELECT relowner FROM pg_class WHERE oid = 'rd.events_d2'::regclass), 'tap', now(), now() + interval '30 seconds');
-SELECT is(pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass, 24), 'taken',
+SELECT is((pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass)).state, 'taken',
     'recorded after its DETACH failed: taken, not counted');
 SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
     'still 24 rows in all');
@@ -117,7 +134,8 @@ VALUES ((SELECT oid FROM d3), 'events', 'rd.events'::regclass, 'rd', 'events_d3'
         (SELECT relowner FROM pg_class WHERE oid = (SELECT oid FROM d3)), 'tap', now(), now() + interval '30 seconds');
 ALTER TABLE rd.events DETACH PARTITION rd.events_d3;
 DO $$ BEGIN EXECUTE format('ALTER TABLE rd.events_d3 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM d3)); END $$;
-SELECT is(pgsweep.retention_detach_done('tap', (SELECT oid FROM d3), 0), 'detached', 'another leaf detached by the runner');
+SELECT is((pgsweep.retention_detach_done('tap', (SELECT oid FROM d3)))::text, '(detached,0)',
+    'another leaf detached by the runner; never analyzed, no statistics yet: 0 rows (an estimate)');
 DO $$ BEGIN EXECUTE format('CREATE VIEW rd.keep AS SELECT * FROM rd.%I', 'pgsweep_detached_c' || (SELECT oid FROM d3)); END $$;
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00') WHERE leaf = (SELECT oid FROM d3)),
     0::bigint, 'a view on it: not claimed for DROP');
@@ -150,14 +168,43 @@ SELECT is((SELECT count(*) FROM rd.more_m2) + (SELECT count(*) FROM pg_class WHE
 SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND action = 'drop'), 0::bigint,
     'their units are closed');
 
+-- a leaf owned by another role than the policy's owner (and a parent so
+-- owned): not claimed, returned as 'skip' with the reason
+CREATE ROLE rd_other;
+CREATE TABLE rd.own (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rd.own_o1 PARTITION OF rd.own FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+CREATE TABLE rd.own_o2 PARTITION OF rd.own FOR VALUES FROM ('2026-01-02 00:00+00') TO ('2026-01-03 00:00+00');
+ALTER TABLE rd.own_o1 OWNER TO rd_other;
+SELECT pgsweep.retention_register('own', 'rd.own', 'at', '1 day');
+CREATE TEMP TABLE c2 AS SELECT * FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00') WHERE policy = 'own';
+SELECT is((SELECT array_agg(leaf_name || ' ' || action ORDER BY leaf_name) FROM c2), ARRAY['own_o1 skip', 'own_o2 detach']::text[],
+    'the other role''s leaf is skipped, the owner''s claimed');
+SELECT is((SELECT reason FROM c2 WHERE action = 'skip'),
+    format('partition rd.own_o1 is owned by rd_other, not by the policy''s owner %s: the runner acts only on its tables', current_user),
+    'the reason names the table and both roles');
+SELECT ok(NOT EXISTS (SELECT 1 FROM pgsweep.retention_detaching WHERE leaf = 'rd.own_o1'::regclass)
+          AND (SELECT act_as IS NULL AND rename_to IS NULL FROM c2 WHERE action = 'skip'),
+    'a skip is not a claim and names no role to act as');
+ALTER TABLE rd.own OWNER TO rd_other;
+ALTER TABLE rd.own_o1 OWNER TO current_user;
+SELECT is((SELECT array_agg(action || ' ' || split_part(reason, ' ', 1)) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')
+            WHERE policy = 'own' AND leaf = 'rd.own_o1'::regclass), ARRAY['skip parent'],
+    'a parent owned by another role: its leaves are skipped too');
+
+-- the rows come from the catalog, never from the caller or a scan
+SELECT is(pgsweep._retention_detach_estimate('rd.events_d9'::regclass), 0::bigint, 'no statistics yet: 0');
+ANALYZE rd.events_d9;
+SELECT is(pgsweep._retention_detach_estimate('rd.events_d9'::regclass), 24::bigint, 'after ANALYZE: the rows');
+SELECT is(pgsweep._retention_detach_estimate(0), NULL::bigint, 'no table: NULL');
+
 -- grants: the runner's functions are S_admin's, the clock overload S_owner's
 SELECT ok(has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_claim(text)', 'EXECUTE')
-          AND has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_done(text, oid, bigint)', 'EXECUTE'),
+          AND has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_done(text, oid)', 'EXECUTE'),
     'S_admin may claim and record');
 SELECT ok(NOT has_function_privilege('pgsweep_admin', 'pgsweep.retention_detach_claim(text, timestamptz)', 'EXECUTE'),
     'S_admin may not pass its own clock');
 SELECT ok(NOT has_function_privilege('pgsweep_worker', 'pgsweep.retention_detach_claim(text)', 'EXECUTE')
-          AND NOT has_function_privilege('pgsweep_monitor', 'pgsweep.retention_detach_done(text, oid, bigint)', 'EXECUTE'),
+          AND NOT has_function_privilege('pgsweep_monitor', 'pgsweep.retention_detach_done(text, oid)', 'EXECUTE'),
     'workers and monitors may not');
 
 SELECT * FROM finish();

@@ -1,0 +1,436 @@
+-- pgsweep 0.34: no SQL text from the database to the runner; its DETACH
+-- ... CONCURRENTLY, RENAME and DROP run as the policy's owner; the rows of
+-- a detached partition come from the catalog.
+--
+-- retention_detach_claim handed the Go runner SQL text to execute
+-- (count_sql, detach_sql, rename_sql, drop_sql). The count's text compared
+-- oid = integer and real >= integer, which pg_catalog has no exact operator
+-- for: a public.=(oid, integer) made by any role with CREATE on public ran
+-- as the runner (issue 23). The count also read the leaf as the runner, so
+-- the leaf owner's row-level security policy ran with the runner's rights.
+-- The claim now returns typed values (names, the role to act as, the name
+-- to rename to) and the runner builds each statement, names quoted, and
+-- runs it as the policy's owner; a leaf or parent owned by another role is
+-- returned as 'skip' with the reason, never claimed. retention_detach_done
+-- takes no row count any more: it reads the catalog's estimate itself and
+-- returns the rows it counted (retention_detach.sql). The result types
+-- change, so the functions are dropped first.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+DROP FUNCTION retention_detach_claim(text, timestamptz);
+DROP FUNCTION retention_detach_claim(text);
+DROP FUNCTION _retention_detach_claim_for(text, timestamptz, int);
+DROP FUNCTION _retention_detach_statements(oid, boolean, boolean);
+DROP FUNCTION retention_detach_done(text, oid, bigint);
+
+-- pgsweep:include functions/retention_detach.sql
+-- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY, run by
+-- the Go runner (docs/retention.md, "Partitioned tables").
+--
+-- Why: a pass removes an expired leaf with a plain DETACH, which holds an
+-- ACCESS EXCLUSIVE lock on the parent for a moment; every insert into the
+-- table in that moment waits for it (one insert a pass waited 3-4 ms in
+-- `bench cleanup --partitioned`, docs/benchmarks.md). DETACH ...
+-- CONCURRENTLY takes SHARE UPDATE EXCLUSIVE on the parent, which no insert
+-- and no query waits for, and ACCESS EXCLUSIVE on the leaf only after every
+-- transaction that could still see it has ended. PostgreSQL runs it outside
+-- any transaction block only, so neither maintain() nor retention_run
+-- (procedures, pg_cron) can: the Go runner runs it before each maintenance
+-- pass, from the claims these functions hand out. Installs run by pg_cron
+-- alone keep the pass's plain DETACH (retention_partition.sql).
+--
+-- The protocol (Client.RetentionDetachConcurrently in Go):
+--   1. retention_detach_claim(owner) claims, among the policies retention_due
+--      lists, the leaves to remove:
+--        'detach'   a droppable leaf (_retention_leaf_droppable) of a parent
+--                   without a DEFAULT partition (PostgreSQL refuses
+--                   CONCURRENTLY there: those keep the pass's DETACH), whose
+--                   policy's owner the caller can SET ROLE to (otherwise the
+--                   pass, as the policy's owner, does it);
+--        'finalize' a leaf this protocol left half-detached (a runner killed,
+--                   or its lock_timeout reached, between DETACH's two
+--                   transactions): DETACH ... FINALIZE;
+--        'drop'     a table this protocol detached (by an earlier call: the
+--                   commit of a DROP releases the files, 25-50 ms a leaf of
+--                   1,000,000 rows, CPU and I/O taken from the inserts, so
+--                   it is left out of the call that removes the rows, as
+--                   the pass does since 0.30);
+--        'skip'     not a claim: a leaf the runner would detach but that it,
+--                   or its parent, is owned by another role than the
+--                   policy's owner; reason says which (see "As whom" below).
+--      A claim is a row of retention_detaching held for the policy's
+--      lease_ttl: two runners never work on one leaf at once; one that died
+--      leaves its leaf to the next runner after the TTL.
+--   2. The runner builds each statement itself from the claim's typed
+--      values -- schema and relation names (quoted by pgx), the name to
+--      rename to, the role to act as -- and runs it as that role: SET ROLE
+--      to the policy's owner for exactly that statement, then back. No SQL
+--      text travels from the database to Go (before 0.34 the claim handed
+--      out count_sql, detach_sql, rename_sql and drop_sql, and the count's
+--      text compared oid = integer and real >= integer, which pg_catalog has
+--      no exact operator for: a public.=(oid, integer) ran as the runner).
+--      It sets lock_timeout to retention_lock_timeout, runs the DETACH (or
+--      FINALIZE) and renames the detached table pgsweep_detached_c<oid>
+--      (its name is free again at once), or the DROP, each statement in its
+--      own transaction.
+--   3. retention_detach_done(owner, leaf) records what the catalog says,
+--      whatever failed in between: a leaf out of its parent under the
+--      runner's name (or dropped) counts its rows as deleted, once, in a
+--      retention_pass of strategy 'detach_concurrently' (which retention_due
+--      does not count as the policy's pass) and stays claimed for DROP; a
+--      leaf still half-detached stays claimed for FINALIZE; a leaf still
+--      attached (lock_timeout) is released, and the pass's plain DETACH or a
+--      later claim takes it; a leaf out of its parent under another name
+--      (detached by a maintenance pass, by a DBA keeping it, or the rename
+--      failed) is released, not counted, and left in place.
+-- The pass plans nothing for a leaf that is claimed or half-detached
+-- (retention_partition.sql) and sweeps nothing that left its parent since
+-- it planned (retention_step.sql); its plain DETACH defers a leaf a runner
+-- detached or half-detached meanwhile.
+--
+-- The rows a detached leaf held are the catalog's estimate
+-- (_retention_detach_estimate), read by retention_detach_done when it
+-- records the leaf: nobody reads the leaf itself. Counting its rows would
+-- run the leaf owner's row-level security policies (with FORCE ROW LEVEL
+-- SECURITY, or for a runner that is not the owner) with the counting role's
+-- rights -- until 0.34 the runner's own -- and would read a whole partition
+-- the detach exists to avoid reading. Counting as the owner would cure the
+-- first and not the second. So the runner reports an estimate: the live
+-- tuples of the statistics, else pg_class.reltuples (exact after ANALYZE of
+-- a small leaf, autovacuum's estimate otherwise), else 0 for a leaf never
+-- analyzed whose inserts the statistics have not seen yet.
+--
+-- As whom: DETACH needs the ownership of the parent, RENAME and DROP the
+-- ownership of the leaf, so the runner runs each as the policy's owner (SET
+-- ROLE, the role retention_detach_claim names in act_as), never as itself:
+-- a superuser runner DETACHes with the policy owner's rights and no more.
+-- No code of the table's owner runs in these statements: DETACH ...
+-- CONCURRENTLY, FINALIZE, RENAME and DROP fire no trigger and no rule,
+-- evaluate no CHECK constraint (the constraint DETACH ... CONCURRENTLY adds
+-- is a copy of the partition bound, added as valid without a scan), no
+-- default, no generated column, no index expression, no domain check and
+-- no row-level security policy; event triggers belong to superusers. A leaf
+-- (or parent) owned by another role than the policy's owner is not
+-- claimed: PostgreSQL lets the parent's owner DETACH a leaf it does not own,
+-- which would act on that role's table with the policy owner's rights; the
+-- claim returns it as 'skip' with the reason, and the runner logs it. The
+-- hook suite (security_runner_hooks_test.go) proves it with a hostile
+-- table carrying every hook, for a superuser runner and for a runner role.
+
+-- _retention_detach_runner_name: the name the runner gives a table it
+-- detached, until its next call drops it (0.32). Not the pass's
+-- pgsweep_detached_<oid>: the name is the proof of who detached it, so
+-- that neither counts or drops the other's tables, and a table someone
+-- else detached (a DBA keeping it, an archive job) is never counted or
+-- dropped.
+CREATE OR REPLACE FUNCTION _retention_detach_runner_name(p_leaf oid)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgsweep_detached_c' || p_leaf::text $$;
+
+-- _retention_detach_caller: the role the caller of a SECURITY DEFINER
+-- function acts as (SET ROLE, else the login role).
+CREATE OR REPLACE FUNCTION _retention_detach_caller()
+RETURNS name
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                ELSE pg_catalog.current_setting('role')::name END
+$$;
+
+-- _retention_detach_can_act: whether p_role may SET ROLE to p_owner (the
+-- runner acts as the policy's owner for each statement). PostgreSQL 16
+-- grants SET apart from membership.
+CREATE OR REPLACE FUNCTION _retention_detach_can_act(p_role name, p_owner oid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('server_version_num')::int >= 160000
+                THEN pg_catalog.pg_has_role(p_role, p_owner, 'SET')
+                ELSE pg_catalog.pg_has_role(p_role, p_owner, 'MEMBER') END
+       -- set_config('role', 'none') means RESET ROLE: a role of that name
+       -- would have the runner act as itself
+       AND pg_catalog.pg_get_userbyid(p_owner) OPERATOR(pg_catalog.<>) 'none'::name
+$$;
+
+-- _retention_detach_estimate: the rows of a table, from the catalog (see
+-- above): the statistics' live tuples, else reltuples, else 0. Reads
+-- nothing of the table; NULL when the table is gone.
+CREATE OR REPLACE FUNCTION _retention_detach_estimate(p_table oid)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) OPERATOR(pg_catalog.>) 0::bigint
+                THEN pg_catalog.pg_stat_get_live_tuples(c.oid)
+                WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::real THEN c.reltuples::bigint
+                ELSE 0::bigint END
+      FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) p_table
+$$;
+
+-- _retention_detach_claim_for: the claims of retention_detach_claim (below),
+-- at most p_limit ('skip' rows are not claims and not counted).
+CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_caller name := _retention_detach_caller();
+    v_now timestamptz := clock_timestamp();
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_pol retention_policy;
+    v_rel regclass;
+    v_cutoff timestamptz;
+    v_c record;
+    v_n int := 0;
+    v_taken oid;
+    v_due boolean;
+    v_r record;
+BEGIN
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 THEN
+        PERFORM _retention_invalid('p_owner must be a name of 1 to 200 characters, got %s',
+                                   coalesce(pg_catalog.quote_literal(p_owner), 'NULL'));
+    END IF;
+    PERFORM _check_now('p_now', p_now);
+    -- Claims of a policy that was unregistered go with it (ON DELETE
+    -- CASCADE); expired claims whose table is gone are forgotten (a live
+    -- claim's holder may have dropped its table and not recorded it yet).
+    DELETE FROM retention_detaching d
+     WHERE d.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = d.leaf);
+    -- New leaves only of the policies that are due (the runner's pass
+    -- follows); leaves this protocol left half-detached whenever. Only
+    -- policies whose owner the caller can act as.
+    FOR v_r IN
+        WITH due AS (SELECT retention_due(p_now) AS name)
+        SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
+         WHERE (r.name IN (SELECT due.name FROM due)
+                OR EXISTS (SELECT 1 FROM retention_detaching d WHERE d.policy = r.name))
+           AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = r.table_schema AND c.relname = r.table_name AND c.relkind = 'p')
+           AND _retention_detach_can_act(v_caller, r.owner)
+         ORDER BY r.name
+    LOOP
+        v_pol := v_r.pol;
+        v_due := v_r.due;
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
+        FOR v_c IN
+            SELECT c.oid AS leaf, i.inhparent AS parent, i.inhdetachpending AS pending,
+                   n.nspname AS leaf_schema, c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name,
+                   c.relowner AS leaf_owner, p.relowner AS parent_owner
+              -- pg_partition_tree omits half-detached leaves: the claims name them
+              FROM (SELECT t.relid FROM pg_catalog.pg_partition_tree(v_rel) t WHERE t.isleaf
+                    UNION
+                    SELECT d.leaf FROM retention_detaching d WHERE d.policy = v_pol.name) x
+              JOIN pg_catalog.pg_class c ON c.oid = x.relid
+              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+              JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+              JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+              JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent
+              LEFT JOIN retention_detaching d ON d.leaf = c.oid
+             WHERE c.relkind = 'r'
+               -- free, or claimed by this owner, or a claim whose holder died
+               AND (d.leaf IS NULL OR d.owner = p_owner OR d.expires_at <= v_now)
+               AND (CASE WHEN i.inhdetachpending THEN d.leaf IS NOT NULL -- a DBA's own DETACH is left to the DBA
+                         ELSE v_due AND pt.partdefid = 0 AND _retention_leaf_droppable(v_pol, c.oid::regclass, v_cutoff)
+                              -- PostgreSQL detaches one leaf of a parent at a time
+                              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits s
+                                               WHERE s.inhparent = i.inhparent AND s.inhdetachpending) END)
+             ORDER BY i.inhdetachpending DESC, c.oid
+        LOOP
+            -- The runner acts as the policy's owner, on that role's own
+            -- tables only (see "As whom" above).
+            IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
+                policy := v_pol.name;
+                leaf := v_c.leaf;
+                parent := v_c.parent;
+                action := 'skip';
+                leaf_schema := v_c.leaf_schema;
+                leaf_name := v_c.leaf_name;
+                parent_schema := v_c.parent_schema;
+                parent_name := v_c.parent_name;
+                rename_to := NULL;
+                act_as := NULL;
+                lock_timeout_ms := NULL;
+                reason := pg_catalog.format('%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
+                    pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
+                    pg_catalog.pg_get_userbyid(v_pol.owner));
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            EXIT WHEN v_n >= p_limit;
+            INSERT INTO retention_detaching AS d (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner,
+                                                  began_at, expires_at)
+            VALUES (v_c.leaf, v_pol.name, v_c.parent, v_c.leaf_schema, v_c.leaf_name, v_c.leaf_owner, p_owner,
+                    v_now, v_now + v_pol.lease_ttl)
+            ON CONFLICT ON CONSTRAINT retention_detaching_pkey DO UPDATE
+               SET owner = excluded.owner, expires_at = excluded.expires_at
+             WHERE d.owner = excluded.owner OR d.expires_at <= v_now
+            RETURNING d.leaf INTO v_taken;
+            -- another runner claimed it since the list was read
+            CONTINUE WHEN v_taken IS NULL;
+            v_taken := NULL;
+            v_n := v_n + 1;
+            policy := v_pol.name;
+            leaf := v_c.leaf;
+            parent := v_c.parent;
+            action := CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END;
+            leaf_schema := v_c.leaf_schema;
+            leaf_name := v_c.leaf_name;
+            parent_schema := v_c.parent_schema;
+            parent_name := v_c.parent_name;
+            rename_to := _retention_detach_runner_name(v_c.leaf);
+            act_as := pg_catalog.pg_get_userbyid(v_pol.owner);
+            lock_timeout_ms := v_timeout;
+            reason := NULL;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    -- Tables this protocol detached and renamed (earlier calls): dropped
+    -- now. Only a table under the runner's name (the proof that its DETACH
+    -- and rename succeeded), that the policy's owner still owns, whose owner
+    -- the caller can act as, and that nothing outside it depends on (a view
+    -- made on it since: DROP would fail every call): such a table is left
+    -- in place, its claim closed, a NOTICE names it, as the pass does.
+    FOR v_c IN
+        SELECT d.leaf, d.policy, d.parent, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
+               (c.relname = _retention_detach_runner_name(d.leaf) AND NOT c.relispartition
+                AND c.relowner = r.owner
+                AND NOT _retention_depended_on(c.oid)) AS droppable
+          FROM retention_detaching d
+          JOIN pg_catalog.pg_class c ON c.oid = d.leaf
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+          JOIN retention_policy r ON r.name = d.policy
+         WHERE c.relkind = 'r' AND NOT c.relispartition
+           AND (d.owner = p_owner OR d.expires_at <= v_now)
+           AND _retention_detach_can_act(v_caller, r.owner)
+         ORDER BY d.leaf
+           FOR UPDATE OF d SKIP LOCKED
+    LOOP
+        IF NOT v_c.droppable THEN
+            RAISE NOTICE 'retention policy %: the detached partition % is left in place', v_c.policy, v_c.leaf::regclass::text;
+            DELETE FROM retention_detaching d WHERE d.leaf = v_c.leaf;
+            CONTINUE;
+        END IF;
+        EXIT WHEN v_n >= p_limit;
+        SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
+        UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
+        v_n := v_n + 1;
+        policy := v_c.policy;
+        leaf := v_c.leaf;
+        parent := v_c.parent;
+        action := 'drop';
+        leaf_schema := v_c.leaf_schema;
+        leaf_name := v_c.leaf_name;
+        parent_schema := NULL;
+        parent_name := NULL;
+        rename_to := NULL;
+        act_as := pg_catalog.pg_get_userbyid(v_c.pol_owner);
+        lock_timeout_ms := v_timeout;
+        reason := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- retention_detach_claim: what the Go runner detaches concurrently now (see
+-- above), at most 64 leaves; p_owner names the runner (1-200 characters).
+-- Typed values only: the runner builds each statement from them. The p_now
+-- overload is for tests (S_owner only).
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, p_now, 64) $$;
+
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, NULL, 64) $$;
+
+-- retention_detach_done records a claimed leaf from the catalog (see
+-- above) and returns its state: 'dropped', 'detached' (out of its parent,
+-- not dropped yet: claimed again for DROP), 'pending' (half-detached:
+-- claimed again for FINALIZE), 'attached' (released) or 'taken' (a
+-- maintenance pass detached it first: released, not counted); and rows,
+-- the rows this call counted as deleted (the catalog's estimate,
+-- _retention_detach_estimate), NULL when it counted nothing: a leaf is
+-- counted once, when it is first found out of its parent under the
+-- runner's name. A claim held by another owner, or a caller that cannot act
+-- as the policy's owner, changes nothing ('other').
+CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, OUT state text, OUT rows bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_d retention_detaching;
+    v_pol retention_policy;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    SELECT * INTO v_d FROM retention_detaching d WHERE d.leaf = p_leaf FOR UPDATE;
+    IF FOUND THEN
+        SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_d.policy;
+    END IF;
+    -- only the claim's holder, able to act as the policy's owner, records it
+    IF NOT FOUND OR v_d.owner IS DISTINCT FROM p_owner
+       OR NOT _retention_detach_can_act(_retention_detach_caller(), v_pol.owner) THEN
+        state := 'other';
+        RETURN;
+    END IF;
+    SELECT CASE WHEN c.oid IS NULL THEN 'dropped'
+                WHEN i.inhdetachpending THEN 'pending'
+                WHEN i.inhrelid IS NOT NULL THEN 'attached'
+                -- out of its parent under the runner's name: its DETACH and
+                -- rename succeeded
+                WHEN c.relname = _retention_detach_runner_name(p_leaf)
+                     AND n.nspname = v_d.leaf_schema THEN 'detached'
+                -- detached by someone else (a maintenance pass, which
+                -- renamed it pgsweep_detached_<oid> and counts it; a DBA
+                -- keeping the table), or the runner's rename failed: not
+                -- counted, never dropped by the runner
+                ELSE 'taken' END
+      INTO state
+      FROM (SELECT p_leaf AS oid) x
+      LEFT JOIN pg_catalog.pg_class c ON c.oid = x.oid
+      LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.oid;
+    IF state IN ('dropped', 'detached') AND NOT v_d.counted THEN
+        -- a table dropped before it was recorded: its rows are unknown (0);
+        -- the runner records a table before it drops it
+        rows := coalesce(_retention_detach_estimate(p_leaf), 0);
+        INSERT INTO retention_pass (policy, owner, mode, pid, backend_start, started_at, deadline, last_batch_at,
+                                    finished_at, rows_deleted, batches, units, partitions_dropped, strategy, outcome)
+        VALUES (v_d.policy, p_owner, v_pol.mode, pg_catalog.pg_backend_pid(),
+                (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
+                v_d.began_at, v_d.expires_at, v_now, v_now, rows, 1, 1, 1, 'detach_concurrently', 'drained');
+    END IF;
+    IF state = 'taken' AND NOT v_d.counted THEN
+        RAISE NOTICE 'retention policy %: partition %.% was detached by someone else (or could not be renamed): left in place',
+            v_d.policy, v_d.leaf_schema, v_d.leaf_name;
+    END IF;
+    IF state IN ('dropped', 'attached', 'taken') THEN
+        DELETE FROM retention_detaching d WHERE d.leaf = p_leaf;
+    ELSE
+        UPDATE retention_detaching d SET counted = d.counted OR state = 'detached' WHERE d.leaf = p_leaf;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_detach.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
