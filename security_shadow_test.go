@@ -20,6 +20,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -402,6 +405,58 @@ func TestShadowDecoys(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	// The tern CLI runs its own unqualified lock query (SELECT
+	// pg_advisory_lock($1), untyped): docs/security.md tells a DBA to connect
+	// it with search_path=pg_catalog,pg_temp. Without it, it resolves to a
+	// decoy (the text one wins an untyped parameter; pgx then cannot even
+	// encode the key); with it, the install runs and no decoy does.
+	ternSchema := "tern_" + strings.TrimPrefix(s.cfg.Database, "pgsweep_shadow_")
+	t.Cleanup(func() { pgtest.DropSchema(t, s.url, ternSchema) })
+	tern := func(t *testing.T, connString string) ([]byte, error) {
+		conf, err := os.ReadFile("migrations/tern.conf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		confPath := filepath.Join(t.TempDir(), "tern.conf")
+		if err := os.WriteFile(confPath, []byte(strings.ReplaceAll(string(conf), "pgsweep", ternSchema)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.exec(t, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{ternSchema}.Sanitize())
+		return exec.CommandContext(ctx, "go", "tool", "tern", "migrate", "--migrations", "migrations",
+			"--config", confPath, "--conn-string", connString).CombinedOutput()
+	}
+	t.Run("control: tern CLI without search_path", func(t *testing.T) {
+		if out, err := tern(t, s.url); err == nil || !strings.Contains(string(out), "pg_advisory_lock") && !strings.Contains(string(out), "OID 25") && !strings.Contains(string(out), "shadow decoy") {
+			t.Errorf("tern CLI with the default search_path: %v\n%s\nwant its lock query to reach a decoy", err, out)
+		}
+	})
+	s.step(t, "tern CLI with the documented search_path", func(t *testing.T) {
+		if out, err := tern(t, withSearchPath(s.url)); err != nil {
+			t.Fatalf("tern migrate: %v\n%s", err, out)
+		}
+		v, err := pgsweep.CurrentVersion(ctx, s.conn(t), ternSchema)
+		if err != nil || v != pgsweep.LatestVersion() {
+			t.Fatalf("tern CLI install at version %d (%v), want %d", v, err, pgsweep.LatestVersion())
+		}
+		if _, err := pgsweep.Uninstall(ctx, s.conn(t), ternSchema, pgsweep.UninstallOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// withSearchPath adds search_path=pg_catalog,pg_temp to connection string
+// u (a URL or a key=value DSN): how docs/security.md tells a DBA to connect
+// the tern CLI.
+func withSearchPath(u string) string {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "search_path=pg_catalog,pg_temp"
+	}
+	return u + " search_path=pg_catalog,pg_temp"
 }
 
 // shadowClientVerbs calls every Client verb once.

@@ -38,6 +38,7 @@ func URL(t testing.TB) string {
 		}
 		t.Skipf("no test database: %v (set TEST_DATABASE_URL or run `make db`)", urlErr)
 	}
+	watchDecoys(t, urlVal)
 	return urlVal
 }
 
