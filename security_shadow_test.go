@@ -269,6 +269,9 @@ func TestShadowDecoys(t *testing.T) {
 		}
 	})
 
+	// Registered before the first step: the install's roles are the
+	// cluster's, and outlive the database.
+	t.Cleanup(func() { pgtest.DropSchema(t, s.url, schema) })
 	if !s.step(t, "migrate", func(t *testing.T) {
 		res, err := pgsweep.Migrate(ctx, s.conn(t), schema)
 		if err != nil || res.To != pgsweep.LatestVersion() {
@@ -277,7 +280,6 @@ func TestShadowDecoys(t *testing.T) {
 	}) {
 		t.FailNow()
 	}
-	t.Cleanup(func() { pgtest.DropSchema(t, s.url, schema) })
 	s.step(t, "migrate again", func(t *testing.T) {
 		res, err := pgsweep.Migrate(ctx, s.conn(t), schema)
 		if err != nil || res.From != res.To || res.To != pgsweep.LatestVersion() {
