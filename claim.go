@@ -46,7 +46,7 @@ func (c *Client) ClaimIDs(ctx context.Context, queue, owner string, ids []int64,
 		c.fn("claim_ids") + "($1, $2, $3, $4)"
 	if bs, ok := c.genericPlanSender(); ok && len(ids) <= claimIDsGenericMax {
 		b := &pgx.Batch{}
-		b.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+		b.Queue("SELECT pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)")
 		b.Queue(q, queue, owner, ids, leaseArg(lease))
 		br := bs.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
@@ -345,7 +345,7 @@ func (c *Client) QueueRecover(ctx context.Context, queue string, batch int) (Rec
 // QueueStats reads the queue_stats view, ordered by queue.
 func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
 	rows, err := c.db.Query(ctx, "SELECT queue, kind, pending, processing, failed, processed, dead, "+
-		"coalesce(extract(epoch FROM oldest_pending_age), 0)::float8, paused, lanes, blocked_lanes FROM "+c.q+".queue_stats ORDER BY queue")
+		"coalesce(extract(epoch FROM oldest_pending_age), 0)::pg_catalog.float8, paused, lanes, blocked_lanes FROM "+c.q+".queue_stats ORDER BY queue")
 	if err != nil {
 		return nil, wrapErr("queue_stats", err)
 	}

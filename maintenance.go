@@ -72,7 +72,7 @@ func (c *Client) MaintenancePasses(ctx context.Context, limit int) ([]Maintenanc
 // false when owner has none.
 func (c *Client) LatestMaintenancePass(ctx context.Context, owner string) (MaintenancePass, bool, error) {
 	p, err := scanMaintenancePass(c.db.QueryRow(ctx, maintenancePassColumns+c.fn("maintenance_passes")+
-		" WHERE owner = $1 ORDER BY id DESC LIMIT 1", owner))
+		" WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.text ORDER BY id DESC LIMIT 1", owner))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MaintenancePass{}, false, nil
 	}
@@ -102,13 +102,15 @@ func (c *Client) MaintenanceProgress(ctx context.Context, owner string) (Mainten
 	var m MaintenanceProgress
 	var expiry *time.Time
 	err := c.db.QueryRow(ctx, `WITH p AS (SELECT id, started_at FROM `+c.fn("maintenance_passes")+`
-		 WHERE owner = $1 ORDER BY id DESC LIMIT 1)
-		SELECT coalesce((SELECT id FROM p), 0),
-		       (SELECT coalesce(sum(steps), 0) + count(finished_at) FROM `+c.fn("maintenance_runs")+`
-		         WHERE pass_id = (SELECT id FROM p))::bigint,
-		       (SELECT coalesce(sum(batches), 0) FROM `+c.fn("retention_passes")+`
-		         WHERE owner = $1 AND started_at >= (SELECT started_at FROM p))::bigint,
-		       (SELECT max(expires_at) FROM `+c.fn("leases")+` WHERE owner = $1)`, owner).
+		 WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.text ORDER BY id DESC LIMIT 1)
+		SELECT coalesce((SELECT id FROM p), 0::pg_catalog.int8),
+		       (SELECT coalesce(pg_catalog.sum(steps), 0::pg_catalog.int8) OPERATOR(pg_catalog.+) pg_catalog.count(finished_at)
+		          FROM `+c.fn("maintenance_runs")+`
+		         WHERE pass_id OPERATOR(pg_catalog.=) (SELECT id FROM p))::pg_catalog.int8,
+		       (SELECT coalesce(pg_catalog.sum(batches), 0::pg_catalog.int8) FROM `+c.fn("retention_passes")+`
+		         WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.text
+		           AND started_at OPERATOR(pg_catalog.>=) (SELECT started_at FROM p))::pg_catalog.int8,
+		       (SELECT pg_catalog.max(expires_at) FROM `+c.fn("leases")+` WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.text)`, owner).
 		Scan(&m.Pass, &m.Steps, &m.Batches, &expiry)
 	if expiry != nil {
 		m.LeaseExpiry = *expiry
@@ -119,7 +121,7 @@ func (c *Client) MaintenanceProgress(ctx context.Context, owner string) (Mainten
 // OwnerLeases lists the names of the leases owner holds or held last
 // (live or not), ordered by name, without releasing them.
 func (c *Client) OwnerLeases(ctx context.Context, owner string) ([]string, error) {
-	rows, err := c.db.Query(ctx, "SELECT name FROM "+c.fn("leases")+" WHERE owner = $1 ORDER BY name", owner)
+	rows, err := c.db.Query(ctx, "SELECT name FROM "+c.fn("leases")+" WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.text ORDER BY name", owner)
 	if err != nil {
 		return nil, wrapErr("leases", err)
 	}
@@ -131,7 +133,7 @@ func (c *Client) OwnerLeases(ctx context.Context, owner string) ([]string, error
 // trip: for each name, the value set with setting_set, or its default, in
 // the order of names. An unknown name is an *Error that Is ErrInvalidArgument.
 func (c *Client) SettingIntervals(ctx context.Context, names ...string) ([]time.Duration, error) {
-	rows, err := c.db.Query(ctx, "SELECT "+c.fn("setting_interval")+"(n) FROM unnest($1::text[]) WITH ORDINALITY t(n, i) ORDER BY i", names)
+	rows, err := c.db.Query(ctx, "SELECT "+c.fn("setting_interval")+"(n) FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY t(n, i) ORDER BY i", names)
 	if err != nil {
 		return nil, wrapErr("setting_interval", err)
 	}
@@ -144,20 +146,22 @@ func (c *Client) SettingIntervals(ctx context.Context, names ...string) ([]time.
 // from a later one a restarted server gave the same pid.
 func (c *Client) BackendStart(ctx context.Context) (time.Time, error) {
 	var t time.Time
-	err := c.db.QueryRow(ctx, "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&t)
+	err := c.db.QueryRow(ctx, "SELECT backend_start FROM pg_catalog.pg_stat_activity WHERE pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()").Scan(&t)
 	return t, wrapErr("backend_start", err)
 }
 
 // backendMatch selects another session by pid and, when start is not nil, by
 // its start time.
-const backendMatch = " FROM pg_stat_activity WHERE pid = $1 AND pid <> pg_backend_pid() AND ($2::timestamptz IS NULL OR backend_start = $2)"
+const backendMatch = " FROM pg_catalog.pg_stat_activity WHERE pid OPERATOR(pg_catalog.=) $1::pg_catalog.int4" +
+	" AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()" +
+	" AND ($2::pg_catalog.timestamptz IS NULL OR backend_start OPERATOR(pg_catalog.=) $2::pg_catalog.timestamptz)"
 
 // BackendAlive tells whether the session pid (started at start, when not
 // nil) is still connected: a runner waits for the backend of a pass it gave
 // up on before it records that pass as failed.
 func (c *Client) BackendAlive(ctx context.Context, pid uint32, start *time.Time) (bool, error) {
 	var n int
-	err := c.db.QueryRow(ctx, "SELECT count(*)"+backendMatch, int64(pid), start).Scan(&n)
+	err := c.db.QueryRow(ctx, "SELECT pg_catalog.count(*)"+backendMatch, int64(pid), start).Scan(&n)
 	return n > 0, wrapErr("pg_stat_activity", err)
 }
 
@@ -165,6 +169,6 @@ func (c *Client) BackendAlive(ctx context.Context, pid uint32, start *time.Time)
 // with pg_terminate_backend. The role needs the right to signal it (the same
 // role, or pg_signal_backend).
 func (c *Client) TerminateBackend(ctx context.Context, pid uint32, start *time.Time) error {
-	_, err := c.db.Exec(ctx, "SELECT pg_terminate_backend(pid)"+backendMatch, int64(pid), start)
+	_, err := c.db.Exec(ctx, "SELECT pg_catalog.pg_terminate_backend(pid)"+backendMatch, int64(pid), start)
 	return wrapErr("pg_terminate_backend", err)
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/tern/v2/migrate"
 )
 
@@ -21,9 +22,12 @@ const DefaultSchema = "pgsweep"
 const VersionTable = "schema_version"
 
 // migrateLockKey serialises pgsweep migrations of every schema in a database.
-// tern takes its own advisory lock too, but only after it has created the
-// version table, and that needs the schema to exist first.
 const migrateLockKey = int64(0x7067737765657031) // "pgsweep1"
+
+// ternLockKey is the advisory lock the tern CLI holds while it migrates
+// (tern's migrate.lockNum): Migrate holds it too, so that a tern CLI install
+// and pgsweep migrate of the same database wait for each other.
+const ternLockKey = int64(9628173550095224)
 
 var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -125,7 +129,7 @@ func CurrentVersion(ctx context.Context, db DBTX, schema string) (int32, error) 
 	}
 	var v int32
 	var exists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+VersionTable).Scan(&exists); err != nil {
+	if err := db.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL`, schema+"."+VersionTable).Scan(&exists); err != nil {
 		return 0, fmt.Errorf("read version: %w", err)
 	}
 	if !exists {
@@ -144,6 +148,12 @@ func CurrentVersion(ctx context.Context, db DBTX, schema string) (int32, error) 
 // from many processes at once (they serialise on an advisory lock) and a
 // no-op when the schema is current. Each migration runs in its own
 // transaction.
+//
+// Every statement it sends is immune to the connection's search_path (see
+// SafeSearchPath): tern renders the migrations, but Migrate applies them
+// itself, keeping tern's version table, because tern's own statements
+// (its advisory lock, after a RESET ALL) resolve names through the
+// session's search_path.
 func Migrate(ctx context.Context, conn *pgx.Conn, schema string) (MigrateResult, error) {
 	return MigrateTo(ctx, conn, schema, -1)
 }
@@ -156,14 +166,16 @@ func MigrateTo(ctx context.Context, conn *pgx.Conn, schema string, version int32
 	if err := ValidateSchema(schema); err != nil {
 		return MigrateResult{}, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
-		return MigrateResult{}, fmt.Errorf("migrate lock: %w", err)
+	for _, key := range []int64{migrateLockKey, ternLockKey} {
+		if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1::pg_catalog.int8)", key); err != nil {
+			return MigrateResult{}, fmt.Errorf("migrate lock: %w", err)
+		}
+		defer func() {
+			// A failed unlock leaves the lock to the session's end; the
+			// caller's error, if any, is the more useful one.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_catalog.pg_advisory_unlock($1::pg_catalog.int8)", key)
+		}()
 	}
-	defer func() {
-		// A failed unlock leaves the lock to the session's end; the
-		// caller's error, if any, is the more useful one.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey)
-	}()
 
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return MigrateResult{}, fmt.Errorf("create schema %s: %w", schema, err)
@@ -171,19 +183,27 @@ func MigrateTo(ctx context.Context, conn *pgx.Conn, schema string, version int32
 	// On Citus a migration changes distributed tables and functions in one
 	// transaction, which needs sequential shard commands (Citus refuses
 	// function DDL after a parallel ALTER TABLE on the shards). Elsewhere the
-	// setting is an unused placeholder. Session level: tern runs each
-	// migration in its own transaction on this connection.
+	// setting is an unused placeholder. Session level: each migration runs
+	// in its own transaction on this connection.
 	if _, err := conn.Exec(ctx, "SET citus.multi_shard_modify_mode TO 'sequential'"); err != nil {
 		return MigrateResult{}, fmt.Errorf("migrate %s: %w", schema, err)
 	}
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET citus.multi_shard_modify_mode") }()
-	m, err := loadMigrator(ctx, conn, schema)
+	m, err := loadMigrator(ctx, nil, schema)
 	if err != nil {
 		return MigrateResult{}, err
 	}
-	from, err := m.GetCurrentVersion(ctx)
+	vt := pgx.Identifier{schema, VersionTable}.Sanitize()
+	// tern's version table: one row, the number of the last migration applied.
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+vt+" (version pg_catalog.int4 NOT NULL)"); err != nil {
+		return MigrateResult{}, fmt.Errorf("prepare version table %s: %w", vt, err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO "+vt+" (version) SELECT 0 WHERE NOT EXISTS (SELECT FROM "+vt+")"); err != nil {
+		return MigrateResult{}, fmt.Errorf("prepare version table %s: %w", vt, err)
+	}
+	from, err := CurrentVersion(ctx, conn, schema)
 	if err != nil {
-		return MigrateResult{}, fmt.Errorf("read version: %w", err)
+		return MigrateResult{}, err
 	}
 	target := version
 	if target < 0 {
@@ -193,14 +213,38 @@ func MigrateTo(ctx context.Context, conn *pgx.Conn, schema string, version int32
 		return MigrateResult{From: from, To: from}, fmt.Errorf("migrate %s: target version %d is outside %d (installed) to %d (latest)",
 			schema, target, from, len(m.Migrations))
 	}
-	if err := m.MigrateTo(ctx, target); err != nil {
-		return MigrateResult{From: from}, fmt.Errorf("migrate %s: %w", schema, describeMigrationErr(err))
+	for v := from; v < target; v++ {
+		if err := applyMigration(ctx, conn, vt, m.Migrations[v]); err != nil {
+			return MigrateResult{From: from}, fmt.Errorf("migrate %s: %w", schema, describeMigrationErr(err))
+		}
 	}
-	to, err := m.GetCurrentVersion(ctx)
+	to, err := CurrentVersion(ctx, conn, schema)
 	if err != nil {
-		return MigrateResult{From: from}, fmt.Errorf("read version: %w", err)
+		return MigrateResult{From: from}, err
 	}
 	return MigrateResult{From: from, To: to}, nil
+}
+
+// applyMigration runs one migration and records its number in the version
+// table vt, in one transaction, as tern does (its errors are tern's
+// MigrationPgError).
+func applyMigration(ctx context.Context, conn *pgx.Conn, vt string, mg *migrate.Migration) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, mg.UpSQL); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return migrate.MigrationPgError{MigrationName: mg.Name, Sql: mg.UpSQL, PgError: pgErr}
+		}
+		return fmt.Errorf("migration %s: %w", mg.Name, err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+vt+" SET version = $1::pg_catalog.int4", mg.Sequence); err != nil {
+		return fmt.Errorf("migration %s: record version: %w", mg.Name, err)
+	}
+	return tx.Commit(ctx)
 }
 
 // describeMigrationErr keeps tern's location information but drops the full

@@ -127,7 +127,8 @@ func TestMigrateRejectsBadSchema(t *testing.T) {
 }
 
 // A DBA installing with the tern CLI alone gets exactly what pgsweep migrate
-// installs.
+// installs, connecting as docs/security.md ("Installing with the tern CLI")
+// says: with search_path=pg_catalog,pg_temp.
 func TestTernCLIMatchesMigrate(t *testing.T) {
 	ref := pgtest.New(t, 1)
 	url := ref.URL
@@ -150,7 +151,7 @@ func TestTernCLIMatchesMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, "go", "tool", "tern", "migrate",
-		"--migrations", "migrations", "--config", confPath, "--conn-string", url)
+		"--migrations", "migrations", "--config", confPath, "--conn-string", withSearchPath(url))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("tern migrate: %v\n%s", err, out)

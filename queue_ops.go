@@ -69,7 +69,7 @@ func (c *Client) LaneSkip(ctx context.Context, queue, lane string) (bool, error)
 // need an operator first: blocked lanes, then the lanes whose head is oldest.
 func (c *Client) LaneStats(ctx context.Context, queue string, limit int) ([]LaneStats, error) {
 	rows, err := c.db.Query(ctx, "SELECT queue, lane, waiting, head_id, head_attempt, head_state, "+
-		"coalesce(extract(epoch FROM oldest_age), 0)::float8 FROM "+c.fn("lane_stats")+"($1, $2)", queue, limit)
+		"coalesce(extract(epoch FROM oldest_age), 0)::pg_catalog.float8 FROM "+c.fn("lane_stats")+"($1, $2)", queue, limit)
 	if err != nil {
 		return nil, wrapErr("lane_stats", err)
 	}

@@ -174,7 +174,7 @@ func (c *Client) RetentionRegister(ctx context.Context, p RetentionPolicy) error
 	if p.Statuses != nil {
 		statuses = p.Statuses
 	}
-	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_register")+"($1, $2::text, $3, $4, $5, $6, $7, $8, $9)",
+	_, err := c.db.Exec(ctx, "SELECT "+c.fn("retention_register")+"($1, $2::pg_catalog.text, $3, $4, $5, $6, $7, $8, $9)",
 		p.Name, p.Table, p.TimeColumn, olderThan, nullIfEmpty(p.StatusColumn), statuses, batch, mode, interval)
 	return wrapErr("retention_register", err)
 }
@@ -254,7 +254,7 @@ func (c *Client) RetentionRun(ctx context.Context, name, owner string, budget ti
 	if id == nil {
 		return RetentionPass{}, false, nil
 	}
-	ps, err := c.retentionPasses(ctx, db, "id = $1", *id)
+	ps, err := c.retentionPasses(ctx, db, "id OPERATOR(pg_catalog.=) $1::pg_catalog.int8", *id)
 	if err != nil {
 		return RetentionPass{}, false, err
 	}
@@ -285,7 +285,7 @@ func (c *Client) retentionPasses(ctx context.Context, db DBTX, where string, arg
 
 // RetentionPasses lists the recorded passes of policy name, oldest first.
 func (c *Client) RetentionPasses(ctx context.Context, name string) ([]RetentionPass, error) {
-	return c.retentionPasses(ctx, c.db, "policy = $1", name)
+	return c.retentionPasses(ctx, c.db, "policy OPERATOR(pg_catalog.=) $1::pg_catalog.text", name)
 }
 
 // RetentionPolicies lists every policy with its last pass, ordered by name.
@@ -307,7 +307,7 @@ func (c *Client) RetentionPolicies(ctx context.Context) ([]RetentionStatus, erro
 	}
 	for i := range ss {
 		p, err := scanPass(c.db.QueryRow(ctx, "SELECT "+passColumns+" FROM "+c.q+
-			".retention_passes WHERE policy = $1 ORDER BY id DESC LIMIT 1", ss[i].Name))
+			".retention_passes WHERE policy OPERATOR(pg_catalog.=) $1::pg_catalog.text ORDER BY id DESC LIMIT 1", ss[i].Name))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:

@@ -93,10 +93,10 @@ func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]i
 			lanes[i] = &l
 		}
 	}
-	sql := "SELECT " + c.fn("send_batch") + "($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::timestamptz[])"
+	sql := "SELECT " + c.fn("send_batch") + "($1, $2::pg_catalog.jsonb[], $3::pg_catalog.jsonb[], $4::pg_catalog.text[], $5::pg_catalog.timestamptz[])"
 	args := []any{queue, payloads, headers, keys, at}
 	if lanes != nil {
-		sql = "SELECT " + c.fn("send_batch") + "($1, $2::jsonb[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::text[])"
+		sql = "SELECT " + c.fn("send_batch") + "($1, $2::pg_catalog.jsonb[], $3::pg_catalog.jsonb[], $4::pg_catalog.text[], $5::pg_catalog.timestamptz[], $6::pg_catalog.text[])"
 		args = append(args, lanes)
 	}
 	rows, err := c.db.Query(ctx, sql, args...)

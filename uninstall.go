@@ -158,16 +158,16 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	exists := func(name string) (bool, error) {
 		var ok bool
-		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, q(name)).Scan(&ok)
+		err := tx.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL`, q(name)).Scan(&ok)
 		return ok, err
 	}
 
 	// Not while a migration of any schema runs (they take the same lock).
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int8)", migrateLockKey); err != nil {
 		return fmt.Errorf("uninstall %s: migrate lock: %w", schema, err)
 	}
 	var schemaExists bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&schemaExists); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name)`, schema).Scan(&schemaExists); err != nil {
 		return fmt.Errorf("uninstall %s: %w", schema, err)
 	}
 	if !schemaExists {
@@ -203,17 +203,19 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 			}
 		}
 		c := &res.Messages
-		if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'pending' AND visible_at <= now()),
-		        count(*) FILTER (WHERE status = 'processing'),
-		        count(*) FILTER (WHERE status = 'pending' AND visible_at > now()),
-		        count(*) FILTER (WHERE status = 'failed')
+		if err := tx.QueryRow(ctx, `SELECT pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
+		                                       AND visible_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+		        pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text),
+		        pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
+		                                       AND visible_at OPERATOR(pg_catalog.>) pg_catalog.now()),
+		        pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) 'failed'::pg_catalog.text)
 		   FROM `+q("message")).Scan(&c.Pending, &c.InFlight, &c.Scheduled, &c.Retrying); err != nil {
 			return fmt.Errorf("uninstall %s: count messages: %w", schema, err)
 		}
 		if ok, err := exists("message_dead"); err != nil {
 			return fmt.Errorf("uninstall %s: %w", schema, err)
 		} else if ok {
-			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+q("message_dead")).Scan(&c.Dead); err != nil {
+			if err := tx.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM "+q("message_dead")).Scan(&c.Dead); err != nil {
 				return fmt.Errorf("uninstall %s: count dead letters: %w", schema, err)
 			}
 		}
@@ -225,7 +227,7 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 	// The pg_cron job, when pg_cron is in this database: the name is
 	// cron_job_name()'s, computed here so that it works on every version.
 	var cron bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron')`).Scan(&cron); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_cron'::pg_catalog.name)`).Scan(&cron); err != nil {
 		return fmt.Errorf("uninstall %s: %w", schema, err)
 	}
 	if cron {
@@ -234,7 +236,7 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 		// leaves it failing every minute: say so instead.
 		var usage bool
 		var me string
-		if err := tx.QueryRow(ctx, `SELECT has_schema_privilege('cron', 'USAGE'), current_user`).Scan(&usage, &me); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT pg_catalog.has_schema_privilege('cron'::pg_catalog.text, 'USAGE'::pg_catalog.text), current_user`).Scan(&usage, &me); err != nil {
 			return fmt.Errorf("uninstall %s: %w", schema, err)
 		}
 		if !usage {
@@ -244,15 +246,18 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 				me, schema, pgx.Identifier{schema}.Sanitize())
 		}
 		rows, err := tx.Query(ctx, `SELECT jobid FROM cron.job
-		  WHERE database = current_database()
-		    AND jobname = (SELECT CASE WHEN octet_length(n) <= 63 THEN n ELSE left(n, 54) || ':' || left(md5(n), 8) END
-		                     FROM (SELECT 'pgsweep-maintain:' || $1::text AS n) x)
+		  WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database()::pg_catalog.text
+		    AND jobname OPERATOR(pg_catalog.=) (
+		        SELECT CASE WHEN pg_catalog.octet_length(n) OPERATOR(pg_catalog.<=) 63 THEN n
+		                    ELSE pg_catalog.left(n, 54) OPERATOR(pg_catalog.||) ':'::pg_catalog.text
+		                         OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.md5(n), 8) END
+		          FROM (SELECT 'pgsweep-maintain:'::pg_catalog.text OPERATOR(pg_catalog.||) $1::pg_catalog.text AS n) x)
 		  ORDER BY jobid`, schema)
 		if res.CronJobs, err = collect[int64](rows, err); err != nil {
 			return fmt.Errorf("uninstall %s: read pg_cron jobs: %w", schema, err)
 		}
 		for _, id := range res.CronJobs {
-			res.SQL = append(res.SQL, fmt.Sprintf("SELECT cron.unschedule(%d::bigint)", id))
+			res.SQL = append(res.SQL, fmt.Sprintf("SELECT cron.unschedule(%d::pg_catalog.int8)", id))
 		}
 	}
 
@@ -263,11 +268,13 @@ func planUninstall(ctx context.Context, tx pgx.Tx, res *UninstallResult, opts Un
 	if err != nil {
 		return fmt.Errorf("uninstall %s: %w", schema, err)
 	}
-	roleQuery := `SELECT rolname, false FROM pg_roles WHERE rolname = ANY ($1) ORDER BY 1`
+	roleQuery := `SELECT rolname, false FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.name[]) ORDER BY 1`
 	if ok {
-		roleQuery = `SELECT r.rolname, EXISTS (SELECT 1 FROM ` + q("installed_role") + ` i WHERE i.role_name = r.rolname)
-		   FROM pg_roles r
-		  WHERE r.rolname = ANY ($1) OR r.rolname IN (SELECT role_name FROM ` + q("installed_role") + `)
+		roleQuery = `SELECT r.rolname, EXISTS (SELECT FROM ` + q("installed_role") + ` i
+		                           WHERE i.role_name OPERATOR(pg_catalog.=) r.rolname::pg_catalog.text)
+		   FROM pg_catalog.pg_roles r
+		  WHERE r.rolname OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.name[])
+		     OR r.rolname::pg_catalog.text OPERATOR(pg_catalog.=) ANY (SELECT role_name FROM ` + q("installed_role") + `)
 		  ORDER BY 1`
 	}
 	rows, err := tx.Query(ctx, roleQuery, RoleNames(schema))

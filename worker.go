@@ -103,6 +103,7 @@ func NewWorker(pool *pgxpool.Pool, h Handler, opts WorkerOptions) (*Worker, erro
 		// process's backend must not linger (the pool's connections are the
 		// application's: see SetConnectionCheckInterval).
 		SetConnectionCheckInterval(cfg, DefaultConnectionCheckInterval)
+		PinSearchPath(cfg)
 		return pgx.ConnectConfig(ctx, cfg)
 	}
 	return newWorker(pool, connect, h, opts)

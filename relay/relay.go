@@ -786,6 +786,7 @@ func (r *Relay) listen(ctx context.Context) {
 		err := func() error {
 			cfg := r.pool.Config().ConnConfig.Copy()
 			pgsweep.SetConnectionCheckInterval(cfg, pgsweep.DefaultConnectionCheckInterval)
+			pgsweep.PinSearchPath(cfg)
 			conn, err := pgx.ConnectConfig(ctx, cfg)
 			if err != nil {
 				return err

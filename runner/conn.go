@@ -57,7 +57,8 @@ func WithConnectionCheckInterval(d time.Duration) ConnectOption {
 // ConnectConfig returns a Connector that opens a new connection with cfg for
 // every pass, named applicationName in pg_stat_activity (when not empty), with
 // client_connection_check_interval set to DefaultConnectionCheckInterval
-// unless an option or cfg says otherwise.
+// unless an option or cfg says otherwise, and search_path pinned to
+// pgsweep.SafeSearchPath (pgsweep.PinSearchPath).
 //
 // A server or pooler that refuses the parameter at startup (PgBouncer does,
 // unless it is listed in its ignore_startup_parameters) fails the first
@@ -80,6 +81,7 @@ func ConnectConfig(cfg *pgx.ConnConfig, applicationName string, opts ...ConnectO
 			}
 			c.RuntimeParams["application_name"] = applicationName
 		}
+		pgsweep.PinSearchPath(c)
 		_, userSet := c.RuntimeParams[ConnectionCheckParam]
 		if !refused.Load() {
 			SetConnectionCheckInterval(c, s.checkInterval)

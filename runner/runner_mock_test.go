@@ -112,11 +112,11 @@ func (h *harness) expectPass(interval, jitter time.Duration, counts string, stat
 	}
 	h.mock.ExpectExec(`CALL "pgsweep"\.maintain\(\$1, \$2\)`).WithArgs(owner, 30*time.Second).
 		WillReturnResult(pgconn.NewCommandTag("CALL"))
-	h.mock.ExpectQuery(`SELECT id, owner, started_at, duration, coalesce\(recovery, ''\), coalesce\(retention, ''\), counts, coalesce\(error, ''\) FROM "pgsweep"\.maintenance_passes WHERE owner = \$1`).
+	h.mock.ExpectQuery(`SELECT id, owner, started_at, duration, coalesce\(recovery, ''\), coalesce\(retention, ''\), counts, coalesce\(error, ''\) FROM "pgsweep"\.maintenance_passes WHERE owner OPERATOR\(pg_catalog\.=\) \$1::pg_catalog\.text`).
 		WithArgs(owner).
 		WillReturnRows(pgxmock.NewRows([]string{"id", "owner", "started_at", "duration", "recovery", "retention", "counts", "error"}).
 			AddRow(int64(7), owner, time.Now(), (*time.Duration)(nil), rec, ret, []byte(counts), ""))
-	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(n\) FROM unnest\(\$1::text\[\]\)`).
+	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(n\) FROM pg_catalog\.unnest\(\$1::pg_catalog\.text\[\]\)`).
 		WithArgs([]string{"runner_interval", "runner_jitter"}).
 		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval).AddRow(jitter))
 	h.mock.ExpectQuery(`FROM "pgsweep"\.queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "pgsweep.queue_stats" does not exist`})
@@ -265,7 +265,7 @@ func TestCancelMidPassAwaitsThePass(t *testing.T) {
 	}
 	h.mock.ExpectClose() // the cancelled pass's connection
 	// history closed and leases released together, by _maintain_fail_owner
-	h.mock.ExpectQuery(`SELECT name FROM "pgsweep"\.leases WHERE owner = \$1`).WithArgs(owner).
+	h.mock.ExpectQuery(`SELECT name FROM "pgsweep"\.leases WHERE owner OPERATOR\(pg_catalog\.=\) \$1::pg_catalog\.text`).WithArgs(owner).
 		WillReturnRows(pgxmock.NewRows([]string{"name"}).AddRow("maintain:retention"))
 	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
 		WithArgs(owner, "the runner stopped during this pass").WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
@@ -360,7 +360,7 @@ func TestQueueStatsParsing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mock.ExpectQuery(`SELECT queue, kind, pending, processing, failed, processed, dead, coalesce\(extract\(epoch FROM oldest_pending_age\), 0\)::float8, paused, lanes, blocked_lanes FROM "pgsweep"\.queue_stats ORDER BY queue`).
+	mock.ExpectQuery(`SELECT queue, kind, pending, processing, failed, processed, dead, coalesce\(extract\(epoch FROM oldest_pending_age\), 0\)::pg_catalog\.float8, paused, lanes, blocked_lanes FROM "pgsweep"\.queue_stats ORDER BY queue`).
 		WillReturnRows(pgxmock.NewRows([]string{"queue", "kind", "pending", "processing", "failed", "processed", "dead", "oldest_pending_age", "paused", "lanes", "blocked_lanes"}).
 			AddRow("orders", "outbox", int64(10), int64(2), int64(1), int64(0), int64(3), float64(90), true, int64(4), int64(1)).
 			AddRow("payments", "inbox", int64(0), int64(0), int64(0), int64(500), int64(0), float64(0), false, int64(0), int64(0)))

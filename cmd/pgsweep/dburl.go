@@ -42,11 +42,14 @@ func (d *dbFlags) validate() error {
 	return nil
 }
 
+// connect and pool pin search_path (pgsweep.PinSearchPath), as every
+// connection pgsweep opens itself does.
 func (d *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(d.connString())
 	if err != nil {
 		return nil, fmt.Errorf("%w: --database-url: %v", errUsage, redact(err))
 	}
+	pgsweep.PinSearchPath(cfg)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", describeTarget(cfg), redact(err))
@@ -59,6 +62,7 @@ func (d *dbFlags) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: --database-url: %v", errUsage, redact(err))
 	}
+	pgsweep.PinSearchPath(cfg.ConnConfig)
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}

@@ -84,6 +84,7 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: --database-url: %v", errUsage, redact(err))
 	}
 	pgsweep.SetConnectionCheckInterval(cfg.ConnConfig, *checkInterval)
+	pgsweep.PinSearchPath(cfg.ConnConfig)
 	if cfg.ConnConfig.RuntimeParams == nil {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
 	}

@@ -109,7 +109,7 @@ func DropSchema(t testing.TB, url, schema string) {
 	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Errorf("drop schema %s: %v", schema, err)
 	}
-	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname = ANY ($1) ORDER BY 1", pgsweep.RoleNames(schema))
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.name[]) ORDER BY 1", pgsweep.RoleNames(schema))
 	roles, err := collectStrings(rows, err)
 	if err != nil {
 		t.Errorf("drop roles of %s: %v", schema, err)

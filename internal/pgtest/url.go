@@ -11,6 +11,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,7 @@ func URL(t testing.TB) string {
 		}
 		t.Skipf("no test database: %v (set TEST_DATABASE_URL or run `make db`)", urlErr)
 	}
+	watchDecoys(t, urlVal)
 	return urlVal
 }
 
@@ -108,4 +110,22 @@ func SkipIfShort(t testing.TB, why string) {
 	if testing.Short() && os.Getenv("CI") == "" {
 		t.Skip(why)
 	}
+}
+
+// RepoRoot returns the repository's root: the directory of go.mod, above
+// the working directory.
+func RepoRoot() (string, error) { return repoRoot() }
+
+// WithDatabase returns connection string u (a URL or a key=value DSN)
+// pointing at database db instead.
+func WithDatabase(u, db string) (string, error) {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		p, err := neturl.Parse(u)
+		if err != nil {
+			return "", err
+		}
+		p.Path = "/" + db
+		return p.String(), nil
+	}
+	return u + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(db) + "'", nil
 }

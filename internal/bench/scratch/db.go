@@ -48,6 +48,7 @@ func (d *DB) ConnConfig() (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --database-url: %v", ErrUsage, redact(err))
 	}
+	pgsweep.PinSearchPath(cfg)
 	return cfg, nil
 }
 
@@ -71,6 +72,7 @@ func (d *DB) Pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --database-url: %v", ErrUsage, redact(err))
 	}
+	pgsweep.PinSearchPath(cfg.ConnConfig)
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
