@@ -27,7 +27,7 @@
 -- message_processed or message_dead is counted exactly once. p_now pins the
 -- clock (tests; within 10 years of the database clock, see _check_now);
 -- NULL reads clock_timestamp() once per call.
-CREATE OR REPLACE FUNCTION queue_counts(p_queue text, p_now timestamptz DEFAULT NULL)
+CREATE OR REPLACE FUNCTION queue_counts(p_queue text, p_now timestamptz)
 RETURNS TABLE (pending bigint, processing bigint, failed bigint, processed bigint, dead bigint,
                oldest_pending_age interval, lanes bigint, blocked_lanes bigint)
 LANGUAGE plpgsql STABLE ROWS 1
@@ -54,6 +54,14 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+-- The monitor's signature: the clock is the owner's (tests pass p_now).
+CREATE OR REPLACE FUNCTION queue_counts(p_queue text)
+RETURNS TABLE (pending bigint, processing bigint, failed bigint, processed bigint, dead bigint,
+               oldest_pending_age interval, lanes bigint, blocked_lanes bigint)
+LANGUAGE sql STABLE ROWS 1
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM queue_counts(p_queue, NULL::timestamptz) $$;
 
 -- queue_rows: the queues as queue_stats shows them, read as S_owner (see
 -- _lease_rows, lease.sql, for why a view reads its table through a

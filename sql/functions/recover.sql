@@ -1,6 +1,6 @@
 -- queue_recover: the recovery building block that maintenance calls per queue.
 --
---   queue_recover(p_queue, p_batch, p_now DEFAULT NULL) RETURNS TABLE(recovered int, dead_lettered int)
+--   queue_recover(p_queue, p_batch [, p_now]) RETURNS TABLE(recovered int, dead_lettered int)
 --
 -- p_batch 1..10000; p_now NULL (the clock) or within 10 years of it (tests).
 --
@@ -29,7 +29,10 @@
 -- _queue_recover, the work itself, is what maintain() calls for every queue
 -- (maintain_recovery.sql): recovery is not a right of whoever runs
 -- maintenance, it is pgsweep's own housekeeping.
-CREATE OR REPLACE FUNCTION queue_recover(p_queue text, p_batch int, p_now timestamptz DEFAULT NULL)
+-- The clock is the owner's (0.34): admins call queue_recover(p_queue,
+-- p_batch); the p_now overload, for tests, is S_owner's alone. A clock an
+-- admin could move forward would recover leases that are still live.
+CREATE OR REPLACE FUNCTION queue_recover(p_queue text, p_batch int, p_now timestamptz)
 RETURNS TABLE (recovered int, dead_lettered int)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -40,6 +43,12 @@ BEGIN
     RETURN QUERY SELECT * FROM _queue_recover(p_queue, p_batch, p_now);
 END
 $$;
+
+CREATE OR REPLACE FUNCTION queue_recover(p_queue text, p_batch int)
+RETURNS TABLE (recovered int, dead_lettered int)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM queue_recover(p_queue, p_batch, NULL::timestamptz) $$;
 
 CREATE OR REPLACE FUNCTION _queue_recover(p_queue text, p_batch int, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (recovered int, dead_lettered int)

@@ -155,7 +155,7 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('queue_configure(text,jsonb)', 'admin', 'processed_retention', $$SELECT pgsweep.queue_configure('hi', jsonb_build_object('processed_retention', %L::text))$$, 'interval', '{month}'),
     ('queue_configure(text,jsonb)', 'admin', 'dead_retention', $$SELECT pgsweep.queue_configure('hq', jsonb_build_object('dead_retention', %L::text))$$, 'interval', '{month}'),
     ('dead_requeue(text,bigint[],timestamp with time zone)', 'admin', 'p_queue', $$SELECT pgsweep.dead_requeue(%L, '{1}')$$, 'name', '{}'),
-    ('queue_recover(text,integer,timestamp with time zone)', 'admin', 'p_queue', $$SELECT pgsweep.queue_recover(%L, 10)$$, 'name', '{}'),
+    ('queue_recover(text,integer)', 'admin', 'p_queue', $$SELECT pgsweep.queue_recover(%L, 10)$$, 'name', '{}'),
     ('queue_pause(text)', 'admin', 'p_queue', $$SELECT pgsweep.queue_pause(%L)$$, 'name', '{}'),
     ('queue_resume(text)', 'admin', 'p_queue', $$SELECT pgsweep.queue_resume(%L)$$, 'name', '{}'),
     ('queue_purge(text)', 'admin', 'p_queue', $$SELECT pgsweep.queue_purge(%L)$$, 'name', '{}'),
@@ -243,7 +243,7 @@ INSERT INTO one VALUES
     ('retention_set_filter(text,text,text[])', 'admin', 'p_values',
      $$SELECT pgsweep.retention_set_filter('bih.events', 'status', ARRAY(SELECT 's' || g FROM generate_series(1, 200000) g))$$, '200,000 filter values'),
     ('retention_due(timestamp with time zone)', 'admin', 'p_now', $$SELECT * FROM pgsweep.retention_due(now() + interval '1000 years')$$, 'a clock 1000 years ahead'),
-    ('queue_recover(text,integer,timestamp with time zone)', 'admin', 'p_batch', $$SELECT pgsweep.queue_recover('hq', 200000)$$, 'a batch of 200,000'),
+    ('queue_recover(text,integer)', 'admin', 'p_batch', $$SELECT pgsweep.queue_recover('hq', 200000)$$, 'a batch of 200,000'),
     ('lane_stats(text,integer)', 'monitor', 'p_limit', $$SELECT * FROM pgsweep.lane_stats('hq', 200000)$$, 'a limit of 200,000'),
     ('retention_register(text,text,text,interval,text,text[],integer,text,interval)', 'admin', 'p_table',
      $$SELECT pgsweep.retention_register('bih.events', E'bih.events\n', 'at', '1 day')$$, 'a table name with a newline');

@@ -255,7 +255,8 @@ SELECT ok(has_function_privilege('pgsweep_admin', 'pgsweep.queue_grant(text, reg
 SELECT ok(has_function_privilege('pgsweep_worker', 'pgsweep.queue_info(text)', 'EXECUTE')
       AND NOT has_function_privilege('pgsweep_worker', 'pgsweep._queue_get(text)', 'EXECUTE')
       AND has_function_privilege('pgsweep_monitor', 'pgsweep.queue_rows()', 'EXECUTE')
-      AND has_function_privilege('pgsweep_monitor', 'pgsweep.queue_counts(text, timestamptz)', 'EXECUTE'),
+      AND has_function_privilege('pgsweep_monitor', 'pgsweep.queue_counts(text)', 'EXECUTE')
+      AND NOT has_function_privilege('pgsweep_monitor', 'pgsweep.queue_counts(text, timestamptz)', 'EXECUTE'),
     'the Worker calls queue_info, the views queue_rows and queue_counts; _queue_get is the owner''s');
 SELECT is((SELECT string_agg(c.relname || ':' || a.grantee::regrole::text, ', ') FROM pg_class c, aclexplode(c.relacl) a
             WHERE c.oid = 'pgsweep.queue_right'::regclass AND a.grantee <> c.relowner), NULL, 'nobody but the owner touches queue_right');
