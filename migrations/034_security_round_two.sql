@@ -121,6 +121,10 @@ DROP FUNCTION retention_detach_done(text, oid, bigint);
 -- and monitors call the signatures without one.
 DROP FUNCTION queue_recover(text, int, timestamptz);
 
+-- settings view reads setting_rows() (was _setting_rows: no underscore routine is a monitor's).
+DROP VIEW settings;
+DROP FUNCTION _setting_rows();
+
 -- pgsweep:include functions/privileges.sql
 -- The role model, in one place (docs/security.md).
 --
@@ -184,17 +188,6 @@ AS $$
         'maintain_step_traffic']::text[]
 $$;
 
--- Underscore routines other parts of the 0.34 work still grant (input: the
--- argument checks; queues: the queue rows): _grant_all tolerates exactly
--- these until they are renamed or made owner-only. Empty it when they are.
-CREATE OR REPLACE FUNCTION _grant_pending_underscore()
-RETURNS text[]
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT ARRAY['_check_text', '_check_int', '_check_interval', '_interval_text', '_setting_rows']::text[]
-$$;
-
 -- The grant matrix: which role may execute which routine. Routines not
 -- listed are callable by S_owner only (internal helpers, the p_now test
 -- overloads: a routine is listed by name, so _grant_all leaves out a
@@ -224,8 +217,6 @@ AS $$
         'notify_channel', 'version',
         'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
         'retention_detach_claim', 'retention_detach_done', -- the runner's DETACH ... CONCURRENTLY (retention_detach.sql)
-        -- input's argument checks (validate.sql), pending their rename
-        '_check_text', '_check_int', '_check_interval', '_interval_text',
         -- what the invoker wrappers call: the owner proof's definer halves
         -- (retention_register.sql) and the pg_cron command (cron.sql)
         'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
@@ -241,7 +232,7 @@ AS $$
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
-        'lease_rows', '_setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'lease_rows', 'setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
@@ -321,7 +312,7 @@ BEGIN
         -- Internals are the owner's, and so is every clock: a name with a
         -- leading underscore in the matrix is refused, a signature that
         -- takes p_now or p_clock (the tests' overloads) is never granted.
-        IF pg_catalog.left(r.proname, 1) = '_' AND NOT r.proname = ANY (_grant_pending_underscore())
+        IF pg_catalog.left(r.proname, 1) = '_'
            AND EXISTS (SELECT 1 FROM _routine_grants() g WHERE g.routine = r.proname) THEN
             RAISE EXCEPTION '_grant_all: % is internal (its name starts with an underscore): no role but % may execute it',
                 r.sig, v_owner USING ERRCODE = 'insufficient_privilege',
@@ -878,10 +869,10 @@ BEGIN
 END
 $$;
 
--- _setting_rows: the rows of the settings view, read as S_owner (see
--- _lease_rows, lease.sql, for why a view reads its table through a
--- function).
-CREATE OR REPLACE FUNCTION _setting_rows()
+-- setting_rows: the rows of the settings view, read as S_owner (see
+-- lease_rows, lease.sql, for why a view reads its table through a
+-- function). Executable by S_monitor: no underscore (privileges.sql).
+CREATE OR REPLACE FUNCTION setting_rows()
 RETURNS TABLE (name text, value text, default_value text, kind text, min_value text, max_value text,
                infinite_ok boolean, description text, updated_at timestamptz)
 LANGUAGE sql STABLE
@@ -900,7 +891,7 @@ SELECT name,
             ELSE format('%s .. %s', min_value, max_value) END AS range,
        description,
        updated_at
-  FROM _setting_rows();
+  FROM setting_rows();
 -- pgsweep:end functions/settings.sql
 -- pgsweep:include functions/queue_rights.sql
 -- Per-queue rights (docs/queues.md, "Per-queue rights"; docs/security.md).
@@ -2003,6 +1994,7 @@ DECLARE
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
     IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
+        PERFORM _check_text('p_table', p_table, 300); -- the name rule (validate.sql)
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);

@@ -418,7 +418,7 @@ func TestCitusUninstall(t *testing.T) {
 // with the privileges of the role running the query, not of the view's
 // owner (citusdata/citus#6161), and the monitor role holds no privilege on
 // any table: leases, settings and queue_stats read their tables through
-// SECURITY DEFINER functions owned by S_owner (_lease_rows, _setting_rows,
+// SECURITY DEFINER functions owned by S_owner (lease_rows, setting_rows,
 // _queue_rows; migration 025), whose result columns are spelled out (a
 // function returning a table's row type made citus_distribute fail with a
 // circular dependency). The retention and maintenance views read

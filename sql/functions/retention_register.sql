@@ -300,6 +300,7 @@ DECLARE
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
     IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
+        PERFORM _check_text('p_table', p_table, 300); -- the name rule (validate.sql)
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);

@@ -158,10 +158,10 @@ BEGIN
 END
 $$;
 
--- _setting_rows: the rows of the settings view, read as S_owner (see
--- _lease_rows, lease.sql, for why a view reads its table through a
--- function).
-CREATE OR REPLACE FUNCTION _setting_rows()
+-- setting_rows: the rows of the settings view, read as S_owner (see
+-- lease_rows, lease.sql, for why a view reads its table through a
+-- function). Executable by S_monitor: no underscore (privileges.sql).
+CREATE OR REPLACE FUNCTION setting_rows()
 RETURNS TABLE (name text, value text, default_value text, kind text, min_value text, max_value text,
                infinite_ok boolean, description text, updated_at timestamptz)
 LANGUAGE sql STABLE
@@ -180,4 +180,4 @@ SELECT name,
             ELSE format('%s .. %s', min_value, max_value) END AS range,
        description,
        updated_at
-  FROM _setting_rows();
+  FROM setting_rows();

@@ -26,7 +26,7 @@ SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('', '2026-01-09 
     'claim: an empty owner is refused');
 SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('tap', 'infinity')$$, '22023', NULL,
     'claim: a clock that is not near the database''s is refused');
-SELECT is((pgsweep.retention_detach_done(NULL, 1)).state, 'other', 'done: no claim of no owner');
+SELECT throws_ok($$SELECT pgsweep.retention_detach_done(NULL, 1)$$, '22023', NULL, 'done: a NULL owner is refused');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detaching), 0::bigint, 'bad input claimed nothing');
 
 -- claims: the two expired leaves of events, none of logs (DEFAULT)

@@ -42,13 +42,11 @@ CREATE ROLE si_nobody LOGIN;
 
 -- 1. Every routine whose name starts with an underscore, and every
 -- signature that takes a clock, is the owner's: the catalog says so for
--- all three roles and PUBLIC (a few names of other 0.34 work are pending:
--- _grant_pending_underscore, and queue_recover/_queue_stats for the clock).
+-- all three roles and PUBLIC.
 SELECT is((SELECT string_agg(format('%s: %s', r.rolname, p.oid::regprocedure), ', ' ORDER BY 1)
              FROM pg_proc p
             CROSS JOIN (VALUES ('pgsweep_admin'), ('pgsweep_worker'), ('pgsweep_monitor'), ('si_nobody')) r(rolname)
             WHERE p.pronamespace = 'pgsweep'::regnamespace AND left(p.proname, 1) = '_'
-              AND NOT p.proname = ANY (pgsweep._grant_pending_underscore())
               AND has_function_privilege(r.rolname, p.oid, 'EXECUTE')), NULL,
     'no underscore routine is executable by admin, worker, monitor or PUBLIC');
 SELECT is((SELECT string_agg(format('%s: %s', r.rolname, p.oid::regprocedure), ', ' ORDER BY 1)
@@ -56,7 +54,6 @@ SELECT is((SELECT string_agg(format('%s: %s', r.rolname, p.oid::regprocedure), '
             CROSS JOIN (VALUES ('pgsweep_admin'), ('pgsweep_worker'), ('pgsweep_monitor'), ('si_nobody')) r(rolname)
             WHERE p.pronamespace = 'pgsweep'::regnamespace
               AND EXISTS (SELECT 1 FROM unnest(p.proargnames) a WHERE a IN ('p_now', 'p_clock'))
-              AND NOT p.proname IN ('queue_recover', '_queue_stats')
               AND has_function_privilege(r.rolname, p.oid, 'EXECUTE')), NULL,
     'no signature that takes a clock (p_now, p_clock) is executable by admin, worker, monitor or PUBLIC');
 SELECT is((SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p
@@ -66,8 +63,7 @@ SELECT is((SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p
 SELECT is((SELECT string_agg(p.oid::regprocedure::text || ' calls ' || m[1], ', ')
              FROM pg_proc p, regexp_matches(p.prosrc, '(?:^|[^a-z0-9_.])(_[a-z][a-z0-9_]*)\s*\(', 'g') m
             WHERE p.pronamespace = 'pgsweep'::regnamespace AND p.proname <> '_grant_all'
-              AND (NOT p.prosecdef OR p.prokind = 'p')
-              AND m[1] NOT IN ('_check_text', '_check_int', '_check_interval', '_interval_text')), NULL,
+              AND (NOT p.prosecdef OR p.prokind = 'p')), NULL,
     'no invoker routine and no procedure calls an underscore routine (its caller could not)');
 SELECT is(pg_temp.as_role('si_admin', $$SELECT pgsweep._retention_begin('x', 'x', '1 hour', now() + interval '9 years')$$), '42501',
     'admin cannot open a pass with a clock of its own (the 0.33 escalation)');
