@@ -2672,6 +2672,13 @@ DECLARE
 BEGIN
     SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    IF v_parent IS NULL THEN
+        -- The leaf is no longer attached: a runner's DETACH ... CONCURRENTLY
+        -- took it between the plan and this step. Nothing to detach; the
+        -- caller follows the catalog (_retention_step_detached). Before, the
+        -- body read 'LOCK TABLE ONLY  IN ...': a syntax error for the pass.
+        RETURN 'BEGIN RETURN QUERY SELECT 0::bigint, NULL::float8, 0::bigint, NULL::timestamptz[]; END';
+    END IF;
     FOR v_leaf IN
         SELECT l.oid, l.ord, format('%I.%I', n.nspname, c.relname) AS name
           FROM unnest(p_leaves) WITH ORDINALITY l(oid, ord)
@@ -5755,7 +5762,7 @@ AS $$ SELECT left(current_schema(), 54) || '_messages' $$;
 
 CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -6495,7 +6502,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION _check_ids(p_ids bigint[])
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -7062,7 +7069,7 @@ $$;
 -- _check_lane: NULL (no lane) or a non-empty name of at most 200 characters.
 CREATE OR REPLACE FUNCTION _check_lane(p_arg text, p_lane text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN

@@ -16,7 +16,7 @@
 
 CREATE OR REPLACE FUNCTION _check_ids(p_ids bigint[])
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN

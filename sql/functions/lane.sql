@@ -71,7 +71,7 @@
 -- _check_lane: NULL (no lane) or a non-empty name of at most 200 characters.
 CREATE OR REPLACE FUNCTION _check_lane(p_arg text, p_lane text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN

@@ -306,6 +306,13 @@ DECLARE
 BEGIN
     SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    IF v_parent IS NULL THEN
+        -- The leaf is no longer attached: a runner's DETACH ... CONCURRENTLY
+        -- took it between the plan and this step. Nothing to detach; the
+        -- caller follows the catalog (_retention_step_detached). Before, the
+        -- body read 'LOCK TABLE ONLY  IN ...': a syntax error for the pass.
+        RETURN 'BEGIN RETURN QUERY SELECT 0::bigint, NULL::float8, 0::bigint, NULL::timestamptz[]; END';
+    END IF;
     FOR v_leaf IN
         SELECT l.oid, l.ord, format('%I.%I', n.nspname, c.relname) AS name
           FROM unnest(p_leaves) WITH ORDINALITY l(oid, ord)
