@@ -19,11 +19,14 @@
 -- Citus: distributed by queue, colocated, so a delegated verb reads its
 -- queue's rights on the queue's own worker). A queue's rows go with it
 -- (ON DELETE CASCADE; queue_drop). The grantee is a role's oid (pg_authid)
--- and its name when granted: a row counts only while the role with that oid
--- still has that name, so a role dropped and a new one created with the same
--- oid (oids wrap around) inherits nothing; such orphans are deleted by the
--- next queue_grant or queue_revoke on the queue (_queue_rights_clean). A
--- renamed role loses its rights on queues until granted again.
+-- and its name when granted; the check goes by the NAME: on Citus a role
+-- has another oid on every node, and a delegated verb checks on the queue's
+-- worker. So a renamed role loses its rights on queues until granted again,
+-- and a role dropped and created again under the same name gets the old
+-- one's rights back: revoke a role's queue rights before dropping it
+-- (queue_rights lists them; docs/queues.md). Rows whose oid no longer has
+-- their name are deleted by the next queue_grant or queue_revoke on the
+-- queue (_queue_rights_clean).
 --
 -- Defaults (queue_create): a new queue's rights are rows like any other,
 -- so queue_revoke makes it private:
@@ -51,9 +54,7 @@
 -- The caller holds p_right when it is a member (pg_has_role MEMBER:
 -- directly or through other roles, inheriting or not, as SET ROLE allows)
 -- of a role granted it, and when it is a superuser (as PostgreSQL's own
--- checks). A grant counts only while its grantee's oid still has the name
--- it was granted to (a dropped role's oid taken by a new role inherits
--- nothing).
+-- checks). A grant names its grantee (see above for why by name).
 --
 -- Cost: one function call, one probe of queue_right's primary key and
 -- pg_has_role (PostgreSQL caches role membership) per verb call. The
@@ -71,8 +72,7 @@ DECLARE
 BEGIN
     IF EXISTS (SELECT 1 FROM queue_right r
                 WHERE r.queue = p_queue AND r.privilege = p_right
-                  AND pg_catalog.pg_has_role(v_caller, r.grantee, 'MEMBER')
-                  AND pg_catalog.pg_get_userbyid(r.grantee) = r.grantee_name)
+                  AND pg_catalog.pg_has_role(v_caller, pg_catalog.to_regrole(pg_catalog.quote_ident(r.grantee_name)), 'MEMBER'))
        OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = v_caller) THEN
         RETURN;
     END IF;

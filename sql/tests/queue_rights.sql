@@ -203,11 +203,11 @@ SELECT is(pg_temp.as_role_val('qr_app1', $$SELECT count(*) FROM pgsweep.claim('q
 SELECT pgsweep.queue_grant('qr_in1', 'qr_app2', ARRAY['send']);
 SELECT is(pg_temp.as_role('qr_app2', $$SELECT pgsweep.send('qr_in1', '{}', '{}', 'order-2')$$), 'ok', 'granted: app2 may send to it now');
 
--- Orphans: a row whose oid now names another role (oid reuse) counts for
--- nothing, and the next grant or revoke on the queue deletes it.
+-- Orphans: a row whose role is gone (or renamed) counts for nothing, and
+-- the next grant or revoke on the queue deletes it.
 UPDATE pgsweep.queue_right SET grantee_name = 'qr_dropped_long_ago' WHERE queue = 'qr_app2q' AND grantee = 'qr_app2'::regrole AND privilege = 'consume';
 SELECT is(pg_temp.as_role('qr_app2', $$SELECT * FROM pgsweep.claim('qr_app2q', 'app2', 10)$$), pg_temp.denied('qr_app2', 'qr_app2q', 'consume'),
-    'a grant made to a dropped role whose oid a new role took: the new role gets nothing');
+    'a grant made to a role that is gone: its oid''s new role gets nothing');
 SELECT pgsweep.queue_revoke('qr_app2q', 'qr_admin1', ARRAY['browse']);
 SELECT is((SELECT count(*) FROM pgsweep.queue_right WHERE grantee_name = 'qr_dropped_long_ago'), 0::bigint, 'the orphan is deleted by the next revoke on the queue');
 CREATE ROLE qr_gone NOLOGIN;
