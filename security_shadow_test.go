@@ -335,8 +335,6 @@ func TestShadowDecoys(t *testing.T) {
 	// The runner opens its connections through this Connector, not
 	// runner.ConnectConfig: the hostile search_path, not the pinned one.
 	s.step(t, "runner pass with partitions to detach", func(t *testing.T) {
-		// Until the detach helper's rewrite of retention_detach.go (issue
-		// 23) lands, a decoy hit here is that path's.
 		connect := func(ctx context.Context) (runner.Conn, error) { return pgx.ConnectConfig(ctx, s.noTypes.Copy()) }
 		r, err := runner.New(connect, runner.Options{Schema: schema, Owner: "shadow-runner", Budget: 30 * time.Second})
 		if err != nil {
@@ -377,22 +375,13 @@ func TestShadowDecoys(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// knownTypeHole: the procedures maintain, _maintain_retention and
-	// retention_run cannot pin search_path, and PL/pgSQL resolves the types
-	// of their variables (DECLARE v_owner text) through the caller's
-	// search_path: a domain named text in a schema before pg_catalog runs its
-	// CHECK as the caller. The steps above that CALL them leave the decoy
-	// types' schema off the path; this one puts it on. Reported to the
-	// coordinator of issue 23 (sql/functions/maintain.sql,
-	// maintain_retention.sql, retention_run.sql are the retention helper's):
-	// when it no longer hits, drop the skip.
-	t.Run("maintain with decoy types before pg_catalog", func(t *testing.T) {
-		before := s.hits(t)
-		err := client.WithDB(s.conn(t)).Maintain(ctx, "shadow-types", 30*time.Second)
-		if after := s.hits(t); after != before {
-			t.Skipf("KNOWN HOLE (issue 23, SQL files): %d decoy type call(s) in CALL maintain(): %v", after-before, err)
-		}
-		if err != nil {
+	// The procedures maintain, maintain_step_retention and retention_run
+	// cannot pin search_path, and PL/pgSQL resolves the types of their
+	// variables through the caller's search_path: their declarations name
+	// pg_catalog's types. This step puts the decoy types' schema (a domain
+	// named text, jsonb, ...) before pg_catalog.
+	s.step(t, "maintain with decoy types before pg_catalog", func(t *testing.T) {
+		if err := client.WithDB(s.conn(t)).Maintain(ctx, "shadow-types", 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -4388,10 +4388,10 @@ AS $$
 DECLARE
     v_more boolean;
     v_failed boolean := false;
-    v_state text;
-    v_msg text;
-    v_detail text;
-    v_hint text;
+    v_state pg_catalog.text;
+    v_msg pg_catalog.text;
+    v_detail pg_catalog.text;
+    v_hint pg_catalog.text;
 BEGIN
     LOOP
         BEGIN
@@ -5037,12 +5037,12 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_pass bigint;
-    v_owner text;
+    v_owner pg_catalog.text;
     v_run bigint;
     v_more boolean;
     v_failed boolean;
-    v_msg text;
-    v_state text;
+    v_msg pg_catalog.text;
+    v_state pg_catalog.text;
 BEGIN
     SELECT b.o_pass, b.o_owner INTO v_pass, v_owner FROM {{ .schema | default "pgsweep" }}.maintain_step_begin(p_owner, p_budget) b;
     COMMIT;
@@ -5296,15 +5296,15 @@ CREATE OR REPLACE PROCEDURE maintain_step_retention(p_run bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_due text[];
-    v_name text;
+    v_due pg_catalog.text[];
+    v_name pg_catalog.text;
     v_pass bigint;
     v_step_more boolean;
-    v_error text;
-    v_batch_start timestamptz;
+    v_error pg_catalog.text;
+    v_batch_start pg_catalog.timestamptz;
     v_go record;
     v_renew boolean;
-    v_pace jsonb := '{}';
+    v_pace pg_catalog.jsonb := '{}';
     v_busy int;
     v_waiting int;
 BEGIN

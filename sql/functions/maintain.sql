@@ -184,12 +184,12 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_pass bigint;
-    v_owner text;
+    v_owner pg_catalog.text;
     v_run bigint;
     v_more boolean;
     v_failed boolean;
-    v_msg text;
-    v_state text;
+    v_msg pg_catalog.text;
+    v_state pg_catalog.text;
 BEGIN
     SELECT b.o_pass, b.o_owner INTO v_pass, v_owner FROM {{ .schema | default "pgsweep" }}.maintain_step_begin(p_owner, p_budget) b;
     COMMIT;

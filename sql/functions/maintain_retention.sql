@@ -206,15 +206,15 @@ CREATE OR REPLACE PROCEDURE maintain_step_retention(p_run bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_due text[];
-    v_name text;
+    v_due pg_catalog.text[];
+    v_name pg_catalog.text;
     v_pass bigint;
     v_step_more boolean;
-    v_error text;
-    v_batch_start timestamptz;
+    v_error pg_catalog.text;
+    v_batch_start pg_catalog.timestamptz;
     v_go record;
     v_renew boolean;
-    v_pace jsonb := '{}';
+    v_pace pg_catalog.jsonb := '{}';
     v_busy int;
     v_waiting int;
 BEGIN

@@ -31,10 +31,10 @@ AS $$
 DECLARE
     v_more boolean;
     v_failed boolean := false;
-    v_state text;
-    v_msg text;
-    v_detail text;
-    v_hint text;
+    v_state pg_catalog.text;
+    v_msg pg_catalog.text;
+    v_detail pg_catalog.text;
+    v_hint pg_catalog.text;
 BEGIN
     LOOP
         BEGIN
