@@ -242,7 +242,7 @@ func TestSecurityRoleMatrix(t *testing.T) {
 	sd.expect(worker, "worker", "42501", `SELECT @S.setting_set('dead_letter_retention', '1 second')`)
 	sd.expect(worker, "worker", "42501", `CREATE TABLE public.sec_mine (at timestamptz)`) // PG15: public is not writable either
 	sd.expect(worker, "worker", "42501", `SELECT @S.retention_register('steal', '@S.message'::regclass, 'created_at', '0 seconds')`)
-	sd.expect(worker, "worker", "42501", `SELECT @S._retention_register('steal', '@S.message'::regclass, 'created_at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 minute', '@S.message'::regclass)`)
+	sd.expect(worker, "worker", "42501", `SELECT @S.retention_register_proved('@S.message'::regclass, 'steal', '@S.message'::regclass, 'created_at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 minute')`)
 	sd.expect(worker, "worker", "42501", `SELECT @S._retention_policy_put('steal', '@S.message'::regclass, 'created_at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 minute', current_user::regrole, false)`)
 	sd.expect(worker, "worker", "42501", `CALL @S.maintain()`)
 	sd.expect(worker, "worker", "42501", `SELECT * FROM @S.queue_stats`)
@@ -508,7 +508,7 @@ func TestHostileOperatorsAndShadows(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		for _, q := range []string{`SELECT interval '1 minute' / 2`, `SELECT 'a'::text = 'b'::text`, `SELECT _maintain_running('running')`} {
+		for _, q := range []string{`SELECT interval '1 minute' / 2`, `SELECT 'a'::text = 'b'::text`, `SELECT _maintain_parts()`} {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				t.Fatalf("control %s: %v", q, err)
 			}
@@ -591,7 +591,7 @@ func (sd *secDB) tenant() {
 //	forge     register 0-second policies as the victim (on its table) and as
 //	          the session user (on a table whose trigger calls @hx.pwn): by
 //	          the internal _retention_policy_put (not executable) and by
-//	          _retention_register with a proof that is not the caller's
+//	          retention_register_proved with a proof that is not the caller's
 //	path      SET search_path = @hx, pg_catalog: the caller's next unqualified
 //	          call (_retention_step_done, in _retention_step) would be @hx's
 //	tz        SET TimeZone: later policies' cutoffs would move
@@ -634,13 +634,14 @@ BEGIN
             INSERT INTO @hx.log (who, sess, what) VALUES (current_user, session_user, 'refused ' || SQLSTATE || ': _retention_policy_put');
         END;
         BEGIN
-            PERFORM @S._retention_register('forged_victim', (SELECT c.oid FROM pg_catalog.pg_class c
+            PERFORM @S.retention_register_proved(
+                (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname = 'precious' AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = '` + "@@vs" + `'))::regclass,
+                'forged_victim', (SELECT c.oid FROM pg_catalog.pg_class c
                 WHERE c.relname = 'precious' AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = '` + "@@vs" + `'))::regclass,
-                'at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 second',
-                (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname = 'precious' AND c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = '` + "@@vs" + `'))::regclass);
-            INSERT INTO @hx.log (who, sess, what) VALUES (current_user, session_user, 'FORGED by _retention_register');
+                'at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 second');
+            INSERT INTO @hx.log (who, sess, what) VALUES (current_user, session_user, 'FORGED by retention_register_proved');
         EXCEPTION WHEN OTHERS THEN
-            INSERT INTO @hx.log (who, sess, what) VALUES (current_user, session_user, 'refused ' || SQLSTATE || ': _retention_register without a proof');
+            INSERT INTO @hx.log (who, sess, what) VALUES (current_user, session_user, 'refused ' || SQLSTATE || ': retention_register_proved without a proof');
         END;
         -- the one way left: register as itself (a table it may clean); the
         -- session check of _retention_as_owner refuses even that
@@ -931,8 +932,8 @@ func TestSecurityForging(t *testing.T) {
 		sd.secCall("_retention_policy_put", "'forged'", "'@vs.precious'::regclass", "'at'", "'0 seconds'", "NULL", "NULL", "1000", "'exclusive'", "'1 second'", victim, "true"),
 		sd.secCall("_retention_policy_put", "'forged'", "'@vs.precious'::regclass", "'at'", "'0 seconds'", "NULL", "NULL", "1000", "'exclusive'", "'1 second'", "'@@S_owner'::regrole", "true"),
 		// a proof that is not a temporary table this caller created: the victim's table, pgsweep's
-		sd.secCall("_retention_register", "'forged'", "'@vs.precious'::regclass", "'at'", "'0 seconds'", "NULL", "NULL", "1000", "'exclusive'", "'1 second'", "'@vs.precious'::regclass"),
-		sd.secCall("_retention_register", "'forged'", "'@vs.precious'::regclass", "'at'", "'0 seconds'", "NULL", "NULL", "1000", "'exclusive'", "'1 second'", "'@S.message'::regclass"),
+		sd.secCall("retention_register_proved", "'@vs.precious'::regclass", "'forged'", "'@vs.precious'::regclass", "'at'", "'0 seconds'", "NULL", "NULL", "1000", "'exclusive'", "'1 second'"),
+		sd.secCall("retention_register_proved", "'@S.message'::regclass", "'forged'", "'@vs.precious'::regclass", "'at'", "'0 seconds'", "NULL", "NULL", "1000", "'exclusive'", "'1 second'"),
 		`UPDATE @S.retention_policy SET owner = ` + victim + `, table_schema = '@@vs', table_name = 'precious', older_than = '0 seconds'`,
 		`INSERT INTO @S.retention_policy (name, table_schema, table_name, time_column, time_type, older_than, batch_size, mode, run_interval, owner)
 			VALUES ('forged', '@@vs', 'precious', 'at', 'timestamptz', '0 seconds', 1000, 'exclusive', '1 second', ` + victim + `)`,

@@ -1171,7 +1171,8 @@ $$;
 -- retention:<policy>, and anything under pgsweep:) are taken through the
 -- internal functions only: lease_acquire, lease_renew and lease_release
 -- refuse them to every caller, a superuser included (42501), and
--- lease_release_owner leaves them alone. Before 0.34 any worker could hold
+-- lease_release_owner releases them only for an owner none of whose passes
+-- still runs. Before 0.34 any worker could hold
 -- maintain:recovery or retention:<policy> forever with lease_renew, and
 -- recovery and retention stopped for everyone.
 --
@@ -1388,7 +1389,11 @@ BEGIN
     UPDATE lease
        SET owner = NULL,
            expires_at = least(expires_at, v_now)
-     WHERE owner = p_owner AND _lease_reserved(name) IS NULL
+     WHERE owner = p_owner
+       -- pgsweep's own leases of that owner only once no session of it
+       -- runs a pass (a runner that stopped, history.sql): nobody ends a
+       -- running pass's tenure
+       AND (_lease_reserved(name) IS NULL OR NOT _maintain_owner_live(p_owner))
     RETURNING name;
 END
 $$;
@@ -1529,6 +1534,21 @@ AS $$
                       AND (a.backend_start IS NULL OR p_backend_start IS NULL OR a.backend_start = p_backend_start))
 $$;
 
+-- _maintain_owner_live: whether a session still runs a pass (maintenance or
+-- retention) of the owner p_owner.
+CREATE OR REPLACE FUNCTION _maintain_owner_live(p_owner text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM maintain_pass mp
+                    WHERE mp.owner = p_owner AND mp.finished_at IS NULL
+                      AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
+        OR EXISTS (SELECT 1 FROM retention_pass rp
+                    WHERE rp.owner = p_owner AND rp.finished_at IS NULL
+                      AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at))
+$$;
+
 -- maintain_fail_owner records an error that maintain() could not record
 -- itself (a part that raised through a COMMIT, see maintain.sql) against the
 -- owner's unfinished passes and runs, and releases the owner's leases. The Go
@@ -1548,12 +1568,7 @@ DECLARE
     v_n bigint;
 BEGIN
     PERFORM _check_text('p_owner', p_owner);
-    IF EXISTS (SELECT 1 FROM maintain_pass mp
-                WHERE mp.owner = p_owner AND mp.finished_at IS NULL
-                  AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
-       OR EXISTS (SELECT 1 FROM retention_pass rp
-                   WHERE rp.owner = p_owner AND rp.finished_at IS NULL
-                     AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at)) THEN
+    IF _maintain_owner_live(p_owner) THEN
         RETURN 0; -- its session still runs a pass: nothing to fail
     END IF;
     -- Its runs stopped with their work unfinished: their parts are due
@@ -3383,7 +3398,9 @@ BEGIN
         RETURN v.o_more;
     END IF;
     IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
-        RAISE EXCEPTION 'retention policy %: % cannot act as %, the role its statements run as', v.o_policy, current_user, v.o_role
+        RAISE EXCEPTION 'retention policy %: % cannot act as %', v.o_policy, current_user,
+            CASE WHEN v.o_role = v.o_owner THEN pg_catalog.format('the policy''s owner %s', v.o_role)
+                 ELSE pg_catalog.format('%s, the owner of its table', v.o_role) END
             USING ERRCODE = 'insufficient_privilege',
                   HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
                                            v.o_role, v.o_role::text, current_user);
@@ -4099,14 +4116,15 @@ $$;
 -- retention_step_claim: the bookkeeping of one step of this session's pass
 -- p_pass, as <schema>_owner, and the statement retention_step runs. o_kind
 -- NULL: nothing to run (o_more: call again); else o_kind is 'sample',
--- 'delete', 'detach' or 'release', run as o_role with the body o_body
+-- 'delete', 'detach' or 'release', run as o_role (the table's owner, or
+-- o_owner, the policy's) with the body o_body
 -- (built now from the stored policy and the catalog), the settings
 -- o_settings and the parameters ($1, $2 of type o_type as text, $3 the
 -- cutoff, never later than now() - older_than, $4 the statuses, $5 the
 -- filter values). What it handed out is kept on the pass (step) for
 -- retention_step_record. A built-in policy's step runs here whole.
 CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
-    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_policy text, OUT o_type text,
+    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
     OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
     OUT o_settings text, OUT o_body text)
 LANGUAGE plpgsql
@@ -4131,6 +4149,7 @@ BEGIN
         RETURN;
     END IF;
     o_policy := (v.o_pol).name;
+    o_owner := (v.o_pol).owner;
     o_cutoff := v.o_cutoff;
     o_statuses := (v.o_pol).statuses;
     o_filters := (v.o_pol).filter_values;

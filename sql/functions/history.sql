@@ -94,6 +94,21 @@ AS $$
                       AND (a.backend_start IS NULL OR p_backend_start IS NULL OR a.backend_start = p_backend_start))
 $$;
 
+-- _maintain_owner_live: whether a session still runs a pass (maintenance or
+-- retention) of the owner p_owner.
+CREATE OR REPLACE FUNCTION _maintain_owner_live(p_owner text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM maintain_pass mp
+                    WHERE mp.owner = p_owner AND mp.finished_at IS NULL
+                      AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
+        OR EXISTS (SELECT 1 FROM retention_pass rp
+                    WHERE rp.owner = p_owner AND rp.finished_at IS NULL
+                      AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at))
+$$;
+
 -- maintain_fail_owner records an error that maintain() could not record
 -- itself (a part that raised through a COMMIT, see maintain.sql) against the
 -- owner's unfinished passes and runs, and releases the owner's leases. The Go
@@ -113,12 +128,7 @@ DECLARE
     v_n bigint;
 BEGIN
     PERFORM _check_text('p_owner', p_owner);
-    IF EXISTS (SELECT 1 FROM maintain_pass mp
-                WHERE mp.owner = p_owner AND mp.finished_at IS NULL
-                  AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
-       OR EXISTS (SELECT 1 FROM retention_pass rp
-                   WHERE rp.owner = p_owner AND rp.finished_at IS NULL
-                     AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at)) THEN
+    IF _maintain_owner_live(p_owner) THEN
         RETURN 0; -- its session still runs a pass: nothing to fail
     END IF;
     -- Its runs stopped with their work unfinished: their parts are due

@@ -12,7 +12,8 @@
 -- retention:<policy>, and anything under pgsweep:) are taken through the
 -- internal functions only: lease_acquire, lease_renew and lease_release
 -- refuse them to every caller, a superuser included (42501), and
--- lease_release_owner leaves them alone. Before 0.34 any worker could hold
+-- lease_release_owner releases them only for an owner none of whose passes
+-- still runs. Before 0.34 any worker could hold
 -- maintain:recovery or retention:<policy> forever with lease_renew, and
 -- recovery and retention stopped for everyone.
 --
@@ -229,7 +230,11 @@ BEGIN
     UPDATE lease
        SET owner = NULL,
            expires_at = least(expires_at, v_now)
-     WHERE owner = p_owner AND _lease_reserved(name) IS NULL
+     WHERE owner = p_owner
+       -- pgsweep's own leases of that owner only once no session of it
+       -- runs a pass (a runner that stopped, history.sql): nobody ends a
+       -- running pass's tenure
+       AND (_lease_reserved(name) IS NULL OR NOT _maintain_owner_live(p_owner))
     RETURNING name;
 END
 $$;

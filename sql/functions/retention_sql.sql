@@ -353,7 +353,9 @@ BEGIN
         RETURN v.o_more;
     END IF;
     IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
-        RAISE EXCEPTION 'retention policy %: % cannot act as %, the role its statements run as', v.o_policy, current_user, v.o_role
+        RAISE EXCEPTION 'retention policy %: % cannot act as %', v.o_policy, current_user,
+            CASE WHEN v.o_role = v.o_owner THEN pg_catalog.format('the policy''s owner %s', v.o_role)
+                 ELSE pg_catalog.format('%s, the owner of its table', v.o_role) END
             USING ERRCODE = 'insufficient_privilege',
                   HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
                                            v.o_role, v.o_role::text, current_user);

@@ -614,14 +614,15 @@ $$;
 -- retention_step_claim: the bookkeeping of one step of this session's pass
 -- p_pass, as <schema>_owner, and the statement retention_step runs. o_kind
 -- NULL: nothing to run (o_more: call again); else o_kind is 'sample',
--- 'delete', 'detach' or 'release', run as o_role with the body o_body
+-- 'delete', 'detach' or 'release', run as o_role (the table's owner, or
+-- o_owner, the policy's) with the body o_body
 -- (built now from the stored policy and the catalog), the settings
 -- o_settings and the parameters ($1, $2 of type o_type as text, $3 the
 -- cutoff, never later than now() - older_than, $4 the statuses, $5 the
 -- filter values). What it handed out is kept on the pass (step) for
 -- retention_step_record. A built-in policy's step runs here whole.
 CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
-    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_policy text, OUT o_type text,
+    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
     OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
     OUT o_settings text, OUT o_body text)
 LANGUAGE plpgsql
@@ -646,6 +647,7 @@ BEGIN
         RETURN;
     END IF;
     o_policy := (v.o_pol).name;
+    o_owner := (v.o_pol).owner;
     o_cutoff := v.o_cutoff;
     o_statuses := (v.o_pol).statuses;
     o_filters := (v.o_pol).filter_values;
