@@ -241,12 +241,13 @@ func hookSuite(t *testing.T, super bool) {
 	// As whom the DDL on the hostile tables ran (DETACH, RENAME, DROP): an
 	// event trigger, the superuser's (event triggers are), records it. It
 	// fires for every session of the database: it looks at this test's
-	// schema only and never fails a command.
+	// schema only, resolves no name through the session's search_path and
+	// never fails a command.
 	sd.names["@ddl"] = pgx.Identifier{"sec_ddl_" + sd.tag}.Sanitize()
 	sd.names["@drop"] = pgx.Identifier{"sec_drop_" + sd.tag}.Sanitize()
 	sd.exec(`CREATE TABLE @hk.ddl_log (tag text, object text, usr name);
 		GRANT INSERT ON @hk.ddl_log TO PUBLIC;
-		CREATE FUNCTION @hk.ddl_rec() RETURNS event_trigger LANGUAGE plpgsql AS $f$
+		CREATE FUNCTION @hk.ddl_rec() RETURNS event_trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 		BEGIN
 		    IF TG_EVENT = 'sql_drop' THEN
 		        INSERT INTO @hk.ddl_log SELECT TG_TAG, d.object_identity, current_user FROM pg_catalog.pg_event_trigger_dropped_objects() d
