@@ -2009,7 +2009,15 @@ DECLARE
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
     IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
-        PERFORM _check_text('p_table', p_table, 300); -- the name rule (validate.sql)
+        -- The name rule of validate.sql, for the characters that matter here:
+        -- this function runs as its caller (who cannot call _check_text).
+        -- PostgreSQL's name parser skips whitespace around a name; pgsweep
+        -- refuses a control character or whitespace at either end anywhere.
+        IF p_table OPERATOR(pg_catalog.~) '[[:cntrl:]]'
+           OR p_table OPERATOR(pg_catalog.<>) pg_catalog.btrim(p_table, E' \u00a0') THEN
+            RAISE EXCEPTION 'p_table must name a table without control characters or whitespace at either end, got %',
+                pg_catalog.quote_literal(pg_catalog.left(p_table, 300)) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
@@ -2641,7 +2649,16 @@ AS $$
                       AND d.deptype = 'n'
                       AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
                                AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
-                                            WHERE k.oid = d.objid AND k.conrelid = p_table)))
+                                            WHERE k.oid = d.objid AND k.conrelid = p_table))
+                      -- the table's own rules and column defaults (a generated
+                      -- column reads other columns) go with it, as its own
+                      -- constraints do (0.34: such leaves were detached, never dropped)
+                      AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
+                                            WHERE w.oid = d.objid AND w.ev_class = p_table))
+                      AND NOT (d.classid = 'pg_catalog.pg_attrdef'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef a
+                                            WHERE a.oid = d.objid AND a.adrelid = p_table)))
 $$;
 
 -- _retention_detached_name: the name a detached leaf gets until a later

@@ -260,7 +260,16 @@ AS $$
                       AND d.deptype = 'n'
                       AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
                                AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
-                                            WHERE k.oid = d.objid AND k.conrelid = p_table)))
+                                            WHERE k.oid = d.objid AND k.conrelid = p_table))
+                      -- the table's own rules and column defaults (a generated
+                      -- column reads other columns) go with it, as its own
+                      -- constraints do (0.34: such leaves were detached, never dropped)
+                      AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
+                                            WHERE w.oid = d.objid AND w.ev_class = p_table))
+                      AND NOT (d.classid = 'pg_catalog.pg_attrdef'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef a
+                                            WHERE a.oid = d.objid AND a.adrelid = p_table)))
 $$;
 
 -- _retention_detached_name: the name a detached leaf gets until a later

@@ -300,7 +300,15 @@ DECLARE
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
     IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
-        PERFORM _check_text('p_table', p_table, 300); -- the name rule (validate.sql)
+        -- The name rule of validate.sql, for the characters that matter here:
+        -- this function runs as its caller (who cannot call _check_text).
+        -- PostgreSQL's name parser skips whitespace around a name; pgsweep
+        -- refuses a control character or whitespace at either end anywhere.
+        IF p_table OPERATOR(pg_catalog.~) '[[:cntrl:]]'
+           OR p_table OPERATOR(pg_catalog.<>) pg_catalog.btrim(p_table, E' \u00a0') THEN
+            RAISE EXCEPTION 'p_table must name a table without control characters or whitespace at either end, got %',
+                pg_catalog.quote_literal(pg_catalog.left(p_table, 300)) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
