@@ -5398,6 +5398,9 @@ DECLARE
     v_busy int;
     v_waiting int;
 BEGIN
+    -- 42501 unless p_run is a run of this session's pass, whether or not a
+    -- policy is due
+    PERFORM {{ $s }}.maintain_step_go(p_run);
     v_due := ARRAY(SELECT {{ $s }}.retention_due());
     FOREACH v_name IN ARRAY v_due LOOP
         v_go := {{ $s }}.maintain_step_go(p_run);
