@@ -221,7 +221,7 @@ AS $$
         -- (retention_register.sql) and the pg_cron command (cron.sql)
         'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
         'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
-        'cron_command', 'cron_available', 'retention_resolve_table',
+        'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
         'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
@@ -1994,11 +1994,27 @@ BEGIN
 END
 $$;
 
+-- retention_table_name_check: the name rule (validate.sql, at most 300
+-- characters) on a table name given as text. retention_resolve_table runs
+-- as its caller, so it cannot call _check_text (no role but S_owner
+-- executes an underscore routine): it calls this SECURITY DEFINER half.
+CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_table', p_table, 300);
+END
+$$;
+
 -- retention_resolve_table resolves a table name on the given search_path
 -- (the caller's: it runs as its caller, since schemas the caller may use
 -- are searched only if the role that looks may use them too), or raises
--- 22023 naming p_table. pg_catalog only: an invoker routine calls nothing
--- its caller could not.
+-- 22023 naming p_table. It calls only pg_catalog and the definer
+-- retention_table_name_check: an invoker routine calls nothing its caller
+-- could not. p_search_path is only set for the lookup (and restored): it
+-- is the caller's own setting, never stored nor shown.
 CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
 RETURNS regclass
 LANGUAGE plpgsql
@@ -2008,16 +2024,8 @@ DECLARE
     v_rel regclass;
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
-    IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
-        -- The name rule of validate.sql, for the characters that matter here:
-        -- this function runs as its caller (who cannot call _check_text).
-        -- PostgreSQL's name parser skips whitespace around a name; pgsweep
-        -- refuses a control character or whitespace at either end anywhere.
-        IF p_table OPERATOR(pg_catalog.~) '[[:cntrl:]]'
-           OR p_table OPERATOR(pg_catalog.<>) pg_catalog.btrim(p_table, E' \u00a0') THEN
-            RAISE EXCEPTION 'p_table must name a table without control characters or whitespace at either end, got %',
-                pg_catalog.quote_literal(pg_catalog.left(p_table, 300)) USING ERRCODE = 'invalid_parameter_value';
-        END IF;
+    IF p_table IS NOT NULL THEN
+        PERFORM retention_table_name_check(p_table); -- the name rule (validate.sql): before the name is echoed
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
@@ -4107,12 +4115,22 @@ END
 $$;
 
 -- retention_step_unlock: this session's advisory lock on a policy, given
--- back (_retention_unlock); a session can only ever release its own.
+-- back (_retention_unlock); a session can only ever release its own. The
+-- name rule as in _retention_begin (a name it refuses never took a lock),
+-- unless p_name is a registered policy's (maintain unlocks retention_due's
+-- names, one registered before 0.34's rule included).
 CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
-AS $$ SELECT _retention_unlock(p_name) $$;
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name) THEN
+        PERFORM _check_text('p_name', p_name);
+    END IF;
+    PERFORM _retention_unlock(p_name);
+END
+$$;
 
 -- _retention_run_role: the role a statement on p_rel (the policy's table,
 -- or one of its leaves) runs as: the table's owner when the policy's owner
@@ -4287,6 +4305,10 @@ $$;
 -- later pass), or, for a detach, that it is about to run ('detaching').
 -- It acts only on the unit the claim handed out to this session's pass:
 -- a record without a claim changes nothing.
+-- The arguments are checked first (22023): p_phase one of the three,
+-- p_deleted and p_sampled not negative, p_fraction a fraction (0 to 1).
+-- p_times is the sample's times, as many as the sample found (no cap: the
+-- plan cuts at most 100000 windows from it).
 CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS void
@@ -4294,15 +4316,28 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_pass retention_pass := _retention_pass_check(p_pass);
-    v_step jsonb := v_pass.step;
+    v_pass retention_pass;
+    v_step jsonb;
     v_unit retention_unit;
     v_pol retention_policy;
     v_units int[];
     v_oids oid[];
-    v_deleted bigint := greatest(coalesce(p_deleted, 0), 0);
+    v_deleted bigint := coalesce(p_deleted, 0);
 BEGIN
-    IF v_step IS NULL OR p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+    IF p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+        PERFORM _check_text('p_phase', p_phase, 20); -- the message below echoes it
+        RAISE EXCEPTION 'p_phase must be one of done, locked, detaching, got %', quote_literal(p_phase)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_deleted IS NOT NULL THEN PERFORM _check_int('p_deleted', p_deleted, 0, 9223372036854775807); END IF;
+    IF p_sampled IS NOT NULL THEN PERFORM _check_int('p_sampled', p_sampled, 0, 9223372036854775807); END IF;
+    IF p_fraction IS NOT NULL AND NOT (p_fraction >= 0 AND p_fraction <= 1) THEN -- NaN is neither
+        RAISE EXCEPTION 'p_fraction must be NULL or between 0 and 1, got %', p_fraction
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_pass := _retention_pass_check(p_pass);
+    v_step := v_pass.step;
+    IF v_step IS NULL THEN
         RETURN;
     END IF;
     IF p_phase <> 'detaching' THEN
@@ -4636,6 +4671,22 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT ARRAY['recovery', 'retention'] $$;
 
+-- _maintain_part_check raises 22023 naming p_part unless it is one of the
+-- parts (the name rule first: the message echoes it).
+CREATE OR REPLACE FUNCTION _maintain_part_check(p_part text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_part', p_part, 20);
+    IF NOT p_part = ANY (_maintain_parts()) THEN
+        RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
+            quote_literal(p_part) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 -- The advisory lock key of a part: per schema, so installs side by side in
 -- one database do not block each other.
 CREATE OR REPLACE FUNCTION _maintain_lock_key(p_part text)
@@ -4723,10 +4774,7 @@ DECLARE
     v_key bigint := _maintain_lock_key(p_part);
 BEGIN
     PERFORM _check_now('p_now', p_now);
-    IF NOT p_part = ANY (_maintain_parts()) THEN
-        RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
-            coalesce(quote_literal(p_part), 'NULL') USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM _maintain_part_check(p_part);
     IF v_now >= p_deadline THEN
         o_status := 'no budget';
     ELSIF NOT _maintain_due(p_part, v_now) THEN
@@ -4979,10 +5027,13 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_pass maintain_pass := _maintain_session_check(p_pass);
-    v_deadline timestamptz := v_pass.started_at + v_pass.budget;
+    v_pass maintain_pass;
+    v_deadline timestamptz;
     v record;
 BEGIN
+    PERFORM _maintain_part_check(p_part); -- 22023 before anything, the pass's owner or not
+    v_pass := _maintain_session_check(p_pass);
+    v_deadline := v_pass.started_at + v_pass.budget;
     IF p_part = 'recovery' THEN
         v_deadline := v_deadline - v_pass.budget / 2;
     END IF;
@@ -5023,14 +5074,24 @@ $$;
 
 -- maintain_step_failed records that a step of the run p_run raised (the
 -- procedure caught it): the run fails, and its part is due again at once.
+-- p_state is the error's SQLSTATE (five digits or upper-case letters);
+-- p_message is free text (newlines allowed), stored cut to 2000 characters:
+-- it is the caught error's own message, which must be recorded whatever
+-- its length.
 CREATE OR REPLACE FUNCTION maintain_step_failed(p_run bigint, p_message text, p_state text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
+    v_run maintain_run;
 BEGIN
+    IF p_state IS NULL OR p_state !~ '^[0-9A-Z]{5}$' THEN
+        RAISE EXCEPTION 'p_state must be a SQLSTATE (five digits or upper-case letters), got %',
+            CASE WHEN p_state IS NULL THEN 'NULL' ELSE length(p_state) || ' characters that are not one' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_run := _maintain_run_check(p_run);
     PERFORM _maintain_part_step(p_run, '{"more": true}', format('%s (SQLSTATE %s)', left(p_message, 2000), left(p_state, 5)),
                                 v_run.deadline, NULL);
 END
@@ -5263,6 +5324,11 @@ $$;
 
 -- maintain_step_pace: the pacing's sleep after a batch of the pass p_pass
 -- in the run p_run (_maintain_ret_pace), never past the run's deadline.
+-- p_state is NULL or what the previous call returned: an object of numbers
+-- duty (1 to 100), best (0 to 86400 seconds a row), pass and rows (not
+-- negative); p_busy and p_waiting count sessions (0 to 262143, PostgreSQL's
+-- most). p_batch_start needs no check: a time before the run's start counts
+-- as its start, a later one as no time spent (no sleep).
 CREATE OR REPLACE FUNCTION maintain_step_pace(p_run bigint, p_state jsonb, p_pass bigint, p_batch_start timestamptz,
     p_busy int, p_waiting int)
 RETURNS jsonb
@@ -5270,8 +5336,23 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
+    v_run maintain_run;
 BEGIN
+    IF p_state IS NOT NULL AND (
+           jsonb_typeof(p_state) <> 'object'
+        OR EXISTS (SELECT 1 FROM jsonb_each(p_state) e
+                    WHERE e.key NOT IN ('duty', 'best', 'pass', 'rows') OR jsonb_typeof(e.value) NOT IN ('number', 'null'))
+        OR NOT coalesce((p_state ->> 'duty')::numeric BETWEEN 1 AND 100, true)
+        OR NOT coalesce((p_state ->> 'best')::numeric BETWEEN 0 AND 86400, true)
+        OR NOT coalesce((p_state ->> 'pass')::numeric BETWEEN 0 AND 9223372036854775807, true)
+        OR NOT coalesce((p_state ->> 'rows')::numeric BETWEEN 0 AND 9223372036854775807, true)) THEN
+        RAISE EXCEPTION 'p_state must be NULL or the pacing state maintain_step_pace returned (an object of the numbers duty 1 to 100, best 0 to 86400, pass and rows not negative), got a jsonb % of % bytes',
+            jsonb_typeof(p_state), pg_column_size(p_state)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_busy IS NOT NULL THEN PERFORM _check_int('p_busy', p_busy, 0, 262143); END IF;
+    IF p_waiting IS NOT NULL THEN PERFORM _check_int('p_waiting', p_waiting, 0, 262143); END IF;
+    v_run := _maintain_run_check(p_run);
     RETURN _maintain_ret_pace(coalesce(p_state, '{}'), p_pass, greatest(p_batch_start, v_run.started_at),
                               v_run.deadline, coalesce(p_busy, 1), coalesce(p_waiting, 0));
 END
@@ -5300,16 +5381,24 @@ $$;
 -- maintain_step_tally records a policy's pass in the run p_run: its rows
 -- (read from the pass, which must be this session's pass of p_name), or
 -- the error that stopped it.
+-- p_name goes into the run's counts and error: the name rule (validate.sql)
+-- unless it is a registered policy's (maintain passes retention_due's names,
+-- and a name registered before 0.34's rule is still tallied). p_error is
+-- free text, the caught error's message, stored cut to 2000 characters.
 CREATE OR REPLACE FUNCTION maintain_step_tally(p_run bigint, p_name text, p_pass bigint, p_error text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
+    v_run maintain_run;
     v_rows bigint;
     v_outcome text;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name) THEN
+        PERFORM _check_text('p_name', p_name);
+    END IF;
+    v_run := _maintain_run_check(p_run);
     IF v_run.part <> 'retention' OR v_run.status <> 'running' THEN
         RETURN;
     END IF;
@@ -5344,6 +5433,9 @@ DECLARE
     v_busy int;
     v_waiting int;
 BEGIN
+    -- 42501 unless p_run is a run of this session's pass, whether or not a
+    -- policy is due
+    PERFORM {{ $s }}.maintain_step_go(p_run);
     v_due := ARRAY(SELECT {{ $s }}.retention_due());
     FOREACH v_name IN ARRAY v_due LOOP
         v_go := {{ $s }}.maintain_step_go(p_run);
@@ -7629,6 +7721,11 @@ DECLARE
     v_oldest timestamptz;
 BEGIN
     PERFORM _check_now('p_now', p_now);
+    -- the name rule (validate.sql) for a name that is no queue's: a queue
+    -- created before 0.34's rule is still counted (the view lists every queue)
+    IF NOT EXISTS (SELECT 1 FROM queue q WHERE q.name = p_queue) THEN
+        PERFORM _check_text('p_queue', p_queue);
+    END IF;
     SELECT count(*) FILTER (WHERE m.status = 'pending'),
            count(*) FILTER (WHERE m.status = 'processing'),
            count(*) FILTER (WHERE m.status = 'failed'),

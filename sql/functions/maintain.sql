@@ -90,10 +90,13 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_pass maintain_pass := _maintain_session_check(p_pass);
-    v_deadline timestamptz := v_pass.started_at + v_pass.budget;
+    v_pass maintain_pass;
+    v_deadline timestamptz;
     v record;
 BEGIN
+    PERFORM _maintain_part_check(p_part); -- 22023 before anything, the pass's owner or not
+    v_pass := _maintain_session_check(p_pass);
+    v_deadline := v_pass.started_at + v_pass.budget;
     IF p_part = 'recovery' THEN
         v_deadline := v_deadline - v_pass.budget / 2;
     END IF;
@@ -134,14 +137,24 @@ $$;
 
 -- maintain_step_failed records that a step of the run p_run raised (the
 -- procedure caught it): the run fails, and its part is due again at once.
+-- p_state is the error's SQLSTATE (five digits or upper-case letters);
+-- p_message is free text (newlines allowed), stored cut to 2000 characters:
+-- it is the caught error's own message, which must be recorded whatever
+-- its length.
 CREATE OR REPLACE FUNCTION maintain_step_failed(p_run bigint, p_message text, p_state text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
+    v_run maintain_run;
 BEGIN
+    IF p_state IS NULL OR p_state !~ '^[0-9A-Z]{5}$' THEN
+        RAISE EXCEPTION 'p_state must be a SQLSTATE (five digits or upper-case letters), got %',
+            CASE WHEN p_state IS NULL THEN 'NULL' ELSE length(p_state) || ' characters that are not one' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_run := _maintain_run_check(p_run);
     PERFORM _maintain_part_step(p_run, '{"more": true}', format('%s (SQLSTATE %s)', left(p_message, 2000), left(p_state, 5)),
                                 v_run.deadline, NULL);
 END

@@ -17,6 +17,22 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT ARRAY['recovery', 'retention'] $$;
 
+-- _maintain_part_check raises 22023 naming p_part unless it is one of the
+-- parts (the name rule first: the message echoes it).
+CREATE OR REPLACE FUNCTION _maintain_part_check(p_part text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_part', p_part, 20);
+    IF NOT p_part = ANY (_maintain_parts()) THEN
+        RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
+            quote_literal(p_part) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 -- The advisory lock key of a part: per schema, so installs side by side in
 -- one database do not block each other.
 CREATE OR REPLACE FUNCTION _maintain_lock_key(p_part text)
@@ -104,10 +120,7 @@ DECLARE
     v_key bigint := _maintain_lock_key(p_part);
 BEGIN
     PERFORM _check_now('p_now', p_now);
-    IF NOT p_part = ANY (_maintain_parts()) THEN
-        RAISE EXCEPTION 'p_part must be one of %, got %', array_to_string(_maintain_parts(), ', '),
-            coalesce(quote_literal(p_part), 'NULL') USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM _maintain_part_check(p_part);
     IF v_now >= p_deadline THEN
         o_status := 'no budget';
     ELSIF NOT _maintain_due(p_part, v_now) THEN

@@ -137,6 +137,11 @@ $$;
 
 -- maintain_step_pace: the pacing's sleep after a batch of the pass p_pass
 -- in the run p_run (_maintain_ret_pace), never past the run's deadline.
+-- p_state is NULL or what the previous call returned: an object of numbers
+-- duty (1 to 100), best (0 to 86400 seconds a row), pass and rows (not
+-- negative); p_busy and p_waiting count sessions (0 to 262143, PostgreSQL's
+-- most). p_batch_start needs no check: a time before the run's start counts
+-- as its start, a later one as no time spent (no sleep).
 CREATE OR REPLACE FUNCTION maintain_step_pace(p_run bigint, p_state jsonb, p_pass bigint, p_batch_start timestamptz,
     p_busy int, p_waiting int)
 RETURNS jsonb
@@ -144,8 +149,23 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
+    v_run maintain_run;
 BEGIN
+    IF p_state IS NOT NULL AND (
+           jsonb_typeof(p_state) <> 'object'
+        OR EXISTS (SELECT 1 FROM jsonb_each(p_state) e
+                    WHERE e.key NOT IN ('duty', 'best', 'pass', 'rows') OR jsonb_typeof(e.value) NOT IN ('number', 'null'))
+        OR NOT coalesce((p_state ->> 'duty')::numeric BETWEEN 1 AND 100, true)
+        OR NOT coalesce((p_state ->> 'best')::numeric BETWEEN 0 AND 86400, true)
+        OR NOT coalesce((p_state ->> 'pass')::numeric BETWEEN 0 AND 9223372036854775807, true)
+        OR NOT coalesce((p_state ->> 'rows')::numeric BETWEEN 0 AND 9223372036854775807, true)) THEN
+        RAISE EXCEPTION 'p_state must be NULL or the pacing state maintain_step_pace returned (an object of the numbers duty 1 to 100, best 0 to 86400, pass and rows not negative), got a jsonb % of % bytes',
+            jsonb_typeof(p_state), pg_column_size(p_state)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_busy IS NOT NULL THEN PERFORM _check_int('p_busy', p_busy, 0, 262143); END IF;
+    IF p_waiting IS NOT NULL THEN PERFORM _check_int('p_waiting', p_waiting, 0, 262143); END IF;
+    v_run := _maintain_run_check(p_run);
     RETURN _maintain_ret_pace(coalesce(p_state, '{}'), p_pass, greatest(p_batch_start, v_run.started_at),
                               v_run.deadline, coalesce(p_busy, 1), coalesce(p_waiting, 0));
 END
@@ -174,16 +194,24 @@ $$;
 -- maintain_step_tally records a policy's pass in the run p_run: its rows
 -- (read from the pass, which must be this session's pass of p_name), or
 -- the error that stopped it.
+-- p_name goes into the run's counts and error: the name rule (validate.sql)
+-- unless it is a registered policy's (maintain passes retention_due's names,
+-- and a name registered before 0.34's rule is still tallied). p_error is
+-- free text, the caught error's message, stored cut to 2000 characters.
 CREATE OR REPLACE FUNCTION maintain_step_tally(p_run bigint, p_name text, p_pass bigint, p_error text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
+    v_run maintain_run;
     v_rows bigint;
     v_outcome text;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name) THEN
+        PERFORM _check_text('p_name', p_name);
+    END IF;
+    v_run := _maintain_run_check(p_run);
     IF v_run.part <> 'retention' OR v_run.status <> 'running' THEN
         RETURN;
     END IF;
@@ -218,6 +246,9 @@ DECLARE
     v_busy int;
     v_waiting int;
 BEGIN
+    -- 42501 unless p_run is a run of this session's pass, whether or not a
+    -- policy is due
+    PERFORM {{ $s }}.maintain_step_go(p_run);
     v_due := ARRAY(SELECT {{ $s }}.retention_due());
     FOREACH v_name IN ARRAY v_due LOOP
         v_go := {{ $s }}.maintain_step_go(p_run);

@@ -93,7 +93,7 @@ AS $$
         -- (retention_register.sql) and the pg_cron command (cron.sql)
         'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
         'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
-        'cron_command', 'cron_available', 'retention_resolve_table',
+        'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
         'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',

@@ -285,11 +285,27 @@ BEGIN
 END
 $$;
 
+-- retention_table_name_check: the name rule (validate.sql, at most 300
+-- characters) on a table name given as text. retention_resolve_table runs
+-- as its caller, so it cannot call _check_text (no role but S_owner
+-- executes an underscore routine): it calls this SECURITY DEFINER half.
+CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_table', p_table, 300);
+END
+$$;
+
 -- retention_resolve_table resolves a table name on the given search_path
 -- (the caller's: it runs as its caller, since schemas the caller may use
 -- are searched only if the role that looks may use them too), or raises
--- 22023 naming p_table. pg_catalog only: an invoker routine calls nothing
--- its caller could not.
+-- 22023 naming p_table. It calls only pg_catalog and the definer
+-- retention_table_name_check: an invoker routine calls nothing its caller
+-- could not. p_search_path is only set for the lookup (and restored): it
+-- is the caller's own setting, never stored nor shown.
 CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
 RETURNS regclass
 LANGUAGE plpgsql
@@ -299,16 +315,8 @@ DECLARE
     v_rel regclass;
     v_pinned text := pg_catalog.current_setting('search_path');
 BEGIN
-    IF p_table IS NOT NULL AND pg_catalog.length(p_table) <= 300 THEN
-        -- The name rule of validate.sql, for the characters that matter here:
-        -- this function runs as its caller (who cannot call _check_text).
-        -- PostgreSQL's name parser skips whitespace around a name; pgsweep
-        -- refuses a control character or whitespace at either end anywhere.
-        IF p_table OPERATOR(pg_catalog.~) '[[:cntrl:]]'
-           OR p_table OPERATOR(pg_catalog.<>) pg_catalog.btrim(p_table, E' \u00a0') THEN
-            RAISE EXCEPTION 'p_table must name a table without control characters or whitespace at either end, got %',
-                pg_catalog.quote_literal(pg_catalog.left(p_table, 300)) USING ERRCODE = 'invalid_parameter_value';
-        END IF;
+    IF p_table IS NOT NULL THEN
+        PERFORM retention_table_name_check(p_table); -- the name rule (validate.sql): before the name is echoed
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);

@@ -588,12 +588,22 @@ END
 $$;
 
 -- retention_step_unlock: this session's advisory lock on a policy, given
--- back (_retention_unlock); a session can only ever release its own.
+-- back (_retention_unlock); a session can only ever release its own. The
+-- name rule as in _retention_begin (a name it refuses never took a lock),
+-- unless p_name is a registered policy's (maintain unlocks retention_due's
+-- names, one registered before 0.34's rule included).
 CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
-AS $$ SELECT _retention_unlock(p_name) $$;
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name) THEN
+        PERFORM _check_text('p_name', p_name);
+    END IF;
+    PERFORM _retention_unlock(p_name);
+END
+$$;
 
 -- _retention_run_role: the role a statement on p_rel (the policy's table,
 -- or one of its leaves) runs as: the table's owner when the policy's owner
@@ -768,6 +778,10 @@ $$;
 -- later pass), or, for a detach, that it is about to run ('detaching').
 -- It acts only on the unit the claim handed out to this session's pass:
 -- a record without a claim changes nothing.
+-- The arguments are checked first (22023): p_phase one of the three,
+-- p_deleted and p_sampled not negative, p_fraction a fraction (0 to 1).
+-- p_times is the sample's times, as many as the sample found (no cap: the
+-- plan cuts at most 100000 windows from it).
 CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS void
@@ -775,15 +789,28 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_pass retention_pass := _retention_pass_check(p_pass);
-    v_step jsonb := v_pass.step;
+    v_pass retention_pass;
+    v_step jsonb;
     v_unit retention_unit;
     v_pol retention_policy;
     v_units int[];
     v_oids oid[];
-    v_deleted bigint := greatest(coalesce(p_deleted, 0), 0);
+    v_deleted bigint := coalesce(p_deleted, 0);
 BEGIN
-    IF v_step IS NULL OR p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+    IF p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+        PERFORM _check_text('p_phase', p_phase, 20); -- the message below echoes it
+        RAISE EXCEPTION 'p_phase must be one of done, locked, detaching, got %', quote_literal(p_phase)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_deleted IS NOT NULL THEN PERFORM _check_int('p_deleted', p_deleted, 0, 9223372036854775807); END IF;
+    IF p_sampled IS NOT NULL THEN PERFORM _check_int('p_sampled', p_sampled, 0, 9223372036854775807); END IF;
+    IF p_fraction IS NOT NULL AND NOT (p_fraction >= 0 AND p_fraction <= 1) THEN -- NaN is neither
+        RAISE EXCEPTION 'p_fraction must be NULL or between 0 and 1, got %', p_fraction
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_pass := _retention_pass_check(p_pass);
+    v_step := v_pass.step;
+    IF v_step IS NULL THEN
         RETURN;
     END IF;
     IF p_phase <> 'detaching' THEN

@@ -195,7 +195,29 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('retention_run(text,text,interval)', 'admin', 'p_owner', $$CALL pgsweep.retention_run('bih.events', %L, '1 second')$$, 'name', '{}'),
     ('retention_run(text,text,interval)', 'admin', 'p_budget', $$CALL pgsweep.retention_run('bih.events', 'o', %L)$$, 'interval', '{1us}'),
     ('retention_detach_claim(text)', 'admin', 'p_owner', $$SELECT * FROM pgsweep.retention_detach_claim(%L)$$, 'name', '{}'),
-    ('retention_detach_done(text,oid,bigint)', 'admin', 'p_owner', $$SELECT pgsweep.retention_detach_done(%L, 1::oid, 0)$$, 'name', '{}'),
+    ('retention_detach_done(text,oid)', 'admin', 'p_owner', $$SELECT pgsweep.retention_detach_done(%L, 1::oid)$$, 'name', '{}'),
+    ('retention_register(text,regclass,text,interval,text,text[],integer,text,interval)', 'admin', 'p_mode', $$SELECT pgsweep.retention_register('bih.events', 'bih.events'::regclass, 'at', '1 day', NULL, NULL, 1000, %L)$$, 'name', '{}'),
+    ('retention_resolve_table(text,text)', 'admin', 'p_table', $$SELECT pgsweep.retention_resolve_table(%L, 'bih, public')$$, 'name', '{}'),
+    ('retention_table_name_check(text)', 'admin', 'p_table', $$SELECT pgsweep.retention_table_name_check(%L)$$, 'name', '{}'),
+    -- admin: the step routines the procedures call (docs/security.md, "Step
+    -- routines"). Their arguments are checked before the pass or run they
+    -- name (0: none), so a hostile value is a 22023 whoever's pass it is.
+    ('maintain_step_begin(text,interval)', 'admin', 'p_owner', $$SELECT pgsweep.maintain_step_begin(%L, '1 second')$$, 'name', '{}'),
+    ('maintain_step_begin(text,interval)', 'admin', 'p_budget', $$SELECT pgsweep.maintain_step_begin('o', %L)$$, 'interval', '{}'),
+    ('maintain_step_part(bigint,text)', 'admin', 'p_part', $$SELECT pgsweep.maintain_step_part(0, %L)$$, 'name', '{}'),
+    ('maintain_step_failed(bigint,text,text)', 'admin', 'p_state', $$SELECT pgsweep.maintain_step_failed(0, 'e', %L)$$, 'name', '{}'),
+    ('maintain_step_tally(bigint,text,bigint,text)', 'admin', 'p_name', $$SELECT pgsweep.maintain_step_tally(0, %L, NULL, 'e')$$, 'name', '{}'),
+    ('maintain_fail_owner(text,text)', 'admin', 'p_owner', $$SELECT pgsweep.maintain_fail_owner(%L, 'e')$$, 'name', '{}'),
+    ('retention_step_begin(text,text,interval)', 'admin', 'p_name', $$SELECT pgsweep.retention_step_begin(%L, 'o', '1 second')$$, 'name', '{}'),
+    ('retention_step_begin(text,text,interval)', 'admin', 'p_owner', $$SELECT pgsweep.retention_step_begin('bih.events', %L, '1 second')$$, 'name', '{}'),
+    ('retention_step_begin(text,text,interval)', 'admin', 'p_budget', $$SELECT pgsweep.retention_step_begin('bih.events', 'o', %L)$$, 'interval', '{1us}'),
+    ('retention_step_record(bigint,text,bigint,double precision,bigint,timestamp with time zone[])', 'admin', 'p_phase',
+     $$SELECT pgsweep.retention_step_record(0, %L, 0, NULL, NULL, NULL)$$, 'name', '{}'),
+    ('retention_step_unlock(text)', 'admin', 'p_name', $$SELECT pgsweep.retention_step_unlock(%L)$$, 'name', '{}'),
+    ('cron_command(text,interval)', 'admin', 'p_schedule', $$SELECT pgsweep.cron_command(%L, '10 seconds')$$, 'name', '{}'),
+    ('cron_command(text,interval)', 'admin', 'p_budget', $$SELECT pgsweep.cron_command('* * * * *', %L)$$, 'interval', '{}'),
+    ('queue_rights(text)', 'admin', 'p_queue', $$SELECT * FROM pgsweep.queue_rights(%L)$$, 'name', '{}'),
+    ('queue_counts(text)', 'monitor', 'p_queue', $$SELECT * FROM pgsweep.queue_counts(%L)$$, 'name', '{}'),
     -- admin: maintenance
     ('maintain(text,interval)', 'admin', 'p_owner', $$CALL pgsweep.maintain(%L, '1 second')$$, 'name', '{}'),
     ('maintain(text,interval)', 'admin', 'p_budget', $$CALL pgsweep.maintain('o', %L)$$, 'interval', '{}'),
@@ -245,7 +267,47 @@ INSERT INTO one VALUES
     ('queue_recover(text,integer)', 'admin', 'p_batch', $$SELECT pgsweep.queue_recover('hq', 200000)$$, 'a batch of 200,000'),
     ('lane_stats(text,integer)', 'monitor', 'p_limit', $$SELECT * FROM pgsweep.lane_stats('hq', 200000)$$, 'a limit of 200,000'),
     ('retention_register(text,text,text,interval,text,text[],integer,text,interval)', 'admin', 'p_table',
-     $$SELECT pgsweep.retention_register('bih.events', E'bih.events\n', 'at', '1 day')$$, 'a table name with a newline');
+     $$SELECT pgsweep.retention_register('bih.events', E'bih.events\n', 'at', '1 day')$$, 'a table name with a newline'),
+    ('retention_register(text,text,text,interval,text,text[],integer,text,interval)', 'admin', 'p_table',
+     $$SELECT pgsweep.retention_register('bih.events', 'bih.' || repeat('e', 297), 'at', '1 day')$$, 'a 301-character table name'),
+    ('retention_register(text,regclass,text,interval,text,text[],integer,text,interval)', 'admin', 'p_batch_size',
+     $$SELECT pgsweep.retention_register('bih.events', 'bih.events'::regclass, 'at', '1 day', NULL, NULL, 200000)$$, 'a batch of 200,000'),
+    ('retention_register(text,regclass,text,interval,text,text[],integer,text,interval)', 'admin', 'p_batch_size',
+     $$SELECT pgsweep.retention_register('bih.events', 'bih.events'::regclass, 'at', '1 day', NULL, NULL, -1)$$, 'a batch of -1'),
+    ('retention_resolve_table(text,text)', 'admin', 'p_table',
+     $$SELECT pgsweep.retention_resolve_table(repeat('t', 10000000), 'public')$$, 'a 10 MB table name'),
+    -- the step routines: values only a forged call passes
+    ('maintain_step_failed(bigint,text,text)', 'admin', 'p_state', $$SELECT pgsweep.maintain_step_failed(0, 'e', 'abcde')$$, 'a lower-case SQLSTATE'),
+    ('maintain_step_failed(bigint,text,text)', 'admin', 'p_state', $$SELECT pgsweep.maintain_step_failed(0, 'e', '42501 forged')$$, 'a SQLSTATE with text after it'),
+    ('maintain_step_tally(bigint,text,bigint,text)', 'admin', 'p_name', $$SELECT pgsweep.maintain_step_tally(0, repeat('n', 201), NULL, 'e')$$, 'a 201-character name'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_state',
+     $$SELECT pgsweep.maintain_step_pace(0, '{"duty": 0}', NULL, now(), 0, 0)$$, 'a duty of 0 (a division by zero)'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_state',
+     $$SELECT pgsweep.maintain_step_pace(0, '{"duty": 1e-300}', NULL, now(), 0, 0)$$, 'a duty of 1e-300 (an endless sleep)'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_state',
+     $$SELECT pgsweep.maintain_step_pace(0, '{"duty": "x"}', NULL, now(), 0, 0)$$, 'a duty that is text'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_state',
+     $$SELECT pgsweep.maintain_step_pace(0, '{"best": 1e400}', NULL, now(), 0, 0)$$, 'a best of 1e400 (out of double precision)'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_state',
+     $$SELECT pgsweep.maintain_step_pace(0, '[35]', NULL, now(), 0, 0)$$, 'an array'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_state',
+     $$SELECT pgsweep.maintain_step_pace(0, jsonb_build_object('x', repeat('x', 5000000)), NULL, now(), 0, 0)$$, '5 MB of state'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_busy',
+     $$SELECT pgsweep.maintain_step_pace(0, NULL, NULL, now(), -1, 0)$$, '-1 sessions'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_busy',
+     $$SELECT pgsweep.maintain_step_pace(0, NULL, NULL, now(), 1000000, 0)$$, '1,000,000 sessions'),
+    ('maintain_step_pace(bigint,jsonb,bigint,timestamp with time zone,integer,integer)', 'admin', 'p_waiting',
+     $$SELECT pgsweep.maintain_step_pace(0, NULL, NULL, now(), 0, -1)$$, '-1 sessions'),
+    ('retention_step_record(bigint,text,bigint,double precision,bigint,timestamp with time zone[])', 'admin', 'p_deleted',
+     $$SELECT pgsweep.retention_step_record(0, 'done', -1, NULL, NULL, NULL)$$, '-1 rows deleted'),
+    ('retention_step_record(bigint,text,bigint,double precision,bigint,timestamp with time zone[])', 'admin', 'p_sampled',
+     $$SELECT pgsweep.retention_step_record(0, 'done', 0, 0.5, -1, NULL)$$, '-1 rows sampled'),
+    ('retention_step_record(bigint,text,bigint,double precision,bigint,timestamp with time zone[])', 'admin', 'p_fraction',
+     $$SELECT pgsweep.retention_step_record(0, 'done', 0, 'NaN', 10, NULL)$$, 'a fraction that is NaN'),
+    ('retention_step_record(bigint,text,bigint,double precision,bigint,timestamp with time zone[])', 'admin', 'p_fraction',
+     $$SELECT pgsweep.retention_step_record(0, 'done', 0, 2, 10, NULL)$$, 'a fraction of 2'),
+    ('retention_step_record(bigint,text,bigint,double precision,bigint,timestamp with time zone[])', 'admin', 'p_fraction',
+     $$SELECT pgsweep.retention_step_record(0, 'done', 0, '-Infinity', 10, NULL)$$, 'a fraction of -Infinity');
 
 CREATE TEMP TABLE cases AS
 SELECT t.routine, t.kind, t.arg, format(t.call, b.v) AS call, format('%s %s: %s', t.routine, t.arg, b.tag) AS label
@@ -262,6 +324,56 @@ SELECT o.routine, o.kind, o.arg, o.call, format('%s %s: %s', o.routine, o.arg, o
 -- values; they stay in the table so that coverage counts them.
 CREATE TEMP TABLE elsewhere AS SELECT * FROM cases WHERE routine LIKE 'retention\_run(%';
 DELETE FROM cases WHERE routine LIKE 'retention\_run(%';
+
+-- Routines with no bad-input case here, each with where it is tested (call
+-- NULL, label the reason):
+INSERT INTO elsewhere (routine, kind, arg, call, label) VALUES
+    -- Their only arguments are a pass or a run of this session (and free
+    -- text: a caught error's message, stored cut to 2000 characters, which
+    -- must be recorded whatever its length). Another session's pass is not
+    -- bad input but a missing right: 42501 and nothing changed, tested for
+    -- each in sql/tests/security_internals.sql ("Passes belong to their
+    -- session"). The procedures (maintain_step_retention, retention_step_pass)
+    -- are CALLed there too: they raise before their first COMMIT.
+    ('maintain_step_end(bigint)', 'admin', 'p_pass', NULL, 'a pass id: security_internals.sql'),
+    ('maintain_step_go(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
+    ('maintain_step_part_end(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
+    ('maintain_step_recovery(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
+    ('maintain_step_renew(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
+    ('maintain_step_retention(bigint)', 'admin', 'p_run', NULL, 'a run id (a procedure): security_internals.sql'),
+    ('retention_step(bigint)', 'admin', 'p_pass', NULL, 'a pass id: security_internals.sql'),
+    ('retention_step_claim(bigint)', 'admin', 'p_pass', NULL, 'a pass id: security_internals.sql'),
+    ('retention_step_end(bigint,text)', 'admin', 'p_pass', NULL, 'a pass id and a caught error''s text: security_internals.sql'),
+    -- p_name only picks which of this session's advisory locks it gives back
+    -- at the end, through retention_step_unlock (whose cases are here); it
+    -- commits, so it cannot run in this file's transaction
+    ('retention_step_pass(text,bigint)', 'admin', 'p_pass', NULL, 'a pass id (a procedure): security_internals.sql'),
+    -- p_prepared is only compared with this session's prepared statements,
+    -- and the routine only DEALLOCATEs this session's statements that it
+    -- does not list, as a plain DEALLOCATE could: security_internals.sql
+    -- shows it changes no role, session user or search_path
+    ('retention_step_session_restore(text[])', 'admin', 'p_prepared', NULL, 'this session''s own statements: security_internals.sql'),
+    -- The owner proofs' SECURITY DEFINER halves: called without the proof
+    -- only a wrapper creates they raise 42501 (security_internals.sql); every
+    -- other argument's hostile values go through the wrapper's cases here
+    -- (a test below checks that each argument has them).
+    ('retention_register_proved(regclass,text,regclass,text,interval,text,text[],integer,text,interval)', 'admin', NULL, NULL, 'through retention_register'),
+    ('retention_unregister_proved(regclass,text)', 'admin', NULL, NULL, 'through retention_unregister'),
+    ('retention_set_filter_proved(regclass,text,text,text[])', 'admin', NULL, NULL, 'through retention_set_filter'),
+    ('retention_set_lease_ttl_proved(regclass,text,interval)', 'admin', NULL, NULL, 'through retention_set_lease_ttl'),
+    ('retention_set_strategy_proved(regclass,text,text)', 'admin', NULL, NULL, 'through retention_set_strategy'),
+    ('retention_set_time_zone_proved(regclass,text,text)', 'admin', NULL, NULL, 'through retention_set_time_zone');
+-- Arguments with no case although their routine has some, and why:
+--   retention_resolve_table p_search_path: the caller's own search_path,
+--     set for the lookup only and restored; never stored nor shown
+--   maintain_step_pace p_pass, p_batch_start: the pass only names whose row
+--     count the pacing reads; a start before the run's counts as the run's
+--     start, a later one as no time spent
+--   maintain_step_failed p_message, maintain_step_tally p_error,
+--     maintain_fail_owner p_error: a caught error's text, cut to 2000
+--     characters where stored (see above)
+--   retention_step_record p_times: the sample's times, as many as it found
+--     (the plan cuts at most 100000 windows from them)
 
 -- Rows for routines that do not exist (yet: another branch adds them) are
 -- set aside and listed, not run.
@@ -284,7 +396,7 @@ SELECT p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')' AS ro
 UPDATE cases SET routine = replace(routine, ',', ', ');
 UPDATE elsewhere SET routine = replace(routine, ',', ', ');
 
-SELECT plan((SELECT count(*)::int FROM cases) + 5);
+SELECT plan((SELECT count(*)::int FROM cases) + 6);
 
 SELECT is(
     (SELECT string_agg(e.routine, '; ' ORDER BY e.routine) FROM exposed e
@@ -296,6 +408,18 @@ SELECT is(
     (SELECT string_agg(DISTINCT c.routine, '; ') FROM cases c WHERE NOT EXISTS (SELECT 1 FROM exposed e WHERE e.routine = c.routine)),
     NULL,
     'every routine named by a case exists and is executable by the role of its case (a renamed routine: fix the rows)');
+-- An owner proof's definer half is listed above as tested through its
+-- wrapper: every argument but the proof (and a regclass, which names an
+-- existing table or fails to parse) has cases for the wrapper.
+SELECT is(
+    (SELECT string_agg(x.wrapper || ' ' || x.arg, '; ' ORDER BY x.wrapper, x.arg)
+       FROM (SELECT pg_catalog.replace(p.proname, '_proved', '') AS wrapper, a.n AS arg
+               FROM pg_proc p CROSS JOIN LATERAL unnest(p.proargnames, p.proargtypes::oid[]) a(n, t)
+              WHERE p.pronamespace = 'pgsweep'::regnamespace AND p.proname LIKE '%\_proved'
+                AND a.n <> 'p_proof' AND a.t <> 'regclass'::regtype) x
+      WHERE NOT EXISTS (SELECT 1 FROM cases c WHERE c.routine LIKE x.wrapper || '(%' AND c.arg = x.arg)),
+    NULL,
+    'every argument of an owner proof''s definer half has cases through its wrapper (the names listed have none)');
 -- Internals (underscore routines) are the owner's alone (issue 23, class 3):
 -- none needs cases here because none is exposed.
 SELECT is(

@@ -16,7 +16,7 @@
 -- The attacker is a role granted <schema>_admin (or _worker) and nothing else.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(68);
+SELECT plan(78);
 
 CREATE FUNCTION pg_temp.as_role(p_role text, p_sql text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
@@ -126,6 +126,15 @@ SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.retention_step_reco
     '42501', 'retention_step_record: refused');
 SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.retention_step_end(%s, NULL)', (SELECT id FROM pgsweep.retention_pass WHERE owner = 'other'))),
     '42501', 'retention_step_end: refused');
+SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_renew(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
+    '42501', 'maintain_step_renew: refused');
+SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_pace(%s, NULL, NULL, now(), 0, 0)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
+    '42501', 'maintain_step_pace: refused');
+-- the procedures raise before their first COMMIT, so they run here too
+SELECT is(pg_temp.as_role('si_admin', format('CALL pgsweep.maintain_step_retention(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
+    '42501', 'maintain_step_retention: another session''s run is refused');
+SELECT is(pg_temp.as_role('si_admin', format('CALL pgsweep.retention_step_pass(%L, %s)', 'si_tbl', (SELECT id FROM pgsweep.retention_pass WHERE owner = 'other'))),
+    '42501', 'retention_step_pass: another session''s pass is refused');
 SELECT is(pg_temp.as_role('si_admin', $$SELECT pgsweep.maintain_fail_owner('other', 'forged')$$), 'ok',
     'maintain_fail_owner runs ...');
 SELECT ok((SELECT passes = (SELECT jsonb_agg(to_jsonb(p) ORDER BY p.id) FROM pgsweep.maintain_pass p)
@@ -141,6 +150,36 @@ SELECT is(pg_temp.as_role('si_admin', $$SELECT pgsweep.retention_step_record((SE
 SELECT is((SELECT rows_deleted FROM pgsweep.retention_pass WHERE id = (SELECT id FROM si_mine)), 0::bigint, '... and changes nothing');
 SELECT is(pg_temp.as_role('si_admin', $$SELECT pgsweep.retention_step_end((SELECT id FROM si_mine), NULL)$$), 'ok', 'admin ends its pass');
 DO $$ BEGIN PERFORM pgsweep._retention_unlock('si_tbl'); END $$;
+
+-- retention_step_session_restore (S_owner, any admin may call it) only
+-- DEALLOCATEs this session's prepared statements that its list leaves out,
+-- as a plain DEALLOCATE could: it sets nothing (role, session user,
+-- search_path are as they were) and a list entry is only compared.
+CREATE FUNCTION pg_temp.restore_probe() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_before text;
+    v_after text;
+    v_gone text[];
+    v_left text[];
+BEGIN
+    PERFORM set_config('role', 'si_admin', true);
+    EXECUTE 'PREPARE si_keep AS SELECT 1';
+    EXECUTE 'PREPARE si_drop AS SELECT 2';
+    v_before := concat_ws(' | ', current_user, session_user, current_setting('role'), current_setting('search_path'),
+                          current_setting('session_authorization'));
+    v_gone := pgsweep.retention_step_session_restore(
+        ARRAY(SELECT p.name || ' ' || p.statement FROM pg_prepared_statements p WHERE p.name <> 'si_drop')
+        || ARRAY['ALL', E'si_keep\n; RESET ROLE; SET search_path = public', 'SET ROLE postgres']);
+    v_after := concat_ws(' | ', current_user, session_user, current_setting('role'), current_setting('search_path'),
+                         current_setting('session_authorization'));
+    v_left := ARRAY(SELECT p.name FROM pg_prepared_statements p WHERE p.name LIKE 'si\_%' ORDER BY 1);
+    PERFORM set_config('role', 'none', true);
+    DEALLOCATE ALL; -- prepared statements outlive the ROLLBACK
+    RETURN format('dropped %s, kept %s, session %s', v_gone, v_left,
+                  CASE WHEN v_before = v_after THEN 'unchanged' ELSE v_before || ' became ' || v_after END);
+END $$;
+SELECT is(pg_temp.restore_probe(), 'dropped {si_drop}, kept {si_keep}, session unchanged',
+    'retention_step_session_restore deallocates only the statements its list leaves out, and changes no role, session user or search_path');
 
 -- 3. The cutoff cap. The owner opens a pass with a clock nine years ahead
 -- (the 0.33 attack, now the owner's alone): it deletes only what is older
@@ -196,7 +235,15 @@ SELECT is(pg_temp.as_role('si_admin2', x.sql), '42501', x.what)
                ($$SELECT pgsweep.retention_set_time_zone('si_tbl', 'UTC')$$, 'nor its time zone'),
                ($$SELECT pgsweep.retention_unregister('si_tbl')$$, 'nor unregister it'),
                ($$SELECT pgsweep.retention_register('si_tbl', 'public.si_tbl', 'at', '0 seconds')$$, 'nor register its name again'),
-               ($$SELECT pgsweep.retention_set_filter_proved('pgsweep.lease'::regclass, 'si_tbl', 'id', '{1}')$$, 'nor pass a table of another role as its proof')) x(sql, what);
+               ($$SELECT pgsweep.retention_set_filter_proved('pgsweep.lease'::regclass, 'si_tbl', 'id', '{1}')$$, 'nor pass a table of another role as its proof'),
+               -- each definer half refuses a table that is not the session's proof
+               -- (bad_input_hostile.sql tries their other arguments through the wrappers)
+               ($$SELECT pgsweep.retention_register_proved('public.si_tbl'::regclass, 'si_tbl', 'public.si_tbl'::regclass, 'at', '0 seconds', NULL, NULL, 1000, 'exclusive', '1 minute')$$,
+                'retention_register_proved refuses a table that is no proof'),
+               ($$SELECT pgsweep.retention_unregister_proved('public.si_tbl'::regclass, 'si_tbl')$$, 'so does retention_unregister_proved'),
+               ($$SELECT pgsweep.retention_set_lease_ttl_proved('public.si_tbl'::regclass, 'si_tbl', '5 seconds')$$, 'and retention_set_lease_ttl_proved'),
+               ($$SELECT pgsweep.retention_set_strategy_proved('public.si_tbl'::regclass, 'si_tbl', 'keyset')$$, 'and retention_set_strategy_proved'),
+               ($$SELECT pgsweep.retention_set_time_zone_proved('public.si_tbl'::regclass, 'si_tbl', 'UTC')$$, 'and retention_set_time_zone_proved')) x(sql, what);
 SELECT set_eq('SELECT * FROM pgsweep.retention_policy WHERE name = ''si_tbl''', 'SELECT * FROM si_pol', 'the policy is unchanged');
 SELECT is(pg_temp.as_role('si_member', $$SELECT pgsweep.retention_set_lease_ttl('si_tbl', '5 seconds')$$), 'ok',
     'a member of the owner changes it');
