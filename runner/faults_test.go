@@ -209,6 +209,7 @@ func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 	exec(t, db, fmt.Sprintf(`
 		CREATE TABLE %[1]s.gate (stuck boolean NOT NULL);
 		INSERT INTO %[1]s.gate VALUES (false);
+		GRANT SELECT ON %[1]s.gate TO %[2]s; -- the stand-in runs inside maintain_step_recovery, as the owner role
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$
 		BEGIN
@@ -216,7 +217,7 @@ func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 			PERFORM pg_sleep(0.05);
 			RETURN '{"recovered": 1, "more": true}';
 		END $$;
-		SELECT %[1]s.setting_set('recovery_interval', '0');`, s))
+		SELECT %[1]s.setting_set('recovery_interval', '0');`, s, pgx.Identifier{db.Schema + "_owner"}.Sanitize()))
 	r := newRunner(t, db, "long", Options{Budget: 2 * time.Minute, HealthyWithin: 2 * time.Second})
 	r.progressEvery = 50 * time.Millisecond
 	reach := r.connect

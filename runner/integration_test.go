@@ -13,7 +13,7 @@ import (
 )
 
 // Integration tests: real PostgreSQL, each test in its own schema. The part
-// bodies (_maintain_recovery, _maintain_retention) are replaced in the test
+// bodies (_maintain_recovery, maintain_step_retention) are replaced in the test
 // schema by stand-ins that take time and log what they did, so that the
 // coordination machinery (leases, advisory locks, history) is exercised as it
 // will be by the real bodies.
@@ -51,18 +51,22 @@ func installStandIns(t *testing.T, db *pgtest.DB, slowOwner string, slowSleep fl
 			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('recovery', p_owner, v_start, clock_timestamp());
 			RETURN jsonb_build_object('recovered', 1, 'lost_leases', 0, 'dead_lettered', 0, 'more', random() < 0.3);
 		END $$;
-		CREATE OR REPLACE PROCEDURE %[1]s._maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+		-- the recovery stand-in runs inside maintain_step_recovery, as the owner role
+		GRANT INSERT ON %[1]s.activity TO %[4]s;
+		GRANT USAGE ON SEQUENCE %[1]s.activity_id_seq TO %[4]s;
+		CREATE OR REPLACE PROCEDURE %[1]s.maintain_step_retention(p_run bigint)
 		LANGUAGE plpgsql AS $$
 		DECLARE v_start timestamptz := clock_timestamp();
 		BEGIN
 			PERFORM pg_sleep(0.002);
 			COMMIT;
 			PERFORM pg_sleep(0.002);
-			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('retention', p_owner, v_start, clock_timestamp());
-			p_result := jsonb_build_object('deleted', jsonb_build_object('standin', 2));
+			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at)
+			SELECT 'retention', r.owner, v_start, clock_timestamp() FROM %[1]s.maintain_run r WHERE r.id = p_run;
 		END $$;
 		SELECT %[1]s.setting_set('recovery_interval', '0');
-		SELECT %[1]s.setting_set('retention_check_interval', '0');`, s, slowOwner, fmt.Sprint(slowSleep)))
+		SELECT %[1]s.setting_set('retention_check_interval', '0');`, s, slowOwner, fmt.Sprint(slowSleep),
+		pgx.Identifier{db.Schema + "_owner"}.Sanitize()))
 }
 
 func newRunner(t *testing.T, db *pgtest.DB, owner string, opts Options) *Runner {
@@ -364,7 +368,7 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 		t.Fatalf("pass %+v: want recovery failed with its error, retention done", p)
 	}
 
-	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s._maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s.maintain_step_retention(p_run bigint)
 		LANGUAGE plpgsql AS $$ BEGIN COMMIT; RAISE EXCEPTION 'retention exploded'; END $$`, s))
 	exec(t, db, "SELECT "+s+".setting_set('retention_check_interval', '0')")
 	if _, _, err := r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "retention exploded") {

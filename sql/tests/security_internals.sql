@@ -219,6 +219,9 @@ SELECT is(pg_temp.as_role('si_worker', format('SELECT pgsweep.%s(%L, %L%s)', v.v
        (VALUES ('maintain:recovery'), ('maintain:retention'), ('retention:si_tbl'), ('pgsweep:anything')) n(name);
 SELECT throws_like($$SELECT pgsweep.lease_renew('maintain:recovery', 'holder', '1 hour')$$,
     '%lease ''maintain:recovery'' is reserved for pgsweep itself%', 'a superuser''s renew is refused too, naming the lease and why');
+-- holder's pass still runs (a live session): lease_release_owner leaves its
+-- pgsweep leases alone (a stopped runner's, with no live pass, are released)
+INSERT INTO pgsweep.maintain_pass (owner, started_at, budget, pid) VALUES ('holder', clock_timestamp(), '1 minute', (SELECT pid FROM si_other));
 SELECT is(pg_temp.as_role('si_admin', $$SELECT pgsweep.lease_release_owner('holder')$$), 'ok', 'lease_release_owner runs ...');
 SELECT set_eq('SELECT * FROM pgsweep.lease', 'SELECT * FROM si_leases', '... and every refused call left the leases as they were');
 
