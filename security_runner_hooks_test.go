@@ -286,15 +286,15 @@ func hookSuite(t *testing.T, super bool) {
 	pass(1)
 	// The runner detached the hostile role's two expired leaves of ev,
 	// renamed them as its own, and claimed nothing of the other role's leaf
-	// nor of lg (a DEFAULT partition).
+	// (skipped, with the reason logged) nor of lg (a DEFAULT partition).
 	for _, n := range []string{"ev_d10", "ev_d8"} {
 		if got := secValue[string](sd, `SELECT coalesce((SELECT relname::text FROM pg_class WHERE oid = $1), 'gone')`, leaves[n]); got != fmt.Sprintf("pgsweep_detached_c%d", leaves[n]) {
 			t.Errorf("after the first pass %s is %s, want detached by the runner (pgsweep_detached_c%d)", n, got, leaves[n])
 		}
 	}
-	// (The leaf is not droppable for the policy at all -- _retention_leaf_droppable
-	// wants the policy's owner to own leaf and parent -- so the claim does
-	// not even list it; the count below proves it was not claimed.)
+	if !strings.Contains(logs.String(), "partition left to the pass") || !strings.Contains(logs.String(), "ev_d9 is owned by "+other) {
+		t.Errorf("the runner did not log the other role's leaf as skipped:\n%s", logs.String())
+	}
 	if n := secValue[int64](sd, `SELECT count(*) FROM @S.retention_detaching WHERE leaf = ANY ($1)`,
 		[]uint32{leaves["ev_d9"], leaves["lg_d10"], leaves["lg_def"], leaves["lg_cut"], leaves["ev_cut"]}); n != 0 {
 		t.Errorf("the runner claimed %d leaves it must not (the other role's, or of a parent with a DEFAULT partition)", n)

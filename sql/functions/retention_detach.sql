@@ -214,7 +214,7 @@ BEGIN
                -- free, or claimed by this owner, or a claim whose holder died
                AND (d.leaf IS NULL OR d.owner = p_owner OR d.expires_at <= v_now)
                AND (CASE WHEN i.inhdetachpending THEN d.leaf IS NOT NULL -- a DBA's own DETACH is left to the DBA
-                         ELSE v_due AND pt.partdefid = 0 AND _retention_leaf_droppable(v_pol, c.oid::regclass, v_cutoff)
+                         ELSE v_due AND pt.partdefid = 0 AND _retention_leaf_expired(v_pol, c.oid::regclass, v_cutoff)
                               -- PostgreSQL detaches one leaf of a parent at a time
                               AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits s
                                                WHERE s.inhparent = i.inhparent AND s.inhdetachpending) END)

@@ -121,28 +121,43 @@ LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$ SELECT _retention_leaf_bound(p_pol, p_leaf, false) $$;
 
--- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
--- (see the rules above).
-CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
+-- _retention_leaf_expired: whether every row a leaf can hold is expired at
+-- p_cutoff and the policy deletes them all (no status, no filter): the
+-- leaf could be removed whole, were it the policy owner's (see below).
+CREATE OR REPLACE FUNCTION _retention_leaf_expired(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_upper timestamptz;
-    v_parent regclass;
 BEGIN
     IF p_pol.status_column IS NOT NULL OR p_pol.filter_column IS NOT NULL THEN
         RETURN false;
     END IF;
     v_upper := _retention_leaf_upper(p_pol, p_leaf);
-    IF v_upper IS NULL OR v_upper > p_cutoff THEN
+    RETURN v_upper IS NOT NULL AND v_upper <= p_cutoff;
+END
+$$;
+
+-- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
+-- (see the rules above): expired, and the policy's owner owns it and its
+-- parent (0.34: not merely a member of their owners): the detach runs as
+-- it, and so does whatever code of the leaf's the count, the locks and the
+-- DETACH run. The runner's claim (retention_detach.sql) reports an expired
+-- leaf of another owner as skipped.
+CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent regclass;
+BEGIN
+    IF NOT _retention_leaf_expired(p_pol, p_leaf, p_cutoff) THEN
         RETURN false;
     END IF;
     SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    -- the policy's owner owns both (0.34: not merely a member of their
-    -- owners): the detach runs as it, and so does whatever code of the
-    -- leaf's the count, the locks and the DETACH run
     RETURN (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf) = p_pol.owner
        AND (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = v_parent) = p_pol.owner;
 END
