@@ -1534,18 +1534,19 @@ AS $$
                       AND (a.backend_start IS NULL OR p_backend_start IS NULL OR a.backend_start = p_backend_start))
 $$;
 
--- _maintain_owner_live: whether a session still runs a pass (maintenance or
--- retention) of the owner p_owner.
+-- _maintain_owner_live: whether another session still runs a pass
+-- (maintenance or retention) of the owner p_owner (the caller's own session
+-- may close its own passes: a pass that raised through a COMMIT).
 CREATE OR REPLACE FUNCTION _maintain_owner_live(p_owner text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT EXISTS (SELECT 1 FROM maintain_pass mp
-                    WHERE mp.owner = p_owner AND mp.finished_at IS NULL
+                    WHERE mp.owner = p_owner AND mp.finished_at IS NULL AND mp.pid <> pg_catalog.pg_backend_pid()
                       AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
         OR EXISTS (SELECT 1 FROM retention_pass rp
-                    WHERE rp.owner = p_owner AND rp.finished_at IS NULL
+                    WHERE rp.owner = p_owner AND rp.finished_at IS NULL AND rp.pid <> pg_catalog.pg_backend_pid()
                       AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at))
 $$;
 
@@ -4251,6 +4252,10 @@ BEGIN
         -- (retention_partition.sql); droppable: the policy's owner owns
         -- the leaves and the parent, so it is their owner who runs it
         v_b := _retention_detach_claim(p_pass, v.o_unit, v.o_target, o_cutoff);
+        IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
+            PERFORM _retention_step_detached(p_pass, v.o_unit, v_b.o_units, v_b.o_leaves, 0, v.o_strategy, false);
+            RETURN;
+        END IF;
         o_kind := 'detach';
         o_type := 'pg_catalog.oid[]';
         o_lo := v_b.o_leaves::text;

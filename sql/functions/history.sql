@@ -94,18 +94,19 @@ AS $$
                       AND (a.backend_start IS NULL OR p_backend_start IS NULL OR a.backend_start = p_backend_start))
 $$;
 
--- _maintain_owner_live: whether a session still runs a pass (maintenance or
--- retention) of the owner p_owner.
+-- _maintain_owner_live: whether another session still runs a pass
+-- (maintenance or retention) of the owner p_owner (the caller's own session
+-- may close its own passes: a pass that raised through a COMMIT).
 CREATE OR REPLACE FUNCTION _maintain_owner_live(p_owner text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT EXISTS (SELECT 1 FROM maintain_pass mp
-                    WHERE mp.owner = p_owner AND mp.finished_at IS NULL
+                    WHERE mp.owner = p_owner AND mp.finished_at IS NULL AND mp.pid <> pg_catalog.pg_backend_pid()
                       AND _maintain_session_alive(mp.pid, mp.backend_start, mp.started_at))
         OR EXISTS (SELECT 1 FROM retention_pass rp
-                    WHERE rp.owner = p_owner AND rp.finished_at IS NULL
+                    WHERE rp.owner = p_owner AND rp.finished_at IS NULL AND rp.pid <> pg_catalog.pg_backend_pid()
                       AND _maintain_session_alive(rp.pid, rp.backend_start, rp.started_at))
 $$;
 

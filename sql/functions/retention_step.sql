@@ -709,6 +709,10 @@ BEGIN
         -- (retention_partition.sql); droppable: the policy's owner owns
         -- the leaves and the parent, so it is their owner who runs it
         v_b := _retention_detach_claim(p_pass, v.o_unit, v.o_target, o_cutoff);
+        IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
+            PERFORM _retention_step_detached(p_pass, v.o_unit, v_b.o_units, v_b.o_leaves, 0, v.o_strategy, false);
+            RETURN;
+        END IF;
         o_kind := 'detach';
         o_type := 'pg_catalog.oid[]';
         o_lo := v_b.o_leaves::text;
