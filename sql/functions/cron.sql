@@ -26,9 +26,8 @@ SET search_path FROM CURRENT
 AS $$ SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') $$;
 
 -- cron_command: the job's command for a budget, the arguments checked
--- (22023), and pg_cron's presence (55000 with what to do instead). The
--- cron functions run as their caller (pg_cron schedules as current_user),
--- so they call only such non-underscore routines.
+-- (22023). The cron functions run as their caller (pg_cron schedules as
+-- current_user), so they call only such non-underscore routines.
 CREATE OR REPLACE FUNCTION cron_command(p_schedule text, p_budget interval)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -37,13 +36,6 @@ AS $$
 BEGIN
     PERFORM _check_text('p_schedule', p_schedule, 100);
     PERFORM _check_interval('p_budget', p_budget, interval '1 second', interval '1 hour');
-    IF NOT cron_available() THEN
-        RAISE EXCEPTION 'pg_cron is not installed in database %: install it there (CREATE EXTENSION pg_cron, in the database named by cron.database_name, now %) or run `pgsweep run` instead',
-            quote_ident(current_database()),
-            coalesce(quote_literal(current_setting('cron.database_name', true)), 'unset: pg_cron is not in shared_preload_libraries')
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = '`pgsweep run --database-url URL` calls maintain() on an interval from outside the database; run it next to your applications, as many replicas as you like.';
-    END IF;
     RETURN format('CALL %I.maintain(%L, %L)', current_schema(), 'pg_cron', _interval_text(p_budget));
 END
 $$;
@@ -62,6 +54,16 @@ DECLARE
     v_id bigint;
     v_command text := cron_command(p_schedule, p_budget);
 BEGIN
+    -- pg_cron's presence, checked here, as the caller: cron.database_name
+    -- is a setting only superusers and pg_read_all_settings may read, which
+    -- <schema>_owner (cron_command's role) is not.
+    IF NOT cron_available() THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database %: install it there (CREATE EXTENSION pg_cron, in the database named by cron.database_name, now %) or run `pgsweep run` instead',
+            pg_catalog.quote_ident(pg_catalog.current_database()),
+            coalesce(pg_catalog.quote_literal(pg_catalog.current_setting('cron.database_name', true)), 'unset: pg_cron is not in shared_preload_libraries')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = '`pgsweep run --database-url URL` calls maintain() on an interval from outside the database; run it next to your applications, as many replicas as you like.';
+    END IF;
     BEGIN
         EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO v_id USING cron_job_name(), p_schedule, v_command;
     EXCEPTION WHEN invalid_parameter_value THEN
