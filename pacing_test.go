@@ -7,7 +7,7 @@ import (
 )
 
 // Adaptive pacing reads the live traffic as the maintenance role
-// (_maintain_ret_traffic, SECURITY INVOKER, maintain_retention.sql). A role
+// (maintain_step_traffic, SECURITY INVOKER, maintain_retention.sql). A role
 // without pg_read_all_stats cannot see another role's session state; such a
 // session must count as busy, so that pacing yields to traffic it cannot
 // see rather than run retention at 100% over it (0.27 and earlier read the
@@ -39,7 +39,7 @@ func TestPacingCountsSessionsItCannotSeeAsBusy(t *testing.T) {
 		t.Fatalf("the runner role sees the superuser's session state %q: the test needs a session it cannot see", *state)
 	}
 	var busy int
-	if err := runner.QueryRow(ctx, sd.sql("SELECT busy FROM @S._maintain_ret_traffic()")).Scan(&busy); err != nil {
+	if err := runner.QueryRow(ctx, sd.sql("SELECT busy FROM @S.maintain_step_traffic()")).Scan(&busy); err != nil {
 		t.Fatal(err)
 	}
 	if busy < 1 {

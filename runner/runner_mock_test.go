@@ -264,10 +264,10 @@ func TestCancelMidPassAwaitsThePass(t *testing.T) {
 		return h.mock, nil
 	}
 	h.mock.ExpectClose() // the cancelled pass's connection
-	// history closed and leases released together, by _maintain_fail_owner
+	// history closed and leases released together, by maintain_fail_owner
 	h.mock.ExpectQuery(`SELECT name FROM "pgsweep"\.leases WHERE owner OPERATOR\(pg_catalog\.=\) \$1::pg_catalog\.text`).WithArgs(owner).
 		WillReturnRows(pgxmock.NewRows([]string{"name"}).AddRow("maintain:retention"))
-	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
+	h.mock.ExpectExec(`SELECT "pgsweep"\.maintain_fail_owner\(\$1, \$2\)`).
 		WithArgs(owner, "the runner stopped during this pass").WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
 	h.mock.ExpectClose()
 	cancel, done := h.start()
@@ -289,7 +289,7 @@ func TestSQLErrorIsRecordedAgainstTheOwner(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.mock.ExpectExec(`CALL "pgsweep"\.maintain`).WithArgs(owner, 30*time.Second).
 		WillReturnError(&pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "x"`})
-	h.mock.ExpectExec(`SELECT "pgsweep"\._maintain_fail_owner\(\$1, \$2\)`).
+	h.mock.ExpectExec(`SELECT "pgsweep"\.maintain_fail_owner\(\$1, \$2\)`).
 		WithArgs(owner, `maintain raised: duplicate key value violates unique constraint "x" (SQLSTATE 23505)`).
 		WillReturnResult(pgconn.NewCommandTag("SELECT 1"))
 	h.mock.ExpectClose()
