@@ -56,7 +56,7 @@ DECLARE
 BEGIN
     -- pg_cron's presence, checked here, as the caller: cron.database_name
     -- is a setting only superusers and pg_read_all_settings may read, which
-    -- <schema>_owner (cron_command's role) is not.
+    -- cron_command's role, <schema>_owner, is not.
     IF NOT cron_available() THEN
         RAISE EXCEPTION 'pg_cron is not installed in database %: install it there (CREATE EXTENSION pg_cron, in the database named by cron.database_name, now %) or run `pgsweep run` instead',
             pg_catalog.quote_ident(pg_catalog.current_database()),
