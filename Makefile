@@ -61,7 +61,7 @@ isolation:
 	@url=$(db_url); DATABASE_URL="$$url" sql/isolation/run.sh
 
 gotest:
-	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 20m ./...
+	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 35m ./...
 
 .PHONY: migration migration-sync migration-release
 ## migration: NAME=what FILES="lease.sql claim.sql": a new migration carrying those sql/functions files in full

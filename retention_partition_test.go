@@ -142,7 +142,22 @@ func partitionRun(t *testing.T, mode string, concurrent bool) {
 			errs <- err
 		}
 		close(reading)
-		time.Sleep(2 * time.Second)
+		// Hold the partition until a cleaner has been held off by it (a
+		// deferred drop, or a DETACH CONCURRENTLY left pending), not for a
+		// fixed time: on a loaded machine the first drop step may come
+		// later than any fixed wait.
+		held := time.Now().Add(60 * time.Second)
+		for time.Now().Before(held) {
+			var deferred int64
+			if err := db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(sum(deferred), 0) FROM %s.retention_passes WHERE policy = 'parts'`, s)).Scan(&deferred); err != nil {
+				errs <- err
+				break
+			}
+			if deferred+pendingSeen.Load() > 0 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.parts_d1`, s)).Scan(&n); err != nil {
 			errs <- fmt.Errorf("the long reader lost its partition while reading it: %w", err)
 		}

@@ -130,6 +130,8 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %[1]s.work (at timestamptz NOT NULL);
+		-- the stand-in runs inside maintain_step_recovery, as the owner role
+		GRANT INSERT ON %[1]s.work TO %[2]s;
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$
 		BEGIN
@@ -137,7 +139,7 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 			PERFORM pg_sleep(300);
 			RETURN '{"recovered": 1}';
 		END $$;
-		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s)); err != nil {
+		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s, pgx.Identifier{db.Schema + "_owner"}.Sanitize())); err != nil {
 		t.Fatal(err)
 	}
 	bin := buildBinary(t)
@@ -211,6 +213,8 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %[1]s.slow (on_ boolean NOT NULL);
 		INSERT INTO %[1]s.slow VALUES (false);
+		-- the stand-in runs inside maintain_step_recovery, as the owner role
+		GRANT SELECT ON %[1]s.slow TO %[2]s;
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$
 		BEGIN
@@ -218,7 +222,7 @@ func TestRunBinarySIGTERM(t *testing.T) {
 			RETURN '{"recovered": 0}';
 		END $$;
 		SELECT %[1]s.setting_set('recovery_interval', '0');
-		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s)); err != nil {
+		SELECT %[1]s.setting_set('maintain_lease_ttl', '10 minutes');`, s, pgx.Identifier{db.Schema + "_owner"}.Sanitize())); err != nil {
 		t.Fatal(err)
 	}
 	bin := buildBinary(t)
