@@ -224,8 +224,11 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
+    v_live boolean;
 BEGIN
     PERFORM _check_text('p_owner', p_owner);
+    -- computed first: the UPDATE of a reference table (Citus) takes plain values
+    v_live := _maintain_owner_live(p_owner);
     RETURN QUERY
     UPDATE lease
        SET owner = NULL,
@@ -234,21 +237,29 @@ BEGIN
        -- pgsweep's own leases of that owner only once no session of it
        -- runs a pass (a runner that stopped, history.sql): nobody ends a
        -- running pass's tenure
-       AND (_lease_reserved(name) IS NULL OR NOT _maintain_owner_live(p_owner))
+       AND (_lease_reserved(name) IS NULL OR NOT v_live)
     RETURNING name;
 END
 $$;
 
 -- _lease_release_owner_all: every lease of p_owner, pgsweep's own included
 -- (maintain_fail_owner, for a pass whose session is gone).
+-- PL/pgSQL with the clock in a variable, not a parameterized LANGUAGE sql
+-- UPDATE with clock_timestamp() in its SET: Citus plans neither (lease is a
+-- reference table there).
 CREATE OR REPLACE FUNCTION _lease_release_owner_all(p_owner text)
 RETURNS SETOF text
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    UPDATE lease SET owner = NULL, expires_at = least(expires_at, pg_catalog.clock_timestamp())
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    RETURN QUERY
+    UPDATE lease SET owner = NULL, expires_at = least(expires_at, v_now)
      WHERE owner = p_owner
-    RETURNING name
+    RETURNING name;
+END
 $$;
 
 -- lease_rows: the rows of the leases view, read as S_owner (SECURITY
