@@ -33,16 +33,19 @@ func standIns(t *testing.T, in *Install, slow string, slowSleep float64) {
 			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('recovery', p_owner, v_start, clock_timestamp());
 			RETURN jsonb_build_object('recovered', 1, 'lost_leases', 0, 'dead_lettered', 0, 'more', random() < 0.3);
 		END $$;
-		CREATE OR REPLACE PROCEDURE %[1]s._maintain_retention(p_owner text, p_deadline timestamptz, INOUT p_result jsonb)
+		-- the recovery stand-in runs inside maintain_step_recovery, as the owner role
+		GRANT INSERT ON %[1]s.activity TO %[4]s;
+		GRANT USAGE ON SEQUENCE %[1]s.activity_id_seq TO %[4]s;
+		CREATE OR REPLACE PROCEDURE %[1]s.maintain_step_retention(p_run bigint)
 		LANGUAGE plpgsql AS $$
 		DECLARE v_start timestamptz := clock_timestamp();
 		BEGIN
 			PERFORM pg_sleep(0.002);
 			COMMIT;
 			PERFORM pg_sleep(0.002);
-			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('retention', p_owner, v_start, clock_timestamp());
-			p_result := jsonb_build_object('deleted', jsonb_build_object('standin', 2));
-		END $$;`, s, slow, fmt.Sprint(slowSleep)))
+			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at)
+			SELECT 'retention', r.owner, v_start, clock_timestamp() FROM %[1]s.maintain_run r WHERE r.id = p_run;
+		END $$;`, s, slow, fmt.Sprint(slowSleep), pgx.Identifier{in.Schema + "_owner"}.Sanitize()))
 	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
 	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
 }
