@@ -148,7 +148,8 @@ func TestCitusUpgrade(t *testing.T) {
 	for _, r := range in.Distribute(t) {
 		if r.Changed {
 			changed[r.Name] = r.Placement
-			if r.Kind == "table" && r.Name != "message_note" {
+			// queue_right: the per-queue rights of 0.34, a table new since the install
+			if r.Kind == "table" && r.Name != "message_note" && r.Name != "queue_right" {
 				t.Errorf("citus_distribute after the upgrade converted table %s again", r.Name)
 			}
 		}
@@ -165,6 +166,9 @@ func TestCitusUpgrade(t *testing.T) {
 
 	after := counts()
 	for tbl, n := range before {
+		if tbl == "setting" && after[tbl] >= n { // later migrations add settings (0.34: six)
+			continue
+		}
 		if after[tbl] != n {
 			t.Errorf("%s: %d rows before the upgrade, %d after", tbl, n, after[tbl])
 		}
@@ -265,7 +269,7 @@ func TestCitusMigrateCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code = run()
-	if code != 0 || !strings.Contains(out, "up to date") || !strings.Contains(out, "distributed on Citus: 6 tables by queue, 4 reference tables") {
+	if code != 0 || !strings.Contains(out, "up to date") || !strings.Contains(out, "distributed on Citus: 7 tables by queue, 4 reference tables") {
 		t.Fatalf("migrate --citus after ALTER ROLE: exit %d\n%s", code, out)
 	}
 	out, code = run()
