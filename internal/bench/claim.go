@@ -429,7 +429,8 @@ func (b *claimBench) prepare(ctx context.Context, name, ddl, fill, table string)
 // contender does not share the two cores with the vacuum of the one before
 // it (seed003 leaves 200,000 dead rows behind).
 func (b *claimBench) settle(ctx context.Context) error {
-	const q = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+	const q = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity WHERE backend_type OPERATOR(pg_catalog.=) 'autovacuum worker'::pg_catalog.text" +
+		" AND datname OPERATOR(pg_catalog.=) pg_catalog.current_database()"
 	deadline := time.Now().Add(2 * time.Minute)
 	for said := false; ; {
 		var n int

@@ -62,7 +62,7 @@ func claimCitus(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	// of --schema, and the second would replace the first.
 	server := func(p *pgxpool.Pool) (string, error) {
 		var id string
-		err := p.QueryRow(ctx, "SELECT current_setting('port') || ' ' || pg_postmaster_start_time()::text").Scan(&id)
+		err := p.QueryRow(ctx, "SELECT pg_catalog.current_setting('port'::pg_catalog.text) OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) pg_catalog.pg_postmaster_start_time()::pg_catalog.text").Scan(&id)
 		return id, err
 	}
 	sid, err := server(single)

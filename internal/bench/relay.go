@@ -284,7 +284,7 @@ func (b *relayBench) burnDown(ctx context.Context) (time.Duration, error) {
 	}
 	for {
 		var n int
-		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.o.DB.Schema, "message"}.Sanitize()+" WHERE queue = $1", q).Scan(&n); err != nil {
+		if err := b.pool.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM "+pgx.Identifier{b.o.DB.Schema, "message"}.Sanitize()+" WHERE queue OPERATOR(pg_catalog.=) $1::pg_catalog.text", q).Scan(&n); err != nil {
 			return 0, err
 		}
 		if n == 0 {
