@@ -2,8 +2,6 @@ package pgsweep_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +14,14 @@ import (
 )
 
 // installRelease installs, into schema, one of the migration sets main has
-// shipped (testdata/releases/NN-commit: migrations/ as it was at that
+// shipped (set NN-commit of testdata/releases: migrations/ as it was at that
 // commit), with tern, exactly as a database of that time was installed.
-func installRelease(t *testing.T, ctx context.Context, conn *pgx.Conn, dir, schema string) int32 {
+func installRelease(t *testing.T, ctx context.Context, conn *pgx.Conn, set, schema string) int32 {
 	t.Helper()
+	fsys, ok := releaseSets(t)[set]
+	if !ok {
+		t.Fatalf("no released migration set %s in %s/SETS", set, releaseStore)
+	}
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -28,22 +30,13 @@ func installRelease(t *testing.T, ctx context.Context, conn *pgx.Conn, dir, sche
 		t.Fatal(err)
 	}
 	m.Data["schema"] = schema
-	if err := m.LoadMigrations(os.DirFS(dir)); err != nil {
-		t.Fatalf("load %s: %v", dir, err)
+	if err := m.LoadMigrations(fsys); err != nil {
+		t.Fatalf("load %s: %v", set, err)
 	}
 	if err := m.Migrate(ctx); err != nil {
-		t.Fatalf("install %s: %v", dir, err)
+		t.Fatalf("install %s: %v", set, err)
 	}
 	return int32(len(m.Migrations))
-}
-
-func releaseDirs(t *testing.T) []string {
-	t.Helper()
-	dirs, err := filepath.Glob("testdata/releases/[0-9][0-9]-*")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no released migration sets under testdata/releases (%v)", err)
-	}
-	return dirs
 }
 
 // TestUpgradeFromEveryReleaseMatchesFreshInstall installs every migration
@@ -61,11 +54,11 @@ func TestUpgradeFromEveryReleaseMatchesFreshInstall(t *testing.T) {
 	}
 	latest := latestVersion(t)
 	for _, dir := range releaseDirs(t) {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
+		t.Run(dir, func(t *testing.T) {
 			schema := pgtest.SchemaName(t)
 			t.Cleanup(func() { pgtest.DropSchema(t, fresh.URL, schema) })
 			v := installRelease(t, ctx, conn, dir, schema)
-			if n, _ := strconv.Atoi(filepath.Base(dir)[:2]); int32(n) != v {
+			if n, _ := strconv.Atoi(dir[:2]); int32(n) != v {
 				t.Fatalf("%s holds %d migrations, its name says %d", dir, v, n)
 			}
 			res, err := pgsweep.Migrate(ctx, conn, schema)
