@@ -64,12 +64,13 @@ gotest:
 	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 35m ./...
 
 .PHONY: migration migration-sync migration-release
-## migration: NAME=what FILES="lease.sql claim.sql": a new migration carrying those sql/functions files in full
+## migration: NAME=what [FILES="lease.sql claim.sql"]: a new migration carrying the functions, procedures and views
+## of sql/functions that differ from what the migrations install (FILES first, in that order; then the others)
 migration:
-	@test -n "$(NAME)" || { echo 'usage: make migration NAME=what FILES="a.sql b.sql"'; exit 2; }
+	@test -n "$(NAME)" || { echo 'usage: make migration NAME=what [FILES="a.sql b.sql"]'; exit 2; }
 	$(GO) run ./internal/migrationgen new $(NAME) $(FILES)
 
-## migration-sync: copy sql/functions into the unreleased migrations that include them; record checksums
+## migration-sync: refresh what the unreleased migrations carry from sql/functions; record checksums
 migration-sync:
 	$(GO) run ./internal/migrationgen sync
 

@@ -118,3 +118,59 @@ func renderForSchema(t *testing.T, text, schema string) string {
 	}
 	return m.Migrations[0].UpSQL
 }
+
+// TestMigrationsCarryWhatChanged: every unreleased migration is what `make
+// migration-sync` writes, its changed blocks carry only statements that
+// differ from what is installed before them (nothing unchanged), and after
+// the last migration every function, procedure and view of sql/functions is
+// installed exactly as written (every change carried). It reads files only;
+// TestFunctionFilesMatchFreshInstall proves the same against a database.
+func TestMigrationsCarryWhatChanged(t *testing.T) {
+	plan, err := migrationfile.Sync(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Missing) > 0 {
+		t.Errorf("no migration ships these as sql/functions writes them (`make migration NAME=what_changed`):\n  %s",
+			strings.Join(plan.Missing, "\n  "))
+	}
+	in := migrationfile.Installed{}
+	for i, n := range plan.Names {
+		b, err := os.ReadFile(filepath.Join("migrations", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != plan.Texts[i] {
+			t.Errorf("%s is not what `make migration-sync` writes: run it", n)
+		}
+		parts, err := migrationfile.Parts(string(b))
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		for _, p := range parts {
+			text := p.Text
+			if p.Block != nil {
+				text = p.Block.Body
+			}
+			sts, err := migrationfile.Split(text)
+			if err != nil {
+				t.Fatalf("%s: %v", n, err)
+			}
+			if p.Block != nil && p.Block.Marker == migrationfile.ChangedMarker {
+				for _, s := range sts {
+					if !s.Template && in[s.Key] == s.Text {
+						t.Errorf("%s carries %s (%s), which the migrations before it install unchanged", n, s.Key, p.Block.Path)
+					}
+				}
+			}
+			in.Apply(sts)
+		}
+	}
+	files, err := migrationfile.ReadFunctions("sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing := in.Missing(files); len(missing) > 0 {
+		t.Errorf("after the last migration these differ from sql/functions:\n  %s", strings.Join(missing, "\n  "))
+	}
+}

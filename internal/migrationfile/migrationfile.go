@@ -1,11 +1,10 @@
 // Package migrationfile reads and writes pgsweep's migration files: their
-// list, the function text they include between marker lines, and the
-// recorded checksums that freeze landed migrations. migrationgen writes with
-// it; the tests check with it.
+// list, their top-level statements (Split), the function statements they
+// carry between marker lines (Sync), and the recorded checksums that freeze
+// landed migrations. migrationgen writes with it; the tests check with it.
 package migrationfile
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -24,7 +23,9 @@ import (
 // schema and functions pin it with SET search_path FROM CURRENT.
 const SearchPathLine = `SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;`
 
-// IncludeMarker and EndMarker enclose a function file's text in a migration.
+// IncludeMarker and EndMarker enclose a whole function file's text in a
+// migration (every migration up to 0.35 carries its functions so;
+// ChangedMarker blocks carry only what changed).
 const (
 	IncludeMarker = "-- pgsweep:include"
 	EndMarker     = "-- pgsweep:end"
@@ -56,67 +57,6 @@ func List(dir string) ([]string, error) {
 		}
 	}
 	return names, nil
-}
-
-// Expand replaces the text between every include marker pair of migration
-// with read(path), path being the marker's argument (functions/x.sql).
-func Expand(migration string, read func(path string) (string, error)) (string, error) {
-	return ExpandOnly(migration, func(string) bool { return true }, read)
-}
-
-// ExpandOnly is Expand for the includes whose path refresh accepts; the
-// others keep their text.
-func ExpandOnly(migration string, refresh func(path string) bool, read func(path string) (string, error)) (string, error) {
-	var out strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(migration))
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	inside := ""
-	keep := false
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case inside == "" && strings.HasPrefix(line, IncludeMarker+" "):
-			inside = strings.TrimSpace(strings.TrimPrefix(line, IncludeMarker))
-			out.WriteString(line + "\n")
-			if !refresh(inside) {
-				keep = true
-				continue
-			}
-			keep = false
-			text, err := read(inside)
-			if err != nil {
-				return "", err
-			}
-			out.WriteString(strings.TrimRight(text, "\n") + "\n")
-		case inside != "" && strings.HasPrefix(line, EndMarker+" "):
-			if got := strings.TrimSpace(strings.TrimPrefix(line, EndMarker)); got != inside {
-				return "", fmt.Errorf("%s %s closes %s", EndMarker, got, inside)
-			}
-			out.WriteString(line + "\n")
-			inside = ""
-		case inside != "" && keep:
-			out.WriteString(line + "\n")
-		case inside != "":
-			// the old included text: replaced
-		default:
-			out.WriteString(line + "\n")
-		}
-	}
-	if inside != "" {
-		return "", fmt.Errorf("%s %s is never closed", IncludeMarker, inside)
-	}
-	return out.String(), sc.Err()
-}
-
-// Includes lists the function files a migration includes.
-func Includes(migration string) []string {
-	var out []string
-	for _, line := range strings.Split(migration, "\n") {
-		if strings.HasPrefix(line, IncludeMarker+" ") {
-			out = append(out, strings.TrimSpace(strings.TrimPrefix(line, IncludeMarker)))
-		}
-	}
-	return out
 }
 
 // Checksums is the content of migrations/CHECKSUMS.

@@ -1,22 +1,26 @@
 // Command migrationgen writes pgsweep's migrations from sql/functions/, so
-// that a landed migration carries the full text of every function it
-// installs and never changes afterwards (a function edited later ships in a
+// that a migration carries the functions that changed, and a landed
+// migration never changes afterwards (a function edited later ships in a
 // new migration).
 //
-//	go run ./internal/migrationgen new NAME FILE...   write migrations/NNN_NAME.sql including sql/functions/FILE
-//	go run ./internal/migrationgen sync               refresh the included functions of unreleased migrations
-//	go run ./internal/migrationgen checksums          record the checksums of unreleased migrations
-//	go run ./internal/migrationgen release            mark every migration released (run when a version ships)
+//	go run ./internal/migrationgen new NAME [FILE...]  write migrations/NNN_NAME.sql carrying what changed
+//	go run ./internal/migrationgen sync                refresh what the unreleased migrations carry
+//	go run ./internal/migrationgen checksums           record the checksums of unreleased migrations
+//	go run ./internal/migrationgen release             mark every migration released (run when a version ships)
 //
-// A migration includes a function file between two marker lines:
+// A migration carries, of each function file, the CREATE OR REPLACE
+// FUNCTION, PROCEDURE and VIEW statements whose text differs from what the
+// migrations before it install (migrationfile.Sync), between marker lines:
 //
-//	-- pgsweep:include functions/lease.sql
-//	...the file's text...
+//	-- pgsweep:changed functions/lease.sql
+//	...the changed statements of the file...
 //	-- pgsweep:end functions/lease.sql
 //
-// `make migration NAME=... FILES="lease.sql claim.sql"` and `make
-// migration-sync` call it. Only migrations above the released version in
-// migrations/CHECKSUMS are ever rewritten; a landed one is frozen, and
+// Migrations up to 0.35 include whole files instead (-- pgsweep:include);
+// sync still refreshes such a block in an unreleased migration with the
+// whole file. `make migration NAME=... [FILES="lease.sql claim.sql"]` and
+// `make migration-sync` call it. Only migrations above the released version
+// in migrations/CHECKSUMS are ever rewritten; a landed one is frozen, and
 // TestLandedMigrationsNeverChange fails if its rendered SQL changes.
 package main
 
@@ -80,6 +84,10 @@ func repoRoot() (string, error) {
 
 var nameRe = regexp.MustCompile(`^[a-z0-9_]+$`)
 
+// newMigration writes migrations/NNN_name.sql with a changed block for
+// each of files (in that order: list a file before one whose statements
+// need it), then one for every other file with a changed statement, in
+// name order, and syncs.
 func newMigration(root, name string, files []string) error {
 	if !nameRe.MatchString(name) {
 		return fmt.Errorf("NAME %q: use lower-case letters, digits and _", name)
@@ -88,13 +96,39 @@ func newMigration(root, name string, files []string) error {
 	if err != nil {
 		return err
 	}
+	plan, err := migrationfile.Sync(root)
+	if err != nil {
+		return err
+	}
+	changed := map[string]bool{}
+	for _, m := range plan.Missing {
+		changed[m[:strings.Index(m, ":")]] = true
+	}
+	var paths []string
+	listed := map[string]bool{}
+	for _, f := range files {
+		p := "functions/" + strings.TrimPrefix(strings.TrimPrefix(f, "sql/functions/"), "functions/")
+		if _, err := os.Stat(filepath.Join(root, "sql", p)); err != nil {
+			return fmt.Errorf("FILES: %w", err)
+		}
+		paths = append(paths, p)
+		listed[p] = true
+	}
+	all, err := migrationfile.ReadFunctions(filepath.Join(root, "sql"))
+	if err != nil {
+		return err
+	}
+	for _, f := range all {
+		if changed[f.Path] && !listed[f.Path] {
+			paths = append(paths, f.Path)
+		}
+	}
 	next := len(names) + 1
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- pgsweep 0.%d: %s.\n--\n-- TODO: say what this migration changes and why.\n", next, strings.ReplaceAll(name, "_", " "))
 	b.WriteString(migrationfile.SearchPathLine + "\n\n")
-	for _, f := range files {
-		f = strings.TrimPrefix(strings.TrimPrefix(f, "sql/functions/"), "functions/")
-		fmt.Fprintf(&b, "%s functions/%s\n%s functions/%s\n\n", migrationfile.IncludeMarker, f, migrationfile.EndMarker, f)
+	for _, p := range paths {
+		fmt.Fprintf(&b, "%s %s\n%s %s\n\n", migrationfile.ChangedMarker, p, migrationfile.EndMarker, p)
 	}
 	b.WriteString("-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).\nSELECT _grant_all();\n")
 	path := filepath.Join(root, "migrations", fmt.Sprintf("%03d_%s.sql", next, name))
@@ -108,54 +142,35 @@ func newMigration(root, name string, files []string) error {
 	return nil
 }
 
-// sync rewrites the included function text of every unreleased migration
-// from sql/functions/ and records their checksums.
+// sync rewrites the unreleased migrations as migrationfile.Sync computes
+// them and records their checksums; it fails when a function of
+// sql/functions is still installed by no migration as written.
 func sync(root string) error {
-	sums, err := migrationfile.ReadChecksums(filepath.Join(root, "migrations"))
+	plan, err := migrationfile.Sync(root)
 	if err != nil {
 		return err
 	}
-	names, err := migrationfile.List(filepath.Join(root, "migrations"))
-	if err != nil {
-		return err
-	}
-	// A file is refreshed only in the newest migration that includes it: an
-	// older unreleased migration keeps the text it had when the newer one
-	// was written, so that it matches its own DDL (a view over a column
-	// that only the newer migration adds must not be created before it).
-	texts := make([]string, len(names))
-	newest := map[string]int{}
-	for i, n := range names {
-		b, err := os.ReadFile(filepath.Join(root, "migrations", n))
+	for i, n := range plan.Names {
+		path := filepath.Join(root, "migrations", n)
+		old, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		texts[i] = string(b)
-		for _, f := range migrationfile.Includes(texts[i]) {
-			newest[f] = i
-		}
-	}
-	for i, n := range names {
-		if i+1 <= sums.Released {
-			continue
-		}
-		path := filepath.Join(root, "migrations", n)
-		text := []byte(texts[i])
-		out, err := migrationfile.ExpandOnly(string(text), func(f string) bool { return newest[f] == i }, func(f string) (string, error) {
-			b, err := os.ReadFile(filepath.Join(root, "sql", f))
-			return string(b), err
-		})
-		if err != nil {
-			return fmt.Errorf("%s: %w", n, err)
-		}
-		if out != string(text) {
-			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		if string(old) != plan.Texts[i] {
+			if err := os.WriteFile(path, []byte(plan.Texts[i]), 0o644); err != nil {
 				return err
 			}
 			fmt.Println("synced", path)
 		}
 	}
-	return checksums(root)
+	if err := checksums(root); err != nil {
+		return err
+	}
+	if len(plan.Missing) > 0 {
+		return fmt.Errorf("no migration ships these functions as sql/functions writes them "+
+			"(`make migration NAME=what_changed`):\n  %s", strings.Join(plan.Missing, "\n  "))
+	}
+	return nil
 }
 
 func checksums(root string) error {
