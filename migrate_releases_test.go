@@ -88,10 +88,10 @@ func releaseDirs(t *testing.T) []string {
 	return names
 }
 
-// TestReleaseStoreIsComplete: every stored text belongs to a set (nothing
+// TestUpgradeReleaseStoreIsComplete: every stored text belongs to a set (nothing
 // dead in files/), every set holds migrations numbered 1..NN as its name
 // says, and every set is distinct.
-func TestReleaseStoreIsComplete(t *testing.T) {
+func TestUpgradeReleaseStoreIsComplete(t *testing.T) {
 	sets := releaseSets(t)
 	used := map[string]bool{}
 	b, err := os.ReadFile(filepath.Join(releaseStore, "SETS"))
