@@ -2,6 +2,7 @@ package pgsweep_test
 
 import (
 	"context"
+	"io/fs"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,13 @@ func installRelease(t *testing.T, ctx context.Context, conn *pgx.Conn, set, sche
 	if !ok {
 		t.Fatalf("no released migration set %s in %s/SETS", set, releaseStore)
 	}
+	return installSet(t, ctx, conn, fsys, set, schema)
+}
+
+// installSet creates schema and installs the migrations of fsys into it
+// with tern; it returns how many there are.
+func installSet(t *testing.T, ctx context.Context, conn *pgx.Conn, fsys fs.FS, name, schema string) int32 {
+	t.Helper()
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +39,10 @@ func installRelease(t *testing.T, ctx context.Context, conn *pgx.Conn, set, sche
 	}
 	m.Data["schema"] = schema
 	if err := m.LoadMigrations(fsys); err != nil {
-		t.Fatalf("load %s: %v", set, err)
+		t.Fatalf("load %s: %v", name, err)
 	}
 	if err := m.Migrate(ctx); err != nil {
-		t.Fatalf("install %s: %v", set, err)
+		t.Fatalf("install %s: %v", name, err)
 	}
 	return int32(len(m.Migrations))
 }

@@ -64,4 +64,3 @@ func Parts(migration string) ([]Part, error) {
 	}
 	return append(out, Part{Text: seg.String()}), nil
 }
-

@@ -55,4 +55,3 @@ func ReadFunctions(sqlDir string) ([]FunctionFile, error) {
 	}
 	return out, nil
 }
-

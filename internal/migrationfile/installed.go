@@ -64,4 +64,3 @@ func (in Installed) Missing(files []FunctionFile) []string {
 	}
 	return out
 }
-

@@ -1,0 +1,110 @@
+package pgsweep_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgsweep/pgsweep/internal/migrationfile"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// TestMigrationsChangedBlocksInstallWhatWholeFilesDo: the last two released
+// migrations, rewritten as `make migration` writes a migration today
+// (changed blocks, computed by `make migration-sync`), carry fewer
+// statements than their whole-file includes and install exactly the
+// catalog of a fresh install. It proves the statement splitter and the
+// object keys on the real history, before an unreleased migration does.
+func TestMigrationsChangedBlocksInstallWhatWholeFilesDo(t *testing.T) {
+	names, err := migrationfile.List("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := migrationfile.ReadChecksums("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	sqlDir, err := filepath.Abs("sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sqlDir, filepath.Join(root, "sql")); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "migrations")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const rewritten = 2
+	first := len(names) - rewritten
+	for i, n := range names {
+		b, err := os.ReadFile(filepath.Join("migrations", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if i >= first {
+			text = strings.ReplaceAll(text, migrationfile.IncludeMarker+" ", migrationfile.ChangedMarker+" ")
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, migrationfile.ChecksumFile), []byte(fmt.Sprintf("released %d\n", min(first, sums.Released))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := migrationfile.Sync(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Missing) > 0 {
+		t.Fatalf("rewritten, the migrations miss %v", plan.Missing)
+	}
+	creates := func(text string) int {
+		sts, err := migrationfile.Split(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range sts {
+			if s.Key != "" {
+				n++
+			}
+		}
+		return n
+	}
+	for i := first; i < len(names); i++ {
+		whole, err := os.ReadFile(filepath.Join("migrations", names[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, was := creates(plan.Texts[i]), creates(string(whole)); got >= was {
+			t.Errorf("%s rewritten creates %d objects, whole files %d: nothing was left out", names[i], got, was)
+		}
+		if err := os.WriteFile(filepath.Join(dir, names[i]), []byte(plan.Texts[i]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	fresh := pgtest.New(t, 1)
+	ctx := context.Background()
+	conn := pgtest.Conn(t, fresh.URL)
+	want, err := pgtest.Signature(ctx, conn, fresh.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, fresh.URL, schema) })
+	installSet(t, ctx, conn, os.DirFS(dir), "rewritten migrations", schema)
+	got, err := pgtest.Signature(ctx, conn, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("the rewritten migrations install something else than a fresh install:\n%s", lineDiff(want, got))
+	}
+}
