@@ -85,8 +85,12 @@ func Sync(root string) (Plan, error) {
 		}
 		var out strings.Builder
 		appendAt, changedBlocks := -1, 0
+		dropped := false // the block before was empty and left out: so is one blank line after it
 		for _, p := range parts {
 			if p.Block == nil {
+				if dropped {
+					p.Text = strings.TrimPrefix(p.Text, "\n")
+				}
 				out.WriteString(p.Text)
 				if err := apply(p.Text); err != nil {
 					return Plan{}, fmt.Errorf("%s: %w", n, err)
@@ -108,10 +112,11 @@ func Sync(root string) (Plan, error) {
 			if b.Marker == ChangedMarker {
 				changedBlocks++
 				if body == "" {
-					appendAt = out.Len()
+					appendAt, dropped = out.Len(), true
 					continue
 				}
 			}
+			dropped = false
 			fmt.Fprintf(&out, "%s %s\n%s%s %s\n", b.Marker, b.Path, body, EndMarker, b.Path)
 			if b.Marker == ChangedMarker {
 				appendAt = out.Len()

@@ -178,3 +178,16 @@ func TestReadFunctionsRefusesOtherStatements(t *testing.T) {
 		}
 	}
 }
+
+// A block left empty goes with the blank line after it.
+func TestSyncRemovesEmptyBlocksAndTheirBlankLine(t *testing.T) {
+	root := repo(t, "1", map[string]string{
+		"migrations/001_one.sql": first001,
+		"migrations/002_two.sql": "-- 2\n\n" + changed("functions/a.sql", "") + "\n" + changed("functions/b.sql", "") + "\nSELECT _grant_all();\n",
+		"sql/functions/a.sql":    fOld + "\n\n" + g + "\n",
+		"sql/functions/b.sql":    h + "\n" + v + "\n",
+	})
+	if got, want := text(t, plan(t, root), "002_two.sql"), "-- 2\n\nSELECT _grant_all();\n"; got != want {
+		t.Fatalf("002:\n%q\nwant:\n%q", got, want)
+	}
+}
