@@ -23,7 +23,7 @@ import (
 // publishes batches and waits for the whole batch, so one round of a Publish
 // call costs one map entry, one channel and one timer, and a positive ack is
 // recognised by its first bytes. Measured: the NATS client's share of the
-// relay's CPU in a burn-down (docs/benchmarks.md, "Branch relay-cpu").
+// relay's CPU in a burn-down (docs/benchmarks.md, "relay").
 //
 // Every message of a round is published with the reply subject
 // <inbox>.<round>.<index>, under one wildcard subscription <inbox>.*.* per

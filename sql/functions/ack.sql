@@ -90,9 +90,9 @@ $$;
 -- The common case pays nothing for lanes: when the queue has no lane row at
 -- all, none of the rows completed here has a lane (a lane's row exists, and
 -- is committed, for as long as the lane has a message, and the rows completed
--- here are in flight), so the DELETE returns the ids straight away. Gathering
--- ids and lanes into arrays and returning the ids from them cost 13% more CPU
--- per claim + complete (docs/benchmarks.md, "security").
+-- here are in flight), so the DELETE returns the ids straight away instead
+-- of gathering ids and lanes into arrays first, work that would otherwise
+-- show in every claim + complete.
 CREATE OR REPLACE FUNCTION complete(p_queue text, p_token uuid, p_ids bigint[], p_now timestamptz)
 RETURNS SETOF bigint
 LANGUAGE plpgsql

@@ -164,13 +164,10 @@ $$;
 --     message's INSERT goes to the queue's shard in the same distributed
 --     transaction, and the notification is sent by the coordinator, where
 --     the Workers LISTEN.
---   * claim: it reads its queue and its claim cursor in one statement
---     (queue LEFT JOIN claim_cursor ON c.queue = q.name WHERE q.name =
---     p_queue), and a forced call may only run statements whose queue Citus
---     reads off their own WHERE clause ("queries must filter by the
---     distribution argument ..."). Once claim reads the cursor in a statement
---     of its own (WHERE c.queue = p_queue), drop it from this list. (Done in
---     0.22: claim reads the queue and its cursor in two statements.)
+-- A forced call may only run statements whose queue Citus reads off their
+-- own WHERE clause ("queries must filter by the distribution argument
+-- ..."): that is why claim reads its queue and its claim cursor in two
+-- statements, each filtered by p_queue, rather than in one join.
 CREATE OR REPLACE FUNCTION _citus_delegated(OUT routine regprocedure, OUT arg_index int, OUT force boolean)
 RETURNS SETOF record
 LANGUAGE sql STABLE
@@ -237,8 +234,8 @@ $$;
 -- which Citus then tries to create on the workers: only a superuser may.
 -- The same happens when there is no table to convert but Citus has copied a
 -- view to the workers anyway: a migration's CREATE OR REPLACE VIEW on a
--- distributed install propagates the view and the functions it calls (025:
--- leases, settings, queue_stats). Dropped (on the workers too) and created
+-- distributed install propagates the view and the functions it calls
+-- (leases, settings, queue_stats). Dropped (on the workers too) and created
 -- again on the coordinator alone, the views of an upgraded install are
 -- where a fresh install's are.
 CREATE OR REPLACE FUNCTION citus_distribute()

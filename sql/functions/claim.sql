@@ -27,9 +27,9 @@
 -- retry waiting for its backoff, a requeued dead letter with a delivery time
 -- -- is parked: parked_until holds its due time. It is not in message_claim,
 -- whose predicate is parked_until IS NULL, but in message_parked (queue,
--- parked_until). Without this, every scan from the head walked all of them
--- (measured: 100,000 messages scheduled for tomorrow made a quiet queue's
--- claims 30 times slower). Each claim first promotes the parked rows that
+-- parked_until). Without this, every scan from the head would walk all of
+-- them, so a quiet queue with many messages scheduled for later would claim
+-- slowly. Each claim first promotes the parked rows that
 -- came due (one probe of message_parked when none did). Leases are not
 -- parked, and parked_until is a column of its own rather than visible_at:
 -- claims set visible_at every time, and an indexed column they change --
@@ -40,8 +40,7 @@
 -- does not slow down as a queue drains. Completed rows leave dead entries at
 -- the head of message_claim until VACUUM removes them, and rows in flight sit
 -- there too; a scan from the start walks all of them, on every claim, so the
--- cost grows with the rows processed since the last vacuum (measured: from 100
--- to 2,000 buffers per claim while 200,000 messages drained). The cursor is
+-- cost grows with the rows processed since the last vacuum. The cursor is
 -- the newest (created_at, id) any claim has taken, and the scan starts there.
 -- Rows behind it are in flight, waiting for a retry or a schedule, or gone --
 -- except those that became due since: expired leases, retries and scheduled
@@ -55,7 +54,8 @@
 -- a backlog -- and then at most about claim_rescan: oldest first is exact when
 -- a queue keeps up, and within claim_rescan when it does not. A queue that
 -- needs the exact order always sets claim_rescan to 0: every claim then scans
--- from the head and pays for the dead index entries there (docs/benchmarks.md).
+-- from the head and pays for the dead index entries there (docs/benchmarks.md,
+-- "claim").
 -- The cursor row is updated only by a claim that gets its lock (SKIP LOCKED):
 -- claims never wait for each other; a skipped update only means the next
 -- claim starts a little further back.

@@ -11,8 +11,9 @@
 -- Inbox keys: a dead letter holds its key (send refuses duplicates of it), so
 -- requeueing is the way to process a dead inbox message again. A dead letter
 -- whose key a live or processed row holds meanwhile (possible only for rows
--- that died before pgsweep 0.6 refused such duplicates) is left where it is
--- and not returned: requeueing it would process the message a second time.
+-- left by an early release that did not refuse such duplicates yet) is left
+-- where it is and not returned: requeueing it would process the message a
+-- second time.
 --
 -- Lanes (lane.sql). A dead letter of a lane goes back into its lane. The
 -- letter that stopped its lane (lane_dead 'block') becomes the lane's head

@@ -117,7 +117,6 @@ $$;
 -- pass's backend is gone. It touches only passes whose session is over: a
 -- live pass of that owner (another session still running it) is left
 -- alone, and so are the leases then, so no admin can end a pass that runs.
--- Before 0.34 it was _maintain_fail_owner.
 CREATE OR REPLACE FUNCTION maintain_fail_owner(p_owner text, p_error text)
 RETURNS bigint
 LANGUAGE plpgsql

@@ -19,13 +19,14 @@
 --
 -- Why 'infinity' and not a lane column in the claim index: a claim scans one
 -- index in (created_at, id) order and takes what it can lock; filtering out
--- the non-heads there would make every claim walk them (100,000 messages
--- behind 10,000 heads: 100,000 index entries per claim). Parked at infinity
--- they are not in that index. The promotion (parked_until back to NULL, or to
+-- the non-heads there would make every claim walk them (every message
+-- waiting behind a head, on every claim). Parked at infinity they are not
+-- in that index. The promotion (parked_until back to NULL, or to
 -- the message's own delivery time when it was scheduled for later) happens in
 -- the transaction of the statement that made the head leave. Its cost: one
 -- probe of message_lane and one UPDATE per message, and that UPDATE is not
--- HOT (the row enters the claim index): docs/benchmarks.md, "Ordered lanes".
+-- HOT (the row enters the claim index), so a lane message costs about three
+-- times an unordered one (docs/benchmarks.md, "Ordered lanes").
 -- A new head usually lies behind the claim cursor (claim.sql): the
 -- promotion moves the cursor back to the oldest new head, so the next claims
 -- find it from the cursor on, not in their pass from the head of the queue.

@@ -13,9 +13,9 @@
 -- internal functions only: lease_acquire, lease_renew and lease_release
 -- refuse them to every caller, a superuser included (42501), and
 -- lease_release_owner releases them only for an owner none of whose passes
--- still runs. Before 0.34 any worker could hold
--- maintain:recovery or retention:<policy> forever with lease_renew, and
--- recovery and retention stopped for everyone.
+-- still runs. Otherwise any worker could hold maintain:recovery or
+-- retention:<policy> forever with lease_renew, and recovery and retention
+-- would stop for everyone.
 --
 -- Token rules: a new tenure (first acquire, takeover after expiry, acquire
 -- after release, or re-acquire by a holder whose lease lapsed) gets token + 1;
@@ -273,7 +273,7 @@ $$;
 -- distributes the function. Granted to S_monitor
 -- (the caller of a view needs EXECUTE on what it calls, so it has no
 -- underscore: internals are the owner's); it returns what the view shows,
--- no more. Before 0.34 it was _lease_rows.
+-- no more.
 CREATE OR REPLACE FUNCTION lease_rows()
 RETURNS TABLE (name text, owner text, token bigint, acquired_at timestamptz, expires_at timestamptz)
 LANGUAGE sql STABLE

@@ -31,10 +31,11 @@
 -- Defaults (queue_create): a new queue's rights are rows like any other,
 -- so queue_revoke makes it private:
 --   setting queue_default_grants 1 (default): send and consume to S_worker,
---     browse and manage to S_admin -- what every role had before 0.34;
+--     browse and manage to S_admin -- what each role may do by its
+--     function grants alone;
 --   setting queue_default_grants 0: browse and manage to S_admin only; no
 --     worker may use the queue until queue_grant says so.
--- The migration that introduced rights (035) gave every existing queue the
+-- An upgrade from a release without rights gives every existing queue the
 -- rows of setting 1, so an upgraded install behaves as before.
 
 -- _queue_require raises 42501 unless the calling session holds p_right on
@@ -60,7 +61,7 @@
 -- pg_has_role (PostgreSQL caches role membership) per verb call. The
 -- caller's name and the check are inline rather than in functions of their
 -- own: each call of a function with a pinned search_path costs about as
--- much as the probe itself (docs/benchmarks.md, "Per-queue rights").
+-- much as the probe itself (docs/benchmarks.md, "The security model's cost").
 CREATE OR REPLACE FUNCTION _queue_require(p_queue text, p_right text)
 RETURNS void
 LANGUAGE plpgsql STABLE

@@ -69,7 +69,7 @@ SET search_path FROM CURRENT
 AS $$ SELECT * FROM queue_counts(p_queue, NULL::timestamptz) $$;
 
 -- queue_rows: the queues as queue_stats shows them, read as S_owner (see
--- _lease_rows, lease.sql, for why a view reads its table through a
+-- lease_rows, lease.sql, for why a view reads its table through a
 -- function). queue_rows and queue_counts are granted to S_monitor and carry
 -- no underscore: no role but S_owner executes an underscore function.
 -- Counts only, no payloads: no per-queue right is needed. `WHERE queue = 'x'` on the view still filters the queues

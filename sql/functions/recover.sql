@@ -17,7 +17,7 @@
 -- keeps its order: the head is claimed again first). A head dead-lettered
 -- here makes its lane move on or stop, by the queue's lane_dead, as in fail.
 --
--- Traversal (as in seed 002): keyset in id order, from a cursor up to a
+-- Traversal: keyset in id order, from a cursor up to a
 -- boundary (the queue's highest id when the traversal started), so that a
 -- stream of new messages cannot keep the pass from reaching old rows. A pass
 -- that finds nothing up to the boundary wraps: the next call starts again
@@ -29,7 +29,7 @@
 -- _queue_recover, the work itself, is what maintain() calls for every queue
 -- (maintain_recovery.sql): recovery is not a right of whoever runs
 -- maintenance, it is pgsweep's own housekeeping.
--- The clock is the owner's (0.34): admins call queue_recover(p_queue,
+-- The clock is the owner's: admins call queue_recover(p_queue,
 -- p_batch); the p_now overload, for tests, is S_owner's alone. A clock an
 -- admin could move forward would recover leases that are still live.
 CREATE OR REPLACE FUNCTION queue_recover(p_queue text, p_batch int, p_now timestamptz)

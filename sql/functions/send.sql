@@ -42,8 +42,8 @@
 -- The caller retries a 40001 as for any serialization failure; the retry
 -- sees the processed row and returns NULL. Proven by inbox_isolation_test.go.
 --  3c. the same probe for a dead letter with the key (message_dead's inbox
---      keys are unique since 0.23): a key sent and dead-lettered after the
---      snapshot raises 40001 too.
+--      keys are unique, message_dead_inbox_key): a key sent and
+--      dead-lettered after the snapshot raises 40001 too.
 
 CREATE OR REPLACE FUNCTION _check_message(p_payload jsonb, p_headers jsonb, p_key text)
 RETURNS void
