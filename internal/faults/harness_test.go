@@ -7,8 +7,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"io"
 	"net"
 	"net/http"
@@ -103,23 +103,6 @@ func (s *suite) done(e *event) {
 	s.t.Logf("   in flight %d; recovered after %v: %s", e.InFlight, e.Recovery.Round(10*time.Millisecond), e.Note)
 }
 
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -146,7 +129,7 @@ func (s *suite) db(args ...string) (string, error) {
 // newSuite builds the binaries, starts the suite's cluster, migrates it and
 // creates the queues, the bookkeeping tables and the retention backlog.
 func newSuite(t *testing.T) *suite {
-	repo, err := repoRoot()
+	repo, err := pgtest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
