@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -30,5 +31,16 @@ func Eventually(t testing.TB, within time.Duration, cond func() error) {
 		timer.Reset(pause)
 		<-timer.C
 		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// Until is a condition for Eventually from a boolean test: while ok returns
+// false, its error says the test still waits for what.
+func Until(what string, ok func() bool) func() error {
+	return func() error {
+		if ok() {
+			return nil
+		}
+		return fmt.Errorf("still waiting for %s", what)
 	}
 }
