@@ -166,7 +166,7 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, _, err := r.RunOnce(context.Background()); done <- err }()
 	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the victim's recovery step to sleep", "SELECT count(*) FROM "+s+".maintain_run r JOIN pg_stat_activity a ON a.application_name = 'pgsweep run victim'"+
-			" AND a.wait_event = 'PgSleep' WHERE r.owner = 'victim' AND r.status = 'running'"))
+		" AND a.wait_event = 'PgSleep' WHERE r.owner = 'victim' AND r.status = 'running'"))
 	r.mu.Lock()
 	pid := r.passBackend.pid
 	r.mu.Unlock()

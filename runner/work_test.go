@@ -129,7 +129,7 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 	}
 
 	pgtest.Eventually(t, 60*time.Second, nonZero(t, db, "retention of the CAP table and the processed inbox rows", "SELECT ((SELECT count(*) FROM "+s+".published WHERE \"StatusName\" = 'Succeeded') = 0 AND "+
-			"(SELECT count(*) FROM "+s+".message_processed WHERE processed_at < now() - interval '7 days') = 0)::int"))
+		"(SELECT count(*) FROM "+s+".message_processed WHERE processed_at < now() - interval '7 days') = 0)::int"))
 	// A runner stopped mid-pass closes its connection; the pg_cron-style
 	// caller, still running, may close that pass first ("taken over") before
 	// the stopping runner records "the runner stopped": both say the same
