@@ -29,6 +29,9 @@ func CompleteGroupsAndClaim(c *Client, queue, owner string, tokens []Token, ids 
 	return c.completeAndClaim(context.Background(), queue, owner, acks, batch, 0)
 }
 
+// WorkerSignalsT is the type of a Worker's test signals.
+type WorkerSignalsT = workerSignals
+
 // WorkerSignals turns w's test signals on and returns them; call it before
 // Run. The lease-lost signal rides on the LeasesLost hook, the one place
 // every lost lease is counted, so the Worker's loop needs no line for it.

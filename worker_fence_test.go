@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
-	"github.com/pgsweep/pgsweep/internal/testsignal"
 )
 
 // A Worker whose own lease expired and whose next claim took the message
@@ -30,7 +29,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	first, firstCancelled, second, finishSecond := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var attempts []int
 	var mu sync.Mutex
-	var lost *testsignal.Signal[int]
+	var sig *pgsweep.WorkerSignalsT
 	stop := startWorker(t, db, func(hctx context.Context, d *pgsweep.Delivery) error {
 		mu.Lock()
 		attempts = append(attempts, d.Attempt)
@@ -46,7 +45,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 		return nil
 	}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Lease: time.Hour, PollInterval: 20 * time.Millisecond,
 		DisableNotify: true, Hooks: cnt.hooks()},
-		func(w *pgsweep.Worker) { lost = &pgsweep.WorkerSignals(w).LeaseLost })
+		func(w *pgsweep.Worker) { sig = pgsweep.WorkerSignals(w) })
 	<-first
 	// The lease expires (an hour-long lease is renewed every 20 minutes, so
 	// no renewal interferes); the worker's next poll claims the row again.
@@ -58,7 +57,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 			t.Fatal("the re-claim did not start attempt 2 and cancel attempt 1")
 		}
 	}
-	if n := lost.WaitOrTimeout(t); n != 1 || cnt.lost.Load() != 1 {
+	if n := sig.LeaseLost.WaitOrTimeout(t); n != 1 || cnt.lost.Load() != 1 {
 		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.lost.Load())
 	}
 	// Attempt 1 returned nil; had its result been sent, the row would be gone.
@@ -66,7 +65,8 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 		t.Fatalf("attempt 1's stale result acted on attempt 2's lease (%d rows in attempt 2)", n)
 	}
 	close(finishSecond)
-	pgtest.Eventually(t, 20*time.Second, pgtest.Until("attempt 2 to complete", func() bool { return cnt.completed.Load() == 1 }))
+	// each flush of results is a moment to look
+	sig.Flushed.WaitUntil(t, "attempt 2 to complete", func(int) bool { return cnt.completed.Load() == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -221,6 +221,7 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	heir := newRunner(t, db, "heir", Options{Interval: 50 * time.Millisecond, Jitter: -1})
+	heir.signals.PassDone.Init()
 	heirDone := make(chan error, 1)
 	go func() { heirDone <- heir.Run(ctx) }()
 
@@ -239,7 +240,10 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	if err := <-victimDone; err == nil {
 		t.Fatal("the victim's pass succeeded although its backend was terminated")
 	}
-	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the heir to take over", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'"))
+	// each of the heir's passes is a moment to look
+	heir.signals.PassDone.WaitUntil(t, "the heir to take over", func(error) bool {
+		return count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'") != 0
+	})
 	cancel()
 	<-heirDone
 
