@@ -28,3 +28,24 @@ func CompleteGroupsAndClaim(c *Client, queue, owner string, tokens []Token, ids 
 	}
 	return c.completeAndClaim(context.Background(), queue, owner, acks, batch, 0)
 }
+
+// WorkerSignalsT is the type of a Worker's test signals.
+type WorkerSignalsT = workerSignals
+
+// WorkerSignals turns w's test signals on and returns them; call it before
+// Run. The lease-lost signal rides on the LeasesLost hook, the one place
+// every lost lease is counted, so the Worker's loop needs no line for it.
+func WorkerSignals(w *Worker) *workerSignals {
+	s := &w.signals
+	s.Claimed.Init()
+	s.Flushed.Init()
+	s.LeaseLost.Init()
+	prev := w.o.Hooks.LeasesLost
+	w.o.Hooks.LeasesLost = func(queue string, n int) {
+		if prev != nil {
+			prev(queue, n)
+		}
+		s.LeaseLost.Signal(n)
+	}
+	return s
+}

@@ -288,12 +288,9 @@ func TestInboxSendIsolationRace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for deadline := time.Now().Add(time.Minute); count(t, db, "message", "true") > 0; { // the completers drain the queue
-		if time.Now().After(deadline) {
-			t.Fatal("the completers did not drain the queue")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, time.Minute, pgtest.Until("the completers to drain the queue", func() bool {
+		return count(t, db, "message", "true") == 0
+	}))
 	close(stop)
 	cwg.Wait()
 	for k := range accepted {
@@ -321,6 +318,8 @@ func sendInTx(ctx context.Context, conn *pgx.Conn, c *pgsweep.Client, iso pgx.Tx
 	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
 		return false, err
 	}
+	// The behaviour under test is timing: the snapshot is held open for
+	// pause, so that the senders' transactions overlap.
 	time.Sleep(pause)
 	_, ok, err := c.WithDB(tx).Send(ctx, "race", pgsweep.Message{Payload: json.RawMessage(`{}`), Key: key})
 	if err != nil {
@@ -341,20 +340,16 @@ func sqlState(err error) string {
 // transaction lock of another session).
 func waitForLock(t *testing.T, db *pgtest.DB, pid uint32) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.Eventually(t, 30*time.Second, func() error {
 		var waiting bool
 		err := db.Pool.QueryRow(context.Background(),
 			"SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
-			return
+		if !waiting {
+			return fmt.Errorf("backend %d never waited for a lock", pid)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backend %d never waited for a lock", pid)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

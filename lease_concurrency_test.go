@@ -79,7 +79,7 @@ func TestLeaseContention(t *testing.T) {
 					return
 				}
 				if !ok {
-					time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+					time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // time under test: retry while the lease lives
 					continue
 				}
 				if token <= last {
@@ -90,14 +90,15 @@ func TestLeaseContention(t *testing.T) {
 				mu.Lock()
 				grants = append(grants, grant{owner, token})
 				mu.Unlock()
-				// Hold for less than the TTL, renewing once half-way.
+				// Hold for less than the TTL, renewing once half-way (the
+				// behaviour under test is time: TTLs, holds and expiries).
 				time.Sleep(time.Duration(rng.IntN(250)) * time.Millisecond)
 				if rng.IntN(2) == 0 {
 					if ok, err := client.LeaseRenew(ctx, name, owner, ttl); err != nil || !ok {
 						errc <- fmt.Errorf("%s could not renew its live lease: %v %v", owner, ok, err)
 						return
 					}
-					time.Sleep(time.Duration(rng.IntN(250)) * time.Millisecond)
+					time.Sleep(time.Duration(rng.IntN(250)) * time.Millisecond) // time under test: the renewed hold
 				}
 				if rng.IntN(4) == 0 {
 					// Crash: never release; come back as a new process.

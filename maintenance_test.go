@@ -109,18 +109,14 @@ func TestClientBackendHelpers(t *testing.T) {
 	if err := c.TerminateBackend(ctx, pid, &start); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pgtest.Eventually(t, 10*time.Second, func() error {
 		alive, err := c.BackendAlive(ctx, pid, &start)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !alive {
-			break
+		if alive {
+			return errors.New("the terminated backend is still there")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the terminated backend is still there after 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -2,8 +2,11 @@ package pgsweep_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // Adaptive pacing reads the live traffic as the maintenance role
@@ -28,7 +31,17 @@ func TestPacingCountsSessionsItCannotSeeAsBusy(t *testing.T) {
 	if err := other.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&otherPid); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	pgtest.Eventually(t, 10*time.Second, func() error {
+		var idle bool
+		err := sd.db.Pool.QueryRow(ctx, "SELECT clock_timestamp() - state_change > interval '300 ms' FROM pg_stat_activity WHERE pid = $1", otherPid).Scan(&idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !idle {
+			return errors.New("the other session is not yet idle for 300 ms")
+		}
+		return nil
+	})
 
 	runner := sd.connAs("runner")
 	var state *string

@@ -63,7 +63,7 @@ func TestLongestQueueName(t *testing.T) {
 	if p, d := count(t, db, "message_processed", where), count(t, db, "message_dead", where); p != 1 || d != 1 {
 		t.Fatalf("%d processed and %d dead rows, want 1 and 1", p, d)
 	}
-	time.Sleep(1100 * time.Millisecond) // the rows' 1 second retention passes
+	time.Sleep(1100 * time.Millisecond) // time under test: the rows' 1 second retention passes
 
 	mustExec(t, db, "SELECT "+schema+".retention_builtin_sync()")
 	for _, name := range []string{"pgsweep.processed:" + long, "pgsweep.dead:" + long} {

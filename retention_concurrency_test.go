@@ -94,6 +94,8 @@ func startRequeuer(t *testing.T, db *pgtest.DB, tbl string, n int) *requeuer {
 				r.maxWait.Store(us)
 			}
 			r.requeues.Add(tag.RowsAffected())
+			// Jitter, not a wait: the behaviour under test is timing, the
+			// requeues spread across the cleaners' batches.
 			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
 		}
 	}()
@@ -219,7 +221,7 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 			t.Fatal(err)
 		}
 		rq := startRequeuer(t, db, "published", rows)
-		time.Sleep(100 * time.Millisecond)
+		pgtest.Eventually(t, 30*time.Second, pgtest.Until("the requeuer to get going", func() bool { return rq.requeues.Load() > 0 }))
 		res := runCleaners(t, db, cleaners, "cap.published")
 		rq.finish(t)
 		deleted := checkOutcome(t, db, "published", truth)
@@ -266,7 +268,7 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 			t.Fatal(err)
 		}
 		rq := startRequeuer(t, db, "received", rows)
-		time.Sleep(100 * time.Millisecond)
+		pgtest.Eventually(t, 30*time.Second, pgtest.Until("the requeuer to get going", func() bool { return rq.requeues.Load() > 0 }))
 		res := runCleaners(t, db, cleaners, "cap.received")
 		rq.finish(t)
 		deleted := checkOutcome(t, db, "received", truth)
@@ -346,17 +348,16 @@ func TestRetentionExclusiveCrashTakeover(t *testing.T) {
 		aDone <- err
 	}()
 	var pid int32
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.Eventually(t, 30*time.Second, func() error {
 		err := db.Pool.QueryRow(ctx, `SELECT pid FROM `+db.Schema+`.retention_pass WHERE owner = 'A' AND rows_deleted >= 100`).Scan(&pid)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, pgx.ErrNoRows) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatalf("cleaner A never got going: %v", err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		if err != nil {
+			return fmt.Errorf("cleaner A never got going: %w", err)
+		}
+		return nil
+	})
 	var killed bool
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate A: %v %v", killed, err)
@@ -384,20 +385,17 @@ func TestRetentionExclusiveCrashTakeover(t *testing.T) {
 
 	// After the TTL, B takes over the open sweep.
 	var passB pgsweep.RetentionPass
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	pgtest.Eventually(t, 10*time.Second, func() error {
 		p, ran, err := b.RetentionRun(ctx, "cap", "B", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ran {
-			passB = p
-			break
+		if !ran {
+			return errors.New("B never took over")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("B never took over")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		passB = p
+		return nil
+	})
 	if passB.Outcome != "drained" || *passB.LeaseToken <= *passA.LeaseToken || !passB.StartedAt.After(*passA.LastBatchAt) {
 		t.Fatalf("takeover: A %+v, B %+v", passA, passB)
 	}

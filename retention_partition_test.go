@@ -156,7 +156,7 @@ func partitionRun(t *testing.T, mode string, concurrent bool) {
 			if deferred+pendingSeen.Load() > 0 {
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a poll in a goroutine (Eventually needs the test's own)
 		}
 		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.parts_d1`, s)).Scan(&n); err != nil {
 			errs <- fmt.Errorf("the long reader lost its partition while reading it: %w", err)
@@ -202,7 +202,7 @@ func partitionRun(t *testing.T, mode string, concurrent bool) {
 				if !left {
 					return
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // time under test: cleaners pass on an interval, as runners do
 			}
 		}()
 	}

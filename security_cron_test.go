@@ -7,12 +7,14 @@ package pgsweep_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // cronReady skips (fails under CI) unless pg_cron runs jobs in this database.
@@ -43,14 +45,14 @@ func (sd *secDB) unscheduleAtEnd(jobid int64) {
 // and returns their status and message by job id.
 func (sd *secDB) awaitCron(jobids ...int64) map[int64][2]string {
 	sd.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var runs map[int64][2]string
+	pgtest.Eventually(sd.t, 90*time.Second, func() error {
 		rows, err := sd.db.Pool.Query(context.Background(), `SELECT DISTINCT ON (jobid) jobid, status, coalesce(return_message, '')
 			FROM cron.job_run_details WHERE jobid = ANY ($1) AND status IN ('succeeded', 'failed') ORDER BY jobid, runid`, jobids)
 		if err != nil {
 			sd.t.Fatal(err)
 		}
-		runs := map[int64][2]string{}
+		runs = map[int64][2]string{}
 		for rows.Next() {
 			var id int64
 			var status, msg string
@@ -62,14 +64,12 @@ func (sd *secDB) awaitCron(jobids ...int64) map[int64][2]string {
 		if err := rows.Err(); err != nil {
 			sd.t.Fatal(err)
 		}
-		if len(runs) == len(jobids) {
-			return runs
+		if len(runs) != len(jobids) {
+			return fmt.Errorf("pg_cron ran %d of jobs %v", len(runs), jobids)
 		}
-		if time.Now().After(deadline) {
-			sd.t.Fatalf("pg_cron ran %d of jobs %v within 90 seconds", len(runs), jobids)
-		}
-		time.Sleep(time.Second)
-	}
+		return nil
+	})
+	return runs
 }
 
 // TestHostileCronJob: issue 10's escalations through pg_cron. A superuser

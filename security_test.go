@@ -882,7 +882,7 @@ func TestSecurityRunnerCannotActAsOwner(t *testing.T) {
 		t.Errorf("the maintenance pass: error %s, want it to contain %q", secStr(got), want)
 	}
 	sd.exec(`GRANT @billing TO @runner`)
-	time.Sleep(1100 * time.Millisecond) // the policy's run_interval: due again
+	time.Sleep(1100 * time.Millisecond) // time under test: the policy's run_interval passes, it is due again
 	if _, err := runner.Exec(ctx, sd.sql(`CALL @S.maintain('sec-runner', '30 seconds')`)); err != nil {
 		t.Fatal(err)
 	}

@@ -117,6 +117,7 @@ func TestTokenFenceUnderConcurrency(t *testing.T) {
 					return
 				}
 				if len(ds) == 0 {
+					// time under test: an empty claim waits for leases to expire
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
@@ -129,7 +130,7 @@ func TestTokenFenceUnderConcurrency(t *testing.T) {
 				}
 				record(call{"claim", tok, all, all})
 				stale := rng.Float64() < 0.15
-				if stale { // past the lease: others (same owner) may claim these again
+				if stale { // time under test: past the lease, others (same owner) may claim these again
 					time.Sleep(lease + 300*time.Millisecond + time.Duration(rng.IntN(300))*time.Millisecond)
 				}
 				if stale || rng.Float64() < 0.3 {

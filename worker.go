@@ -88,6 +88,7 @@ type Worker struct {
 	// at once as if the process died.
 	observe func(held int)
 	crash   chan struct{}
+	signals workerSignals // off (and free) unless a test turns them on
 }
 
 // NewWorker returns a Worker on pool; call Run to start it. Unless

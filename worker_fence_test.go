@@ -29,6 +29,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	first, firstCancelled, second, finishSecond := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var attempts []int
 	var mu sync.Mutex
+	var sig *pgsweep.WorkerSignalsT
 	stop := startWorker(t, db, func(hctx context.Context, d *pgsweep.Delivery) error {
 		mu.Lock()
 		attempts = append(attempts, d.Attempt)
@@ -43,7 +44,8 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 		<-finishSecond
 		return nil
 	}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Lease: time.Hour, PollInterval: 20 * time.Millisecond,
-		DisableNotify: true, Hooks: cnt.hooks()})
+		DisableNotify: true, Hooks: cnt.hooks()},
+		func(w *pgsweep.Worker) { sig = pgsweep.WorkerSignals(w) })
 	<-first
 	// The lease expires (an hour-long lease is renewed every 20 minutes, so
 	// no renewal interferes); the worker's next poll claims the row again.
@@ -55,13 +57,16 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 			t.Fatal("the re-claim did not start attempt 2 and cancel attempt 1")
 		}
 	}
-	waitFor(t, "the lost lease to be counted", func() bool { return cnt.lost.Load() == 1 })
+	if n := sig.LeaseLost.WaitOrTimeout(t); n != 1 || cnt.lost.Load() != 1 {
+		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.lost.Load())
+	}
 	// Attempt 1 returned nil; had its result been sent, the row would be gone.
 	if n := count(t, db, "message", "attempt = 2 AND status = 'processing'"); n != 1 {
 		t.Fatalf("attempt 1's stale result acted on attempt 2's lease (%d rows in attempt 2)", n)
 	}
 	close(finishSecond)
-	waitFor(t, "attempt 2 to complete", func() bool { return cnt.completed.Load() == 1 })
+	// each flush of results is a moment to look
+	sig.Flushed.WaitUntil(t, "attempt 2 to complete", func(int) bool { return cnt.completed.Load() == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +115,7 @@ func TestWorkerBoundsConcurrencyMemoryAndBatchesCompletions(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(rctx) }()
-	waitFor(t, "the queue to drain", func() bool { return completed.Load() == messages })
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the queue to drain", func() bool { return completed.Load() == messages }))
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -205,9 +210,9 @@ func TestWorkerFailureEdges(t *testing.T) {
 		}
 	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, DisableNotify: true, Hooks: cnt.hooks(),
 		Lease: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	waitFor(t, "two failures, the immediate retry's completion and the refused fail", func() bool {
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("two failures, the immediate retry's completion and the refused fail", func() bool {
 		return cnt.failed.Load() == 2 && cnt.completed.Load() == 1 && strings.Contains(logs.String(), "fail refused")
-	})
+	}))
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +268,7 @@ func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the two workers never ran 20 handlers at once (%d)", running.Load())
 	}
-	waitFor(t, "the queue to drain", func() bool { return completed.completed.Load() == 100 })
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the queue to drain", func() bool { return completed.completed.Load() == 100 }))
 	mu.Lock()
 	defer mu.Unlock()
 	by := map[string]int{}
@@ -288,7 +293,7 @@ func TestWorkerHandlerGetsACopy(t *testing.T) {
 		*d = pgsweep.Delivery{ID: -1}
 		return nil
 	}, pgsweep.WorkerOptions{Queue: "q", Hooks: cnt.hooks()})
-	waitFor(t, "five completions", func() bool { return cnt.completed.Load() == 5 })
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("five completions", func() bool { return cnt.completed.Load() == 5 }))
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ func (l *loop) completeAndClaim(n int) (int, error) {
 		delete(l.acks, a.token)
 		settled++
 	}
+	l.w.signals.Flushed.Signal(len(l.acks) + len(l.fails))
 	if settled < len(acks) {
 		l.flushErr = true // the rest: retried on the next flush, after a backoff
 	} else {
@@ -105,6 +106,7 @@ func (l *loop) flush(ctx context.Context) {
 	if !l.flushErr {
 		l.flushBackoff = 0
 	}
+	l.w.signals.Flushed.Signal(len(l.acks) + len(l.fails))
 }
 
 // renew extends the leases of held messages that have no result yet, one

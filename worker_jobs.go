@@ -93,6 +93,7 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 		l.watch(j)
 	}
 	l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, lost)
+	l.w.signals.Claimed.Signal(len(ds))
 	if l.w.observe != nil {
 		l.w.observe(len(l.held) + l.zombies)
 	}

@@ -220,23 +220,25 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 					errc <- err
 					return
 				}
+				// Jitter, not a wait: the behaviour under test is timing,
+				// sends spread across the workers' claims and expiries.
 				time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
 			}
 		}()
 	}
 	swg.Wait()
 	total := lanes*perLane + senders*(unordered/senders)
-	deadline := time.Now().Add(4 * time.Minute) // liveness only
-	for count(t, db, "message_processed", "queue = 'lanes'") < total {
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained: %d of %d processed", count(t, db, "message_processed", "queue = 'lanes'"), total)
-		}
+	pgtest.Eventually(t, 4*time.Minute, func() error { // liveness only
 		select {
 		case err := <-errc:
 			t.Fatal(err)
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-	}
+		if n := count(t, db, "message_processed", "queue = 'lanes'"); n < total {
+			return fmt.Errorf("not drained: %d of %d processed", n, total)
+		}
+		return nil
+	})
 	stopAll()
 	wg.Wait()
 	close(errc)
@@ -419,7 +421,7 @@ func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
 			if slow {
 				want++
 			}
-			waitFor(t, "the lane to drain", func() bool { return cnt.completed.Load() == want && cnt.dead.Load() == 1 })
+			pgtest.Eventually(t, 20*time.Second, pgtest.Until("the lane to drain", func() bool { return cnt.completed.Load() == want && cnt.dead.Load() == 1 }))
 			mu.Lock()
 			defer mu.Unlock()
 			if len(order) != n {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pashagolub/pgxmock/v3"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // The Worker's error paths without a database: each test scripts the exact
@@ -56,7 +57,7 @@ func runMockWorker(t *testing.T, mock pgxmock.PgxPoolIface, h pgsweep.Handler, o
 		t.Fatal(err)
 	}
 	stop := startRun(t, w)
-	waitFor(t, "the scripted calls", until)
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the scripted calls", until))
 	return stop()
 }
 

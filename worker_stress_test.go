@@ -187,21 +187,17 @@ func TestWorkerStress(t *testing.T) {
 	// Maintenance: recovery dead-letters rows whose lease expired on their
 	// last attempt (claim never hands those out again).
 	recovered := 0
-	deadline := time.Now().Add(3 * time.Minute) // liveness only: a drain takes ~40 s here
-	for {
+	pgtest.Eventually(t, 3*time.Minute, func() error { // liveness only: a drain takes ~40 s here
 		r, err := c.QueueRecover(ctx, "stress", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		recovered += r.Recovered + r.DeadLettered
-		if count(t, db, "message", "true") == 0 {
-			break
+		if n := count(t, db, "message", "true"); n != 0 {
+			return fmt.Errorf("not drained: %d live rows left", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained: %d live rows left", count(t, db, "message", "true"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	stopAll()
 	wg.Wait()
 	close(errc)

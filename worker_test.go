@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/testsignal"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -83,17 +84,6 @@ func seedQueue(t *testing.T, db *pgtest.DB, maxAttempts, n int) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // With polling set to an hour, only NOTIFY can wake an idle worker.
 func TestWorkerWakesOnNotify(t *testing.T) {
 	db := pgtest.New(t, 6)
@@ -102,13 +92,13 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cnt counters
-	var claims atomic.Int64
+	var sig *testsignal.Signal[int]
 	got := make(chan string, 10)
 	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		got <- string(d.Payload)
 		return nil
 	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: time.Hour, Hooks: cnt.hooks()},
-		func(w *pgsweep.Worker) { pgsweep.ObserveHeld(w, func(int) { claims.Add(1) }) })
+		func(w *pgsweep.Worker) { sig = &pgsweep.WorkerSignals(w).Claimed })
 	// Let the worker's first claim (empty), its LISTEN and the claim it
 	// makes once it listens (empty too) happen first: after them, with
 	// polling an hour away, only a notification can bring the next claim.
@@ -116,12 +106,14 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 	if err != nil || channel != db.Schema+"_messages" {
 		t.Fatalf("notify_channel() = %q, %v", channel, err)
 	}
-	waitFor(t, "LISTEN and the claim after it", func() bool {
+	sig.WaitOrTimeout(t) // the first claim
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("LISTEN", func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
 			"LISTEN "+pgx.Identifier{channel}.Sanitize()).Scan(&n)
-		return n > 0 && claims.Load() >= 2
-	})
+		return n > 0
+	}))
+	sig.WaitOrTimeout(t) // the claim after LISTEN
 	if _, _, err := db.Client.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"hello"`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +125,7 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the worker was not woken by NOTIFY")
 	}
-	waitFor(t, "completion", func() bool { return cnt.completed.Load() == 1 })
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("completion", func() bool { return cnt.completed.Load() == 1 }))
 	if n := count(t, db, "message", "true"); n != 0 {
 		t.Fatalf("%d rows left", n)
 	}
@@ -156,7 +148,7 @@ func TestWorkerRenewsLongHandlers(t *testing.T) {
 			return ctx.Err()
 		}
 	}, pgsweep.WorkerOptions{Queue: "q", Lease: time.Second, Hooks: cnt.hooks()})
-	waitFor(t, "the handler to start", func() bool { return calls.Load() == 1 })
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the handler to start", func() bool { return calls.Load() == 1 }))
 	rivalGot := 0
 	for end := time.Now().Add(15 * time.Second); cnt.completed.Load() == 0 && time.Now().Before(end); {
 		ds, err := db.Client.Claim(ctx, "q", "rival", 10, time.Minute)
@@ -164,6 +156,8 @@ func TestWorkerRenewsLongHandlers(t *testing.T) {
 			t.Fatal(err)
 		}
 		rivalGot += len(ds)
+		// The behaviour under test is time: the handler outlives its lease
+		// and the rival tries, every 50 ms, to claim across it.
 		time.Sleep(50 * time.Millisecond)
 	}
 	if rivalGot != 0 || calls.Load() != 1 || cnt.lost.Load() != 0 || cnt.completed.Load() != 1 {
@@ -195,7 +189,7 @@ func TestWorkerFailsAndDeadLetters(t *testing.T) {
 		}
 		return nil
 	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, Hooks: cnt.hooks()})
-	waitFor(t, "two dead letters", func() bool { return cnt.dead.Load() == 2 })
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("two dead letters", func() bool { return cnt.dead.Load() == 2 }))
 	if cnt.completed.Load() != 1 || cnt.failed.Load() != 4 || cnt.claimed.Load() != 7 {
 		t.Fatalf("completed %d, failed %d, claimed %d; want 1, 4 (2 messages x 2 retries), 7", cnt.completed.Load(), cnt.failed.Load(), cnt.claimed.Load())
 	}
@@ -308,13 +302,15 @@ func TestWorkerLeaseLost(t *testing.T) {
 	db := pgtest.New(t, 6)
 	seedQueue(t, db, 3, 1)
 	var cnt counters
+	var lost *testsignal.Signal[int]
 	started, cancelled := make(chan struct{}), make(chan struct{})
 	stop := startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {
 		close(started)
 		<-hctx.Done()
 		close(cancelled)
 		return nil // would complete, were the result not discarded
-	}, pgsweep.WorkerOptions{Queue: "q", Lease: 3 * time.Second, Hooks: cnt.hooks()})
+	}, pgsweep.WorkerOptions{Queue: "q", Lease: 3 * time.Second, Hooks: cnt.hooks()},
+		func(w *pgsweep.Worker) { lost = &pgsweep.WorkerSignals(w).LeaseLost })
 	<-started
 	// Another owner takes the row over (as a claim after expiry would).
 	mustExec(t, db, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET owner = 'thief', token = gen_random_uuid(), attempt = attempt + 1")
@@ -323,7 +319,9 @@ func TestWorkerLeaseLost(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler of a lost lease was not cancelled")
 	}
-	waitFor(t, "the lost lease to be counted", func() bool { return cnt.lost.Load() == 1 })
+	if n := lost.WaitOrTimeout(t); n != 1 || cnt.lost.Load() != 1 {
+		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.lost.Load())
+	}
 	if err := stop(); err != nil { // a wrongly sent completion has landed once Run returned
 		t.Fatal(err)
 	}

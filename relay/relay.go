@@ -134,6 +134,8 @@ type Relay struct {
 
 	mu     sync.Mutex
 	health healthState
+
+	signals signals // off (and free) unless a test turns them on
 }
 
 type dispatchItem struct {
@@ -706,12 +708,14 @@ func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Resu
 			r.m.released(r.queue, len(done))
 		}
 	}
+	r.signals.Settled.Signal(len(hs))
 }
 
 // published counts the confirmed messages and their latency: from Dispatch
 // (about the commit) for direct dispatch, from the send (created_at, the
 // database clock) for the others.
 func (r *Relay) published(hs []held, idx []int, ackAt []time.Time) {
+	r.signals.Published.Signal(len(idx))
 	r.setBroker(nil)
 	r.mu.Lock()
 	r.health.published += int64(len(idx))

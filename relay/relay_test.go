@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/testsignal"
 	"github.com/pgsweep/pgsweep/relay"
 	relayamqp "github.com/pgsweep/pgsweep/relay/amqp"
 	relaynats "github.com/pgsweep/pgsweep/relay/nats"
@@ -116,29 +117,33 @@ func start(t *testing.T, r *relay.Relay) (stop func()) {
 	}
 	t.Cleanup(stop)
 	// wait until it runs, so that Dispatch is taken
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.Health().Running && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	pgtest.Eventually(t, 30*time.Second, pgtest.Until("the relay to run", func() bool { return r.Health().Running }))
 	return stop
 }
 
-// waitEmpty waits until the queue holds no message (all published).
-func waitEmpty(t *testing.T, db *pgtest.DB, queue string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+// queueEmpty is the condition that the queue holds no message (all
+// published), for pgtest.Eventually.
+func queueEmpty(t *testing.T, db *pgtest.DB, queue string) func() error {
+	return func() error {
 		var n int
 		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+" WHERE queue = $1", queue).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			return
+		if n != 0 {
+			return fmt.Errorf("queue %s still holds %d messages", queue, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s still holds %d messages after %v", queue, n, within)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}
+}
+
+// waitCount waits until the values s fires add up to n (messages
+// published, or settled).
+func waitCount(t *testing.T, s *testsignal.Signal[int], what string, n int) {
+	t.Helper()
+	total := 0
+	s.WaitUntil(t, fmt.Sprintf("%d messages %s", n, what), func(k int) bool { total += k; return total >= n })
+	if total != n {
+		t.Fatalf("%d messages %s, want %d", total, what, n)
 	}
 }
 
@@ -178,8 +183,13 @@ func TestNATSPublishesWithHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sig := relay.Signals(r)
 	start(t, r)
-	waitEmpty(t, db, "orders", 20*time.Second)
+	waitCount(t, &sig.Published, "published", 2)
+	waitCount(t, &sig.Settled, "settled", 2)
+	if err := queueEmpty(t, db, "orders")(); err != nil {
+		t.Fatalf("both settled: %v", err)
+	}
 	got := read()
 	if len(got) != 2 {
 		t.Fatalf("stream holds %d messages, want 2", len(got))
@@ -285,7 +295,7 @@ func TestDispatchAndClaimsSideBySide(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		waitEmpty(t, db, "q", 30*time.Second)
+		pgtest.Eventually(t, 30*time.Second, queueEmpty(t, db, "q"))
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -333,13 +343,12 @@ func TestDispatchInUseClosesListen(t *testing.T) {
 	}
 	waitListeners := func(want int, within time.Duration) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for listeners() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d LISTEN connections after %v, want %d", listeners(), within, want)
+		pgtest.Eventually(t, within, func() error {
+			if n := listeners(); n != want {
+				return fmt.Errorf("%d LISTEN connections, want %d", n, want)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	u, read := stream(t)
 	r, err := relay.New(db.Pool, "q", openNATS(t, u), relay.Options{Schema: db.Schema, Owner: "quiet",
@@ -359,7 +368,7 @@ func TestDispatchInUseClosesListen(t *testing.T) {
 	waitListeners(0, 5*time.Second)
 	t0 := time.Now()
 	send(t, db, "q", numbered(2, 3)) // no Dispatch: the poll publishes them
-	waitEmpty(t, db, "q", 5*time.Second)
+	pgtest.Eventually(t, 5*time.Second, queueEmpty(t, db, "q"))
 	t.Logf("published without LISTEN in %v", time.Since(t0).Round(time.Millisecond))
 	if got := read(); len(got) != 5 {
 		t.Errorf("stream holds %d messages, want 5", len(got))
@@ -367,7 +376,7 @@ func TestDispatchInUseClosesListen(t *testing.T) {
 	// ten seconds after the last Dispatch it listens again
 	waitListeners(1, 15*time.Second)
 	send(t, db, "q", numbered(5, 1))
-	waitEmpty(t, db, "q", 5*time.Second)
+	pgtest.Eventually(t, 5*time.Second, queueEmpty(t, db, "q"))
 	if got := read(); len(got) != 6 {
 		t.Errorf("stream holds %d messages, want 6", len(got))
 	}
@@ -403,7 +412,7 @@ func TestDispatchLeavesTheRestToClaims(t *testing.T) {
 	if !full {
 		t.Log("the buffer of 1 never filled (dispatch kept up)")
 	}
-	waitEmpty(t, db, "q", 30*time.Second)
+	pgtest.Eventually(t, 30*time.Second, queueEmpty(t, db, "q"))
 	if got := read(); len(got) != 205 {
 		t.Errorf("stream holds %d messages, want 205", len(got))
 	}
@@ -429,8 +438,13 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sig := relay.Signals(r)
 	start(t, r)
-	waitEmpty(t, db, "q", 20*time.Second)
+	waitCount(t, &sig.Published, "published", 2) // the third, refused, is not
+	waitCount(t, &sig.Settled, "settled", 3)
+	if err := queueEmpty(t, db, "q")(); err != nil {
+		t.Fatalf("all three settled: %v", err)
+	}
 	var attempts int
 	var lastErr string
 	if err := db.Pool.QueryRow(ctx, "SELECT attempts, last_error FROM "+pgx.Identifier{db.Schema, "message_dead"}.Sanitize()+
@@ -462,14 +476,23 @@ func TestSlowPublishRenewsItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, r)
-	time.Sleep(500 * time.Millisecond) // the slow relay holds them now
+	pgtest.Eventually(t, 20*time.Second, func() error { // the slow relay holds them now
+		st, err := db.Client.QueueStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st) == 0 || st[0].Processing != 3 {
+			return fmt.Errorf("the slow relay did not claim the messages: %+v", st)
+		}
+		return nil
+	})
 	fast := &countingTransport{Transport: openNATS(t, u)}
 	r2, err := relay.New(db.Pool, "q", fast, relay.Options{Schema: db.Schema, Owner: "fast", PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, r2)
-	waitEmpty(t, db, "q", 20*time.Second)
+	pgtest.Eventually(t, 20*time.Second, queueEmpty(t, db, "q"))
 	fast.mu.Lock()
 	defer fast.mu.Unlock()
 	if len(fast.count) != 0 {
@@ -498,20 +521,16 @@ func TestShutdownReleasesWhatWasNotPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := start(t, r)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pgtest.Eventually(t, 10*time.Second, func() error {
 		st, err := db.Client.QueueStats(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st) > 0 && st[0].Processing == 10 {
-			break
+		if len(st) == 0 || st[0].Processing != 10 {
+			return fmt.Errorf("the relay did not claim the messages: %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay did not claim the messages: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	began := time.Now()
 	stop()
 	if took := time.Since(began); took > 5*time.Second {
@@ -566,20 +585,16 @@ func TestAMQPPublishesAndUnroutableFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, r)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() error {
 		st, err := db.Client.QueueStats(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st) > 0 && st[0].Failed == 1 && st[0].Pending == 0 && st[0].Processing == 0 {
-			break
+		if len(st) == 0 || st[0].Failed != 1 || st[0].Pending != 0 || st[0].Processing != 0 {
+			return fmt.Errorf("queue stats %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue stats %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	var lastErr string
 	if err := db.Pool.QueryRow(ctx, "SELECT last_error FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+" WHERE queue = 'q' AND id = $1",
 		ids[1]).Scan(&lastErr); err != nil {

@@ -4,6 +4,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -39,25 +40,21 @@ func TestCronRealRun(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	deadline := start.Add(75 * time.Second)
-	for {
+	pgtest.Eventually(t, 75*time.Second, func() error {
 		var status, message string
 		err := db.Pool.QueryRow(ctx, "SELECT status, coalesce(return_message, '') FROM cron.job_run_details WHERE jobid = $1 AND status IN ('succeeded', 'failed') ORDER BY runid DESC LIMIT 1", id).
 			Scan(&status, &message)
-		if err == nil {
-			if status != "succeeded" {
-				t.Fatalf("pg_cron ran the job and it failed: %s", message)
-			}
-			break
+		if err == pgx.ErrNoRows {
+			return errors.New("pg_cron did not run the job")
 		}
-		if err != pgx.ErrNoRows {
+		if err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("pg_cron did not run the job within 75 seconds")
+		if status != "succeeded" {
+			t.Fatalf("pg_cron ran the job and it failed: %s", message)
 		}
-		time.Sleep(time.Second)
-	}
+		return nil
+	})
 	var passes int64
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".maintenance_passes WHERE owner = 'pg_cron' AND finished_at IS NOT NULL AND error IS NULL").Scan(&passes); err != nil {
 		t.Fatal(err)

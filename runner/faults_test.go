@@ -165,9 +165,8 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 	r := newRunner(t, db, "victim", Options{})
 	done := make(chan error, 1)
 	go func() { _, _, err := r.RunOnce(context.Background()); done <- err }()
-	waitFor(t, db, "the victim's recovery step to sleep", 10*time.Second,
-		"SELECT count(*) FROM "+s+".maintain_run r JOIN pg_stat_activity a ON a.application_name = 'pgsweep run victim'"+
-			" AND a.wait_event = 'PgSleep' WHERE r.owner = 'victim' AND r.status = 'running'")
+	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the victim's recovery step to sleep", "SELECT count(*) FROM "+s+".maintain_run r JOIN pg_stat_activity a ON a.application_name = 'pgsweep run victim'"+
+		" AND a.wait_event = 'PgSleep' WHERE r.owner = 'victim' AND r.status = 'running'"))
 	r.mu.Lock()
 	pid := r.passBackend.pid
 	r.mu.Unlock()
@@ -236,33 +235,33 @@ func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	r.signals.PartDone.Init()
 	done := make(chan error, 1)
 	go func() { _, _, err := r.RunOnce(ctx); done <- err }()
-	poll := func(what string, cond func(Health) bool) Health {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			h := r.Health()
-			if cond(h) {
-				return h
-			}
+	var h Health
+	poll := func(what string, cond func(Health) bool) func() error {
+		return func() error {
 			select {
 			case err := <-done:
 				t.Fatalf("the pass ended (%v) before %s", err, what)
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s: %+v", what, h)
+			if h = r.Health(); !cond(h) {
+				return fmt.Errorf("%s: %+v", what, h)
 			}
-			time.Sleep(20 * time.Millisecond)
+			return nil
 		}
 	}
-	h := poll("health during the progressing pass", func(h Health) bool { return h.Healthy })
+	// Progress is what makes the pass healthy: each step the watcher sees
+	// committed is a moment to look.
+	healthy := poll("health during the progressing pass", func(h Health) bool { return h.Healthy })
+	r.signals.PartDone.WaitUntil(t, "a healthy pass", func(progressMark) bool { return healthy() == nil })
 	if !h.PassInFlight || h.LastProgress.IsZero() || !strings.Contains(h.LastError, "connection refused") || !h.LastSuccess.IsZero() {
 		t.Fatalf("health %+v: want healthy by progress alone, the outage's error still shown", h)
 	}
 	exec(t, db, "UPDATE "+s+".gate SET stuck = true")
-	poll("the stuck pass to turn unhealthy", func(h Health) bool { return !h.Healthy && h.PassInFlight })
+	// time under test: without progress, HealthyWithin passes
+	pgtest.Eventually(t, 15*time.Second, poll("the stuck pass to turn unhealthy", func(h Health) bool { return !h.Healthy && h.PassInFlight }))
 	cancel()
 	select {
 	case <-done:

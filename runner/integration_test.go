@@ -120,7 +120,7 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 		}
 	}()
 	// Run until both parts ran often enough, by enough owners, with enough
-	// contention to prove something (at least 3 s, at most 30 s).
+	// contention to prove something (at most 30 s).
 	enough := func() bool {
 		for _, part := range []string{"recovery", "retention"} {
 			runs := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
@@ -132,10 +132,7 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 		}
 		return true
 	}
-	started := time.Now()
-	for time.Since(started) < 3*time.Second || (!enough() && time.Since(started) < 30*time.Second) {
-		time.Sleep(250 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 30*time.Second, pgtest.Until("enough contended runs", enough))
 	cancel()
 	wg.Wait()
 	select {
@@ -181,16 +178,10 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 	}
 }
 
-// waitFor polls cond (a SQL count) until it is non-zero.
-func waitFor(t *testing.T, db *pgtest.DB, what string, timeout time.Duration, sql string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for count(t, db, sql, args...) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// nonZero is the condition that sql (a count) is non-zero, for
+// pgtest.Eventually; what says what the test waits for.
+func nonZero(t *testing.T, db *pgtest.DB, what string, sql string, args ...any) func() error {
+	return pgtest.Until(what, func() bool { return count(t, db, sql, args...) != 0 })
 }
 
 // A caller whose backend is terminated mid-pass and who cannot record it (a
@@ -219,8 +210,7 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 		_, err := victimConn.Exec(context.Background(), "CALL "+s+".maintain('victim', '30 seconds')")
 		victimDone <- err
 	}()
-	waitFor(t, db, "the victim to run recovery", 10*time.Second,
-		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'")
+	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the victim to run recovery", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'"))
 	var victimToken int64
 	var expires time.Time
 	if err := db.Pool.QueryRow(context.Background(), "SELECT token, expires_at FROM "+s+".lease WHERE name = 'maintain:recovery' AND owner = 'victim'").
@@ -231,6 +221,7 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	heir := newRunner(t, db, "heir", Options{Interval: 50 * time.Millisecond, Jitter: -1})
+	heir.signals.PassDone.Init()
 	heirDone := make(chan error, 1)
 	go func() { heirDone <- heir.Run(ctx) }()
 
@@ -249,8 +240,10 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	if err := <-victimDone; err == nil {
 		t.Fatal("the victim's pass succeeded although its backend was terminated")
 	}
-	waitFor(t, db, "the heir to take over", 10*time.Second,
-		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'")
+	// each of the heir's passes is a moment to look
+	heir.signals.PassDone.WaitUntil(t, "the heir to take over", func(error) bool {
+		return count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'") != 0
+	})
 	cancel()
 	<-heirDone
 
@@ -287,8 +280,7 @@ func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 	r := newRunner(t, db, "stopper", Options{})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	waitFor(t, db, "the runner to hold recovery", 10*time.Second,
-		"SELECT count(*) FROM "+s+".leases WHERE owner = 'stopper' AND live")
+	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the runner to hold recovery", "SELECT count(*) FROM "+s+".leases WHERE owner = 'stopper' AND live"))
 	r.Stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run returned %v after Stop, want nil", err)
@@ -298,9 +290,8 @@ func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 	}
 	// The cancelled backend may need a moment to end and drop its advisory
 	// lock; the lease no longer stands in the way.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		conn := pgtest.Conn(t, db.URL)
+	conn := pgtest.Conn(t, db.URL)
+	pgtest.Eventually(t, 5*time.Second, func() error {
 		if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('next', '5 seconds')"); err != nil {
 			t.Fatal(err)
 		}
@@ -308,14 +299,11 @@ func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 		if err := conn.QueryRow(context.Background(), "SELECT recovery FROM "+s+".maintenance_passes WHERE owner = 'next' ORDER BY id DESC LIMIT 1").Scan(&status); err != nil {
 			t.Fatal(err)
 		}
-		if status == "done" {
-			break
+		if status != "done" {
+			return fmt.Errorf("another owner still finds recovery %q after the stop", status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("another owner still finds recovery %q after the stop", status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // An idle runner holds no connection: between passes nothing of it shows in
@@ -334,20 +322,15 @@ func TestIdleRunnerHoldsNoConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	waitFor(t, db, "the pass to run", 10*time.Second,
-		"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'idle' AND status = 'running'")
+	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the pass to run", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'idle' AND status = 'running'"))
 	if n := count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'"); n != 1 {
 		t.Fatalf("%d connections during a pass, want 1", n)
 	}
 	<-asleep
 	// The backend of a closed connection can take a moment to leave pg_stat_activity.
-	deadline := time.Now().Add(5 * time.Second)
-	for count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the sleeping runner still holds a connection")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 5*time.Second, pgtest.Until("the sleeping runner to hold no connection", func() bool {
+		return count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'") == 0
+	}))
 	cancel()
 	<-done
 }
@@ -470,8 +453,7 @@ func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
 	slow := newRunner(t, db, "slow", Options{Budget: 4 * time.Second}) // recovery gets 2 s: one 3 s step
 	done := make(chan error, 1)
 	go func() { _, _, err := slow.RunOnce(context.Background()); done <- err }()
-	waitFor(t, db, "the slow step to outlive its lease", 10*time.Second,
-		"SELECT count(*) FROM "+s+".maintain_run r JOIN "+s+".leases l ON l.name = 'maintain:recovery' WHERE r.owner = 'slow' AND r.status = 'running' AND NOT l.live")
+	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the slow step to outlive its lease", "SELECT count(*) FROM "+s+".maintain_run r JOIN "+s+".leases l ON l.name = 'maintain:recovery' WHERE r.owner = 'slow' AND r.status = 'running' AND NOT l.live"))
 	conn := pgtest.Conn(t, db.URL)
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('other', '5 seconds')"); err != nil {
 		t.Fatal(err)

@@ -83,6 +83,7 @@ func (r *Runner) watchProgress(ctx context.Context) {
 				r.lastProgress = r.now()
 			}
 			r.mu.Unlock()
+			r.signals.PartDone.Signal(m)
 		}
 		last = &m
 	}

@@ -85,6 +85,8 @@ type Runner struct {
 	// (committed steps), on a second connection opened only for passes that
 	// last longer than that.
 	progressEvery time.Duration
+
+	signals signals // off (and free) unless a test turns them on
 }
 
 // pendingRecord is a pass whose history rows maintain() could not close and
@@ -263,6 +265,7 @@ func (r *Runner) iterate(ctx context.Context) (time.Duration, error) {
 	before := r.failures
 	r.mu.Unlock()
 	_, s, err := r.RunOnce(ctx)
+	r.signals.PassDone.Signal(err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {

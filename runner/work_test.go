@@ -79,13 +79,12 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 				cronErr <- err
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // time under test: pg_cron calls on an interval
 		}
 	}()
 
 	// Recovery must hand back every crashed claim before any live worker runs.
-	waitFor(t, db, "recovery of the crashed claims", 60*time.Second,
-		"SELECT (count(*) = 0)::int FROM "+s+".message WHERE queue = 'jobs' AND owner IS NOT NULL")
+	pgtest.Eventually(t, 60*time.Second, nonZero(t, db, "recovery of the crashed claims", "SELECT (count(*) = 0)::int FROM "+s+".message WHERE queue = 'jobs' AND owner IS NOT NULL"))
 
 	// Live workers drain the queue; each records what its complete acted on.
 	var mu sync.Mutex
@@ -129,9 +128,8 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, db, "retention of the CAP table and the processed inbox rows", 60*time.Second,
-		"SELECT ((SELECT count(*) FROM "+s+".published WHERE \"StatusName\" = 'Succeeded') = 0 AND "+
-			"(SELECT count(*) FROM "+s+".message_processed WHERE processed_at < now() - interval '7 days') = 0)::int")
+	pgtest.Eventually(t, 60*time.Second, nonZero(t, db, "retention of the CAP table and the processed inbox rows", "SELECT ((SELECT count(*) FROM "+s+".published WHERE \"StatusName\" = 'Succeeded') = 0 AND "+
+		"(SELECT count(*) FROM "+s+".message_processed WHERE processed_at < now() - interval '7 days') = 0)::int"))
 	// A runner stopped mid-pass closes its connection; the pg_cron-style
 	// caller, still running, may close that pass first ("taken over") before
 	// the stopping runner records "the runner stopped": both say the same

@@ -157,41 +157,33 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 	})
 
 	var pid int32
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() error {
 		err := db.Pool.QueryRow(ctx, "SELECT a.pid FROM pg_stat_activity a JOIN "+s+".maintain_run r ON r.owner = 'kill9-test' AND r.status = 'running'"+
 			" WHERE a.application_name = 'pgsweep run kill9-test' AND a.wait_event = 'PgSleep'").Scan(&pid)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the runner never got stuck in its step\n%s", logs.String())
+		if err != nil {
+			return fmt.Errorf("the runner never got stuck in its step\n%s", logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
 	killed := time.Now()
 
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	pgtest.Eventually(t, 15*time.Second, func() error {
 		var n int
 		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			break
+		if n != 0 {
+			return fmt.Errorf("the killed runner's backend %d still runs after the kill: client_connection_check_interval not in effect", pid)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed runner's backend %d still runs 15 s after the kill: client_connection_check_interval not in effect", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("the orphaned backend was gone %v after the kill", time.Since(killed).Round(10*time.Millisecond))
 	var work, steps int64
 	if err := db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+s+".work), (SELECT coalesce(sum(steps), 0) FROM "+s+
@@ -237,17 +229,13 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill() }()
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() error {
 		code, body, err := get("http://" + addr + "/healthz")
-		if err == nil && code == http.StatusOK && strings.Contains(body, `"healthy":true`) {
-			break
+		if err != nil || code != http.StatusOK || !strings.Contains(body, `"healthy":true`) {
+			return fmt.Errorf("never healthy: %d %s %v\n%s", code, body, err, logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never healthy: %d %s %v\n%s", code, body, err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	_, metrics, err := get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +257,7 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "UPDATE "+s+".slow SET on_ = true"); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() error {
 		var n int
 		// A running recovery run is not enough: it may be a pass that read
 		// slow before the flip and is about to finish. Wait for the sleep.
@@ -277,14 +265,11 @@ func TestRunBinarySIGTERM(t *testing.T) {
 			" AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgsweep run sigterm-test' AND wait_event = 'PgSleep')").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
+		if n == 0 {
+			return errors.New("the runner never got stuck in recovery")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the runner never got stuck in recovery")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func find() (*Cluster, string, error) {
 		}
 		return c, "", nil
 	}
-	root, err := repoRoot()
+	root, err := pgtest.RepoRoot()
 	if err != nil {
 		return nil, "", err
 	}
@@ -444,23 +444,6 @@ func (tr *Traced) Take() []RemoteCommand {
 	c := tr.cmds
 	tr.cmds = nil
 	return c
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // updateStmt finds UPDATE statements and their SET lists in PL/pgSQL source.

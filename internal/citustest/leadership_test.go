@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"sync"
 	"testing"
 	"time"
@@ -103,10 +104,7 @@ func TestCitusLeadership(t *testing.T) {
 			}
 			return true
 		}
-		started := time.Now()
-		for time.Since(started) < 3*time.Second || (!enough() && time.Since(started) < 30*time.Second) {
-			time.Sleep(250 * time.Millisecond)
-		}
+		pgtest.Eventually(t, 30*time.Second, pgtest.Until("enough contended runs", enough))
 		cancel()
 		wg.Wait()
 		if n := in.Int(t, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
@@ -153,8 +151,7 @@ func TestCitusLeadership(t *testing.T) {
 			_, err := victim.Exec(ctx, "CALL "+s+".maintain('victim', '30 seconds')")
 			victimDone <- err
 		}()
-		waitCount(t, in, "the victim to run recovery", 10*time.Second,
-			"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'")
+		pgtest.Eventually(t, 10*time.Second, nonZero(t, in, "the victim to run recovery", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'"))
 		var victimToken int64
 		var expires time.Time
 		if err := in.Pool.QueryRow(ctx, "SELECT token, expires_at FROM "+s+".lease WHERE name = 'maintain:recovery' AND owner = 'victim'").
@@ -175,8 +172,7 @@ func TestCitusLeadership(t *testing.T) {
 		if err := <-victimDone; err == nil {
 			t.Fatal("the victim's pass succeeded although its backend was terminated")
 		}
-		waitCount(t, in, "the heir to take over", 15*time.Second,
-			"SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'")
+		pgtest.Eventually(t, 15*time.Second, nonZero(t, in, "the heir to take over", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'"))
 		cancel()
 		<-heirDone
 
@@ -201,15 +197,10 @@ func TestCitusLeadership(t *testing.T) {
 	})
 }
 
-func waitCount(t *testing.T, in *Install, what string, timeout time.Duration, sql string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for in.Int(t, sql, args...) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// nonZero is the condition that sql (a count) is non-zero, for
+// pgtest.Eventually; what says what the test waits for.
+func nonZero(t *testing.T, in *Install, what string, sql string, args ...any) func() error {
+	return pgtest.Until(what, func() bool { return in.Int(t, sql, args...) != 0 })
 }
 
 // maintain() itself on a distributed install, as pg_cron or a runner calls
@@ -250,7 +241,7 @@ func TestCitusMaintain(t *testing.T) {
 	}
 	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
 	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
-	time.Sleep(2500 * time.Millisecond) // the leases and processed_retention expire
+	time.Sleep(2500 * time.Millisecond) // time under test: the leases and processed_retention expire
 	if _, err := in.Pool.Exec(ctx, "CALL "+s+".maintain('citus-test', '20 seconds')"); err != nil {
 		t.Fatalf("maintain on a distributed install: %v", err)
 	}

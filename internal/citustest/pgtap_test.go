@@ -68,7 +68,7 @@ func TestCitusPgTAP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := repoRoot()
+	root, err := pgtest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -107,6 +108,8 @@ func startCapRequeuer(t *testing.T, in *Install, tbl, log string, n int) *capReq
 				r.done <- fmt.Errorf("requeue: %w", err)
 				return
 			}
+			// Jitter, not a wait: the behaviour under test is timing, the
+			// requeues spread across the cleaners' batches.
 			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
 		}
 	}()
@@ -236,7 +239,7 @@ func TestCitusRetentionCAP(t *testing.T) {
 		}
 		log := in.Rel("published_requeued")
 		rq := startCapRequeuer(t, in, "published", "published_requeued", rows)
-		time.Sleep(100 * time.Millisecond)
+		pgtest.Eventually(t, 30*time.Second, pgtest.Until("the requeuer to get going", func() bool { return rq.requeues.Load() > 0 }))
 		res := runCapCleaners(t, in, cleaners, "cap.published")
 		rq.finish(t)
 		deleted := checkCapOutcome(t, in, name, truth, log)
@@ -271,7 +274,7 @@ func TestCitusRetentionCAP(t *testing.T) {
 		}
 		log := in.Rel("received_requeued")
 		rq := startCapRequeuer(t, in, "received", "received_requeued", rows)
-		time.Sleep(100 * time.Millisecond)
+		pgtest.Eventually(t, 30*time.Second, pgtest.Until("the requeuer to get going", func() bool { return rq.requeues.Load() > 0 }))
 		res := runCapCleaners(t, in, cleaners, "cap.received")
 		rq.finish(t)
 		deleted := checkCapOutcome(t, in, name, truth, log)

@@ -236,7 +236,7 @@ func TestCitusUpgrade(t *testing.T) {
 // distributes the install, and run again changes nothing.
 func TestCitusMigrateCLI(t *testing.T) {
 	c := Get(t)
-	root, err := repoRoot()
+	root, err := pgtest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

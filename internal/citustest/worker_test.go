@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -151,25 +152,22 @@ func TestCitusWorkerCrashesAndRecovery(t *testing.T) {
 	}
 
 	recovered := 0
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	pgtest.Eventually(t, 3*time.Minute, func() error {
+		select {
+		case err := <-errc:
+			t.Fatal(err)
+		default:
+		}
 		r, err := c.QueueRecover(ctx, q, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		recovered += r.Recovered + r.DeadLettered
-		if in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1", q) == 0 {
-			break
+		if n := in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1", q); n != 0 {
+			return fmt.Errorf("not drained: %d messages left", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained after 3 minutes: %d messages left", in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1", q))
-		}
-		select {
-		case err := <-errc:
-			t.Fatal(err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 	stopAll()
 	wg.Wait()
 	close(errc)

@@ -343,7 +343,7 @@ func (s *suite) statementTimeout() {
 	kick := `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = current_database() AND backend_type = 'client backend' AND application_name <> 'faults-observer'`
 	s.exec(kick)
-	time.Sleep(8 * time.Second)
+	time.Sleep(8 * time.Second) // time under test: 8 s of a 50 ms statement_timeout
 	s.exec(`ALTER DATABASE pgsweep RESET statement_timeout`)
 	s.exec(kick)
 	end := time.Now()
@@ -445,7 +445,7 @@ func (s *suite) serverDown() {
 				first503[p.name] = time.Since(at)
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // time under test: /healthz sampled through the outage
 	}
 	for _, p := range s.live("runner") {
 		d, seen := first503[p.name]

@@ -7,8 +7,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"io"
 	"net"
 	"net/http"
@@ -103,23 +103,6 @@ func (s *suite) done(e *event) {
 	s.t.Logf("   in flight %d; recovered after %v: %s", e.InFlight, e.Recovery.Round(10*time.Millisecond), e.Note)
 }
 
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -146,7 +129,7 @@ func (s *suite) db(args ...string) (string, error) {
 // newSuite builds the binaries, starts the suite's cluster, migrates it and
 // creates the queues, the bookkeeping tables and the retention backlog.
 func newSuite(t *testing.T) *suite {
-	repo, err := repoRoot()
+	repo, err := pgtest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,19 +247,14 @@ func (s *suite) exec(sql string, args ...any) {
 // query scans one row, retrying while the server is unreachable (up to 30 s).
 func (s *suite) query(sql string, args []any, dest ...any) {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.Eventually(s.t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := s.obs.QueryRow(ctx, sql, args...).Scan(dest...)
-		cancel()
-		if err == nil {
-			return
+		defer cancel()
+		if err := s.obs.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+			return fmt.Errorf("%w\n%s", err, sql)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%v\n%s", err, sql)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (s *suite) count(sql string, args ...any) int {
@@ -293,21 +271,19 @@ func (s *suite) waitUntil(what string, limit time.Duration, cond func(ctx contex
 	s.t.Helper()
 	start := time.Now()
 	var last error
-	for {
+	pgtest.Eventually(s.t, limit, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		ok, err := cond(ctx)
-		cancel()
-		if err == nil && ok {
-			return time.Since(start)
-		}
 		if err != nil {
 			last = err
 		}
-		if time.Since(start) > limit {
-			s.t.Fatalf("%s: not within %v (last error: %v)", what, limit, last)
+		if err != nil || !ok {
+			return fmt.Errorf("%s (last error: %v)", what, last)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return time.Since(start)
 }
 
 // --- processes ---

@@ -123,7 +123,7 @@ func installDecoys(url string) (*shadowtest.Decoys, error) {
 	if exists {
 		return &shadowtest.Decoys{Role: DecoyRole, Audit: DecoyRole + "_audit", Schemas: opts.Schemas}, nil
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func findURL() (string, error) {
 	}
 	tried = append(tried, "TEST_DATABASE_URL is not set")
 
-	if root, err := repoRoot(); err == nil {
+	if root, err := RepoRoot(); err == nil {
 		b, err := os.ReadFile(filepath.Join(root, ".pgsweep", "dsn"))
 		if err == nil {
 			u := strings.TrimSpace(string(b))
@@ -85,24 +85,6 @@ func ping(u string) error {
 	return conn.Ping(ctx)
 }
 
-// repoRoot walks up from the working directory to the directory of go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // SkipIfShort skips a long test under `go test -short`, except in CI: CI
 // always runs everything.
 func SkipIfShort(t testing.TB, why string) {
@@ -111,10 +93,6 @@ func SkipIfShort(t testing.TB, why string) {
 		t.Skip(why)
 	}
 }
-
-// RepoRoot returns the repository's root: the directory of go.mod, above
-// the working directory.
-func RepoRoot() (string, error) { return repoRoot() }
 
 // WithDatabase returns connection string u (a URL or a key=value DSN)
 // pointing at database db instead.

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"net"
 	"net/url"
 	"os"
@@ -114,7 +115,7 @@ func (b *Broker) Start() {
 // script runs scripts/brokers.sh with args; stdout is returned, stderr is
 // part of the error.
 func script(env []string, args ...string) (string, error) {
-	root, err := RepoRoot()
+	root, err := pgtest.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -151,22 +152,4 @@ func redact(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
-}
-
-// RepoRoot returns the directory of the module's go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above %s", dir)
-		}
-		dir = parent
-	}
 }
