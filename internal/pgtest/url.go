@@ -2,9 +2,8 @@
 // gives each test its own freshly migrated schema.
 //
 // The database is, in order: TEST_DATABASE_URL; the cluster started by
-// `make db` (its DSN is in .pgsweep/dsn at the repository root); a container
-// started with testcontainers-go when a Docker engine answers. When none is
-// available the test fails if CI is set and is skipped otherwise: CI never
+// `make db` (its DSN is in .pgsweep/dsn at the repository root). When neither
+// is available the test fails if CI is set and is skipped otherwise: CI never
 // passes without a database.
 package pgtest
 
@@ -66,11 +65,6 @@ func findURL() (string, error) {
 		}
 	}
 
-	u, err := startContainer()
-	if err == nil {
-		return u, nil
-	}
-	tried = append(tried, "testcontainers: "+err.Error())
 	return "", fmt.Errorf("%s", strings.Join(tried, "; "))
 }
 
@@ -85,19 +79,25 @@ func ping(u string) error {
 	return conn.Ping(ctx)
 }
 
-// repoRoot walks up from the working directory to the directory of go.mod.
+// rootModule is the first line of the repository root's go.mod. The
+// repository holds several modules (runner, relay, cmd/pgsweep, ...): the
+// nearest go.mod is not always the root's.
+const rootModule = "module github.com/pgsweep/pgsweep\n"
+
+// repoRoot walks up from the working directory to the directory of the
+// root module's go.mod.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), rootModule) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above the working directory")
+			return "", fmt.Errorf("the go.mod of github.com/pgsweep/pgsweep not found above the working directory")
 		}
 		dir = parent
 	}
@@ -112,9 +112,22 @@ func SkipIfShort(t testing.TB, why string) {
 	}
 }
 
-// RepoRoot returns the repository's root: the directory of go.mod, above
-// the working directory.
+// RepoRoot returns the repository's root: the directory of the root
+// module's go.mod, above the working directory.
 func RepoRoot() (string, error) { return repoRoot() }
+
+// WithParam returns connection string u (a URL or a key=value DSN) with
+// key=value added.
+func WithParam(u, key, value string) string {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + key + "=" + value
+	}
+	return u + " " + key + "=" + value
+}
 
 // WithDatabase returns connection string u (a URL or a key=value DSN)
 // pointing at database db instead.

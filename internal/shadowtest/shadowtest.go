@@ -402,7 +402,7 @@ func Names(root string) ([]string, error) {
 		}
 	}
 	var goFiles []string
-	for _, dir := range []string{".", "runner", "relay", "relay/nats", "relay/amqp", "cmd/pgsweep", "internal/bench", "internal/bench/scratch", "internal/demo", "internal/pgtest"} {
+	for _, dir := range []string{".", "runner", "relay", "relay/nats", "relay/amqp", "cmd/pgsweep", "internal/bench", "internal/scratch", "cmd/pgsweep/internal/demo", "internal/pgtest"} {
 		m, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
 		if err != nil {
 			return nil, err

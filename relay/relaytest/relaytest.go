@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // NATS returns the URL of the shared NATS server (JetStream enabled).
@@ -153,20 +155,6 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// RepoRoot returns the directory of the module's go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above %s", dir)
-		}
-		dir = parent
-	}
-}
+// RepoRoot returns the repository's root (pgtest.RepoRoot: the directory of
+// the root module's go.mod, not relay's).
+func RepoRoot() (string, error) { return pgtest.RepoRoot() }
