@@ -13,6 +13,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -79,10 +80,10 @@ func ping(u string) error {
 	return conn.Ping(ctx)
 }
 
-// rootModule is the first line of the repository root's go.mod. The
+// rootModule is the module line of the repository root's go.mod. The
 // repository holds several modules (runner, relay, cmd/pgsweep, ...): the
 // nearest go.mod is not always the root's.
-const rootModule = "module github.com/pgsweep/pgsweep\n"
+var rootModule = regexp.MustCompile(`(?m)^module github\.com/pgsweep/pgsweep\s*$`)
 
 // repoRoot walks up from the working directory to the directory of the
 // root module's go.mod.
@@ -92,7 +93,7 @@ func repoRoot() (string, error) {
 		return "", err
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), rootModule) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && rootModule.Match(b) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
