@@ -87,6 +87,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(errOut, "pgsweep: unknown command %q\n\n", args[0])
+		if args[0] == "bench" {
+			fmt.Fprint(errOut, "pgsweep bench is in the bench build only: make build-bench (go build -tags bench ./cmd/pgsweep)\n\n")
+		}
 		usage(errOut)
 		return 2
 	}
