@@ -446,22 +446,9 @@ func (tr *Traced) Take() []RemoteCommand {
 	return c
 }
 
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
+// repoRoot is the repository's root (pgtest.RepoRoot: the root module's
+// go.mod, not this test module's).
+func repoRoot() (string, error) { return pgtest.RepoRoot() }
 
 // updateStmt finds UPDATE statements and their SET lists in PL/pgSQL source.
 var updateStmt = regexp.MustCompile(`(?is)\bUPDATE\s+[\w."]+(?:\s+(?:AS\s+)?\w+)?\s+SET\s+(.*?)\s+(?:WHERE|FROM|RETURNING)\b`)
