@@ -6,9 +6,20 @@ SHELL := /bin/bash
 GO ?= go
 DATABASE_URL ?=
 
+# The repository's Go modules (docs/development.md, "Modules"): the client at
+# the root, then one module per thing an application or an operator imports or
+# runs. go.work uses them all; `./...` stops at a nested module's go.mod, so
+# every module is named here, and modules-check fails when a go.mod is missing
+# from this list or from go.work, or is not tidy. internal/citustest is a
+# module too (make test-citus).
+MODULES := runner relay relay/nats relay/amqp cmd/pgsweep internal/bench internal/securitytest
+GO_PKGS := ./... $(addprefix ./,$(addsuffix /...,$(MODULES)))
+# -tags bench: cmd/pgsweep's tests cover `pgsweep bench` (the production build leaves it out).
+GO_TAGS := bench
+
 db_url = $(if $(DATABASE_URL),$(DATABASE_URL),$$(scripts/db.sh dsn 2>/dev/null || scripts/db.sh start))
 
-.PHONY: db db-stop brokers brokers-stop migrate demo test vet fmt-check pgtap isolation gotest bench-claim build
+.PHONY: db db-stop brokers brokers-stop migrate demo test vet fmt-check modules-check pgtap isolation gotest build build-bench
 
 ## db: install what is missing, start the throwaway cluster, print its DSN
 db:
@@ -32,8 +43,13 @@ brokers_env = if [ -z "$$NATS_URL" ] || [ -z "$$AMQP_URL" ]; then \
 	scripts/brokers.sh start >/dev/null || { echo "make: the relay's tests need the brokers (scripts/brokers.sh start failed)"; exit 1; }; \
 	eval "$$(scripts/brokers.sh env | sed 's/^/export /')"; fi
 
+## build: the production binary bin/pgsweep (no benchmarks, no research baselines)
 build:
 	$(GO) build -o bin/pgsweep ./cmd/pgsweep
+
+## build-bench: bin/pgsweep-bench, the CLI plus `pgsweep bench` and its baselines (docs/benchmarks.md)
+build-bench:
+	$(GO) build -tags bench -o bin/pgsweep-bench ./cmd/pgsweep
 
 ## migrate: install pgsweep into DATABASE_URL (or the throwaway cluster)
 migrate:
@@ -43,11 +59,24 @@ migrate:
 demo:
 	@url=$(db_url); $(GO) run ./cmd/pgsweep demo --database-url "$$url"
 
-## test: vet, gofmt, the pgTAP suite, the isolation specs and the Go tests (with -race; the relay's against the brokers)
-test: vet fmt-check pgtap isolation gotest
+## test: vet, gofmt, the modules' go.mod files, the pgTAP suite, the isolation specs and the Go tests of every module (with -race; the relay's against the brokers)
+test: vet fmt-check modules-check pgtap isolation gotest
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet -tags $(GO_TAGS) $(GO_PKGS)
+	$(GO) vet ./cmd/pgsweep
+
+## modules-check: every go.mod is in MODULES and go.work, and each module is tidy on its own (GOWORK=off)
+modules-check:
+	@found=$$(git ls-files --cached --others --exclude-standard '*go.mod' 2>/dev/null | sed 's#/\{0,1\}go.mod$$##; s#^$$#.#' | sort); \
+	listed=$$(printf '%s\n' . $(MODULES) internal/citustest | sort); \
+	used=$$(GOWORK= $(GO) work edit -json | sed -n 's/.*"DiskPath": "\.\/\{0,1\}\(.*\)".*/\1/p' | sed 's#^$$#.#' | sort); \
+	if [ "$$found" != "$$listed" ] || [ "$$found" != "$$used" ]; then \
+		echo "modules-check: go.mod files, Makefile MODULES and go.work differ:"; \
+		echo " go.mod: "$$found; echo " MODULES: "$$listed; echo " go.work: "$$used; exit 1; fi; \
+	for m in $$found; do \
+		(cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "modules-check: $$m: go.mod/go.sum not tidy (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; \
+	done
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -61,7 +90,7 @@ isolation:
 	@url=$(db_url); DATABASE_URL="$$url" sql/isolation/run.sh
 
 gotest:
-	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 35m ./...
+	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 35m -tags $(GO_TAGS) $(GO_PKGS)
 
 .PHONY: migration migration-sync migration-release
 ## migration: NAME=what [FILES="lease.sql claim.sql"]: a new migration carrying the functions, procedures and views
@@ -107,5 +136,5 @@ citus-stop:
 ## missing); TEST_DATABASE_URL for the tests that need a PostgreSQL without Citus
 test-citus:
 	@url=$(db_url); curl=$$(scripts/citus.sh dsn 2>/dev/null || scripts/citus.sh start); \
-	$(GO) vet -tags citus ./internal/citustest/ && \
-	TEST_DATABASE_URL="$$url" TEST_CITUS_URL="$$curl" $(GO) test -tags citus -count=1 -v -timeout 15m ./internal/citustest/
+	$(GO) vet -tags citus ./internal/citustest/... && \
+	TEST_DATABASE_URL="$$url" TEST_CITUS_URL="$$curl" $(GO) test -tags citus -count=1 -v -timeout 15m ./internal/citustest/...

@@ -151,7 +151,7 @@ func TestTernCLIMatchesMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, "go", "tool", "tern", "migrate",
-		"--migrations", "migrations", "--config", confPath, "--conn-string", withSearchPath(url))
+		"--migrations", "migrations", "--config", confPath, "--conn-string", pgtest.WithParam(url, "search_path", "pg_catalog,pg_temp"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("tern migrate: %v\n%s", err, out)

@@ -1,16 +1,23 @@
+//go:build bench
+
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"sort"
 
 	"github.com/pgsweep/pgsweep/internal/bench"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 )
+
+// The bench build (go build -tags bench; make build-bench) adds `pgsweep
+// bench`: the workloads and the research baselines they compete with live
+// in the bench module (internal/bench), never in the production binary.
+func init() {
+	commands["bench"] = command{"measure pgsweep against its baselines", runBench}
+}
 
 // benchCommands are the `pgsweep bench` workloads (package internal/bench).
 // Each prints, in one run on one database, pgsweep's rate side by side with
@@ -78,17 +85,3 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	return cmd.run(ctx, args[1:], out)
 }
-
-// scratchErr makes the usage errors of the bench and demo packages the CLI's
-// (exit status 2), keeping their text.
-func scratchErr(err error) error {
-	if err != nil && errors.Is(err, scratch.ErrUsage) {
-		return usageError{err}
-	}
-	return err
-}
-
-type usageError struct{ error }
-
-// Unwrap returns the package's error and errUsage, so that errors.Is finds both.
-func (u usageError) Unwrap() []error { return []error{u.error, errUsage} }

@@ -59,6 +59,9 @@ func TestScratchCommandsRefuseForeignSchemas(t *testing.T) {
 	for _, cmd := range []string{"demo", "bench claim", "bench cleanup", "bench mixed"} {
 		for _, kind := range []string{"a table", "public's comment", "a pgsweep install"} {
 			t.Run(cmd+" on "+kind, func(t *testing.T) {
+				if strings.HasPrefix(cmd, "bench ") {
+					needBench(t)
+				}
 				foreign := pgtest.SchemaName(t)
 				if cmd == "bench claim" { // its scratch schema is named after the process
 					foreign = fmt.Sprintf("pgsweep_bench_%d", os.Getpid())

@@ -9,6 +9,8 @@
 //	pgsweep uninstall  remove pgsweep from a database (schema, cron job, roles)
 //	pgsweep demo       show pgsweep at work in a scratch schema
 //	pgsweep bench      measure pgsweep against its baselines in scratch schemas
+//	                   (only in the bench build: go build -tags bench; the
+//	                   production binary carries no baselines)
 //
 // migrate, version, run, status and cron take --database-url;
 // PGSWEEP_DATABASE_URL and then the standard PG* variables are used when it
@@ -40,7 +42,6 @@ type command struct {
 var commands = map[string]command{
 	"migrate":   {"install or upgrade pgsweep's SQL in a database", runMigrate},
 	"demo":      {"show leases, queues and retention at work", runDemo},
-	"bench":     {"measure pgsweep against its baselines", runBench},
 	"run":       {"run maintenance (recovery, retention) in a loop; any number of replicas", runRun},
 	"status":    {"show queues, leases, retention policies and recent maintenance passes", runStatus},
 	"cron":      {"schedule or unschedule maintain() with pg_cron", runCron},
@@ -86,6 +87,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(errOut, "pgsweep: unknown command %q\n\n", args[0])
+		if args[0] == "bench" {
+			fmt.Fprint(errOut, "pgsweep bench is in the bench build only: make build-bench (go build -tags bench ./cmd/pgsweep)\n\n")
+		}
 		usage(errOut)
 		return 2
 	}

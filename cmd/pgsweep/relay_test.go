@@ -679,6 +679,7 @@ func TestRelayLanesInOrderUnderCrashes(t *testing.T) {
 
 // bench relay runs end to end on a small scale and drops what it made.
 func TestBenchRelaySmall(t *testing.T) {
+	needBench(t)
 	t.Parallel()
 	nats := relaytest.NATS(t)
 	url := pgtest.URL(t)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // ErrUsage is wrapped by the errors of bad flag values (scratch.ErrUsage).

@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // bench claim: W workers drain N messages, claiming B at a time, and we print

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // bench claim --citus URL: pgsweep's claim + complete (the contender

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // The claim benchmark runs end to end on a small queue, drains every

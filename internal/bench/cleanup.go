@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // cleanupCommand names the cleanup workload in its scratch schema's marker.

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // mixedCommand names the mixed workload in its scratch schema's marker.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // installState describes a pgsweep install for before/after comparisons:

@@ -20,7 +20,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 	"github.com/pgsweep/pgsweep/relay"
 	relayamqp "github.com/pgsweep/pgsweep/relay/amqp"
 	relaynats "github.com/pgsweep/pgsweep/relay/nats"

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // bench cleanup runs end to end on a small table, twice: the second run

@@ -16,8 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep/internal/bench"
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // benchCitus runs `pgsweep bench claim --citus` (bench.Claim with

@@ -2,9 +2,8 @@
 // gives each test its own freshly migrated schema.
 //
 // The database is, in order: TEST_DATABASE_URL; the cluster started by
-// `make db` (its DSN is in .pgsweep/dsn at the repository root); a container
-// started with testcontainers-go when a Docker engine answers. When none is
-// available the test fails if CI is set and is skipped otherwise: CI never
+// `make db` (its DSN is in .pgsweep/dsn at the repository root). When neither
+// is available the test fails if CI is set and is skipped otherwise: CI never
 // passes without a database.
 package pgtest
 
@@ -66,11 +65,6 @@ func findURL() (string, error) {
 		}
 	}
 
-	u, err := startContainer()
-	if err == nil {
-		return u, nil
-	}
-	tried = append(tried, "testcontainers: "+err.Error())
 	return "", fmt.Errorf("%s", strings.Join(tried, "; "))
 }
 
@@ -92,6 +86,19 @@ func SkipIfShort(t testing.TB, why string) {
 	if testing.Short() && os.Getenv("CI") == "" {
 		t.Skip(why)
 	}
+}
+
+// WithParam returns connection string u (a URL or a key=value DSN) with
+// key=value added.
+func WithParam(u, key, value string) string {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + key + "=" + value
+	}
+	return u + " " + key + "=" + value
 }
 
 // WithDatabase returns connection string u (a URL or a key=value DSN)

@@ -1,5 +1,5 @@
 // Package shadowtest installs the decoys of the shadow suite
-// (security_shadow_test.go at the root, and every Go test under
+// (internal/securitytest/security_shadow_test.go, and every Go test under
 // PGSWEEP_TEST_DECOYS=1, see internal/pgtest): the functions, operators and
 // types a hostile role with CREATE on public can create, named like those
 // of pg_catalog that pgsweep's SQL and Go use. Each decoy counts its call in
@@ -402,7 +402,7 @@ func Names(root string) ([]string, error) {
 		}
 	}
 	var goFiles []string
-	for _, dir := range []string{".", "runner", "relay", "relay/nats", "relay/amqp", "cmd/pgsweep", "internal/bench", "internal/bench/scratch", "internal/demo", "internal/pgtest"} {
+	for _, dir := range []string{".", "runner", "relay", "relay/nats", "relay/amqp", "cmd/pgsweep", "internal/bench", "internal/scratch", "cmd/pgsweep/internal/demo", "internal/pgtest"} {
 		m, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
 		if err != nil {
 			return nil, err

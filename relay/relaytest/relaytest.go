@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
 // NATS returns the URL of the shared NATS server (JetStream enabled).

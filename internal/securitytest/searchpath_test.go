@@ -17,24 +17,12 @@ import (
 	"github.com/pgsweep/pgsweep/runner"
 )
 
-// withParam adds key=value to connection string u (a URL or a DSN).
-func withParam(u, key, value string) string {
-	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		sep := "?"
-		if strings.Contains(u, "?") {
-			sep = "&"
-		}
-		return u + sep + key + "=" + value
-	}
-	return u + " " + key + "=" + value
-}
-
 // Connections pgsweep opens pin search_path to pg_catalog, pg_temp, even
 // when the connection string asks for another one: PinSearchPath, and the
 // runner's connections, which go through it.
 func TestPinSearchPath(t *testing.T) {
 	ctx := context.Background()
-	url := withParam(pgtest.URL(t), "search_path", "public")
+	url := pgtest.WithParam(pgtest.URL(t), "search_path", "public")
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgsweep/pgsweep/internal/bench/scratch"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/scratch"
 )
 
 // The demo is a user's first contact: it must converge and pass its own

@@ -439,7 +439,7 @@ func TestShadowDecoys(t *testing.T) {
 // withSearchPath adds search_path=pg_catalog,pg_temp to connection string
 // u (a URL or a key=value DSN): how docs/security.md tells a DBA to connect
 // the tern CLI.
-func withSearchPath(u string) string { return withParam(u, "search_path", "pg_catalog,pg_temp") }
+func withSearchPath(u string) string { return pgtest.WithParam(u, "search_path", "pg_catalog,pg_temp") }
 
 // shadowClientVerbs calls every Client verb once.
 func shadowClientVerbs(t *testing.T, c *pgsweep.Client) {
