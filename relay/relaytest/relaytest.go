@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"net"
 	"net/url"
 	"os"
