@@ -10,7 +10,8 @@ import (
 
 // job is one message the Worker holds.
 type job struct {
-	d      Delivery // the loop's copy; the handler gets its own
+	d      Delivery // the loop's copy
+	hd     Delivery // the handler's copy: what it does to it is no concern of the loop
 	ctx    context.Context
 	cancel context.CancelFunc
 	state  jobState
@@ -115,11 +116,31 @@ func (l *loop) start() {
 		}
 		j.state = jobRunning
 		l.running++
-		d := j.d // the handler's own copy: what it does to it is no concern of the loop
-		go func() { l.results <- result{j, l.w.call(j.ctx, &d)} }()
+		j.hd = j.d
+		select {
+		case l.next <- j: // a handler goroutine that finished waits for it
+		default:
+			go l.handle(j)
+		}
 	}
 	if len(l.queue) == 0 {
 		l.queue = nil // let the backing array go
+	}
+}
+
+// handle runs j's handler and sends its result, then runs the next job the
+// loop hands it, if one comes before the loop starts a goroutine of its
+// own for it, until Run returns. Goroutines that wait for a job cost no
+// handler slot (running counts jobs); reusing them spares a goroutine
+// start per message.
+func (l *loop) handle(j *job) {
+	for {
+		l.results <- result{j, l.w.call(j.ctx, &j.hd)}
+		select {
+		case j = <-l.next:
+		case <-l.done:
+			return
+		}
 	}
 }
 

@@ -28,6 +28,8 @@ type loop struct {
 	running int            // handler goroutines, including those of lost jobs
 	zombies int            // running handlers of lost jobs: they still hold memory
 	results chan result    // one per handler; capacity Concurrency, so a send never blocks for long
+	next    chan *job      // a job for a handler goroutine that waits for one (unbuffered)
+	done    chan struct{}  // closed when Run returns: waiting handler goroutines end
 
 	acks     map[Token][]int64 // successes waiting for a flush, by claim token
 	fails    map[failKey][]int64
@@ -92,11 +94,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		w: w, o: o, base: base, abandon: abandon, handlers: handlers, cancelHandlers: cancelHandlers,
 		held:     map[int64]*job{},
 		results:  make(chan result, o.Concurrency),
+		next:     make(chan *job),
+		done:     make(chan struct{}),
 		acks:     map[Token][]int64{},
 		fails:    map[failKey][]int64{},
 		pipeline: w.client.canPipeline(),
 		watched:  map[*job]struct{}{},
 	}
+	defer close(l.done)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wctx, stopWatch := context.WithCancel(base)
