@@ -48,6 +48,7 @@ import (
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
+	"github.com/pgsweep/pgsweep/internal/notifier"
 )
 
 // Options configure a Relay. The zero value is valid.
@@ -789,79 +790,23 @@ func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // listens again, and wakes the poll loop, once Dispatch has not been called
 // for 10 seconds.
 func (r *Relay) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	quiet := false
-	for ctx.Err() == nil {
-		if r.quietListen() {
-			if !quiet {
-				quiet = true
-				r.log.Debug("direct dispatch in use: LISTEN closed; the claims poll", "poll_interval", r.o.PollInterval)
-			}
-			if ctxsleep.Sleep(ctx, r.o.PollInterval) != nil {
-				return
-			}
-			continue
-		}
-		if quiet {
-			quiet = false
-			r.log.Debug("direct dispatch no longer in use: listening again")
-		}
-		listening := false
-		err := func() error {
+	notifier.Run(ctx, notifier.Options{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			cfg := r.pool.Config().ConnConfig.Copy()
 			pgsweep.SetConnectionCheckInterval(cfg, pgsweep.DefaultConnectionCheckInterval)
 			pgsweep.PinSearchPath(cfg)
-			conn, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				_ = conn.Close(cctx)
-			}()
-			channel, err := r.d.client.WithDB(conn).NotifyChannel(ctx)
-			if err != nil {
-				return err
-			}
-			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-				return err
-			}
-			listening = true
-			r.poke()
-			for {
-				n, err := conn.WaitForNotification(ctx)
-				if err != nil {
-					return err
-				}
-				if n.Payload == r.queue {
-					r.poke()
-				}
-				if r.quietListen() {
-					return errListenQuiet
-				}
-			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errListenQuiet) {
-			backoff = 100 * time.Millisecond
-			continue
-		}
-		if listening {
-			backoff = 100 * time.Millisecond
-		}
-		r.log.Warn("listen failed; polling until it reconnects", "err", err, "retry_in", backoff)
-		if ctxsleep.Sleep(ctx, backoff) != nil {
-			return
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+			return pgx.ConnectConfig(ctx, cfg)
+		},
+		Channel: func(ctx context.Context, conn *pgx.Conn) (string, error) {
+			return r.d.client.WithDB(conn).NotifyChannel(ctx)
+		},
+		Payload:    r.queue,
+		Wake:       r.poke,
+		Pause:      r.quietListen,
+		PauseCheck: r.o.PollInterval,
+		Logger:     r.log,
+	})
 }
-
-// errListenQuiet ends a LISTEN connection while Dispatch is in use.
-var errListenQuiet = errors.New("relay: direct dispatch in use; LISTEN closed")
 
 // dispatchInUse reports whether Dispatch was called in the last 10 seconds.
 func (r *Relay) dispatchInUse() bool {
