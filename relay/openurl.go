@@ -9,19 +9,27 @@ import (
 	"sync"
 )
 
-// Opener opens a Transport on a relay URL: name labels the connection at
+// opener opens a Transport on a relay URL: name labels the connection at
 // the broker, logger receives the transport's logs.
-type Opener func(rawURL, name string, logger *slog.Logger) (Transport, error)
+type opener func(rawURL, name string, logger *slog.Logger) (Transport, error)
 
 var (
 	openersMu sync.RWMutex
-	openers   = map[string]Opener{}
+	openers   = map[string]opener{}
 )
 
-// Register makes OpenURL open the URLs of schemes with open. The transport
-// packages register themselves when imported: relay/nats (nats, tls) and
-// relay/amqp (amqp, amqps). A scheme registered twice panics.
-func Register(open Opener, schemes ...string) {
+// Register makes OpenURL open the URLs of schemes with open (a transport
+// package's Open). The transport packages register themselves when
+// imported: relay/nats (nats, tls) and relay/amqp (amqp, amqps). A scheme
+// registered twice panics.
+func Register[T Transport](open func(rawURL, name string, logger *slog.Logger) (T, error), schemes ...string) {
+	o := func(rawURL, name string, logger *slog.Logger) (Transport, error) {
+		t, err := open(rawURL, name, logger)
+		if err != nil {
+			return nil, err // not a nil T in a non-nil Transport
+		}
+		return t, nil
+	}
 	openersMu.Lock()
 	defer openersMu.Unlock()
 	for _, s := range schemes {
@@ -29,7 +37,7 @@ func Register(open Opener, schemes ...string) {
 		if _, dup := openers[s]; dup {
 			panic("relay: Register called twice for scheme " + s)
 		}
-		openers[s] = open
+		openers[s] = o
 	}
 }
 
