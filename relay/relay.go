@@ -60,10 +60,10 @@ type Options struct {
 	Owner string
 	// Batch is the most messages one claim takes (default 100). The
 	// database's claim accepts 1..10000: otherwise Run returns its
-	// ErrInvalidArgument. The relay holds at most 2 x (1 +
-	// DispatchWorkers) batches at once (the claims and each dispatch
-	// worker publish one while they complete the one before): its memory
-	// bound, with DispatchBuffer ids.
+	// ErrInvalidArgument.
+	// The relay holds at most (1 + 2 x DispatchWorkers) batches at once
+	// (a dispatch worker publishes one while it completes the one before): its
+	// memory bound, with DispatchBuffer ids.
 	Batch int
 	// Lease is the lease of a claim (default 30 s), renewed every Lease/3
 	// while a publish takes long. The database's claim accepts 1 second..1
@@ -291,21 +291,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	return err
 }
 
-// pollLoop claims due messages and publishes them until ctx is done. The
-// settle of a batch (its complete) runs while the loop claims and
-// publishes the next, as in dispatchLoop: at most one settle in flight, and
-// the loop waits for it before it returns. A lane's next message is not
-// claimable before the settle completed the one before it, so the overlap
-// keeps lanes in order.
+// pollLoop claims due messages and publishes them until ctx is done.
 func (r *Relay) pollLoop(ctx, hard context.Context) error {
 	dbBackoff := 100 * time.Millisecond
 	brokerBackoff := 100 * time.Millisecond
-	var settling chan struct{} // closed when the last settle is done
-	defer func() {
-		if settling != nil {
-			<-settling
-		}
-	}()
 	for ctx.Err() == nil {
 		batch := r.o.Batch
 		if r.brokerDown() {
@@ -341,16 +330,7 @@ func (r *Relay) pollLoop(ctx, hard context.Context) error {
 		r.setDatabase(nil)
 		if len(hs) > 0 {
 			r.m.claimed(r.queue, "claim", len(hs))
-			settle := r.publish(ctx, hard, hs)
-			if settling != nil {
-				<-settling
-			}
-			done := make(chan struct{})
-			settling = done
-			go func() {
-				defer close(done)
-				settle()
-			}()
+			r.process(ctx, hard, hs)
 			if r.brokerDown() {
 				if ctxsleep.Sleep(ctx, brokerBackoff) != nil {
 					break
@@ -457,12 +437,6 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 	}
 }
 
-// process publishes hs (the messages of one claim) and records what became
-// of each: lane by lane in order, one message per lane in flight.
-func (r *Relay) process(ctx, hard context.Context, hs []held) {
-	r.publish(ctx, hard, hs)()
-}
-
 // outcome of one held message.
 type outcome int
 
@@ -473,6 +447,12 @@ const (
 	permanent                  // no retry can deliver it: dead letter
 	unavailable                // the broker was not reached: release
 )
+
+// process publishes hs (the messages of one claim) and records what became
+// of each: lane by lane in order, one message per lane in flight.
+func (r *Relay) process(ctx, hard context.Context, hs []held) {
+	r.publish(ctx, hard, hs)()
+}
 
 // publish publishes hs (the messages of one claim), lane by lane in order,
 // one message per lane in flight, and returns the settle that records what
