@@ -27,8 +27,7 @@ type loop struct {
 	queue   []*job         // claimed, not yet started, oldest first
 	running int            // handler goroutines, including those of lost jobs
 	zombies int            // running handlers of lost jobs: they still hold memory
-	results chan result    // one per handler; capacity Concurrency, so a send never blocks for long
-	next    chan *job      // a job for a handler goroutine that waits for one (unbuffered)
+	pool    handlerPool    // runs the handlers; their results wait there
 	done    chan struct{}  // closed when Run returns: waiting handler goroutines end
 
 	acks     map[Token][]int64 // successes waiting for a flush, by claim token
@@ -93,8 +92,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	l := &loop{
 		w: w, o: o, base: base, abandon: abandon, handlers: handlers, cancelHandlers: cancelHandlers,
 		held:     map[int64]*job{},
-		results:  make(chan result, o.Concurrency),
-		next:     make(chan *job),
+		pool:     handlerPool{wake: make(chan struct{}, o.Concurrency), notify: make(chan struct{}, 1)},
 		done:     make(chan struct{}),
 		acks:     map[Token][]int64{},
 		fails:    map[failKey][]int64{},
@@ -264,8 +262,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		}
 
 		select {
-		case r := <-l.results:
-			l.accept(r)
+		case <-l.pool.notify:
 			l.acceptReady() // one flush for all that finished together
 		case <-flushTimer.C:
 			flushArmed = false
