@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,7 +115,7 @@ type batchSender interface {
 func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, token Token, done []int64, batch int, lease time.Duration) ([]int64, []Delivery, error) {
 	var acks []ackGroup
 	if len(done) > 0 {
-		acks = []ackGroup{{token: token, ids: done}}
+		acks = []ackGroup{{token: token, ids: done, lanes: true}}
 	}
 	byGroup, ds, err := c.completeAndClaim(ctx, queue, owner, acks, batch, lease)
 	if len(byGroup) == 0 {
@@ -127,6 +128,9 @@ func (c *Client) CompleteAndClaim(ctx context.Context, queue, owner string, toke
 type ackGroup struct {
 	token Token
 	ids   []int64
+	// lanes: some of ids are lane messages (or may be: the caller does not
+	// know). Several groups are then completed one transaction each.
+	lanes bool
 }
 
 // canPipeline reports whether CompleteAndClaim runs in one round trip.
@@ -142,11 +146,14 @@ func (c *Client) canPipeline() bool {
 // call (one transaction); without pipelining, the groups before the one
 // that failed stand, and the claim's error leaves every group's result.
 //
-// Several tokens are completed one call (one transaction) each, before the
-// claim: each complete locks the lanes of its messages in name order
-// (lane.sql), and two completes in one transaction would lock a second set
-// after the first -- out of name order -- and deadlock with a send_batch
-// locking the same lanes in name order (seen: TestWorkerLanesKeepOrder...).
+// Several tokens with lane messages among them are completed one call (one
+// transaction) each, before the claim: each complete locks the lanes of its
+// messages in name order (lane.sql), and two completes in one transaction
+// would lock a second set after the first -- out of name order -- and
+// deadlock with a send_batch locking the same lanes in name order (seen:
+// TestWorkerLanesKeepOrder...). Groups without lane messages lock only
+// their own rows, which no one else waits for while the leases hold: they
+// are pipelined with the claim in one round trip, whatever their number.
 func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks []ackGroup, batch int, lease time.Duration) ([][]int64, []Delivery, error) {
 	if len(acks) == 0 {
 		ds, err := c.Claim(ctx, queue, owner, batch, lease)
@@ -154,7 +161,7 @@ func (c *Client) completeAndClaim(ctx context.Context, queue, owner string, acks
 	}
 	byGroup := make([][]int64, len(acks))
 	bs, ok := c.db.(batchSender)
-	if !ok || len(acks) > 1 {
+	if !ok || (len(acks) > 1 && slices.ContainsFunc(acks, func(a ackGroup) bool { return a.lanes })) {
 		for i, a := range acks {
 			done, err := c.Complete(ctx, queue, a.token, a.ids)
 			if err != nil {

@@ -20,11 +20,12 @@ func NewWorkerOn(db DBTX, h Handler, opts WorkerOptions) (*Worker, error) {
 
 // CompleteGroupsAndClaim is the Worker's flush with claim: it completes
 // each token's ids (tokens[i] with ids[i]) and claims up to batch more,
-// returning per token the ids completed (nil: not committed).
-func CompleteGroupsAndClaim(c *Client, queue, owner string, tokens []Token, ids [][]int64, batch int) ([][]int64, []Delivery, error) {
+// returning per token the ids completed (nil: not committed). lanes: the
+// ids may hold lane messages (several tokens: one transaction each).
+func CompleteGroupsAndClaim(c *Client, queue, owner string, tokens []Token, ids [][]int64, batch int, lanes bool) ([][]int64, []Delivery, error) {
 	acks := make([]ackGroup, len(tokens))
 	for i := range tokens {
-		acks[i] = ackGroup{token: tokens[i], ids: ids[i]}
+		acks[i] = ackGroup{token: tokens[i], ids: ids[i], lanes: lanes}
 	}
 	return c.completeAndClaim(context.Background(), queue, owner, acks, batch, 0)
 }

@@ -3,14 +3,15 @@ package pgsweep
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
 // completeAndClaim completes every held message (all finished without
-// error) and claims up to n more: the complete of one claim token and the
-// claim pipelined in one round trip and one transaction; several tokens are
-// completed one transaction each first (lane lock order: Client's
-// completeAndClaim). The tokens whose complete was committed are settled;
+// error) and claims up to n more: the completes and the claim pipelined in
+// one round trip and one transaction; several tokens with lane messages
+// among them are completed one transaction each first (lane lock order:
+// Client's completeAndClaim). The tokens whose complete was committed are settled;
 // the others (a failure part way, or the pipelined call failing as a whole)
 // wait for the next flush.
 func (l *loop) completeAndClaim(n int) (int, error) {
@@ -18,7 +19,8 @@ func (l *loop) completeAndClaim(n int) (int, error) {
 	defer cancel()
 	acks := make([]ackGroup, 0, len(l.acks))
 	for tok, ids := range l.acks {
-		acks = append(acks, ackGroup{token: tok, ids: ids})
+		lanes := slices.ContainsFunc(ids, func(id int64) bool { j := l.held[id]; return j == nil || j.d.Lane != "" })
+		acks = append(acks, ackGroup{token: tok, ids: ids, lanes: lanes})
 	}
 	start := time.Now()
 	byGroup, ds, err := l.w.client.completeAndClaim(ctx, l.o.Queue, l.o.Owner, acks, n, l.o.Lease)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // job is one message the Worker holds.
 type job struct {
-	d      Delivery // the loop's copy; the handler gets its own
+	d      Delivery // the loop's copy
+	hd     Delivery // the handler's copy: what it does to it is no concern of the loop
 	ctx    context.Context
 	cancel context.CancelFunc
 	state  jobState
@@ -101,6 +103,7 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 
 // start runs queued messages while handlers are free.
 func (l *loop) start() {
+	var handed []*job
 	for l.running < l.o.Concurrency && len(l.queue) > 0 {
 		j := l.queue[0]
 		l.queue[0] = nil
@@ -116,12 +119,105 @@ func (l *loop) start() {
 		}
 		j.state = jobRunning
 		l.running++
-		d := j.d // the handler's own copy: what it does to it is no concern of the loop
-		go func() { l.results <- result{j, l.w.call(j.ctx, &d)} }()
+		j.hd = j.d
+		handed = append(handed, j)
+	}
+	if len(handed) > 0 {
+		l.pool.mu.Lock()
+		l.pool.ready = append(l.pool.ready, handed...)
+		l.more()
+		l.pool.mu.Unlock()
 	}
 	if len(l.queue) == 0 {
 		l.queue = nil // let the backing array go
 	}
+}
+
+// handlerPool runs the handlers: goroutines that take the jobs the loop
+// hands out (ready) one after the other and leave their results for the
+// loop in one slice. A goroutine that takes a job while more wait wakes
+// (or starts) one more, one at a time, so slow handlers run up to
+// Concurrency at once while fast ones are run by a few goroutines without
+// a goroutine start, wake-up and channel send per message. At most
+// Concurrency goroutines; those without a job wait until Run returns.
+type handlerPool struct {
+	mu       sync.Mutex
+	ready    []*job   // handed out by the loop, not taken yet
+	results  []result // finished, not taken by the loop yet
+	idle     int      // goroutines waiting for a job that no wake is meant for
+	starting bool     // a goroutine woken or started has not taken its job yet
+	total    int
+	wake     chan struct{} // one token per goroutine woken; capacity Concurrency
+	notify   chan struct{} // capacity 1: results wait for the loop
+}
+
+// more wakes or starts one goroutine for the jobs that wait, unless one is
+// already on its way. l.pool.mu is held.
+func (l *loop) more() {
+	p := &l.pool
+	if p.starting || len(p.ready) == 0 {
+		return
+	}
+	switch {
+	case p.idle > 0:
+		p.idle--
+		p.wake <- struct{}{}
+	case p.total < l.o.Concurrency:
+		p.total++
+		go l.handle()
+	default:
+		return // all busy: they take the jobs as they finish
+	}
+	p.starting = true
+}
+
+// handle is one handler goroutine (see handlerPool).
+func (l *loop) handle() {
+	p := &l.pool
+	p.mu.Lock()
+	p.starting = false // this goroutine was the one on its way
+	for {
+		for len(p.ready) == 0 {
+			p.idle++
+			p.mu.Unlock()
+			select {
+			case <-p.wake:
+			case <-l.done:
+				return
+			}
+			p.mu.Lock()
+			p.starting = false
+		}
+		select {
+		case <-l.done: // Run returned (a crash, the deadline): start nothing more
+			p.mu.Unlock()
+			return
+		default:
+		}
+		j := p.ready[0]
+		p.ready[0] = nil
+		p.ready = p.ready[1:]
+		l.more()
+		p.mu.Unlock()
+		err := l.w.call(j.ctx, &j.hd)
+		p.mu.Lock()
+		p.results = append(p.results, result{j, err})
+		if len(p.results) == 1 {
+			select {
+			case p.notify <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// takeResults returns the results that wait.
+func (l *loop) takeResults() []result {
+	l.pool.mu.Lock()
+	defer l.pool.mu.Unlock()
+	rs := l.pool.results
+	l.pool.results = nil
+	return rs
 }
 
 // accept records a handler's result.
@@ -169,13 +265,8 @@ func (l *loop) lanesMoving() bool {
 
 // acceptReady accepts every result that is ready without waiting.
 func (l *loop) acceptReady() {
-	for {
-		select {
-		case r := <-l.results:
-			l.accept(r)
-		default:
-			return
-		}
+	for _, r := range l.takeResults() {
+		l.accept(r)
 	}
 }
 

@@ -223,7 +223,7 @@ func TestCompleteGroupsReportsWhatWasCommitted(t *testing.T) {
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}).AddRow(int64(1)))
 	boom := errors.New("connection reset")
 	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", other, []int64{3}).WillReturnError(boom)
-	byGroup, ds, err := pgsweep.CompleteGroupsAndClaim(c, "q", "w", []pgsweep.Token{mockToken, other}, [][]int64{{1, 2}, {3}}, 10)
+	byGroup, ds, err := pgsweep.CompleteGroupsAndClaim(c, "q", "w", []pgsweep.Token{mockToken, other}, [][]int64{{1, 2}, {3}}, 10, true)
 	if !errors.Is(err, boom) || ds != nil {
 		t.Fatalf("got deliveries %v, err %v; want the second complete's error and no claim", ds, err)
 	}
@@ -237,7 +237,7 @@ func TestCompleteGroupsReportsWhatWasCommitted(t *testing.T) {
 	mock.ExpectQuery(`SELECT "pgsweep".complete`).WithArgs("q", other, []int64{5}).
 		WillReturnRows(pgxmock.NewRows([]string{"complete"}))
 	mock.ExpectQuery(`FROM "pgsweep".claim`).WithArgs("q", "w", 10, nil).WillReturnRows(oneDelivery(6))
-	byGroup, ds, err = pgsweep.CompleteGroupsAndClaim(c, "q", "w", []pgsweep.Token{mockToken, other}, [][]int64{{4}, {5}}, 10)
+	byGroup, ds, err = pgsweep.CompleteGroupsAndClaim(c, "q", "w", []pgsweep.Token{mockToken, other}, [][]int64{{4}, {5}}, 10, true)
 	if err != nil || len(ds) != 1 || len(byGroup) != 2 || len(byGroup[0]) != 1 || byGroup[1] == nil || len(byGroup[1]) != 0 {
 		t.Fatalf("got %v, %v, %v; want [[4] []] and one delivery", byGroup, ds, err)
 	}

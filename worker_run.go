@@ -27,7 +27,8 @@ type loop struct {
 	queue   []*job         // claimed, not yet started, oldest first
 	running int            // handler goroutines, including those of lost jobs
 	zombies int            // running handlers of lost jobs: they still hold memory
-	results chan result    // one per handler; capacity Concurrency, so a send never blocks for long
+	pool    handlerPool    // runs the handlers; their results wait there
+	done    chan struct{}  // closed when Run returns: waiting handler goroutines end
 
 	acks     map[Token][]int64 // successes waiting for a flush, by claim token
 	fails    map[failKey][]int64
@@ -91,12 +92,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	l := &loop{
 		w: w, o: o, base: base, abandon: abandon, handlers: handlers, cancelHandlers: cancelHandlers,
 		held:     map[int64]*job{},
-		results:  make(chan result, o.Concurrency),
+		pool:     handlerPool{wake: make(chan struct{}, o.Concurrency), notify: make(chan struct{}, 1)},
+		done:     make(chan struct{}),
 		acks:     map[Token][]int64{},
 		fails:    map[failKey][]int64{},
 		pipeline: w.client.canPipeline(),
 		watched:  map[*job]struct{}{},
 	}
+	defer close(l.done)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wctx, stopWatch := context.WithCancel(base)
@@ -259,8 +262,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		}
 
 		select {
-		case r := <-l.results:
-			l.accept(r)
+		case <-l.pool.notify:
 			l.acceptReady() // one flush for all that finished together
 		case <-flushTimer.C:
 			flushArmed = false

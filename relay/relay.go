@@ -48,6 +48,7 @@ import (
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
+	"github.com/pgsweep/pgsweep/internal/notifier"
 )
 
 // Options configure a Relay. The zero value is valid.
@@ -57,13 +58,16 @@ type Options struct {
 	// Owner labels the relay's claims (for people and metrics; the claim
 	// tokens fence). Default: host, pid and random bytes.
 	Owner string
-	// Batch is the most messages one claim takes (1..10000, default 100).
+	// Batch is the most messages one claim takes (default 100). The
+	// database's claim accepts 1..10000: otherwise Run returns its
+	// ErrInvalidArgument.
 	// The relay holds at most (1 + 2 x DispatchWorkers) batches at once
 	// (a dispatch worker publishes one while it completes the one before): its
 	// memory bound, with DispatchBuffer ids.
 	Batch int
-	// Lease is the lease of a claim (1 second..1 hour, default 30 s),
-	// renewed every Lease/3 while a publish takes long.
+	// Lease is the lease of a claim (default 30 s), renewed every Lease/3
+	// while a publish takes long. The database's claim accepts 1 second..1
+	// hour: otherwise Run returns its ErrInvalidArgument.
 	Lease time.Duration
 	// PublishTimeout bounds one Publish call (default Lease/2); messages
 	// not confirmed by then are given back, as for a broker that is down.
@@ -159,17 +163,13 @@ func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, e
 	if opts.Owner == "" {
 		opts.Owner = pgsweep.NewOwnerID()
 	}
+	// Batch and Lease are the SQL's to check (claim, claim_ids): the first
+	// claim returns its ErrInvalidArgument, and Run returns it.
 	if opts.Batch == 0 {
 		opts.Batch = 100
 	}
-	if opts.Batch < 1 || opts.Batch > 10000 {
-		return nil, fmt.Errorf("relay: Batch must be between 1 and 10000, got %d", opts.Batch)
-	}
 	if opts.Lease == 0 {
 		opts.Lease = 30 * time.Second
-	}
-	if opts.Lease < time.Second || opts.Lease > time.Hour {
-		return nil, fmt.Errorf("relay: Lease must be between 1s and 1h, got %v", opts.Lease)
 	}
 	if opts.PublishTimeout <= 0 {
 		opts.PublishTimeout = opts.Lease / 2
@@ -370,7 +370,8 @@ func (r *Relay) waitForWork(ctx context.Context) {
 // publishes the next: at most one settle in flight per loop, so a loop
 // holds at most two batches; it waits for its settle before it returns.
 func (r *Relay) dispatchLoop(ctx, hard context.Context) {
-	items := make([]dispatchItem, 0, r.o.Batch)
+	// max: a Batch out of range is the SQL's to refuse, not make's
+	items := make([]dispatchItem, 0, max(r.o.Batch, 1))
 	var settling chan struct{} // closed when the last settle is done
 	defer func() {
 		if settling != nil {
@@ -575,7 +576,7 @@ func lanesInOrder(hs []held) [][]int {
 func (r *Relay) renewLater(ctx context.Context, hs []held) (stop func()) {
 	stopCh := make(chan struct{})
 	done := make(chan struct{})
-	t := time.AfterFunc(r.o.Lease/3, func() {
+	t := time.AfterFunc(r.renewEvery(), func() {
 		defer close(done)
 		r.renewWhile(ctx, hs, stopCh)
 	})
@@ -587,10 +588,14 @@ func (r *Relay) renewLater(ctx context.Context, hs []held) (stop func()) {
 	}
 }
 
+// renewEvery is the renewal period, Lease/3 (a Lease the SQL refuses
+// takes no lease to renew, but must not break the timers).
+func (r *Relay) renewEvery() time.Duration { return max(r.o.Lease/3, 100*time.Millisecond) }
+
 // renewWhile renews the leases of hs at once and then every Lease/3, until
 // stop is closed.
 func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{}) {
-	t := time.NewTicker(r.o.Lease / 3)
+	t := time.NewTicker(r.renewEvery())
 	defer t.Stop()
 	for first := true; ; first = false {
 		if !first {
@@ -769,79 +774,23 @@ func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // listens again, and wakes the poll loop, once Dispatch has not been called
 // for 10 seconds.
 func (r *Relay) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	quiet := false
-	for ctx.Err() == nil {
-		if r.quietListen() {
-			if !quiet {
-				quiet = true
-				r.log.Debug("direct dispatch in use: LISTEN closed; the claims poll", "poll_interval", r.o.PollInterval)
-			}
-			if ctxsleep.Sleep(ctx, r.o.PollInterval) != nil {
-				return
-			}
-			continue
-		}
-		if quiet {
-			quiet = false
-			r.log.Debug("direct dispatch no longer in use: listening again")
-		}
-		listening := false
-		err := func() error {
+	notifier.Run(ctx, notifier.Options{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			cfg := r.pool.Config().ConnConfig.Copy()
 			pgsweep.SetConnectionCheckInterval(cfg, pgsweep.DefaultConnectionCheckInterval)
 			pgsweep.PinSearchPath(cfg)
-			conn, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				_ = conn.Close(cctx)
-			}()
-			channel, err := r.d.client.WithDB(conn).NotifyChannel(ctx)
-			if err != nil {
-				return err
-			}
-			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-				return err
-			}
-			listening = true
-			r.poke()
-			for {
-				n, err := conn.WaitForNotification(ctx)
-				if err != nil {
-					return err
-				}
-				if n.Payload == r.queue {
-					r.poke()
-				}
-				if r.quietListen() {
-					return errListenQuiet
-				}
-			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errListenQuiet) {
-			backoff = 100 * time.Millisecond
-			continue
-		}
-		if listening {
-			backoff = 100 * time.Millisecond
-		}
-		r.log.Warn("listen failed; polling until it reconnects", "err", err, "retry_in", backoff)
-		if ctxsleep.Sleep(ctx, backoff) != nil {
-			return
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+			return pgx.ConnectConfig(ctx, cfg)
+		},
+		Channel: func(ctx context.Context, conn *pgx.Conn) (string, error) {
+			return r.d.client.WithDB(conn).NotifyChannel(ctx)
+		},
+		Payload:    r.queue,
+		Wake:       r.poke,
+		Pause:      r.quietListen,
+		PauseCheck: r.o.PollInterval,
+		Logger:     r.log,
+	})
 }
-
-// errListenQuiet ends a LISTEN connection while Dispatch is in use.
-var errListenQuiet = errors.New("relay: direct dispatch in use; LISTEN closed")
 
 // dispatchInUse reports whether Dispatch was called in the last 10 seconds.
 func (r *Relay) dispatchInUse() bool {

@@ -4,9 +4,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 
 	"github.com/pgsweep/pgsweep/internal/bench"
@@ -56,10 +60,17 @@ func benchWorkload(name string, setup func(*flag.FlagSet) func(context.Context, 
 	return func(ctx context.Context, args []string, out io.Writer) error {
 		fs := newFlagSet("bench " + name)
 		run := setup(fs)
+		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+		memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file (go tool pprof -sample_index=alloc_space)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		return scratchErr(run(ctx, out))
+		stop, err := startProfiles(*cpuProfile, *memProfile)
+		if err != nil {
+			return err
+		}
+		err = scratchErr(run(ctx, out))
+		return errors.Join(err, stop())
 	}
 }
 
@@ -84,4 +95,37 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: unknown workload %q (have %v)", errUsage, args[0], names)
 	}
 	return cmd.run(ctx, args[1:], out)
+}
+
+// startProfiles starts the CPU profile (cpu not empty) and returns the
+// function that stops it and writes the allocation profile (mem not empty).
+func startProfiles(cpu, mem string) (func() error, error) {
+	var cpuFile *os.File
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, fmt.Errorf("cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("cpuprofile: %w", err)
+		}
+		cpuFile = f
+	}
+	return func() error {
+		var errs []error
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpuFile.Close())
+		}
+		if mem != "" {
+			f, err := os.Create(mem)
+			if err != nil {
+				return errors.Join(append(errs, fmt.Errorf("memprofile: %w", err))...)
+			}
+			runtime.GC() // up-to-date statistics
+			errs = append(errs, pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
 }

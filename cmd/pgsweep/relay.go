@@ -10,14 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/relay"
-	relayamqp "github.com/pgsweep/pgsweep/relay/amqp"
-	relaynats "github.com/pgsweep/pgsweep/relay/nats"
+	_ "github.com/pgsweep/pgsweep/relay/amqp" // relay.OpenURL: amqp://, amqps://
+	_ "github.com/pgsweep/pgsweep/relay/nats" // relay.OpenURL: nats://, tls://
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -35,8 +34,8 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 	to := fs.String("to", "", "the broker: nats://HOST:PORT?subject=SUBJ[&stream=NAME] or amqp://USER:PASS@HOST:PORT/VHOST?routing_key=K[&exchange=X] (required; docs/relay.md)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9189", "serve /metrics and /healthz on this address (empty: no HTTP server)")
 	owner := fs.String("owner", "", "label of this relay's claims (default: host-pid-random)")
-	batch := fs.Int("batch", 100, "messages per claim, 1..10000")
-	lease := fs.Duration("lease", 30*time.Second, "lease of a claim, 1s..1h (renewed while a publish takes long)")
+	batch := fs.Int("batch", 100, "messages per claim, 1..10000 (checked by the database's claim)")
+	lease := fs.Duration("lease", 30*time.Second, "lease of a claim, 1s..1h, checked by the database's claim (renewed while a publish takes long)")
 	poll := fs.Duration("poll-interval", time.Second, "longest pause between claims (sends wake the relay at once through NOTIFY)")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM, how long publishes in flight may still take")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -54,12 +53,6 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *to == "" {
 		return fmt.Errorf("%w: --to is required (nats://… or amqp://…)", errUsage)
-	}
-	if *batch < 1 || *batch > 10000 {
-		return fmt.Errorf("%w: --batch must be between 1 and 10000, got %d", errUsage, *batch)
-	}
-	if *lease < time.Second || *lease > time.Hour {
-		return fmt.Errorf("%w: --lease must be between 1s and 1h, got %v", errUsage, *lease)
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -149,13 +142,6 @@ func openTransport(to, name string, logger *slog.Logger) (relay.Transport, strin
 	if u.RawQuery != "" {
 		target += "?" + u.RawQuery
 	}
-	switch strings.ToLower(u.Scheme) {
-	case "nats", "tls":
-		t, err := relaynats.Open(to, name, logger)
-		return t, target, err
-	case "amqp", "amqps":
-		t, err := relayamqp.Open(to, name, logger)
-		return t, target, err
-	}
-	return nil, "", fmt.Errorf("scheme must be nats, tls, amqp or amqps, got %q", u.Scheme)
+	t, err := relay.OpenURL(to, name, logger)
+	return t, target, err
 }

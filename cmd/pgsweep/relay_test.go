@@ -577,8 +577,6 @@ func TestRelayUsageErrors(t *testing.T) {
 		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1"}, "subject=SUBJ is required"},
 		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1?subject=x&bogus=1"}, `unknown parameter "bogus"`},
 		{[]string{"--queue", "q", "--to", "amqp://guest:secret@127.0.0.1:1/"}, "routing_key=K is required"},
-		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1?subject=x", "--batch", "0"}, "--batch must be between 1 and 10000"},
-		{[]string{"--queue", "q", "--to", "nats://127.0.0.1:1?subject=x", "--lease", "100ms"}, "--lease must be between 1s and 1h"},
 	} {
 		_, errOut, code := runCLI(t, append([]string{"relay", "--database-url", db.URL, "--schema", db.Schema}, c.args...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) {
@@ -588,11 +586,21 @@ func TestRelayUsageErrors(t *testing.T) {
 			t.Errorf("relay %v: the password is in the error: %s", c.args, errOut)
 		}
 	}
-	// an unknown queue: the relay's first claim is refused, exit 1
-	_, errOut, code := runCLI(t, "relay", "--database-url", db.URL, "--schema", db.Schema, "--queue", "nope",
-		"--to", "nats://127.0.0.1:1?subject=x", "--http-addr", "")
-	if code != 1 || !strings.Contains(errOut, "unknown queue") {
-		t.Errorf("unknown queue: code %d, %s", code, errOut)
+	// what the SQL checks (an unknown queue, a batch or lease out of
+	// range): the relay's first claim is refused with the SQL's error, exit 1
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue", "nope"}, "unknown queue"},
+		{[]string{"--queue", "q", "--batch", "10001"}, "p_batch must be between 1 and 10000, got 10001"},
+		{[]string{"--queue", "q", "--lease", "100ms"}, "p_lease must be between"},
+	} {
+		_, errOut, code := runCLI(t, append([]string{"relay", "--database-url", db.URL, "--schema", db.Schema,
+			"--to", "nats://127.0.0.1:1?subject=x", "--http-addr", ""}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("relay %v: code %d, %s; want 1 and %q", c.args, code, errOut, c.want)
+		}
 	}
 }
 

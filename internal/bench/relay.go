@@ -22,8 +22,8 @@ import (
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/scratch"
 	"github.com/pgsweep/pgsweep/relay"
-	relayamqp "github.com/pgsweep/pgsweep/relay/amqp"
-	relaynats "github.com/pgsweep/pgsweep/relay/nats"
+	_ "github.com/pgsweep/pgsweep/relay/amqp" // relay.OpenURL: amqp://, amqps://
+	_ "github.com/pgsweep/pgsweep/relay/nats" // relay.OpenURL: nats://, tls://
 )
 
 // bench relay: the relay end to end, in one run on one database and broker:
@@ -149,16 +149,12 @@ func benchBroker(ctx context.Context, to string) (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: --to: not a URL", ErrUsage)
 	}
-	nothing := func() {}
-	switch u.Scheme {
-	case "amqp", "amqps":
-		return to, nothing, nil
-	case "nats", "tls":
-	default:
-		return "", nil, fmt.Errorf("%w: --to: scheme must be nats or amqp, got %q", ErrUsage, u.Scheme)
+	if !slices.Contains(relay.Schemes(), strings.ToLower(u.Scheme)) {
+		return "", nil, fmt.Errorf("%w: --to: scheme must be one of %s, got %q", ErrUsage, strings.Join(relay.Schemes(), ", "), u.Scheme)
 	}
-	if u.Query().Get("subject") != "" {
-		return to, nothing, nil
+	nothing := func() {}
+	if s := strings.ToLower(u.Scheme); (s != "nats" && s != "tls") || u.Query().Get("subject") != "" {
+		return to, nothing, nil // the broker's own destination
 	}
 	name := fmt.Sprintf("PGSWEEP_BENCH_%d", os.Getpid())
 	subject := fmt.Sprintf("pgsweep.bench.%d", os.Getpid())
@@ -195,11 +191,7 @@ type relayBench struct {
 }
 
 func (b *relayBench) transport() (relay.Transport, error) {
-	u, _ := url.Parse(b.to)
-	if strings.HasPrefix(u.Scheme, "amqp") {
-		return relayamqp.Open(b.to, "pgsweep bench relay", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}
-	return relaynats.Open(b.to, "pgsweep bench relay", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return relay.OpenURL(b.to, "pgsweep bench relay", slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // queue makes a fresh queue for one contender.
