@@ -230,53 +230,24 @@ AS $$
 $$;
 
 -- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner. settings: every setting a role
--- may SET (context 'user' in PostgreSQL 15; a name a server lacks reads as
--- NULL) but search_path, which is pinned here (the caller compares its own);
--- prepared: the session's prepared statements (name and text); writes: rows
--- this transaction wrote to retention_policy and inserted into pg_class,
--- pg_type and pg_proc (a new table, view, type or function), from the
--- transaction's statistics counters, or, with track_counts off, a digest of
--- the policies and of this session's temporary objects.
+-- after a statement run as a policy's owner. settings: every setting a
+-- session can change (pg_settings' contexts user and superuser: a role may
+-- be granted SET on the latter; but the few superuser-only paths pg_settings
+-- hides from this function's owner), read from the server itself, so a
+-- release that adds settings needs no edit here; but search_path, which is
+-- pinned here (the caller compares its own); prepared: the session's prepared
+-- statements (name and text); writes: rows this transaction wrote to
+-- retention_policy and inserted into pg_class, pg_type and pg_proc (a new
+-- table, view, type or function), from the transaction's statistics
+-- counters, or, with track_counts off, a digest of the policies and of this
+-- session's temporary objects.
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    settings := ARRAY(SELECT n || '=' || coalesce(pg_catalog.current_setting(n, true), '<unset>') FROM pg_catalog.unnest(ARRAY[
-        'DateStyle', 'IntervalStyle', 'TimeZone', 'application_name', 'array_nulls', 'backend_flush_after',
-        'backslash_quote', 'bytea_output', 'check_function_bodies', 'client_connection_check_interval',
-        'client_encoding', 'client_min_messages', 'commit_siblings', 'constraint_exclusion', 'cpu_index_tuple_cost',
-        'cpu_operator_cost', 'cpu_tuple_cost', 'cursor_tuple_fraction', 'debug_pretty_print', 'debug_print_parse',
-        'debug_print_plan', 'debug_print_rewritten', 'default_statistics_target', 'default_table_access_method',
-        'default_tablespace', 'default_text_search_config', 'default_toast_compression',
-        'default_transaction_deferrable', 'default_transaction_isolation', 'default_transaction_read_only',
-        'effective_cache_size', 'effective_io_concurrency', 'enable_async_append', 'enable_bitmapscan',
-        'enable_gathermerge', 'enable_hashagg', 'enable_hashjoin', 'enable_incremental_sort', 'enable_indexonlyscan',
-        'enable_indexscan', 'enable_material', 'enable_memoize', 'enable_mergejoin', 'enable_nestloop',
-        'enable_parallel_append', 'enable_parallel_hash', 'enable_partition_pruning', 'enable_partitionwise_aggregate',
-        'enable_partitionwise_join', 'enable_seqscan', 'enable_sort', 'enable_tidscan', 'escape_string_warning',
-        'exit_on_error', 'extra_float_digits', 'force_parallel_mode', 'from_collapse_limit', 'geqo', 'geqo_effort',
-        'geqo_generations', 'geqo_pool_size', 'geqo_seed', 'geqo_selection_bias', 'geqo_threshold',
-        'gin_fuzzy_search_limit', 'gin_pending_list_limit', 'hash_mem_multiplier',
-        'idle_in_transaction_session_timeout', 'idle_session_timeout', 'jit', 'jit_above_cost', 'jit_expressions',
-        'jit_inline_above_cost', 'jit_optimize_above_cost', 'jit_tuple_deforming', 'join_collapse_limit',
-        'lc_monetary', 'lc_numeric', 'lc_time', 'local_preload_libraries', 'lock_timeout',
-        'log_parameter_max_length_on_error', 'logical_decoding_work_mem', 'maintenance_io_concurrency',
-        'maintenance_work_mem', 'max_parallel_maintenance_workers', 'max_parallel_workers',
-        'max_parallel_workers_per_gather', 'min_parallel_index_scan_size', 'min_parallel_table_scan_size',
-        'parallel_leader_participation', 'parallel_setup_cost', 'parallel_tuple_cost', 'password_encryption',
-        'plan_cache_mode', 'quote_all_identifiers', 'random_page_cost', 'recursive_worktable_factor',
-        'restrict_nonsystem_relation_kind', 'row_security', 'seq_page_cost', 'standard_conforming_strings',
-        'statement_timeout', 'stats_fetch_consistency', 'synchronize_seqscans', 'synchronous_commit',
-        'tcp_keepalives_count', 'tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_user_timeout', 'temp_buffers',
-        'temp_tablespaces', 'timezone_abbreviations', 'trace_notify', 'trace_sort', 'transaction_deferrable',
-        'transaction_isolation', 'transaction_read_only', 'transform_null_equals', 'vacuum_cost_delay',
-        'vacuum_cost_limit', 'vacuum_cost_page_dirty', 'vacuum_cost_page_hit', 'vacuum_cost_page_miss',
-        'vacuum_failsafe_age', 'vacuum_freeze_min_age', 'vacuum_freeze_table_age', 'vacuum_multixact_failsafe_age',
-        'vacuum_multixact_freeze_min_age', 'vacuum_multixact_freeze_table_age', 'wal_sender_timeout',
-        'wal_skip_threshold', 'work_mem', 'xmlbinary', 'xmloption', 'plpgsql.check_asserts', 'plpgsql.extra_errors',
-        'plpgsql.extra_warnings', 'plpgsql.print_strict_params']) n);
+    settings := ARRAY(SELECT s.name || '=' || coalesce(s.setting, '<unset>') FROM pg_catalog.pg_settings s
+                       WHERE s.context IN ('user', 'superuser') AND NOT s.name = 'search_path' ORDER BY s.name);
     prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
     IF pg_catalog.current_setting('track_counts')::boolean THEN
         writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)

@@ -1,0 +1,440 @@
+-- pgsweep 0.36: retention redesign.
+--
+-- retention_step_session_state reads the settings a session can change
+-- from pg_settings (contexts user and superuser) instead of a list of
+-- PostgreSQL 15's names, so the check holds on the next release.
+--
+-- DDL: none. Dropped functions: none.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+-- pgsweep:include functions/retention_sql.sql
+-- Retention: the SQL each batch runs against the policy's table.
+--
+-- Safety rule: a row is deleted only if it is eligible when it is deleted.
+-- Every DELETE carries the policy's full predicate in its own WHERE clause.
+-- Under READ COMMITTED, when a DELETE meets a row version that a concurrent
+-- transaction updated, PostgreSQL follows the update to the newest version and
+-- re-evaluates the whole WHERE clause on it (EvalPlanQual): a row re-queued
+-- meanwhile (status or time changed) no longer matches and is skipped. The
+-- range condition (ctid range, ctid list) is re-checked too; a new version
+-- that moved outside the range is skipped, which is safe, and a still-eligible
+-- row skipped that way is deleted by a later sweep. CAP's
+-- DELETE ... WHERE "Id" IN (SELECT ... LIMIT n) re-checks only "Id", which is
+-- why it deletes re-queued rows. sql/tests/retention_run.sql and the Go tests
+-- prove the difference.
+--
+-- Parameters, the same in every statement: $1, $2 the range (TIDs, or the
+-- keyset lower bound), $3 the cutoff, $4 the statuses, $5 the filter values.
+-- Values travel as parameters, never as SQL text; names through %I. (One
+-- exception: the read a batch on a shard of a distributed (Citus) table
+-- sends to the shard's worker takes literals, format %L: it goes there as
+-- text. Its DELETE takes parameters like every other; retention_shards.sql.)
+--
+-- Time: the cutoff is carried as timestamptz. For a timestamp column it holds
+-- the local cutoff (now - older_than, in the policy's time zone) encoded as if
+-- it were UTC, and the SQL decodes it with AT TIME ZONE 'UTC' applied to the
+-- parameter (immutable, so the index on the column still serves); a date
+-- column compares with the local cutoff's date, so a day is deleted only when
+-- all of it is older than the cutoff.
+
+-- _retention_cutoff computes a policy's cutoff for a clock reading.
+CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_pol.time_type = 'timestamptz' THEN
+        RETURN p_now - p_pol.older_than;
+    END IF;
+    RETURN ((p_now - p_pol.older_than) AT TIME ZONE coalesce(p_pol.time_zone, current_setting('TimeZone')))
+           AT TIME ZONE 'UTC';
+END
+$$;
+
+-- _retention_param decodes an encoded time parameter into the column's type.
+CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_pol.time_type
+        WHEN 'timestamptz' THEN p_param
+        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
+        ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END
+$$;
+
+-- _retention_encode encodes a column value (an SQL expression) like the cutoff.
+CREATE OR REPLACE FUNCTION _retention_encode(p_pol retention_policy, p_expr text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_pol.time_type
+        WHEN 'timestamptz' THEN p_expr
+        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_expr)
+        ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END
+$$;
+
+-- _retention_predicate_with is the same test over the given SQL for the
+-- cutoff, the statuses and the filter values: parameters ($3..$5), or
+-- literals for a statement sent as text to another node (a shard's batch,
+-- _retention_shard_body).
+CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
+    p_cutoff text, p_statuses text, p_filters text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, p_cutoff));
+    v_col record;
+BEGIN
+    IF p_pol.status_column IS NOT NULL THEN
+        v_col := _retention_column(p_rel, p_pol.status_column);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(p_pol.status_column), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.status_column, p_statuses, v_col.type_sql);
+    END IF;
+    IF p_pol.filter_column IS NOT NULL THEN
+        v_col := _retention_column(p_rel, p_pol.filter_column);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(p_pol.filter_column), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.filter_column, p_filters, v_col.type_sql);
+    END IF;
+    RETURN v_sql;
+END
+$$;
+
+-- _retention_predicate is the policy's full eligibility test as SQL over $3..$5.
+CREATE OR REPLACE FUNCTION _retention_predicate(p_pol retention_policy, p_rel regclass)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
+
+-- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
+-- p_target, one leaf of it (a partitioned policy's units name their leaf).
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
+    v_pred text := _retention_predicate(p_pol, v_rel);
+BEGIN
+    IF p_target IS NOT NULL THEN
+        SELECT format('%I.%I', n.nspname, c.relname) INTO v_tbl
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target;
+    END IF;
+    IF p_strategy = 'tid_range' THEN
+        RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
+    END IF;
+    RETURN format('DELETE FROM %s WHERE %I >= %s AND %I < %s AND %s', v_tbl, p_pol.time_column,
+                  _retention_param(p_pol, '$1'), p_pol.time_column, _retention_param(p_pol, '$2'), v_pred);
+END
+$$;
+
+-- _retention_sample_sql builds the planning sample (see retention_plan.sql):
+-- the eligible fraction, the sample size and the eligible rows' encoded
+-- times in order, over about p_pct percent of the table's blocks.
+CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+BEGIN
+    RETURN format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
+                  'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
+                  _retention_predicate(p_pol, v_rel), _retention_encode(p_pol, quote_ident(p_pol.time_column)),
+                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct);
+END
+$$;
+
+-- Running a policy's statements as its owner.
+--
+-- A policy belongs to the role that registered it, and every statement a
+-- run makes on the policy's table (the planning sample, each batch's
+-- DELETE) runs as that role: the table's privileges, row-level security and
+-- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
+-- superuser included). A plain SET ROLE is not enough: a trigger of the
+-- owner's could RESET ROLE back to a superuser session user. So the
+-- statement runs inside a SECURITY DEFINER function owned by the policy's
+-- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
+-- retention_step creates it in this session's pg_temp (built now from
+-- validated policy fields; no stored SQL), hands it to the owner, calls it
+-- once and drops it, all in the caller's transaction, so no other session
+-- ever sees it and it is never called twice. Creating and dropping costs
+-- about 0.2 ms a batch. The caller (maintain's or retention_run's session
+-- role) must be able to act as the owner (be a member of it, or a
+-- superuser); otherwise the run of that policy fails with 42501 and says
+-- which GRANT is missing, and other policies still run.
+--
+-- The owner's code (triggers, rules, row-level security policies) runs in
+-- the maintenance session, between the caller's own statements. Whatever it
+-- leaves in that session would act later with the caller's rights, which
+-- may be a superuser's: a search_path set with plain SET outlives the
+-- function that pins it (PostgreSQL keeps a SET made inside a function with a
+-- SET clause), so the caller's next unqualified name would resolve in the
+-- owner's schema; a temporary view or type would shadow a catalog name; a
+-- prepared statement would stand in for the client's; and a role's
+-- membership is checked against the session user, so a call made inside the
+-- statement could register a policy as any role the caller may act as. So
+-- retention_step checks, before it looks up any name again, that the
+-- statement left search_path, every setting a role may SET, the session's
+-- prepared statements, retention_policy and the catalogs' object rows
+-- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
+-- the new prepared statements (they outlive a rollback) and raises 42501:
+-- the batch rolls back with everything the statement did (settings,
+-- objects, rows); the error is recorded on the policy's pass and other
+-- policies still run. The check costs about 0.1 ms a batch
+-- (retention_step_session_state). docs/security.md tells the whole story.
+--
+-- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
+-- _retention_builtin_exec instead, inside retention_step_claim (SECURITY
+-- DEFINER, <schema>_owner), which builds the statement from the policy
+-- itself: no code of another role ever runs there.
+
+-- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
+CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_kind
+        -- a drop unit's two steps (retention_partition.sql): detach leaves,
+        -- later drop the detached tables; bodies built from the catalog there
+        WHEN 'detach' THEN p_sql
+        WHEN 'release' THEN p_sql
+        WHEN 'delete' THEN pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
+        ELSE pg_catalog.format(
+            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
+$$;
+
+-- _retention_exec_settings: the settings a statement runs with: a
+-- tid_range DELETE is pinned to its Tid Range Scan (see retention_plan.sql);
+-- JIT off everywhere, batches are too short to gain from it; and it waits
+-- for no lock longer than retention_lock_timeout (a row an application holds
+-- locked defers the unit to a later pass, _retention_step).
+CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_strategy
+        WHEN 'tid_range' THEN ' SET enable_seqscan = off SET enable_indexscan = off SET enable_bitmapscan = off SET jit = off'
+        ELSE ' SET jit = off' END
+        || pg_catalog.format(' SET lock_timeout = %L',
+                             (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
+$$;
+
+-- retention_step_session_state: what retention_step compares before and
+-- after a statement run as a policy's owner. settings: every setting a
+-- session can change (pg_settings' contexts user and superuser: a role may
+-- be granted SET on the latter; but the few superuser-only paths pg_settings
+-- hides from this function's owner), read from the server itself, so a
+-- release that adds settings needs no edit here; but search_path, which is
+-- pinned here (the caller compares its own); prepared: the session's prepared
+-- statements (name and text); writes: rows this transaction wrote to
+-- retention_policy and inserted into pg_class, pg_type and pg_proc (a new
+-- table, view, type or function), from the transaction's statistics
+-- counters, or, with track_counts off, a digest of the policies and of this
+-- session's temporary objects.
+CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    settings := ARRAY(SELECT s.name || '=' || coalesce(s.setting, '<unset>') FROM pg_catalog.pg_settings s
+                       WHERE s.context IN ('user', 'superuser') AND NOT s.name = 'search_path' ORDER BY s.name);
+    prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
+    IF pg_catalog.current_setting('track_counts')::boolean THEN
+        writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                              + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+                     FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r)::text
+                  || ' ' ||
+                  (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+                     FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r)::text;
+    ELSE
+        writes := (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p)
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema())::text
+                  || ' ' ||
+                  (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema())::text;
+    END IF;
+END
+$$;
+
+-- retention_step_session_restore deletes the prepared statements that are not
+-- in p_prepared (as retention_step_session_state lists them): a statement run
+-- as a policy's owner made them, and they outlive a rollback. It returns
+-- their names.
+CREATE OR REPLACE FUNCTION retention_step_session_restore(p_prepared text[])
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_names text[] := ARRAY(SELECT p.name FROM pg_catalog.pg_prepared_statements p
+                             WHERE NOT (p.name || ' ' || p.statement) = ANY (coalesce(p_prepared, '{}')) ORDER BY 1);
+    v_name text;
+BEGIN
+    FOREACH v_name IN ARRAY v_names LOOP
+        EXECUTE pg_catalog.format('DEALLOCATE %I', v_name);
+    END LOOP;
+    RETURN v_names;
+END
+$$;
+
+-- retention_step does one step of a pass: at most one batch. It returns
+-- false when the pass is over (outcome recorded), true to be called again.
+-- It runs as its caller (SECURITY INVOKER): the statement on the policy's
+-- table runs as the table's owner (or the policy's, see retention_step_claim)
+-- in a temporary SECURITY DEFINER function owned by that role, which only a
+-- caller that can act as it may create. Everything else happens in two
+-- SECURITY DEFINER step routines, each of which checks that this session
+-- opened the pass: retention_step_claim (which unit, the statement built
+-- now from the stored policy and the catalog, the cutoff capped at now()
+-- minus the policy's older_than) and retention_step_record (what the
+-- statement did, for the unit the claim handed out and no other). The
+-- caller may call either one alone, in any order: a claim not recorded is
+-- void at the next claim, a record without a claim changes nothing.
+CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+    v_sig text;
+    v_path text;
+    v_before record;
+    v_after record;
+    v_changed text;
+    v_deleted bigint;
+    v_fraction double precision;
+    v_sampled bigint;
+    v_times timestamptz[];
+BEGIN
+    v := retention_step_claim(p_pass);
+    IF v.o_kind IS NULL THEN
+        RETURN v.o_more;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'retention policy %: % cannot act as %', v.o_policy, current_user,
+            CASE WHEN v.o_role = v.o_owner THEN pg_catalog.format('the policy''s owner %s', v.o_role)
+                 ELSE pg_catalog.format('%s, the owner of its table', v.o_role) END
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
+                                           v.o_role, v.o_role::text, current_user);
+    END IF;
+    BEGIN
+        IF v.o_kind = 'detach' THEN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
+        END IF;
+        v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
+            'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L', v_sig, v.o_settings, v.o_body);
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, v.o_role::text);
+        v_path := pg_catalog.current_setting('search_path');
+        v_before := retention_step_session_state();
+        BEGIN
+            EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
+                                      v.o_type, v.o_type)
+               INTO v_deleted, v_fraction, v_sampled, v_times
+              USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            -- Rolled back with the block: settings, objects, rows. Not prepared statements.
+            PERFORM retention_step_session_restore(v_before.prepared);
+            RAISE;
+        END;
+        -- The owner's code may have set search_path for the session: compare it
+        -- before any name is looked up again (pg_catalog only, no operator).
+        IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
+            v_changed := 'search_path';
+        ELSE
+            v_after := retention_step_session_state();
+            v_changed := CASE
+                WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
+                    'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
+                                      FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
+                WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
+                WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
+        END IF;
+        IF v_changed IS NOT NULL THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_session_restore(v_before.prepared);
+            RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
+                v.o_policy, v.o_role, v_changed
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
+                             'they must not SET parameters, create objects, prepare statements or register retention policies.';
+        END IF;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        -- A row (delete), the parent or a leaf (detach), a detached table
+        -- (release) stayed locked past retention_lock_timeout: the step
+        -- rolled back whole; its units wait for a later pass.
+        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN
+            RAISE;
+        END IF;
+        PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
+    END;
+    RETURN v.o_more;
+END
+$$;
+
+-- _retention_builtin_exec runs one statement of a built-in policy (owned by
+-- <schema>_owner, on pgsweep's own tables) as <schema>_owner. It takes no
+-- SQL: it builds the statement from the policy, and refuses any other policy.
+CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
+    p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
+    OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET jit = off
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    -- never later than now() - older_than, whatever the caller says
+    p_cutoff := least(p_cutoff, _retention_cutoff(v_pol, pg_catalog.clock_timestamp()));
+    IF NOT FOUND OR v_pol.owner <> _owner_role() OR v_pol.table_schema <> pg_catalog.current_schema()
+       OR v_pol.table_name NOT IN ('message_processed', 'message_dead') THEN
+        RAISE EXCEPTION 'retention policy %: not a built-in policy', p_name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_kind = 'delete' THEN
+        -- as _retention_exec_settings: wait on no lock longer than retention_lock_timeout
+        PERFORM pg_catalog.set_config('lock_timeout',
+            (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms', true);
+        EXECUTE _retention_sweep_sql(v_pol, p_strategy) USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    ELSE
+        EXECUTE _retention_sample_sql(v_pol, p_lo::text::double precision) INTO fraction, sampled, times
+          USING p_lo, p_hi, p_cutoff, v_pol.statuses, v_pol.filter_values;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_sql.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
