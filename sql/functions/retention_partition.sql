@@ -51,7 +51,7 @@
 -- Detached, not dropped (0.30). The detached leaf is renamed
 -- pgsweep_detached_<oid> in the same transaction (its name is free again at
 -- once, and nothing writes into it by its old name) and its unit stays open,
--- marked detached (block_lo -1, block_hi its oid). Its rows are gone from
+-- of kind detached, detached_table its oid. Its rows are gone from
 -- the policy's table at that commit, so they count as deleted then, and the
 -- pass may end 'drained'. The next pass (retention_due lists the policy at
 -- once) drops the detached tables first, in one transaction that holds no
@@ -201,7 +201,7 @@ BEGIN
         CONTINUE WHEN _retention_leaf_bound(p_pol, v_leaf.leaf, true) >= v_cutoff;
         IF _retention_leaf_droppable(p_pol, v_leaf.leaf, v_cutoff) THEN
             v_units := v_units + 1;
-            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, action)
+            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, kind)
             VALUES (p_pol.name, v_sweep, v_units, v_leaf.nspname, v_leaf.relname, 'drop');
             CONTINUE;
         END IF;
@@ -209,7 +209,7 @@ BEGIN
         v_rpb := greatest(CASE WHEN v_leaf.reltuples > 0 AND v_leaf.relpages > 0
                                THEN v_leaf.reltuples / v_leaf.relpages END, 1);
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
-        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, action)
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, kind)
         SELECT p_pol.name, v_sweep, v_units + g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END,
                v_leaf.nspname, v_leaf.relname, 'delete'
           FROM generate_series(0, greatest(v_blocks - 1, 0), v_step) WITH ORDINALITY g(lo, n);
@@ -246,15 +246,6 @@ BEGIN
     drop_sql := format('DROP TABLE %s', v_leaf);
 END
 $$;
-
--- _retention_unit_detached: whether a unit is a drop unit whose leaf a pass
--- detached (block_lo -1, block_hi the detached table's oid); its table is
--- dropped by a later pass whatever happens to the policy's definition.
-CREATE OR REPLACE FUNCTION _retention_unit_detached(p_action text, p_block_lo bigint)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT p_action = 'drop' AND p_block_lo IS NOT DISTINCT FROM -1 $$;
 
 -- _retention_depended_on: whether something outside a detached table
 -- depends on it -- a view made on it since, a foreign key to it -- so that
