@@ -1,8 +1,8 @@
 -- pgsweep 0.36: retention redesign.
 --
--- retention_step_session_state reads the settings a session can change
--- from pg_settings (contexts user and superuser) instead of a list of
--- PostgreSQL 15's names, so the check holds on the next release.
+-- retention_step_session_state reads the settings from the server (SHOW
+-- ALL) instead of a list of PostgreSQL 15's names, so the check holds on
+-- the next release.
 --
 -- A retention unit says what it is (kind: delete, drop, detached) instead
 -- of action text plus a sentinel (a detached drop unit was block_lo = -1
@@ -1032,49 +1032,23 @@ BEGIN
 END
 $$;
 
--- Running a policy's statements as its owner.
---
--- A policy belongs to the role that registered it, and every statement a
--- run makes on the policy's table (the planning sample, each batch's
--- DELETE) runs as that role: the table's privileges, row-level security and
--- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
--- superuser included). A plain SET ROLE is not enough: a trigger of the
--- owner's could RESET ROLE back to a superuser session user. So the
--- statement runs inside a SECURITY DEFINER function owned by the policy's
--- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
--- retention_step creates it in this session's pg_temp (built now from
--- validated policy fields; no stored SQL), hands it to the owner, calls it
--- once and drops it, all in the caller's transaction, so no other session
--- ever sees it and it is never called twice. Creating and dropping costs
--- about 0.2 ms a batch. The caller (maintain's or retention_run's session
--- role) must be able to act as the owner (be a member of it, or a
--- superuser); otherwise the run of that policy fails with 42501 and says
--- which GRANT is missing, and other policies still run.
---
--- The owner's code (triggers, rules, row-level security policies) runs in
--- the maintenance session, between the caller's own statements. Whatever it
--- leaves in that session would act later with the caller's rights, which
--- may be a superuser's: a search_path set with plain SET outlives the
--- function that pins it (PostgreSQL keeps a SET made inside a function with a
--- SET clause), so the caller's next unqualified name would resolve in the
--- owner's schema; a temporary view or type would shadow a catalog name; a
--- prepared statement would stand in for the client's; and a role's
--- membership is checked against the session user, so a call made inside the
--- statement could register a policy as any role the caller may act as. So
--- retention_step checks, before it looks up any name again, that the
--- statement left search_path, every setting a role may SET, the session's
--- prepared statements, retention_policy and the catalogs' object rows
--- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
--- the new prepared statements (they outlive a rollback) and raises 42501:
--- the batch rolls back with everything the statement did (settings,
--- objects, rows); the error is recorded on the policy's pass and other
--- policies still run. The check costs about 0.1 ms a batch
--- (retention_step_session_state). docs/security.md tells the whole story.
---
--- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
--- _retention_builtin_exec instead, inside retention_step_claim (SECURITY
--- DEFINER, <schema>_owner), which builds the statement from the policy
--- itself: no code of another role ever runs there.
+-- Running a policy's statements as its owner (docs/security.md, "Running
+-- as the owner" and "Nothing the owner's code does may outlive its
+-- statement"). Every statement on the policy's table runs as the policy's
+-- owner (or the table's, _retention_run_role), so its privileges, row-level
+-- security and triggers apply to that role, never to whoever runs
+-- maintenance. SET ROLE is not enough (the owner's trigger could RESET
+-- ROLE), so retention_step creates a SECURITY DEFINER function owned by
+-- that role in this session's pg_temp, built now from validated policy
+-- fields, calls it once and drops it, all in the caller's transaction; the
+-- caller must be able to act as the owner (else 42501 naming the GRANT).
+-- Around the call, retention_step checks that the owner's code left the
+-- session as it found it -- search_path, every setting, the prepared
+-- statements, retention_policy and the catalogs' new objects
+-- (retention_step_session_state) -- and otherwise rolls the batch back with
+-- 42501. Built-in policies (pgsweep's own tables) run in
+-- _retention_builtin_exec instead, as <schema>_owner: no code of another
+-- role runs there.
 
 -- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
 CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
@@ -1113,24 +1087,29 @@ AS $$
 $$;
 
 -- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner. settings: every setting a
--- session can change (pg_settings' contexts user and superuser: a role may
--- be granted SET on the latter; but the few superuser-only paths pg_settings
--- hides from this function's owner), read from the server itself, so a
--- release that adds settings needs no edit here; but search_path, which is
--- pinned here (the caller compares its own); prepared: the session's prepared
--- statements (name and text); writes: rows this transaction wrote to
--- retention_policy and inserted into pg_class, pg_type and pg_proc (a new
--- table, view, type or function), from the transaction's statistics
--- counters, or, with track_counts off, a digest of the policies and of this
--- session's temporary objects.
+-- after a statement run as a policy's owner. settings: every setting the
+-- server shows this function's owner (SHOW ALL: a release's new settings
+-- and a loaded library's included, no list to keep), but search_path,
+-- which is pinned here (the caller compares its own). SHOW ALL rather than
+-- pg_settings: the view costs several times more a call, and a setting no
+-- session can change does not change within a statement either.
+-- prepared: the session's prepared statements (name and text); writes:
+-- rows this transaction wrote to retention_policy and inserted into
+-- pg_class, pg_type and pg_proc (a new table, view, type or function), from
+-- the transaction's statistics counters, or, with track_counts off, a
+-- digest of the policies and of this session's temporary objects.
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v record;
 BEGIN
-    settings := ARRAY(SELECT s.name || '=' || coalesce(s.setting, '<unset>') FROM pg_catalog.pg_settings s
-                       WHERE s.context IN ('user', 'superuser') AND NOT s.name = 'search_path' ORDER BY s.name);
+    settings := '{}';
+    FOR v IN EXECUTE 'SHOW ALL' LOOP
+        CONTINUE WHEN v.name = 'search_path';
+        settings := settings || (v.name || '=' || coalesce(v.setting, '<unset>'));
+    END LOOP;
     prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
     IF pg_catalog.current_setting('track_counts')::boolean THEN
         writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
@@ -1313,75 +1292,28 @@ $$;
 -- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
 --
 -- A policy on a partitioned table (RANGE, LIST or HASH, any depth) covers
--- every leaf partition, present and future: each sweep lists the leaves
--- again when it is planned. A leaf is removed whole -- detached and dropped
--- -- when
---   * its parent is partitioned by RANGE on the policy's time column alone,
---   * its upper bound is at or before the cutoff (every row it can hold is
---     older than the cutoff),
---   * the policy has no status and no filter condition (all its rows would
---     be deleted), and
---   * the policy's owner owns the leaf and its parent (DROP and DETACH need
---     ownership; a policy owner with only SELECT and DELETE gets sweeps).
---     Owns, not is a member of the owner (0.34): the detach runs as the
---     policy's owner, so any code of the leaf must be that role's.
--- A leaf swept row by row runs its DELETE as the leaf's owner when the
+-- every leaf, present and future: each sweep lists the leaves again. A leaf
+-- is removed whole (_retention_leaf_droppable) when its parent is
+-- partitioned by RANGE on the policy's time column alone, its upper bound is
+-- at or before the cutoff, the policy has no status and no filter, and the
+-- policy's owner owns the leaf and its parent (owns, not is a member of:
+-- the detach runs as that role). Every other leaf is swept like a plain
+-- table, in tid_range units of its own, as the leaf's owner when the
 -- policy's owner is that role or a member of it; a leaf of another role is
--- skipped, with an error on the pass (retention_step_claim,
--- _retention_run_role): no leaf's code ever runs as a role that did not
--- write it.
--- Every other leaf -- the default partition, LIST and HASH leaves, a leaf
--- the cutoff cuts through -- is swept like a plain table, in tid_range units
--- of its own, with the same guarantees (the full predicate in every DELETE,
--- exclusive and parallel modes).
+-- skipped, with an error on the pass (_retention_run_role). A RANGE leaf
+-- whose lower bound is at or after the cutoff holds nothing eligible: the
+-- plan leaves it alone.
 --
--- A RANGE leaf on the time column whose lower bound is at or after the
--- cutoff holds no eligible row: the plan leaves it alone (0.30). Before, every
--- young leaf got tid_range units and each pass read it whole for nothing:
--- 0.85 of the 1.3 s a pass over the benchmark's 10 leaves took.
---
--- Locks: DETACH takes an ACCESS EXCLUSIVE lock on the parent (and on the
--- default partition, if there is one). A drop unit's first step detaches
--- every droppable leaf of the sweep under that parent in ONE transaction
--- (0.30): the parent's lock is requested with lock_timeout =
--- retention_lock_timeout (1 s by default; writers and readers queue behind
--- the request at most that long), each leaf's with NOWAIT once the parent's
--- is held (a leaf another transaction is reading -- a long report, say -- is
--- skipped and its unit deferred to a later pass, instead of holding the
--- parent while waiting for it), and the lock is held for about 0.1-0.3 ms a
--- leaf plus the commit: inserts wait for it once per pass, not once per
--- leaf. Before the parent, each leaf is locked SHARE UPDATE EXCLUSIVE (which
--- no insert or query waits for) so that an autovacuum worker on it yields
--- first (_retention_detach_body). A parent lock that is not granted in time
--- defers every unit of the step.
--- DETACH ... CONCURRENTLY cannot run in a function or procedure (so not
--- under pg_cron or CALL maintain()) and PostgreSQL refuses it when the table
--- has a default partition: the Go runner runs it before each maintenance
--- pass (0.31, retention_detach.sql); the leaves it claimed or left
--- half-detached are not planned here.
---
--- Detached, not dropped (0.30). The detached leaf is renamed
--- pgsweep_detached_<oid> in the same transaction (its name is free again at
--- once, and nothing writes into it by its old name) and its unit stays open,
--- of kind detached, detached_table its oid. Its rows are gone from
--- the policy's table at that commit, so they count as deleted then, and the
--- pass may end 'drained'. The next pass (retention_due lists the policy at
--- once) drops the detached tables first, in one transaction that holds no
--- lock on the parent: the commit releases the files, 25-50 ms a leaf of
--- 1,000,000 rows on ext4 (docs/benchmarks.md), one buffer-pool scan for all
--- of them. PostgreSQL releases a dropped table's files after the commit has
--- released its locks, so no writer waits for that either way; moving it to
--- the next pass takes it out of the pass that removes the rows.
--- 0.27-0.29 emptied a leaf with TRUNCATE before detaching it; a unit left
--- emptied (block_lo 0) by those versions is detached like any other.
---
--- The rows a detached leaf held are reported as deleted, as a swept leaf's
--- are, counted from the statistics rather than read: the cumulative
--- statistics' live tuples (exact for a partition only ever inserted into),
--- else pg_class.reltuples (the last VACUUM or ANALYZE), and count(*) only for
--- a leaf that has neither. A count(*) reads the whole leaf: 2.2 of the 2.4 s
--- that dropping 8 leaves of 1,000,000 rows took, for a number. The counts
--- are read before the parent is locked.
+-- Removing a leaf takes two passes. A drop unit's step detaches every
+-- droppable leaf of the sweep under that parent in one transaction
+-- (_retention_detach_body: the parent's lock is held for the detaches and
+-- little else), renames each pgsweep_detached_<oid> and marks its unit
+-- detached; its rows count as deleted at that commit. The next pass
+-- (retention_due lists the policy at once) drops the detached tables first,
+-- in a transaction that holds no lock on the parent, so the commit that
+-- releases the files is out of the pass that removes the rows. Installs
+-- with the Go runner detach CONCURRENTLY instead (retention_detach.sql);
+-- the leaves it claimed or left half-detached are not planned here.
 
 -- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
 -- lower bound of a RANGE leaf on the policy's time column, encoded like the
@@ -1454,7 +1386,7 @@ $$;
 
 -- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
 -- (see the rules above): expired, and the policy's owner owns it and its
--- parent (0.34: not merely a member of their owners): the detach runs as
+-- parent (not merely a member of their owners): the detach runs as
 -- it, and so does whatever code of the leaf's the count, the locks and the
 -- DETACH run. The runner's claim (retention_detach.sql) reports an expired
 -- leaf of another owner as skipped.
@@ -1564,8 +1496,7 @@ $$;
 -- its DROP would fail (every pass, if nothing stopped trying). The table's
 -- own constraints do not count: a CHECK constraint (one inherited from the
 -- parent, the one DETACH ... CONCURRENTLY adds) depends on the table's
--- columns, and until 0.33 it made every detached leaf of a table with a
--- CHECK constraint stay in place, never dropped. The pass's drops
+-- columns. The pass's drops
 -- (_retention_release_claim) and the runner's (retention_detach.sql) ask
 -- this one function.
 CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
@@ -1581,7 +1512,7 @@ AS $$
                                             WHERE k.oid = d.objid AND k.conrelid = p_table))
                       -- the table's own rules and column defaults (a generated
                       -- column reads other columns) go with it, as its own
-                      -- constraints do (0.34: such leaves were detached, never dropped)
+                      -- constraints do
                       AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass
                                AND EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
                                             WHERE w.oid = d.objid AND w.ev_class = p_table))
@@ -1927,7 +1858,7 @@ BEGIN
     IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
         -- by the catalog, not to_regclass: this runs as <schema>_owner, which
         -- need not have USAGE on the table's schema
-        -- still a partition (0.32): a table detached since the plan (by a
+        -- still a partition: a table detached since the plan (by a
         -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
         -- no longer the policy's table, never swept
         SELECT c.oid INTO v_target

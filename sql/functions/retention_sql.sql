@@ -149,49 +149,23 @@ BEGIN
 END
 $$;
 
--- Running a policy's statements as its owner.
---
--- A policy belongs to the role that registered it, and every statement a
--- run makes on the policy's table (the planning sample, each batch's
--- DELETE) runs as that role: the table's privileges, row-level security and
--- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
--- superuser included). A plain SET ROLE is not enough: a trigger of the
--- owner's could RESET ROLE back to a superuser session user. So the
--- statement runs inside a SECURITY DEFINER function owned by the policy's
--- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
--- retention_step creates it in this session's pg_temp (built now from
--- validated policy fields; no stored SQL), hands it to the owner, calls it
--- once and drops it, all in the caller's transaction, so no other session
--- ever sees it and it is never called twice. Creating and dropping costs
--- about 0.2 ms a batch. The caller (maintain's or retention_run's session
--- role) must be able to act as the owner (be a member of it, or a
--- superuser); otherwise the run of that policy fails with 42501 and says
--- which GRANT is missing, and other policies still run.
---
--- The owner's code (triggers, rules, row-level security policies) runs in
--- the maintenance session, between the caller's own statements. Whatever it
--- leaves in that session would act later with the caller's rights, which
--- may be a superuser's: a search_path set with plain SET outlives the
--- function that pins it (PostgreSQL keeps a SET made inside a function with a
--- SET clause), so the caller's next unqualified name would resolve in the
--- owner's schema; a temporary view or type would shadow a catalog name; a
--- prepared statement would stand in for the client's; and a role's
--- membership is checked against the session user, so a call made inside the
--- statement could register a policy as any role the caller may act as. So
--- retention_step checks, before it looks up any name again, that the
--- statement left search_path, every setting a role may SET, the session's
--- prepared statements, retention_policy and the catalogs' object rows
--- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
--- the new prepared statements (they outlive a rollback) and raises 42501:
--- the batch rolls back with everything the statement did (settings,
--- objects, rows); the error is recorded on the policy's pass and other
--- policies still run. The check costs about 0.1 ms a batch
--- (retention_step_session_state). docs/security.md tells the whole story.
---
--- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
--- _retention_builtin_exec instead, inside retention_step_claim (SECURITY
--- DEFINER, <schema>_owner), which builds the statement from the policy
--- itself: no code of another role ever runs there.
+-- Running a policy's statements as its owner (docs/security.md, "Running
+-- as the owner" and "Nothing the owner's code does may outlive its
+-- statement"). Every statement on the policy's table runs as the policy's
+-- owner (or the table's, _retention_run_role), so its privileges, row-level
+-- security and triggers apply to that role, never to whoever runs
+-- maintenance. SET ROLE is not enough (the owner's trigger could RESET
+-- ROLE), so retention_step creates a SECURITY DEFINER function owned by
+-- that role in this session's pg_temp, built now from validated policy
+-- fields, calls it once and drops it, all in the caller's transaction; the
+-- caller must be able to act as the owner (else 42501 naming the GRANT).
+-- Around the call, retention_step checks that the owner's code left the
+-- session as it found it -- search_path, every setting, the prepared
+-- statements, retention_policy and the catalogs' new objects
+-- (retention_step_session_state) -- and otherwise rolls the batch back with
+-- 42501. Built-in policies (pgsweep's own tables) run in
+-- _retention_builtin_exec instead, as <schema>_owner: no code of another
+-- role runs there.
 
 -- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
 CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
@@ -230,24 +204,29 @@ AS $$
 $$;
 
 -- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner. settings: every setting a
--- session can change (pg_settings' contexts user and superuser: a role may
--- be granted SET on the latter; but the few superuser-only paths pg_settings
--- hides from this function's owner), read from the server itself, so a
--- release that adds settings needs no edit here; but search_path, which is
--- pinned here (the caller compares its own); prepared: the session's prepared
--- statements (name and text); writes: rows this transaction wrote to
--- retention_policy and inserted into pg_class, pg_type and pg_proc (a new
--- table, view, type or function), from the transaction's statistics
--- counters, or, with track_counts off, a digest of the policies and of this
--- session's temporary objects.
+-- after a statement run as a policy's owner. settings: every setting the
+-- server shows this function's owner (SHOW ALL: a release's new settings
+-- and a loaded library's included, no list to keep), but search_path,
+-- which is pinned here (the caller compares its own). SHOW ALL rather than
+-- pg_settings: the view costs several times more a call, and a setting no
+-- session can change does not change within a statement either.
+-- prepared: the session's prepared statements (name and text); writes:
+-- rows this transaction wrote to retention_policy and inserted into
+-- pg_class, pg_type and pg_proc (a new table, view, type or function), from
+-- the transaction's statistics counters, or, with track_counts off, a
+-- digest of the policies and of this session's temporary objects.
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v record;
 BEGIN
-    settings := ARRAY(SELECT s.name || '=' || coalesce(s.setting, '<unset>') FROM pg_catalog.pg_settings s
-                       WHERE s.context IN ('user', 'superuser') AND NOT s.name = 'search_path' ORDER BY s.name);
+    settings := '{}';
+    FOR v IN EXECUTE 'SHOW ALL' LOOP
+        CONTINUE WHEN v.name = 'search_path';
+        settings := settings || (v.name || '=' || coalesce(v.setting, '<unset>'));
+    END LOOP;
     prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
     IF pg_catalog.current_setting('track_counts')::boolean THEN
         writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)

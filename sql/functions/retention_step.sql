@@ -222,7 +222,7 @@ BEGIN
     IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
         -- by the catalog, not to_regclass: this runs as <schema>_owner, which
         -- need not have USAGE on the table's schema
-        -- still a partition (0.32): a table detached since the plan (by a
+        -- still a partition: a table detached since the plan (by a
         -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
         -- no longer the policy's table, never swept
         SELECT c.oid INTO v_target
