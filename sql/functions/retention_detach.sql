@@ -162,24 +162,13 @@ BEGIN
             -- The runner acts as the policy's owner, on that role's own
             -- tables only (see "As whom" above).
             IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
-                policy := v_pol.name;
-                leaf := v_c.leaf;
-                parent := v_c.parent;
-                action := 'skip';
-                leaf_schema := v_c.leaf_schema;
-                leaf_name := v_c.leaf_name;
-                parent_schema := v_c.parent_schema;
-                parent_name := v_c.parent_name;
-                rename_to := NULL;
-                act_as := NULL;
-                lock_timeout_ms := NULL;
-                reason := pg_catalog.format('%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
+                RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
+                    v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format('%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
                     CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
                     CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
                     CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
                     pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
                     pg_catalog.pg_get_userbyid(v_pol.owner));
-                RETURN NEXT;
                 CONTINUE;
             END IF;
             EXIT WHEN v_n >= p_limit;
@@ -195,19 +184,9 @@ BEGIN
             CONTINUE WHEN v_taken IS NULL;
             v_taken := NULL;
             v_n := v_n + 1;
-            policy := v_pol.name;
-            leaf := v_c.leaf;
-            parent := v_c.parent;
-            action := CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END;
-            leaf_schema := v_c.leaf_schema;
-            leaf_name := v_c.leaf_name;
-            parent_schema := v_c.parent_schema;
-            parent_name := v_c.parent_name;
-            rename_to := _retention_detach_runner_name(v_c.leaf);
-            act_as := pg_catalog.pg_get_userbyid(v_pol.owner);
-            lock_timeout_ms := v_timeout;
-            reason := NULL;
-            RETURN NEXT;
+            RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END,
+                v_c.leaf_schema, v_c.leaf_name, v_c.parent_schema, v_c.parent_name,
+                _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
     -- Tables this protocol detached and renamed (earlier calls): dropped
@@ -240,19 +219,8 @@ BEGIN
         SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
         UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
         v_n := v_n + 1;
-        policy := v_c.policy;
-        leaf := v_c.leaf;
-        parent := v_c.parent;
-        action := 'drop';
-        leaf_schema := v_c.leaf_schema;
-        leaf_name := v_c.leaf_name;
-        parent_schema := NULL;
-        parent_name := NULL;
-        rename_to := NULL;
-        act_as := pg_catalog.pg_get_userbyid(v_c.pol_owner);
-        lock_timeout_ms := v_timeout;
-        reason := NULL;
-        RETURN NEXT;
+        RETURN QUERY SELECT v_c.policy, v_c.leaf, v_c.parent, 'drop'::text, v_c.leaf_schema, v_c.leaf_name,
+            NULL::name, NULL::name, NULL::name, pg_catalog.pg_get_userbyid(v_c.pol_owner), v_timeout, NULL::text;
     END LOOP;
 END
 $$;

@@ -420,7 +420,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_time_zone_proved(pg_catalog.to_regclass(v_proof), p_name, p_time_zone);
@@ -455,7 +454,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_filter_proved(pg_catalog.to_regclass(v_proof), p_name, p_column, p_values);
@@ -548,7 +546,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_strategy_proved(pg_catalog.to_regclass(v_proof), p_name, p_strategy);
@@ -585,7 +582,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_lease_ttl_proved(pg_catalog.to_regclass(v_proof), p_name, p_ttl);

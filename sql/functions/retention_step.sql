@@ -31,19 +31,12 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_key bigint := _retention_lock_key(p_name);
-    v_held int;
 BEGIN
-    SELECT count(*) INTO v_held
-      FROM pg_catalog.pg_locks l
-     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
-       AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
     -- pg_locks shows a lock once however often it was taken; unlock until it is gone.
-    WHILE v_held > 0 LOOP
+    WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
+                     AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid) LOOP
         EXIT WHEN NOT pg_catalog.pg_advisory_unlock(v_key);
-        SELECT count(*) INTO v_held
-          FROM pg_catalog.pg_locks l
-         WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
-           AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
     END LOOP;
 END
 $$;
