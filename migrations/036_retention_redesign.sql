@@ -20,6 +20,8 @@
 -- Dropped functions:
 --   _retention_step_claim(bigint)  its result is a retention_step now
 --   _retention_unit_detached(text, bigint)  the sentinel it decoded is gone
+--   _retention_step_batch, _retention_step_detaching, _retention_step_rows
+--     one caller each: their updates are retention_step_record's own now
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 CREATE TYPE retention_unit_kind AS ENUM ('delete', 'drop', 'detached');
@@ -57,6 +59,9 @@ ALTER TABLE retention_pass ALTER COLUMN step TYPE retention_step USING NULL;
 
 DROP FUNCTION _retention_step_claim(bigint);
 DROP FUNCTION _retention_unit_detached(text, bigint);
+DROP FUNCTION _retention_step_batch(bigint, text, bigint);
+DROP FUNCTION _retention_step_detaching(bigint, retention_unit, int[], oid[], text);
+DROP FUNCTION _retention_step_rows(bigint, bigint);
 
 -- pgsweep:include functions/privileges.sql
 -- The role model, in one place (docs/security.md).
@@ -1902,23 +1907,6 @@ BEGIN
 END
 $$;
 
--- _retention_step_batch records a batch that leaves its unit open (a
--- shard's unit with more rows to read, retention_shards.sql).
-CREATE OR REPLACE FUNCTION _retention_step_batch(p_pass bigint, p_strategy text, p_deleted bigint)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    UPDATE retention_pass
-       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1,
-           last_batch_at = v_now, strategy = p_strategy
-     WHERE id = p_pass;
-END
-$$;
-
 -- _retention_step_deferred leaves a unit to a later pass: one of its rows
 -- was locked by another transaction for longer than retention_lock_timeout.
 -- The cleaner never waits longer than that on anyone (an idle-in-transaction
@@ -1975,46 +1963,13 @@ BEGIN
 END
 $$;
 
--- _retention_step_detaching records a detach step before it runs, as if
--- every leaf of it will be detached: each unit marked detached (the leaf's
--- oid its detached_table, left to a later pass, which drops the table), the
--- pass's batch and partitions counted. Done before the parent is locked, so
--- that the lock is held for the detaches and little else; the step
--- corrects it when a leaf stays (_retention_step_detached) and rolls it back
--- with the detaches when the parent's lock is not granted.
-CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
-    p_strategy text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
-      FROM unnest(p_units, p_leaves) l(unit_no, oid)
-     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
-    UPDATE retention_pass
-       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
-           last_batch_at = v_now, strategy = p_strategy
-     WHERE id = p_pass;
-END
-$$;
-
--- _retention_step_rows adds a detach step's rows to its pass.
-CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
-
 -- _retention_step_detached records a detach step from the catalog: a leaf
 -- now named pgsweep_detached_<oid> and out of its parent was detached: its
 -- unit is marked so (kind detached, the oid its detached_table) and left to a later pass,
 -- which drops the table; the pass counts its rows (p_rows, all the detached
 -- leaves') and the partition. A leaf still attached (locked by another
 -- transaction, or the whole step rolled back) is deferred to a later pass.
--- p_premarked: _retention_step_detaching counted every leaf already.
+-- p_premarked: retention_step_record ('detaching') counted every leaf already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
@@ -2457,9 +2412,21 @@ BEGIN
     END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
-            PERFORM _retention_step_detaching(p_pass, v_unit, v.units, v.oids, v.strategy);
+            -- Recorded before the step runs, as if every leaf will be
+            -- detached: each unit marked detached (left to a later pass,
+            -- which drops the table), the pass's batch and partitions
+            -- counted. Done before the parent is locked, so that the lock is
+            -- held for the detaches and little else; corrected when a leaf
+            -- stays (_retention_step_detached), rolled back with the
+            -- detaches when the parent's lock is not granted.
+            UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
+              FROM unnest(v.units, v.oids) l(unit_no, oid)
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no;
             v.premarked := true;
-            UPDATE retention_pass SET step = v WHERE id = p_pass;
+            UPDATE retention_pass
+               SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(v.oids),
+                   last_batch_at = clock_timestamp(), strategy = v.strategy, step = v
+             WHERE id = p_pass;
         ELSIF p_phase = 'locked' THEN
             -- the parent (or the default partition) stayed locked past
             -- retention_lock_timeout, or a session that holds the parent
@@ -2467,7 +2434,7 @@ BEGIN
             -- premark rolled back with it), a later pass retries
             PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, 0, v.strategy, false);
         ELSIF p_sampled = cardinality(v.oids) AND v.premarked THEN
-            PERFORM _retention_step_rows(p_pass, v_deleted);
+            UPDATE retention_pass SET rows_deleted = rows_deleted + v_deleted WHERE id = p_pass;
         ELSE -- a leaf was in use and stays: the record follows the catalog
             PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, v_deleted, v.strategy,
                                              coalesce(v.premarked, false));
@@ -2483,7 +2450,10 @@ BEGIN
     -- batch (retention_shards.sql).
     ELSIF v.shard_id IS NOT NULL AND v_deleted > 0
           AND p_sampled >= (SELECT r.batch_size FROM retention_policy r WHERE r.name = v_pass.policy) THEN
-        PERFORM _retention_step_batch(p_pass, v.strategy, v_deleted);
+        UPDATE retention_pass
+           SET rows_deleted = rows_deleted + v_deleted, batches = batches + 1, last_batch_at = clock_timestamp(),
+               strategy = v.strategy
+         WHERE id = p_pass;
     ELSE
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_deleted);
     END IF;
