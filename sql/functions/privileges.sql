@@ -162,6 +162,14 @@ BEGIN
             CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, v_schema, r.relname,
             v_roles.admin_role, v_roles.worker_role, v_roles.monitor_role);
     END LOOP;
+    -- Types of their own (enums, composites; not a table's row type, which
+    -- follows its table): owned by S_owner too.
+    FOR r IN SELECT t.typname FROM pg_catalog.pg_type t
+              WHERE t.typnamespace = v_schema::regnamespace AND t.typelem = 0
+                AND (t.typtype = 'e' OR (t.typtype = 'c' AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid) = 'c'))
+              ORDER BY t.typname LOOP
+        EXECUTE pg_catalog.format('ALTER TYPE %I.%I OWNER TO %I', v_schema, r.typname, v_owner);
+    END LOOP;
     FOR r IN SELECT g.role_kind, g.view_name FROM _view_grants() g LOOP
         IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, r.view_name)) IS NOT NULL THEN
             EXECUTE pg_catalog.format('GRANT SELECT ON %I.%I TO %I', v_schema, r.view_name, v_schema || '_' || r.role_kind);

@@ -9,8 +9,7 @@
 -- ("pg_catalog"."varchar"), and its type category; NULL when the table has
 -- no such (live, user) column. Values are cast to the BASE type, never to
 -- a domain: a domain's CHECK (and the functions it calls) is its owner's
--- code, and a cast to it would run that code as whoever casts --
--- <schema>_owner in retention_set_filter before 0.34.
+-- code, and a cast to it would run that code as whoever casts.
 -- A column compares with its base type's values as it is (no check runs
 -- when a domain value is read as its base type).
 CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,

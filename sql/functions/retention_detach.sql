@@ -1,98 +1,37 @@
 -- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY, run by
--- the Go runner (docs/retention.md, "Partitioned tables").
---
--- Why: a pass removes an expired leaf with a plain DETACH, which holds an
--- ACCESS EXCLUSIVE lock on the parent for a moment; every insert into the
--- table in that moment waits for it (one insert a pass waited 3-4 ms in
--- `bench cleanup --partitioned`, docs/benchmarks.md). DETACH ...
--- CONCURRENTLY takes SHARE UPDATE EXCLUSIVE on the parent, which no insert
--- and no query waits for, and ACCESS EXCLUSIVE on the leaf only after every
--- transaction that could still see it has ended. PostgreSQL runs it outside
--- any transaction block only, so neither maintain() nor retention_run
--- (procedures, pg_cron) can: the Go runner runs it before each maintenance
--- pass, from the claims these functions hand out. Installs run by pg_cron
--- alone keep the pass's plain DETACH (retention_partition.sql).
+-- the Go runner before each maintenance pass (docs/retention.md,
+-- "Partitioned tables"; docs/security.md, "The runner's DETACH ...
+-- CONCURRENTLY"). A plain DETACH (the pass's, retention_partition.sql)
+-- holds ACCESS EXCLUSIVE on the parent, and inserts wait for it; the
+-- CONCURRENTLY form takes SHARE UPDATE EXCLUSIVE, which no insert waits
+-- for, but runs only outside a transaction block, so no function can.
 --
 -- The protocol (Client.RetentionDetachConcurrently in Go):
 --   1. retention_detach_claim(owner) claims, among the policies retention_due
---      lists, the leaves to remove:
---        'detach'   a droppable leaf (_retention_leaf_droppable) of a parent
---                   without a DEFAULT partition (PostgreSQL refuses
---                   CONCURRENTLY there: those keep the pass's DETACH), whose
---                   policy's owner the caller can SET ROLE to (otherwise the
---                   pass, as the policy's owner, does it);
---        'finalize' a leaf this protocol left half-detached (a runner killed,
---                   or its lock_timeout reached, between DETACH's two
---                   transactions): DETACH ... FINALIZE;
---        'drop'     a table this protocol detached (by an earlier call: the
---                   commit of a DROP releases the files, 25-50 ms a leaf of
---                   1,000,000 rows, CPU and I/O taken from the inserts, so
---                   it is left out of the call that removes the rows, as
---                   the pass does since 0.30);
---        'skip'     not a claim: a leaf the runner would detach but that it,
---                   or its parent, is owned by another role than the
---                   policy's owner; reason says which (see "As whom" below).
---      A claim is a row of retention_detaching held for the policy's
---      lease_ttl: two runners never work on one leaf at once; one that died
---      leaves its leaf to the next runner after the TTL.
---   2. The runner builds each statement itself from the claim's typed
---      values -- schema and relation names (quoted by pgx), the name to
---      rename to, the role to act as -- and runs it as that role: SET ROLE
---      to the policy's owner for exactly that statement, then back. No SQL
---      text travels from the database to Go (before 0.34 the claim handed
---      out count_sql, detach_sql, rename_sql and drop_sql, and the count's
---      text compared oid = integer and real >= integer, which pg_catalog has
---      no exact operator for: a public.=(oid, integer) ran as the runner).
---      It sets lock_timeout to retention_lock_timeout, runs the DETACH (or
---      FINALIZE) and renames the detached table pgsweep_detached_c<oid>
---      (its name is free again at once), or the DROP, each statement in its
---      own transaction.
---   3. retention_detach_done(owner, leaf) records what the catalog says,
---      whatever failed in between: a leaf out of its parent under the
---      runner's name (or dropped) counts its rows as deleted, once, in a
---      retention_pass of strategy 'detach_concurrently' (which retention_due
---      does not count as the policy's pass) and stays claimed for DROP; a
---      leaf still half-detached stays claimed for FINALIZE; a leaf still
---      attached (lock_timeout) is released, and the pass's plain DETACH or a
---      later claim takes it; a leaf out of its parent under another name
---      (detached by a maintenance pass, by a DBA keeping it, or the rename
---      failed) is released, not counted, and left in place.
--- The pass plans nothing for a leaf that is claimed or half-detached
--- (retention_partition.sql) and sweeps nothing that left its parent since
--- it planned (retention_step.sql); its plain DETACH defers a leaf a runner
--- detached or half-detached meanwhile.
---
--- The rows a detached leaf held are the catalog's estimate
--- (_retention_detach_estimate), read by retention_detach_done when it
--- records the leaf: nobody reads the leaf itself. Counting its rows would
--- run the leaf owner's row-level security policies (with FORCE ROW LEVEL
--- SECURITY, or for a runner that is not the owner) with the counting role's
--- rights -- until 0.34 the runner's own -- and would read a whole partition
--- the detach exists to avoid reading. Counting as the owner would cure the
--- first and not the second. So the runner reports an estimate: the live
--- tuples of the statistics, else pg_class.reltuples (exact after ANALYZE of
--- a small leaf, autovacuum's estimate otherwise), else 0 for a leaf never
--- analyzed whose inserts the statistics have not seen yet.
---
--- As whom: DETACH needs the ownership of the parent, RENAME and DROP the
--- ownership of the leaf, so the runner runs each as the policy's owner (SET
--- ROLE, the role retention_detach_claim names in act_as), never as itself:
--- a superuser runner DETACHes with the policy owner's rights and no more.
--- No code of the table's owner runs in these statements: DETACH ...
--- CONCURRENTLY, FINALIZE, RENAME and DROP fire no trigger and no rule,
--- evaluate no CHECK constraint (the constraint DETACH ... CONCURRENTLY adds
--- is a copy of the partition bound, added as valid without a scan), no
--- default, no generated column, no index expression, no domain check and
--- no row-level security policy; event triggers belong to superusers. A leaf
--- (or parent) owned by another role than the policy's owner is not
--- claimed: PostgreSQL lets the parent's owner DETACH a leaf it does not own,
--- which would act on that role's table with the policy owner's rights; the
--- claim returns it as 'skip' with the reason, and the runner logs it. The
--- hook suite (security_runner_hooks_test.go) proves it with a hostile
--- table carrying every hook, for a superuser runner and for a runner role.
+--      lists, 'detach' (a droppable leaf of a parent without a DEFAULT
+--      partition), 'finalize' (a leaf this protocol left half-detached) and
+--      'drop' (a table it detached by an earlier call: the DROP's commit is
+--      kept out of the call that removes the rows), each a row of
+--      retention_detaching held for the policy's lease_ttl; 'skip' rows are
+--      not claims: a leaf or parent owned by another role than the
+--      policy's owner, with the reason.
+--   2. The runner builds each statement from the claim's typed values (no
+--      SQL text travels to Go) and runs it as the policy's owner (SET ROLE
+--      for that statement): DETACH or FINALIZE, then RENAME to
+--      pgsweep_detached_c<oid>, or DROP, each in its own transaction,
+--      under retention_lock_timeout.
+--   3. retention_detach_done(owner, leaf) records what the catalog says: a
+--      leaf out of its parent under the runner's name (or dropped) counts
+--      its rows once, from the statistics (nothing reads the leaf), in a
+--      retention_pass of strategy 'detach_concurrently', and stays claimed
+--      for DROP; a half-detached leaf stays claimed for FINALIZE; an
+--      attached one is released; one out of its parent under another name
+--      is released, not counted, left in place.
+-- The pass plans nothing for a leaf that is claimed or half-detached, and
+-- sweeps nothing that left its parent since it planned.
 
 -- _retention_detach_runner_name: the name the runner gives a table it
--- detached, until its next call drops it (0.32). Not the pass's
+-- detached, until its next call drops it. Not the pass's
 -- pgsweep_detached_<oid>: the name is the proof of who detached it, so
 -- that neither counts or drops the other's tables, and a table someone
 -- else detached (a DBA keeping it, an archive job) is never counted or
@@ -223,24 +162,13 @@ BEGIN
             -- The runner acts as the policy's owner, on that role's own
             -- tables only (see "As whom" above).
             IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
-                policy := v_pol.name;
-                leaf := v_c.leaf;
-                parent := v_c.parent;
-                action := 'skip';
-                leaf_schema := v_c.leaf_schema;
-                leaf_name := v_c.leaf_name;
-                parent_schema := v_c.parent_schema;
-                parent_name := v_c.parent_name;
-                rename_to := NULL;
-                act_as := NULL;
-                lock_timeout_ms := NULL;
-                reason := pg_catalog.format('%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
+                RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
+                    v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format('%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
                     CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
                     CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
                     CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
                     pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
                     pg_catalog.pg_get_userbyid(v_pol.owner));
-                RETURN NEXT;
                 CONTINUE;
             END IF;
             EXIT WHEN v_n >= p_limit;
@@ -256,19 +184,9 @@ BEGIN
             CONTINUE WHEN v_taken IS NULL;
             v_taken := NULL;
             v_n := v_n + 1;
-            policy := v_pol.name;
-            leaf := v_c.leaf;
-            parent := v_c.parent;
-            action := CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END;
-            leaf_schema := v_c.leaf_schema;
-            leaf_name := v_c.leaf_name;
-            parent_schema := v_c.parent_schema;
-            parent_name := v_c.parent_name;
-            rename_to := _retention_detach_runner_name(v_c.leaf);
-            act_as := pg_catalog.pg_get_userbyid(v_pol.owner);
-            lock_timeout_ms := v_timeout;
-            reason := NULL;
-            RETURN NEXT;
+            RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END,
+                v_c.leaf_schema, v_c.leaf_name, v_c.parent_schema, v_c.parent_name,
+                _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
     -- Tables this protocol detached and renamed (earlier calls): dropped
@@ -301,19 +219,8 @@ BEGIN
         SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_c.policy;
         UPDATE retention_detaching SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl WHERE retention_detaching.leaf = v_c.leaf;
         v_n := v_n + 1;
-        policy := v_c.policy;
-        leaf := v_c.leaf;
-        parent := v_c.parent;
-        action := 'drop';
-        leaf_schema := v_c.leaf_schema;
-        leaf_name := v_c.leaf_name;
-        parent_schema := NULL;
-        parent_name := NULL;
-        rename_to := NULL;
-        act_as := pg_catalog.pg_get_userbyid(v_c.pol_owner);
-        lock_timeout_ms := v_timeout;
-        reason := NULL;
-        RETURN NEXT;
+        RETURN QUERY SELECT v_c.policy, v_c.leaf, v_c.parent, 'drop'::text, v_c.leaf_schema, v_c.leaf_name,
+            NULL::name, NULL::name, NULL::name, pg_catalog.pg_get_userbyid(v_c.pol_owner), v_timeout, NULL::text;
     END LOOP;
 END
 $$;

@@ -1,75 +1,28 @@
 -- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
 --
 -- A policy on a partitioned table (RANGE, LIST or HASH, any depth) covers
--- every leaf partition, present and future: each sweep lists the leaves
--- again when it is planned. A leaf is removed whole -- detached and dropped
--- -- when
---   * its parent is partitioned by RANGE on the policy's time column alone,
---   * its upper bound is at or before the cutoff (every row it can hold is
---     older than the cutoff),
---   * the policy has no status and no filter condition (all its rows would
---     be deleted), and
---   * the policy's owner owns the leaf and its parent (DROP and DETACH need
---     ownership; a policy owner with only SELECT and DELETE gets sweeps).
---     Owns, not is a member of the owner (0.34): the detach runs as the
---     policy's owner, so any code of the leaf must be that role's.
--- A leaf swept row by row runs its DELETE as the leaf's owner when the
+-- every leaf, present and future: each sweep lists the leaves again. A leaf
+-- is removed whole (_retention_leaf_droppable) when its parent is
+-- partitioned by RANGE on the policy's time column alone, its upper bound is
+-- at or before the cutoff, the policy has no status and no filter, and the
+-- policy's owner owns the leaf and its parent (owns, not is a member of:
+-- the detach runs as that role). Every other leaf is swept like a plain
+-- table, in tid_range units of its own, as the leaf's owner when the
 -- policy's owner is that role or a member of it; a leaf of another role is
--- skipped, with an error on the pass (retention_step_claim,
--- _retention_run_role): no leaf's code ever runs as a role that did not
--- write it.
--- Every other leaf -- the default partition, LIST and HASH leaves, a leaf
--- the cutoff cuts through -- is swept like a plain table, in tid_range units
--- of its own, with the same guarantees (the full predicate in every DELETE,
--- exclusive and parallel modes).
+-- skipped, with an error on the pass (_retention_run_role). A RANGE leaf
+-- whose lower bound is at or after the cutoff holds nothing eligible: the
+-- plan leaves it alone.
 --
--- A RANGE leaf on the time column whose lower bound is at or after the
--- cutoff holds no eligible row: the plan leaves it alone (0.30). Before, every
--- young leaf got tid_range units and each pass read it whole for nothing:
--- 0.85 of the 1.3 s a pass over the benchmark's 10 leaves took.
---
--- Locks: DETACH takes an ACCESS EXCLUSIVE lock on the parent (and on the
--- default partition, if there is one). A drop unit's first step detaches
--- every droppable leaf of the sweep under that parent in ONE transaction
--- (0.30): the parent's lock is requested with lock_timeout =
--- retention_lock_timeout (1 s by default; writers and readers queue behind
--- the request at most that long), each leaf's with NOWAIT once the parent's
--- is held (a leaf another transaction is reading -- a long report, say -- is
--- skipped and its unit deferred to a later pass, instead of holding the
--- parent while waiting for it), and the lock is held for about 0.1-0.3 ms a
--- leaf plus the commit: inserts wait for it once per pass, not once per
--- leaf. Before the parent, each leaf is locked SHARE UPDATE EXCLUSIVE (which
--- no insert or query waits for) so that an autovacuum worker on it yields
--- first (_retention_detach_body). A parent lock that is not granted in time
--- defers every unit of the step.
--- DETACH ... CONCURRENTLY cannot run in a function or procedure (so not
--- under pg_cron or CALL maintain()) and PostgreSQL refuses it when the table
--- has a default partition: the Go runner runs it before each maintenance
--- pass (0.31, retention_detach.sql); the leaves it claimed or left
--- half-detached are not planned here.
---
--- Detached, not dropped (0.30). The detached leaf is renamed
--- pgsweep_detached_<oid> in the same transaction (its name is free again at
--- once, and nothing writes into it by its old name) and its unit stays open,
--- marked detached (block_lo -1, block_hi its oid). Its rows are gone from
--- the policy's table at that commit, so they count as deleted then, and the
--- pass may end 'drained'. The next pass (retention_due lists the policy at
--- once) drops the detached tables first, in one transaction that holds no
--- lock on the parent: the commit releases the files, 25-50 ms a leaf of
--- 1,000,000 rows on ext4 (docs/benchmarks.md), one buffer-pool scan for all
--- of them. PostgreSQL releases a dropped table's files after the commit has
--- released its locks, so no writer waits for that either way; moving it to
--- the next pass takes it out of the pass that removes the rows.
--- 0.27-0.29 emptied a leaf with TRUNCATE before detaching it; a unit left
--- emptied (block_lo 0) by those versions is detached like any other.
---
--- The rows a detached leaf held are reported as deleted, as a swept leaf's
--- are, counted from the statistics rather than read: the cumulative
--- statistics' live tuples (exact for a partition only ever inserted into),
--- else pg_class.reltuples (the last VACUUM or ANALYZE), and count(*) only for
--- a leaf that has neither. A count(*) reads the whole leaf: 2.2 of the 2.4 s
--- that dropping 8 leaves of 1,000,000 rows took, for a number. The counts
--- are read before the parent is locked.
+-- Removing a leaf takes two passes. A drop unit's step detaches every
+-- droppable leaf of the sweep under that parent in one transaction
+-- (_retention_detach_body: the parent's lock is held for the detaches and
+-- little else), renames each pgsweep_detached_<oid> and marks its unit
+-- detached; its rows count as deleted at that commit. The next pass
+-- (retention_due lists the policy at once) drops the detached tables first,
+-- in a transaction that holds no lock on the parent, so the commit that
+-- releases the files is out of the pass that removes the rows. Installs
+-- with the Go runner detach CONCURRENTLY instead (retention_detach.sql);
+-- the leaves it claimed or left half-detached are not planned here.
 
 -- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
 -- lower bound of a RANGE leaf on the policy's time column, encoded like the
@@ -142,7 +95,7 @@ $$;
 
 -- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
 -- (see the rules above): expired, and the policy's owner owns it and its
--- parent (0.34: not merely a member of their owners): the detach runs as
+-- parent (not merely a member of their owners): the detach runs as
 -- it, and so does whatever code of the leaf's the count, the locks and the
 -- DETACH run. The runner's claim (retention_detach.sql) reports an expired
 -- leaf of another owner as skipped.
@@ -201,7 +154,7 @@ BEGIN
         CONTINUE WHEN _retention_leaf_bound(p_pol, v_leaf.leaf, true) >= v_cutoff;
         IF _retention_leaf_droppable(p_pol, v_leaf.leaf, v_cutoff) THEN
             v_units := v_units + 1;
-            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, action)
+            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, kind)
             VALUES (p_pol.name, v_sweep, v_units, v_leaf.nspname, v_leaf.relname, 'drop');
             CONTINUE;
         END IF;
@@ -209,7 +162,7 @@ BEGIN
         v_rpb := greatest(CASE WHEN v_leaf.reltuples > 0 AND v_leaf.relpages > 0
                                THEN v_leaf.reltuples / v_leaf.relpages END, 1);
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
-        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, action)
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, kind)
         SELECT p_pol.name, v_sweep, v_units + g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END,
                v_leaf.nspname, v_leaf.relname, 'delete'
           FROM generate_series(0, greatest(v_blocks - 1, 0), v_step) WITH ORDINALITY g(lo, n);
@@ -247,22 +200,12 @@ BEGIN
 END
 $$;
 
--- _retention_unit_detached: whether a unit is a drop unit whose leaf a pass
--- detached (block_lo -1, block_hi the detached table's oid); its table is
--- dropped by a later pass whatever happens to the policy's definition.
-CREATE OR REPLACE FUNCTION _retention_unit_detached(p_action text, p_block_lo bigint)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT p_action = 'drop' AND p_block_lo IS NOT DISTINCT FROM -1 $$;
-
 -- _retention_depended_on: whether something outside a detached table
 -- depends on it -- a view made on it since, a foreign key to it -- so that
 -- its DROP would fail (every pass, if nothing stopped trying). The table's
 -- own constraints do not count: a CHECK constraint (one inherited from the
 -- parent, the one DETACH ... CONCURRENTLY adds) depends on the table's
--- columns, and until 0.33 it made every detached leaf of a table with a
--- CHECK constraint stay in place, never dropped. The pass's drops
+-- columns. The pass's drops
 -- (_retention_release_claim) and the runner's (retention_detach.sql) ask
 -- this one function.
 CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
@@ -278,7 +221,7 @@ AS $$
                                             WHERE k.oid = d.objid AND k.conrelid = p_table))
                       -- the table's own rules and column defaults (a generated
                       -- column reads other columns) go with it, as its own
-                      -- constraints do (0.34: such leaves were detached, never dropped)
+                      -- constraints do
                       AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass
                                AND EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
                                             WHERE w.oid = d.objid AND w.ev_class = p_table))

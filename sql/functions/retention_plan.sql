@@ -1,44 +1,27 @@
--- Retention: planning a sweep.
+-- Retention: planning a sweep (docs/retention.md, "Strategies").
 --
 -- A sweep fixes the cutoff and the strategy and cuts the work into units:
 --
--- tid_range: consecutive heap block ranges, each sized so that it holds about
---   one batch of rows. Each unit is one DELETE with the full predicate over a
---   Tid Range Scan (PostgreSQL 14+): it reads only its own blocks, so draining
---   a backlog never re-walks what earlier batches deleted, and no row is
---   locked before it is deleted (locking first writes every row twice:
---   measured 0.45x of one DELETE, against 0.85x-1.0x for this walk). Parallel
---   cleaners take different units, so they touch disjoint rows. The last unit
---   is open-ended: blocks the table grows by during the sweep belong to it.
+-- tid_range: consecutive heap block ranges of about one batch of rows each,
+--   each one DELETE with the full predicate over a Tid Range Scan: it reads
+--   only its own blocks, so draining a backlog never re-walks what earlier
+--   batches deleted, and parallel cleaners touch disjoint rows. The last
+--   unit is open-ended: blocks the table grows by belong to it.
 -- keyset: windows of the time column, each expected to hold about one batch
---   of eligible rows (cut at the quantiles of the eligible rows' times in a
---   sample of the table). Each unit is one DELETE with the full predicate and
---   time >= lo AND time < hi: the planner drives it from an index that leads
---   with the time column (Bitmap Index Scan for a sparse window), so a sparse
---   backlog (measured: 1% eligible) reads only the index range of old rows
---   and the heap blocks that hold eligible rows, where a heap walk would read
---   the whole table. Windows are disjoint, so parallel cleaners split them.
---   A first version walked the index in time order (ORDER BY time LIMIT
---   batch, then delete by TID); in PostgreSQL 15 such an ordered scan cannot
---   use the status list as an index condition and fetched the heap row of
---   every old row of any status: 0.75x of one DELETE at 1% eligible.
---
--- A hash-distributed (Citus) table is planned per shard instead: units per
--- shard, each batch one read on the shard's worker and one DELETE routed
--- to that shard alone (retention_shards.sql).
+--   of eligible rows (cut at the quantiles of a sample's eligible times),
+--   each one DELETE with the full predicate and time >= lo AND time < hi,
+--   driven by an index that leads with the time column: a sparse backlog
+--   reads only the old rows' index range and the blocks that hold them.
+-- A hash-distributed (Citus) table is planned per shard (retention_shards.sql).
 --
 -- 'auto' takes keyset when such an index exists and at most
--- retention_keyset_fraction() (5%) of the table is eligible, else tid_range.
--- The fraction is measured on a sample of about 400 random blocks
--- (TABLESAMPLE SYSTEM: a millisecond or two on 1M rows), not taken from the
--- planner, whose estimate was 8.6x too high for a 1% backlog (it multiplies
--- the time and status selectivities as if they were independent), and not
--- counted through the index, which reads the same index range as the keyset
--- walk itself and so doubled the cost of a sparse pass (measured: 25-180 ms).
--- The threshold is measured (docs/benchmarks.md): at 10% eligible the TID
--- walk ran 0.70x of one DELETE and the keyset walk 0.40x; at 1% the keyset
--- walk ran 1.0x (2.1x with a cold cache) and the TID walk 0.55x.
+-- retention_keyset_fraction() of the table is eligible, else tid_range. The
+-- fraction comes from a sample of about 400 random blocks (TABLESAMPLE
+-- SYSTEM), not from the planner (which multiplies the time and status
+-- selectivities as if independent) nor from the index (which reads what
+-- the keyset walk itself reads).
 
+-- retention_keyset_fraction: the eligible fraction at or under which 'auto' takes keyset.
 CREATE OR REPLACE FUNCTION retention_keyset_fraction()
 RETURNS double precision
 LANGUAGE sql IMMUTABLE

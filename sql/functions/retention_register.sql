@@ -257,7 +257,7 @@ BEGIN
                  IS DISTINCT FROM
                  (v_schema, v_table, p_time_column, v_time_type, p_older_than,
                   p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
     END IF;
     INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
                                        status_column, statuses, batch_size, mode, run_interval,
@@ -399,8 +399,8 @@ DECLARE
 BEGIN
     -- partitions a pass detached and no pass dropped yet stay behind
     FOR v_table IN
-        SELECT c.oid::regclass::text FROM retention_unit u JOIN pg_catalog.pg_class c ON c.oid = u.block_hi::oid
-         WHERE u.policy = p_name AND _retention_unit_detached(u.action, u.block_lo)
+        SELECT c.oid::regclass::text FROM retention_unit u JOIN pg_catalog.pg_class c ON c.oid = u.detached_table
+         WHERE u.policy = p_name AND u.kind = 'detached'
     LOOP
         RAISE NOTICE 'retention policy %: the detached partition % is left in place (DROP TABLE it)', p_name, v_table;
     END LOOP;
@@ -420,7 +420,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_time_zone_proved(pg_catalog.to_regclass(v_proof), p_name, p_time_zone);
@@ -440,7 +439,7 @@ BEGIN
     PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
     v_at := clock_timestamp();
     UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo); -- the open sweep's cutoff was computed in the old zone
+    DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached'; -- the open sweep's cutoff was computed in the old zone
 END
 $$;
 
@@ -455,7 +454,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_filter_proved(pg_catalog.to_regclass(v_proof), p_name, p_column, p_values);
@@ -516,7 +514,7 @@ BEGIN
     v_at := clock_timestamp();
     UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
      WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+    DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
 END
 $$;
 
@@ -548,7 +546,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_strategy_proved(pg_catalog.to_regclass(v_proof), p_name, p_strategy);
@@ -571,7 +568,7 @@ BEGIN
     END IF;
     v_at := clock_timestamp();
     UPDATE retention_policy SET strategy = p_strategy, updated_at = v_at WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND NOT _retention_unit_detached(action, block_lo);
+    DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
 END
 $$;
 
@@ -585,7 +582,6 @@ AS $$
 DECLARE
     v_proof text := pg_catalog.format('pg_temp.%I',
         'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
-    v_result int;
 BEGIN
     EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
     PERFORM retention_set_lease_ttl_proved(pg_catalog.to_regclass(v_proof), p_name, p_ttl);

@@ -1,66 +1,29 @@
 -- Retention of a distributed (Citus) table: shard by shard
 -- (docs/operations.md, "Scaling out with Citus").
 --
--- On a Citus coordinator a hash-distributed table is an empty shell: its rows
--- live in shards on the workers. Planned like a plain table, a sweep would
--- see no blocks and make one unit, and each batch would be one multi-shard
--- DELETE over every shard -- unbounded, and with ctid in it, which Citus
--- runs on every shard (the same ctid means a different row in each). So a
--- policy on a hash-distributed table (pg_dist_partition.partmethod 'h') is
--- planned per shard instead:
---
---   * units per shard (retention_unit.shard_id): tid_range units over the
---     shard's own blocks, sized like a plain table's from the shard's size
---     and statistics (read on its worker), or, for a keyset policy, one
---     window (-infinity, infinity) per shard. Units are numbered round-robin
---     over the shards, so parallel cleaners spread over the shards (and the
---     workers) instead of queuing on the first one.
---   * a batch is two statements, both on that shard alone:
---       1. a read, sent to the shard's worker as text with
---          master_run_on_worker (a connection of its own, as the policy's
---          owner): the ctid and distribution value of at most batch_size
---          eligible rows of the unit's range of that shard, in ctid (or
---          time) order. It locks nothing and changes nothing; it only says
---          which rows to try.
---       2. the DELETE, on the coordinator in the batch's transaction, of
---          exactly those rows: WHERE <distribution column> = ANY (their
---          values) AND ctid = ANY (their ctids) AND <the policy's full
---          predicate>. The distribution values all hash into the one shard,
---          so Citus's router planner sends the DELETE to that shard only
---          (a single-shard statement, where ctid is safe), and the full
---          predicate is re-checked on every row as it is deleted (READ
---          COMMITTED: a row re-queued since the read is skipped; a row
---          updated since the read has a new ctid and is skipped). A batch
---          deletes at most batch_size rows.
---     A read that returned batch_size rows leaves its unit open (the next
---     batch reads the unit again: the rows just deleted are gone); one that
---     returned fewer, or deleted nothing, finishes it.
---   * the DELETE waits for a row lock no longer than retention_lock_timeout,
---     on the worker too: Citus does not pass a function's settings on to
---     the workers, so the batch sets lock_timeout with SET LOCAL under
---     citus.propagate_set_commands = local, which Citus sends with the
---     transaction to the shard's worker. A lock timeout there (55P03) defers
---     the unit to a later pass, as on one server (_retention_step).
---   * never a multi-shard statement with ctid or SKIP LOCKED, exclusive and
---     parallel modes unchanged (units are claimed as before).
--- Reference tables and Citus local tables hold all their rows on the
--- coordinator's side of a single statement: they are planned as today, as
--- are plain tables (the check is one catalog read when Citus is installed,
--- one pg_extension read when it is not). pgsweep's own built-in policies
--- (message_processed, message_dead) filter by one queue, their distribution
--- column, so their statements already go to one shard: they are planned as
--- today too.
---
--- The read's own session has no lock_timeout (master_run_on_worker sends
--- one statement, and a relation lock is taken before any set_config in it
--- could run): DDL that holds the shard's lock holds the batch up.
---
--- Values in the read travel as literals (format %L; a time as ISO 8601 in
--- UTC, so no DateStyle or TimeZone of either session changes it):
--- master_run_on_worker takes text only. A shard that no longer exists when
--- its unit comes up (split, or its table redistributed) drops the unit; its
--- rows are swept by the next sweep. A shard that moved is found where it is
--- now (pg_dist_placement is read at every batch).
+-- On a coordinator a hash-distributed table is an empty shell; planned like
+-- a plain table, each batch would be one multi-shard DELETE with ctid in it
+-- (the same ctid is a different row in each shard). So a policy on a
+-- hash-distributed table is planned per shard (retention_unit.shard_id):
+-- tid_range units over the shard's own blocks, or one keyset window per
+-- shard, numbered round-robin so that parallel cleaners spread over the
+-- workers. A batch is two statements on that shard alone:
+--   1. a read sent as text to the shard's worker (master_run_on_worker, as
+--      the policy's owner; values as literals, a time as ISO 8601 in UTC):
+--      the ctid and distribution value of at most batch_size eligible rows
+--      of the unit's range; it locks and changes nothing;
+--   2. the DELETE, in the batch's transaction, of exactly those rows, with
+--      the distribution values (so Citus routes it to that one shard, where
+--      ctid is safe) and the policy's full predicate, re-checked on every
+--      row as it is deleted.
+-- A read that returned batch_size rows leaves its unit open. The DELETE
+-- waits for a row lock at most retention_lock_timeout on the worker too
+-- (SET LOCAL under citus.propagate_set_commands = local); a timeout defers
+-- the unit. A shard gone since the plan drops its unit (the next sweep
+-- takes its rows); one that moved is found where it is (pg_dist_placement
+-- is read at every batch). Reference tables, Citus local tables and the
+-- built-in policies (which filter by one queue, the distribution column)
+-- are planned like plain tables.
 
 -- _retention_distribution: the distribution column of a hash-distributed
 -- Citus table, NULL for any other table (and without Citus).

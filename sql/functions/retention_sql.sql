@@ -149,49 +149,23 @@ BEGIN
 END
 $$;
 
--- Running a policy's statements as its owner.
---
--- A policy belongs to the role that registered it, and every statement a
--- run makes on the policy's table (the planning sample, each batch's
--- DELETE) runs as that role: the table's privileges, row-level security and
--- triggers apply to the owner, never to whoever runs maintenance (pg_cron's
--- superuser included). A plain SET ROLE is not enough: a trigger of the
--- owner's could RESET ROLE back to a superuser session user. So the
--- statement runs inside a SECURITY DEFINER function owned by the policy's
--- owner, where PostgreSQL forbids SET ROLE and SET SESSION AUTHORIZATION:
--- retention_step creates it in this session's pg_temp (built now from
--- validated policy fields; no stored SQL), hands it to the owner, calls it
--- once and drops it, all in the caller's transaction, so no other session
--- ever sees it and it is never called twice. Creating and dropping costs
--- about 0.2 ms a batch. The caller (maintain's or retention_run's session
--- role) must be able to act as the owner (be a member of it, or a
--- superuser); otherwise the run of that policy fails with 42501 and says
--- which GRANT is missing, and other policies still run.
---
--- The owner's code (triggers, rules, row-level security policies) runs in
--- the maintenance session, between the caller's own statements. Whatever it
--- leaves in that session would act later with the caller's rights, which
--- may be a superuser's: a search_path set with plain SET outlives the
--- function that pins it (PostgreSQL keeps a SET made inside a function with a
--- SET clause), so the caller's next unqualified name would resolve in the
--- owner's schema; a temporary view or type would shadow a catalog name; a
--- prepared statement would stand in for the client's; and a role's
--- membership is checked against the session user, so a call made inside the
--- statement could register a policy as any role the caller may act as. So
--- retention_step checks, before it looks up any name again, that the
--- statement left search_path, every setting a role may SET, the session's
--- prepared statements, retention_policy and the catalogs' object rows
--- (pg_class, pg_type, pg_proc inserts) as it found them. If not, it deletes
--- the new prepared statements (they outlive a rollback) and raises 42501:
--- the batch rolls back with everything the statement did (settings,
--- objects, rows); the error is recorded on the policy's pass and other
--- policies still run. The check costs about 0.1 ms a batch
--- (retention_step_session_state). docs/security.md tells the whole story.
---
--- Built-in policies (owner <schema>_owner, pgsweep's own tables) run in
--- _retention_builtin_exec instead, inside retention_step_claim (SECURITY
--- DEFINER, <schema>_owner), which builds the statement from the policy
--- itself: no code of another role ever runs there.
+-- Running a policy's statements as its owner (docs/security.md, "Running
+-- as the owner" and "Nothing the owner's code does may outlive its
+-- statement"). Every statement on the policy's table runs as the policy's
+-- owner (or the table's, _retention_run_role), so its privileges, row-level
+-- security and triggers apply to that role, never to whoever runs
+-- maintenance. SET ROLE is not enough (the owner's trigger could RESET
+-- ROLE), so retention_step creates a SECURITY DEFINER function owned by
+-- that role in this session's pg_temp, built now from validated policy
+-- fields, calls it once and drops it, all in the caller's transaction; the
+-- caller must be able to act as the owner (else 42501 naming the GRANT).
+-- Around the call, retention_step checks that the owner's code left the
+-- session as it found it -- search_path, every setting, the prepared
+-- statements, retention_policy and the catalogs' new objects
+-- (retention_step_session_state) -- and otherwise rolls the batch back with
+-- 42501. Built-in policies (pgsweep's own tables) run in
+-- _retention_builtin_exec instead, as <schema>_owner: no code of another
+-- role runs there.
 
 -- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
 CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
@@ -230,53 +204,29 @@ AS $$
 $$;
 
 -- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner. settings: every setting a role
--- may SET (context 'user' in PostgreSQL 15; a name a server lacks reads as
--- NULL) but search_path, which is pinned here (the caller compares its own);
--- prepared: the session's prepared statements (name and text); writes: rows
--- this transaction wrote to retention_policy and inserted into pg_class,
--- pg_type and pg_proc (a new table, view, type or function), from the
--- transaction's statistics counters, or, with track_counts off, a digest of
--- the policies and of this session's temporary objects.
+-- after a statement run as a policy's owner. settings: every setting the
+-- server shows this function's owner (SHOW ALL: a release's new settings
+-- and a loaded library's included, no list to keep), but search_path,
+-- which is pinned here (the caller compares its own). SHOW ALL rather than
+-- pg_settings: the view costs several times more a call, and a setting no
+-- session can change does not change within a statement either.
+-- prepared: the session's prepared statements (name and text); writes:
+-- rows this transaction wrote to retention_policy and inserted into
+-- pg_class, pg_type and pg_proc (a new table, view, type or function), from
+-- the transaction's statistics counters, or, with track_counts off, a
+-- digest of the policies and of this session's temporary objects.
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v record;
 BEGIN
-    settings := ARRAY(SELECT n || '=' || coalesce(pg_catalog.current_setting(n, true), '<unset>') FROM pg_catalog.unnest(ARRAY[
-        'DateStyle', 'IntervalStyle', 'TimeZone', 'application_name', 'array_nulls', 'backend_flush_after',
-        'backslash_quote', 'bytea_output', 'check_function_bodies', 'client_connection_check_interval',
-        'client_encoding', 'client_min_messages', 'commit_siblings', 'constraint_exclusion', 'cpu_index_tuple_cost',
-        'cpu_operator_cost', 'cpu_tuple_cost', 'cursor_tuple_fraction', 'debug_pretty_print', 'debug_print_parse',
-        'debug_print_plan', 'debug_print_rewritten', 'default_statistics_target', 'default_table_access_method',
-        'default_tablespace', 'default_text_search_config', 'default_toast_compression',
-        'default_transaction_deferrable', 'default_transaction_isolation', 'default_transaction_read_only',
-        'effective_cache_size', 'effective_io_concurrency', 'enable_async_append', 'enable_bitmapscan',
-        'enable_gathermerge', 'enable_hashagg', 'enable_hashjoin', 'enable_incremental_sort', 'enable_indexonlyscan',
-        'enable_indexscan', 'enable_material', 'enable_memoize', 'enable_mergejoin', 'enable_nestloop',
-        'enable_parallel_append', 'enable_parallel_hash', 'enable_partition_pruning', 'enable_partitionwise_aggregate',
-        'enable_partitionwise_join', 'enable_seqscan', 'enable_sort', 'enable_tidscan', 'escape_string_warning',
-        'exit_on_error', 'extra_float_digits', 'force_parallel_mode', 'from_collapse_limit', 'geqo', 'geqo_effort',
-        'geqo_generations', 'geqo_pool_size', 'geqo_seed', 'geqo_selection_bias', 'geqo_threshold',
-        'gin_fuzzy_search_limit', 'gin_pending_list_limit', 'hash_mem_multiplier',
-        'idle_in_transaction_session_timeout', 'idle_session_timeout', 'jit', 'jit_above_cost', 'jit_expressions',
-        'jit_inline_above_cost', 'jit_optimize_above_cost', 'jit_tuple_deforming', 'join_collapse_limit',
-        'lc_monetary', 'lc_numeric', 'lc_time', 'local_preload_libraries', 'lock_timeout',
-        'log_parameter_max_length_on_error', 'logical_decoding_work_mem', 'maintenance_io_concurrency',
-        'maintenance_work_mem', 'max_parallel_maintenance_workers', 'max_parallel_workers',
-        'max_parallel_workers_per_gather', 'min_parallel_index_scan_size', 'min_parallel_table_scan_size',
-        'parallel_leader_participation', 'parallel_setup_cost', 'parallel_tuple_cost', 'password_encryption',
-        'plan_cache_mode', 'quote_all_identifiers', 'random_page_cost', 'recursive_worktable_factor',
-        'restrict_nonsystem_relation_kind', 'row_security', 'seq_page_cost', 'standard_conforming_strings',
-        'statement_timeout', 'stats_fetch_consistency', 'synchronize_seqscans', 'synchronous_commit',
-        'tcp_keepalives_count', 'tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_user_timeout', 'temp_buffers',
-        'temp_tablespaces', 'timezone_abbreviations', 'trace_notify', 'trace_sort', 'transaction_deferrable',
-        'transaction_isolation', 'transaction_read_only', 'transform_null_equals', 'vacuum_cost_delay',
-        'vacuum_cost_limit', 'vacuum_cost_page_dirty', 'vacuum_cost_page_hit', 'vacuum_cost_page_miss',
-        'vacuum_failsafe_age', 'vacuum_freeze_min_age', 'vacuum_freeze_table_age', 'vacuum_multixact_failsafe_age',
-        'vacuum_multixact_freeze_min_age', 'vacuum_multixact_freeze_table_age', 'wal_sender_timeout',
-        'wal_skip_threshold', 'work_mem', 'xmlbinary', 'xmloption', 'plpgsql.check_asserts', 'plpgsql.extra_errors',
-        'plpgsql.extra_warnings', 'plpgsql.print_strict_params']) n);
+    settings := '{}';
+    FOR v IN EXECUTE 'SHOW ALL' LOOP
+        CONTINUE WHEN v.name = 'search_path';
+        settings := settings || (v.name || '=' || coalesce(v.setting, '<unset>'));
+    END LOOP;
     prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
     IF pg_catalog.current_setting('track_counts')::boolean THEN
         writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)

@@ -31,19 +31,12 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_key bigint := _retention_lock_key(p_name);
-    v_held int;
 BEGIN
-    SELECT count(*) INTO v_held
-      FROM pg_catalog.pg_locks l
-     WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
-       AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
     -- pg_locks shows a lock once however often it was taken; unlock until it is gone.
-    WHILE v_held > 0 LOOP
+    WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
+                     AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid) LOOP
         EXIT WHEN NOT pg_catalog.pg_advisory_unlock(v_key);
-        SELECT count(*) INTO v_held
-          FROM pg_catalog.pg_locks l
-         WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1 AND l.granted
-           AND l.classid = ((v_key >> 32) & 4294967295)::oid AND l.objid = (v_key & 4294967295)::oid;
     END LOOP;
 END
 $$;
@@ -106,17 +99,15 @@ END
 $$;
 
 -- _retention_step_claim does the bookkeeping of one step (as <schema>_owner)
--- and tells _retention_step what to run as the policy's owner: o_action
--- 'plan' (take the planning sample, then _retention_plan_from_sample),
--- 'delete' (the unit o_unit is locked for this transaction), 'detach' (o_unit
--- is a drop unit of the leaf o_target: detach it and the sweep's other
--- droppable leaves of its parent), 'release' (o_unit is a detached leaf:
--- drop the sweep's detached tables), or NULL with
--- o_more false when the pass is over (outcome recorded) and true to be
--- called again.
-CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint, OUT o_action text, OUT o_more boolean,
-    OUT o_pol retention_policy, OUT o_strategy text, OUT o_unit retention_unit, OUT o_cutoff timestamptz,
-    OUT o_now timestamptz, OUT o_pct double precision, OUT o_target regclass)
+-- and returns the step (a retention_step, of the kind the unit's kind
+-- makes it): 'plan' (take the planning sample, then
+-- _retention_plan_from_sample), 'delete' (the unit is locked for this
+-- transaction), 'detach' (a drop unit of the leaf target: detach it and the
+-- sweep's other droppable leaves of its parent), 'release' (a detached
+-- unit: drop the sweep's detached tables), or no kind, with more false
+-- when the pass is over (outcome recorded) and true to be called again.
+CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint)
+RETURNS retention_step
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -126,11 +117,13 @@ DECLARE
     v_unit retention_unit;
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
+    v_target oid;
+    o retention_step;
 BEGIN
-    o_more := false;
+    o.more := false;
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
     IF NOT FOUND THEN
-        RETURN; -- the policy was unregistered during the pass
+        RETURN o; -- the policy was unregistered during the pass
     END IF;
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
@@ -139,21 +132,21 @@ BEGIN
     -- alone, in a loop) still ends: a lease TTL after its deadline.
     IF v_now >= v_pass.deadline AND (v_pass.batches > 0 OR v_now >= v_pass.deadline + v_pol.lease_ttl) THEN
         UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
-        RETURN;
+        RETURN o;
     END IF;
 
     IF v_pass.mode = 'exclusive' THEN
         IF v_now >= v_pass.renewed_at + v_pol.lease_ttl / 3 THEN
             IF NOT _lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl, NULL) THEN
                 UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
-                RETURN;
+                RETURN o;
             END IF;
             v_now := clock_timestamp();
             UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
         ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
                              AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
             UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
-            RETURN;
+            RETURN o;
         END IF;
     END IF;
 
@@ -170,12 +163,12 @@ BEGIN
         -- left but locked belong to cleaners that will finish them.
         IF v_pass.deferred > 0 THEN
             UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
-            RETURN;
+            RETURN o;
         END IF;
         IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
-            RETURN;
+            RETURN o;
         END IF;
         -- Plan under the policy row's lock, taken without waiting; a cleaner
         -- that finds it taken polls briefly for the units being planned.
@@ -183,28 +176,27 @@ BEGIN
         IF NOT FOUND THEN
             IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
                 UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
-                RETURN;
+                RETURN o;
             END IF;
             PERFORM pg_catalog.pg_sleep(0.005);
-            o_more := true;
-            RETURN;
+            o.more := true;
+            RETURN o;
         END IF;
         IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
-            o_more := true; -- planned and committed by another cleaner just now
-            RETURN;
+            o.more := true; -- planned and committed by another cleaner just now
+            RETURN o;
         END IF;
         IF EXISTS (SELECT 1 FROM retention_sweep s WHERE s.policy = v_pol.name AND s.planned_at >= v_pass.started_at) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
-            RETURN;
+            RETURN o;
         END IF;
-        o_action := 'plan';
-        o_more := true;
-        o_pol := v_pol;
+        o.kind := 'plan';
+        o.more := true;
         -- a pinned clock (tests) may only make the cutoff earlier
-        o_now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
-        o_cutoff := _retention_cutoff(v_pol, o_now);
-        o_pct := _retention_sample_pct(v_pol);
-        RETURN;
+        o.now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
+        o.cutoff := _retention_cutoff(v_pol, o.now);
+        o.pct := _retention_sample_pct(v_pol);
+        RETURN o;
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
@@ -214,46 +206,48 @@ BEGIN
        AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
         DELETE FROM retention_unit
          WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
-        o_more := true;
-        RETURN;
+        o.more := true;
+        RETURN o;
     END IF;
     -- A partitioned policy's unit names its leaf (retention_partition.sql);
-    -- a drop unit whose leaf an earlier step detached (block_lo -1) names the
-    -- detached table by its oid (block_hi): _retention_release_claim checks it.
-    IF v_unit.leaf_name IS NOT NULL AND NOT _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN
+    -- a detached unit names the table an earlier step detached
+    -- (detached_table): _retention_release_claim checks it.
+    IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
         -- by the catalog, not to_regclass: this runs as <schema>_owner, which
         -- need not have USAGE on the table's schema
-        -- still a partition (0.32): a table detached since the plan (by a
+        -- still a partition: a table detached since the plan (by a
         -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
         -- no longer the policy's table, never swept
-        SELECT c.oid INTO o_target
+        SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
-        IF o_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
+        IF v_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
             DELETE FROM retention_unit
              WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
-            o_more := true;
-            RETURN;
+            o.more := true;
+            RETURN o;
         END IF;
         -- Planned as a drop but no longer droppable (re-attached elsewhere,
         -- the policy changed): sweep the whole leaf instead.
-        IF v_unit.action = 'drop'
-           AND NOT _retention_leaf_droppable(v_pol, o_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
-            UPDATE retention_unit SET action = 'delete', block_lo = 0, block_hi = NULL
+        IF v_unit.kind = 'drop'
+           AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
+            UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
              WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
             RETURNING * INTO v_unit;
         END IF;
     END IF;
-    o_action := CASE WHEN _retention_unit_detached(v_unit.action, v_unit.block_lo) THEN 'release'
-                     WHEN v_unit.action = 'drop' THEN 'detach' ELSE 'delete' END;
-    o_more := true;
-    o_pol := v_pol;
-    o_strategy := v_sweep.strategy;
-    o_unit := v_unit;
+    o.kind := CASE v_unit.kind WHEN 'detached' THEN 'release' WHEN 'drop' THEN 'detach' ELSE 'delete' END;
+    o.more := true;
+    o.strategy := v_sweep.strategy;
+    o.sweep_id := v_unit.sweep_id;
+    o.unit_no := v_unit.unit_no;
+    o.shard_id := v_unit.shard_id;
+    o.target := v_target;
     -- The cap: a sweep's cutoff is never later than now() - older_than of
     -- the policy as it is now (it may have been planned with a later clock,
     -- or before older_than grew).
-    o_cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
+    o.cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
+    RETURN o;
 END
 $$;
 
@@ -271,23 +265,6 @@ BEGIN
     v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
     UPDATE retention_pass
        SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
-           last_batch_at = v_now, strategy = p_strategy
-     WHERE id = p_pass;
-END
-$$;
-
--- _retention_step_batch records a batch that leaves its unit open (a
--- shard's unit with more rows to read, retention_shards.sql).
-CREATE OR REPLACE FUNCTION _retention_step_batch(p_pass bigint, p_strategy text, p_deleted bigint)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    UPDATE retention_pass
-       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1,
            last_batch_at = v_now, strategy = p_strategy
      WHERE id = p_pass;
 END
@@ -331,7 +308,7 @@ BEGIN
     FOR v_unit IN
         SELECT * FROM retention_unit u
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
-           AND u.action = 'drop' AND u.block_lo IS DISTINCT FROM -1 AND u.deferred_pass IS DISTINCT FROM p_pass
+           AND u.kind = 'drop' AND u.deferred_pass IS DISTINCT FROM p_pass
          ORDER BY u.unit_no
            FOR UPDATE SKIP LOCKED
     LOOP
@@ -349,46 +326,13 @@ BEGIN
 END
 $$;
 
--- _retention_step_detaching records a detach step before it runs, as if
--- every leaf of it will be detached: each unit marked detached (block_lo -1,
--- block_hi the leaf's oid, left to a later pass, which drops the table), the
--- pass's batch and partitions counted. Done before the parent is locked, so
--- that the lock is held for the detaches and little else; the step
--- corrects it when a leaf stays (_retention_step_detached) and rolls it back
--- with the detaches when the parent's lock is not granted.
-CREATE OR REPLACE FUNCTION _retention_step_detaching(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
-    p_strategy text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    UPDATE retention_unit u SET block_lo = -1, block_hi = l.oid::bigint, deferred_pass = p_pass
-      FROM unnest(p_units, p_leaves) l(unit_no, oid)
-     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no;
-    UPDATE retention_pass
-       SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(p_leaves),
-           last_batch_at = v_now, strategy = p_strategy
-     WHERE id = p_pass;
-END
-$$;
-
--- _retention_step_rows adds a detach step's rows to its pass.
-CREATE OR REPLACE FUNCTION _retention_step_rows(p_pass bigint, p_rows bigint)
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ UPDATE retention_pass SET rows_deleted = rows_deleted + p_rows WHERE id = p_pass $$;
-
 -- _retention_step_detached records a detach step from the catalog: a leaf
 -- now named pgsweep_detached_<oid> and out of its parent was detached: its
--- unit is marked so (block_lo -1, block_hi the oid) and left to a later pass,
+-- unit is marked so (kind detached, the oid its detached_table) and left to a later pass,
 -- which drops the table; the pass counts its rows (p_rows, all the detached
 -- leaves') and the partition. A leaf still attached (locked by another
 -- transaction, or the whole step rolled back) is deferred to a later pass.
--- p_premarked: _retention_step_detaching counted every leaf already.
+-- p_premarked: retention_step_record ('detaching') counted every leaf already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
@@ -406,8 +350,8 @@ BEGIN
           FROM unnest(p_units, p_leaves) x(unit_no, oid)
     ), u AS (
         UPDATE retention_unit u
-           SET block_lo = CASE WHEN l.detached THEN -1 END,
-               block_hi = CASE WHEN l.detached THEN l.oid::bigint END,
+           SET kind = CASE WHEN l.detached THEN 'detached' ELSE 'drop' END::retention_unit_kind,
+               detached_table = CASE WHEN l.detached THEN l.oid END,
                deferred_pass = p_pass
           FROM l
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
@@ -449,22 +393,22 @@ BEGIN
         SELECT * FROM retention_unit u
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id
            AND (u.unit_no = p_unit.unit_no
-                OR (u.action = 'drop' AND u.block_lo = -1 AND u.deferred_pass IS DISTINCT FROM p_pass))
+                OR (u.kind = 'detached' AND u.deferred_pass IS DISTINCT FROM p_pass))
          ORDER BY u.unit_no
            FOR UPDATE SKIP LOCKED
     LOOP
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-                    WHERE c.oid = v_unit.block_hi::oid AND c.relkind = 'r' AND NOT c.relispartition
-                      AND c.relname = _retention_detached_name(v_unit.block_hi::oid)
+                    WHERE c.oid = v_unit.detached_table AND c.relkind = 'r' AND NOT c.relispartition
+                      AND c.relname = _retention_detached_name(v_unit.detached_table)
                       AND c.relowner = v_owner
                       -- nothing outside it depends on it (a view, a foreign key): DROP would fail
                       AND NOT _retention_depended_on(c.oid)) THEN
             o_units := o_units || v_unit.unit_no;
-            o_tables := o_tables || v_unit.block_hi::oid;
+            o_tables := o_tables || v_unit.detached_table;
         ELSE
-            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.block_hi::oid) THEN
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.detached_table) THEN
                 RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
-                    p_unit.policy, v_unit.block_hi::oid::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
+                    p_unit.policy, v_unit.detached_table::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
             END IF;
             DELETE FROM retention_unit
              WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
@@ -639,10 +583,11 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v record;
+    v retention_step;
+    v_pol retention_policy;
+    v_unit retention_unit;
     v_b record;
     v_run record;
-    v_step jsonb;
     v_sql text;
     v_rel regclass;
 BEGIN
@@ -652,76 +597,76 @@ BEGIN
     END IF;
     UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
     v := _retention_step_claim(p_pass);
-    o_more := v.o_more;
-    IF v.o_action IS NULL THEN
+    o_more := v.more;
+    IF v.kind IS NULL THEN
         RETURN;
     END IF;
-    o_policy := (v.o_pol).name;
-    o_owner := (v.o_pol).owner;
-    o_cutoff := v.o_cutoff;
-    o_statuses := (v.o_pol).statuses;
-    o_filters := (v.o_pol).filter_values;
-    v_step := jsonb_build_object('action', v.o_action, 'strategy', v.o_strategy, 'sweep', (v.o_unit).sweep_id,
-                                 'unit', (v.o_unit).unit_no, 'now', v.o_now, 'pct', v.o_pct);
+    SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    o_policy := v_pol.name;
+    o_owner := v_pol.owner;
+    o_cutoff := v.cutoff;
+    o_statuses := v_pol.statuses;
+    o_filters := v_pol.filter_values;
 
-    IF (v.o_pol).owner = _owner_role() THEN
+    IF v_pol.owner = _owner_role() THEN
         -- A built-in policy: pgsweep's own table, as <schema>_owner, here.
-        IF v.o_action = 'plan' THEN
-            IF v.o_pct IS NOT NULL THEN
-                v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.o_pct, NULL::double precision, o_cutoff);
-                PERFORM _retention_plan_from_sample(p_pass, v.o_now, v.o_pct, v_run.fraction, v_run.sampled, v_run.times);
-            ELSE
-                PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
-            END IF;
-        ELSIF v.o_action = 'delete' THEN
+        IF v.kind = 'plan' AND v.pct IS NOT NULL THEN
+            v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.pct, NULL::double precision, o_cutoff);
+            PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, v_run.fraction, v_run.sampled, v_run.times);
+        ELSIF v.kind = 'plan' THEN
+            PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
+        ELSIF v.kind = 'delete' THEN
             BEGIN
-                IF v.o_strategy = 'tid_range' THEN
-                    v_run := _retention_builtin_exec(o_policy, 'delete', v.o_strategy,
-                        format('(%s,0)', (v.o_unit).block_lo)::tid, format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295))::tid,
+                IF v.strategy = 'tid_range' THEN
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy,
+                        format('(%s,0)', v_unit.block_lo)::tid, format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))::tid,
                         o_cutoff);
                 ELSE
-                    v_run := _retention_builtin_exec(o_policy, 'delete', v.o_strategy, (v.o_unit).time_lo, (v.o_unit).time_hi,
-                                                     o_cutoff);
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
                 END IF;
             EXCEPTION WHEN lock_not_available THEN
-                PERFORM _retention_step_deferred(p_pass, v.o_unit);
+                PERFORM _retention_step_deferred(p_pass, v_unit);
                 RETURN;
             END;
-            PERFORM _retention_step_done(p_pass, v.o_unit, v.o_strategy, v_run.deleted);
+            PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
         END IF;
         RETURN;
     END IF;
 
-    o_role := (v.o_pol).owner;
-    IF v.o_action = 'plan' THEN
-        IF v.o_pct IS NULL THEN -- an empty table, or a partitioned one (planned per leaf): no sample
-            PERFORM _retention_plan_from_sample(p_pass, v.o_now, NULL, NULL, NULL, NULL);
+    o_role := v_pol.owner;
+    CASE v.kind
+    WHEN 'plan' THEN
+        IF v.pct IS NULL THEN -- an empty table, or a partitioned one (planned per leaf): no sample
+            PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
             RETURN;
         END IF;
         o_kind := 'sample';
         o_type := 'pg_catalog.float8';
-        o_lo := v.o_pct::text;
-        v_sql := _retention_sample_sql(v.o_pol, v.o_pct);
-        v_rel := _retention_table((v.o_pol).table_schema, (v.o_pol).table_name);
-        o_role := coalesce(_retention_run_role(v.o_pol, v_rel), o_role);
-    ELSIF v.o_action = 'detach' THEN
+        o_lo := v.pct::text;
+        v_sql := _retention_sample_sql(v_pol, v.pct);
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+    WHEN 'detach' THEN
         -- every droppable leaf of the parent in one transaction
         -- (retention_partition.sql); droppable: the policy's owner owns
         -- the leaves and the parent, so it is their owner who runs it
-        v_b := _retention_detach_claim(p_pass, v.o_unit, v.o_target, o_cutoff);
+        v_b := _retention_detach_claim(p_pass, v_unit, v.target::regclass, o_cutoff);
         IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
-            PERFORM _retention_step_detached(p_pass, v.o_unit, v_b.o_units, v_b.o_leaves, 0, v.o_strategy, false);
+            PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
             RETURN;
         END IF;
         o_kind := 'detach';
         o_type := 'pg_catalog.oid[]';
         o_lo := v_b.o_leaves::text;
         o_hi := o_lo;
-        v_step := v_step || jsonb_build_object('units', to_jsonb(v_b.o_units), 'leaves', to_jsonb(v_b.o_leaves));
+        v.units := v_b.o_units;
+        v.oids := v_b.o_leaves;
         v_sql := _retention_detach_body(v_b.o_parent, v_b.o_leaves);
-    ELSIF v.o_action = 'release' THEN
+    WHEN 'release' THEN
         -- drop the tables earlier passes detached; no lock on the parent
-        v_b := _retention_release_claim(p_pass, v.o_unit);
+        v_b := _retention_release_claim(p_pass, v_unit);
         IF cardinality(v_b.o_tables) = 0 THEN
             RETURN;
         END IF;
@@ -729,50 +674,50 @@ BEGIN
         o_type := 'pg_catalog.oid[]';
         o_lo := v_b.o_tables::text;
         o_hi := o_lo;
-        v_step := v_step || jsonb_build_object('units', to_jsonb(v_b.o_units), 'tables', to_jsonb(v_b.o_tables));
+        v.units := v_b.o_units;
+        v.oids := v_b.o_tables;
         v_sql := _retention_release_body(v_b.o_tables);
     ELSE
         o_kind := 'delete';
-        IF v.o_target IS NOT NULL THEN
+        IF v.target IS NOT NULL THEN
             -- a leaf: as its owner, if the policy's owner may act as it
-            o_role := _retention_run_role(v.o_pol, v.o_target);
+            o_role := _retention_run_role(v_pol, v.target::regclass);
             IF o_role IS NULL THEN
                 UPDATE retention_pass
                    SET error = coalesce(error || '; ', '') || format(
                        'leaf %s skipped: owned by %s, which the policy''s owner %s is not a member of',
-                       v.o_target::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.o_target),
-                       (v.o_pol).owner::text)
+                       v.target::regclass::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.target),
+                       v_pol.owner::text)
                  WHERE id = p_pass;
                 DELETE FROM retention_unit u
-                 WHERE u.policy = (v.o_unit).policy AND u.sweep_id = (v.o_unit).sweep_id AND u.unit_no = (v.o_unit).unit_no;
+                 WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = v_unit.unit_no;
                 o_kind := NULL;
                 RETURN;
             END IF;
         ELSE
-            v_rel := _retention_table((v.o_pol).table_schema, (v.o_pol).table_name);
-            o_role := coalesce(_retention_run_role(v.o_pol, v_rel), o_role);
+            v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+            o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
         END IF;
-        IF v.o_strategy = 'tid_range' THEN
+        IF v.strategy = 'tid_range' THEN
             o_type := 'pg_catalog.tid';
-            o_lo := format('(%s,0)', (v.o_unit).block_lo);
-            o_hi := format('(%s,0)', coalesce((v.o_unit).block_hi, 4294967295));
+            o_lo := format('(%s,0)', v_unit.block_lo);
+            o_hi := format('(%s,0)', coalesce(v_unit.block_hi, 4294967295));
         ELSE
             o_type := 'pg_catalog.timestamptz';
-            o_lo := (v.o_unit).time_lo::text;
-            o_hi := (v.o_unit).time_hi::text;
+            o_lo := v_unit.time_lo::text;
+            o_hi := v_unit.time_hi::text;
         END IF;
-        IF (v.o_unit).shard_id IS NULL THEN
-            v_sql := _retention_sweep_sql(v.o_pol, v.o_strategy, v.o_target);
+        IF v.shard_id IS NULL THEN
+            v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
         END IF;
-        v_step := v_step || jsonb_build_object('shard', (v.o_unit).shard_id);
-    END IF;
-    o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND (v.o_unit).shard_id IS NULL THEN v.o_strategy END)
+    END CASE;
+    o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
                   -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
-                  || CASE WHEN (v.o_unit).shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
-    o_body := CASE WHEN o_kind = 'delete' AND (v.o_unit).shard_id IS NOT NULL
-                   THEN _retention_shard_body(v.o_pol, v.o_strategy, (v.o_unit).shard_id, o_lo, o_hi, o_cutoff)
-                   ELSE _retention_exec_body(v_sql, o_kind, v.o_target) END;
-    UPDATE retention_pass SET step = v_step WHERE id = p_pass;
+                  || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
+    o_body := CASE WHEN o_kind = 'delete' AND v.shard_id IS NOT NULL
+                   THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
+                   ELSE _retention_exec_body(v_sql, o_kind, v.target::regclass) END;
+    UPDATE retention_pass SET step = v WHERE id = p_pass;
 END
 $$;
 
@@ -794,11 +739,8 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_pass retention_pass;
-    v_step jsonb;
+    v retention_step;
     v_unit retention_unit;
-    v_pol retention_policy;
-    v_units int[];
-    v_oids oid[];
     v_deleted bigint := coalesce(p_deleted, 0);
 BEGIN
     IF p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
@@ -813,59 +755,70 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_pass := _retention_pass_check(p_pass);
-    v_step := v_pass.step;
-    IF v_step IS NULL THEN
+    v := v_pass.step;
+    IF v.kind IS NULL THEN
         RETURN;
     END IF;
     IF p_phase <> 'detaching' THEN
         UPDATE retention_pass SET step = NULL WHERE id = p_pass;
     END IF;
-    IF v_step ->> 'action' = 'plan' THEN
+    IF v.kind = 'plan' THEN
         IF p_phase = 'done' THEN
-            PERFORM _retention_plan_from_sample(p_pass, (v_step ->> 'now')::timestamptz, (v_step ->> 'pct')::double precision,
-                                                p_fraction, p_sampled, p_times);
+            PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, p_fraction, p_sampled, p_times);
         END IF;
         RETURN;
     END IF;
     SELECT * INTO v_unit FROM retention_unit u
-     WHERE u.policy = v_pass.policy AND u.sweep_id = (v_step ->> 'sweep')::bigint AND u.unit_no = (v_step ->> 'unit')::int;
+     WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    v_units := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(coalesce(v_step -> 'units', '[]'))::int);
-    v_oids := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(coalesce(v_step -> 'leaves', v_step -> 'tables', '[]'))::oid);
-    IF v_step ->> 'action' = 'detach' THEN
+    IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
-            PERFORM _retention_step_detaching(p_pass, v_unit, v_units, v_oids, v_step ->> 'strategy');
-            UPDATE retention_pass SET step = v_step || '{"premarked": true}' WHERE id = p_pass;
+            -- Recorded before the step runs, as if every leaf will be
+            -- detached: each unit marked detached (left to a later pass,
+            -- which drops the table), the pass's batch and partitions
+            -- counted. Done before the parent is locked, so that the lock is
+            -- held for the detaches and little else; corrected when a leaf
+            -- stays (_retention_step_detached), rolled back with the
+            -- detaches when the parent's lock is not granted.
+            UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
+              FROM unnest(v.units, v.oids) l(unit_no, oid)
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no;
+            v.premarked := true;
+            UPDATE retention_pass
+               SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(v.oids),
+                   last_batch_at = clock_timestamp(), strategy = v.strategy, step = v
+             WHERE id = p_pass;
         ELSIF p_phase = 'locked' THEN
             -- the parent (or the default partition) stayed locked past
             -- retention_lock_timeout, or a session that holds the parent
             -- waited for a leaf this step held: nothing was detached (the
             -- premark rolled back with it), a later pass retries
-            PERFORM _retention_step_detached(p_pass, v_unit, v_units, v_oids, 0, v_step ->> 'strategy', false);
-        ELSIF p_sampled = cardinality(v_oids) AND (v_step ->> 'premarked')::boolean THEN
-            PERFORM _retention_step_rows(p_pass, v_deleted);
+            PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, 0, v.strategy, false);
+        ELSIF p_sampled = cardinality(v.oids) AND v.premarked THEN
+            UPDATE retention_pass SET rows_deleted = rows_deleted + v_deleted WHERE id = p_pass;
         ELSE -- a leaf was in use and stays: the record follows the catalog
-            PERFORM _retention_step_detached(p_pass, v_unit, v_units, v_oids, v_deleted, v_step ->> 'strategy',
-                                             coalesce((v_step ->> 'premarked')::boolean, false));
+            PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, v_deleted, v.strategy,
+                                             coalesce(v.premarked, false));
         END IF;
-    ELSIF v_step ->> 'action' = 'release' THEN
-        PERFORM _retention_step_released(p_pass, v_unit, v_units, v_oids);
+    ELSIF v.kind = 'release' THEN
+        PERFORM _retention_step_released(p_pass, v_unit, v.units, v.oids);
     ELSIF p_phase = 'locked' THEN
         -- A row of the unit stayed locked past retention_lock_timeout: the
         -- batch rolled back whole; a later pass takes the unit.
         PERFORM _retention_step_deferred(p_pass, v_unit);
+    -- A shard's batch reads at most batch_size rows of its unit: one that
+    -- read that many and deleted some leaves the unit open for the next
+    -- batch (retention_shards.sql).
+    ELSIF v.shard_id IS NOT NULL AND v_deleted > 0
+          AND p_sampled >= (SELECT r.batch_size FROM retention_policy r WHERE r.name = v_pass.policy) THEN
+        UPDATE retention_pass
+           SET rows_deleted = rows_deleted + v_deleted, batches = batches + 1, last_batch_at = clock_timestamp(),
+               strategy = v.strategy
+         WHERE id = p_pass;
     ELSE
-        SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
-        -- A shard's batch reads at most batch_size rows of its unit: one
-        -- that read that many and deleted some leaves the unit open for the
-        -- next batch (retention_shards.sql).
-        IF v_step ->> 'shard' IS NOT NULL AND p_sampled >= v_pol.batch_size AND v_deleted > 0 THEN
-            PERFORM _retention_step_batch(p_pass, v_step ->> 'strategy', v_deleted);
-        ELSE
-            PERFORM _retention_step_done(p_pass, v_unit, v_step ->> 'strategy', v_deleted);
-        END IF;
+        PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_deleted);
     END IF;
 END
 $$;

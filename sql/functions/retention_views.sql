@@ -90,7 +90,7 @@ BEGIN
        AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
             OR lp.outcome IN ('budget', 'lease_lost', 'deferred')
             -- partitions a pass detached: the next pass drops them (retention_partition.sql)
-            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.action = 'drop' AND u.block_lo = -1)
+            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached')
             OR (lp.outcome = 'running' AND NOT EXISTS (
                     SELECT 1 FROM pg_catalog.pg_stat_activity a
                      WHERE a.pid = lp.pid AND (a.backend_start IS NULL OR a.backend_start = lp.backend_start))))

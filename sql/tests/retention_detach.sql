@@ -155,7 +155,7 @@ INSERT INTO rd.more SELECT 100 + g, '2026-01-08 00:00+00'::timestamptz + g * int
 SELECT pgsweep.retention_register('more', 'rd.more', 'at', '1 day');
 CREATE TEMP TABLE mp AS SELECT pgsweep._retention_begin('more', 'tap-pass', interval '1 hour', '2026-01-09 12:00+00') AS pass;
 SELECT ok(pgsweep.retention_step((SELECT pass FROM mp)), 'the pass plans');
-SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND action = 'drop'), 2::bigint,
+SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND kind = 'drop'), 2::bigint,
     'two drop units planned');
 CREATE TEMP TABLE m1 AS SELECT 'rd.more_m1'::regclass::oid AS oid;
 ALTER TABLE rd.more DETACH PARTITION rd.more_m1;
@@ -165,7 +165,7 @@ SELECT lives_ok($$SELECT pgsweep.retention_step((SELECT pass FROM mp)) FROM gene
     'the pass goes on without an error');
 SELECT is((SELECT count(*) FROM rd.more_m2) + (SELECT count(*) FROM pg_class WHERE oid = (SELECT oid FROM m1)), 25::bigint,
     'the detached tables are neither swept nor dropped by it');
-SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND action = 'drop'), 0::bigint,
+SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE policy = 'more' AND kind IN ('drop', 'detached')), 0::bigint,
     'their units are closed');
 
 -- a leaf owned by another role than the policy's owner (and a parent so

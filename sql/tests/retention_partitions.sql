@@ -3,7 +3,7 @@
 -- detached and dropped; the rest (partially expired, DEFAULT, LIST, HASH,
 -- status-filtered) are swept row by row.
 BEGIN;
-SELECT plan(45);
+SELECT plan(48);
 
 CREATE SCHEMA rp;
 -- RANGE by day, with a default partition
@@ -82,6 +82,16 @@ SELECT ok(to_regclass('rp.events_dm1') IS NULL AND to_regclass('rp.events_dm2') 
 SELECT is((SELECT string_agg(c.relname || ':' || c.relispartition, ',' ORDER BY c.oid) FROM pg_class c, dm WHERE c.oid IN (dm.dm1, dm.dm2)),
           (SELECT string_agg('pgsweep_detached_' || o || ':false', ',' ORDER BY o) FROM dm, unnest(ARRAY[dm.dm1, dm.dm2]) o),
           'each is left as a plain table named pgsweep_detached_<oid> until the next pass');
+SELECT is((SELECT string_agg(u.leaf_name || ':' || u.kind || ':' || (u.detached_table = CASE u.leaf_name WHEN 'events_dm1' THEN dm.dm1 ELSE dm.dm2 END)
+                              || ':' || coalesce(u.block_lo::text, '-') || ':' || coalesce(u.block_hi::text, '-'), ',' ORDER BY u.leaf_name)
+             FROM pgsweep.retention_unit u, dm WHERE u.policy = 'events' AND u.leaf_name IN ('events_dm1', 'events_dm2')),
+          'events_dm1:detached:true:-:-,events_dm2:detached:true:-:-',
+          'their units are of kind detached and name the detached table (no block range)');
+SELECT throws_ok($$UPDATE pgsweep.retention_unit SET detached_table = NULL WHERE policy = 'events' AND kind = 'detached'$$, '23514', NULL,
+    'a detached unit cannot lose its table ...');
+SELECT throws_ok($$INSERT INTO pgsweep.retention_unit (policy, sweep_id, unit_no, kind, detached_table)
+                   SELECT policy, sweep_id, 9999, 'drop', 1 FROM pgsweep.retention_unit WHERE policy = 'events' LIMIT 1$$, '23514', NULL,
+    '... nor another unit name one');
 SELECT results_eq($$SELECT rows_deleted, partitions_dropped FROM pgsweep.retention_passes WHERE policy = 'events' ORDER BY id DESC LIMIT 1$$,
     $$VALUES (48::bigint, 2)$$, 'their 48 rows are counted (from the statistics) with the drops, at the detach');
 SELECT ok('events' = ANY (ARRAY(SELECT pgsweep.retention_due('2026-01-03 12:00+00'))), 'the policy is due at once');

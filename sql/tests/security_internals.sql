@@ -16,7 +16,7 @@
 -- The attacker is a role granted <schema>_admin (or _worker) and nothing else.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(78);
+SELECT plan(79);
 
 CREATE FUNCTION pg_temp.as_role(p_role text, p_sql text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
@@ -180,6 +180,43 @@ BEGIN
 END $$;
 SELECT is(pg_temp.restore_probe(), 'dropped {si_drop}, kept {si_keep}, session unchanged',
     'retention_step_session_restore deallocates only the statements its list leaves out, and changes no role, session user or search_path');
+
+-- retention_step_session_state reads the settings from the server (SHOW
+-- ALL), not from a list: every setting a session can change (pg_settings'
+-- contexts user and superuser, as its owner sees them), a loaded library's
+-- included, search_path left to the caller; a change to any of them shows.
+LOAD 'auto_explain';
+CREATE FUNCTION pg_temp.settings_probe() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_names text[] := ARRAY(SELECT split_part(s, '=', 1) FROM unnest((pgsweep.retention_step_session_state()).settings) s);
+    v_before text[] := (pgsweep.retention_step_session_state()).settings;
+    v_changed text;
+    v_all text[];
+BEGIN
+    -- every name pg_settings shows the schema's owner (the function's role)
+    PERFORM set_config('role', (SELECT proowner::regrole::text FROM pg_proc
+                                 WHERE oid = 'pgsweep.retention_step_session_state'::regproc), true);
+    v_all := ARRAY(SELECT name FROM pg_settings WHERE context IN ('user', 'superuser') AND name <> 'search_path');
+    PERFORM set_config('role', 'none', true);
+    PERFORM set_config('auto_explain.log_min_duration', '12345', false);
+    PERFORM set_config('session_replication_role', 'replica', false);
+    PERFORM set_config('work_mem', '7MB', false);
+    v_changed := (SELECT string_agg(split_part(a, '=', 1), ', ' ORDER BY 1)
+                    FROM unnest((pgsweep.retention_step_session_state()).settings) a WHERE NOT a = ANY (v_before));
+    RESET auto_explain.log_min_duration;
+    RESET session_replication_role;
+    RESET work_mem;
+    RETURN format('search_path %s, work_mem %s, plpgsql.extra_errors %s, session_replication_role %s, '
+                  'auto_explain.log_min_duration %s, all of pg_settings %s; changed: %s',
+                  'search_path' = ANY (v_names), 'work_mem' = ANY (v_names), 'plpgsql.extra_errors' = ANY (v_names),
+                  'session_replication_role' = ANY (v_names), 'auto_explain.log_min_duration' = ANY (v_names),
+                  v_names @> v_all,
+                  v_changed);
+END $$;
+SELECT is(pg_temp.settings_probe(),
+    'search_path f, work_mem t, plpgsql.extra_errors t, session_replication_role t, '
+    'auto_explain.log_min_duration t, all of pg_settings t; changed: auto_explain.log_min_duration, session_replication_role, work_mem',
+    'retention_step_session_state checks every setting a session can change, read from the server (no list), and sees each change');
 
 -- 3. The cutoff cap. The owner opens a pass with a clock nine years ahead
 -- (the 0.33 attack, now the owner's alone): it deletes only what is older
