@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -83,7 +82,7 @@ func TestRelayHelperProcess(t *testing.T) {
 // relayProc is a running `pgsweep relay` child.
 type relayProc struct {
 	cmd  *exec.Cmd
-	out  *strings.Builder
+	out  *syncBuffer
 	done chan struct{}
 	err  error
 }
@@ -93,10 +92,8 @@ func startRelay(t *testing.T, killAfter int, logFile string, args ...string) *re
 	b, _ := json.Marshal(append([]string{"relay"}, args...))
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayHelperProcess$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", helperArgs+"="+string(b), helperKill+"="+strconv.Itoa(killAfter), helperLogEnv+"="+logFile)
-	p := &relayProc{cmd: cmd, out: &strings.Builder{}, done: make(chan struct{})}
-	var mu sync.Mutex
-	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return p.out.Write(b) })
-	cmd.Stdout, cmd.Stderr = w, w
+	p := &relayProc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start relay: %v", err)
 	}
@@ -111,10 +108,6 @@ func startRelay(t *testing.T, killAfter int, logFile string, args ...string) *re
 	})
 	return p
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
 // wait waits for the child to exit and returns its exit code (-1: killed).
 func (p *relayProc) wait(t *testing.T, within time.Duration) int {
