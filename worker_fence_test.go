@@ -1,7 +1,6 @@
 package pgsweep_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -195,7 +194,7 @@ func TestWorkerFailureEdges(t *testing.T) {
 	}
 	var cnt counters
 	var nowCalls atomic.Int64
-	var logs syncBuffer
+	var logs pgtest.SyncBuffer
 	stop := startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		switch string(d.Payload) {
 		case `"bad text"`:
@@ -300,23 +299,4 @@ func TestWorkerHandlerGetsACopy(t *testing.T) {
 	if n := count(t, db, "message", "true"); n != 0 || cnt.lost.Load() != 0 {
 		t.Fatalf("%d rows left, %d leases lost", n, cnt.lost.Load())
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger written by the Worker's
-// goroutines and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pashagolub/pgxmock/v3"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -25,28 +25,11 @@ type harness struct {
 	t      *testing.T
 	r      *Runner
 	mock   pgxmock.PgxConnIface
-	logs   *syncBuffer
+	logs   *pgtest.SyncBuffer
 	sleeps chan time.Duration
 	wake   chan struct{}
 	mu     sync.Mutex
 	dial   []error // errors returned by the next connects, in order; nil = the mock
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newHarness(t *testing.T, opts Options) *harness {
@@ -55,7 +38,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, mock: mock, logs: &syncBuffer{}, sleeps: make(chan time.Duration, 100), wake: make(chan struct{})}
+	h := &harness{t: t, mock: mock, logs: &pgtest.SyncBuffer{}, sleeps: make(chan time.Duration, 100), wake: make(chan struct{})}
 	opts.Owner = owner
 	opts.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	connect := func(ctx context.Context) (Conn, error) {

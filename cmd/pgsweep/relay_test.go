@@ -82,7 +82,7 @@ func TestRelayHelperProcess(t *testing.T) {
 // relayProc is a running `pgsweep relay` child.
 type relayProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *pgtest.SyncBuffer
 	done chan struct{}
 	err  error
 }
@@ -92,7 +92,7 @@ func startRelay(t *testing.T, killAfter int, logFile string, args ...string) *re
 	b, _ := json.Marshal(append([]string{"relay"}, args...))
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayHelperProcess$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", helperArgs+"="+string(b), helperKill+"="+strconv.Itoa(killAfter), helperLogEnv+"="+logFile)
-	p := &relayProc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &relayProc{cmd: cmd, out: &pgtest.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start relay: %v", err)

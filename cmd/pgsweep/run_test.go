@@ -143,7 +143,7 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildBinary(t)
-	var logs syncBuffer
+	var logs pgtest.SyncBuffer
 	cmd := exec.Command(bin, "run", "--schema", db.Schema, "--owner", "kill9-test", "--http-addr", "", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "PGSWEEP_DATABASE_URL="+db.URL)
 	cmd.Stderr = &logs
@@ -219,7 +219,7 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	addr := freeAddr(t)
-	var logs syncBuffer
+	var logs pgtest.SyncBuffer
 	cmd := exec.Command(bin, "run", "--schema", db.Schema, "--owner", "sigterm-test", "--http-addr", addr,
 		"--interval", "100ms", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "PGSWEEP_DATABASE_URL="+db.URL)

@@ -26,17 +26,16 @@ package pgsweep_test
 // connection whose search_path puts them first calls none.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"github.com/pgsweep/pgsweep/runner"
 )
 
@@ -155,25 +154,6 @@ BEGIN PERFORM @hk.hook_rec('other''s row trigger ' || TG_OP); RETURN CASE WHEN T
 CREATE TRIGGER other_row BEFORE UPDATE OR DELETE ON @hk.ev_d9 FOR EACH ROW EXECUTE FUNCTION @hk.other_trg();
 `
 
-// logBuffer is a slog handler's writer that tests may read while the
-// runner writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestHookSuiteRunnerPasses(t *testing.T) {
 	for _, as := range []string{"superuser", "runner role"} {
 		t.Run(strings.ReplaceAll(as, " ", "_"), func(t *testing.T) {
@@ -263,7 +243,7 @@ func hookSuite(t *testing.T, super bool) {
 		sd.login("runner", "admin", sd.roles["hostile"]) // docs/operations.md: the runner may act as each policy owner
 		url = sd.urlAs("runner")
 	}
-	logs := &logBuffer{}
+	logs := &pgtest.SyncBuffer{}
 	conn, err := runner.ConnectURL(url, "hook suite")
 	if err != nil {
 		t.Fatal(err)
