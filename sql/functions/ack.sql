@@ -100,6 +100,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
+    v_held boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -113,15 +114,13 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
+      INTO v_kind, v_held -- the rights ride along, as in claim.sql
+      FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM queue_right r -- the common case inline, the rule in _queue_require (as in claim.sql)
-                    WHERE r.queue = p_queue AND r.privilege = 'consume'
-                      AND CASE WHEN r.grantee_name = pg_catalog.pg_get_userbyid(r.grantee) -- then the oid is the role of that name
-                               THEN pg_catalog.pg_has_role(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                                                                ELSE pg_catalog.current_setting('role')::name END, r.grantee, 'MEMBER') END) THEN
+    IF NOT v_held THEN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());

@@ -112,6 +112,7 @@ DECLARE
     v_last_id bigint;
     v_token uuid;
     v_paused boolean;
+    v_held boolean;
     v_read_at timestamptz;
     v_read_id bigint;
 BEGIN
@@ -139,21 +140,18 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
-      INTO v_max, v_lease, v_rescan_every, v_paused
+    -- The rights ride along (queue_rights.sql): a plain grant is the common
+    -- case, read by this statement; anything else asks _queue_require, the
+    -- rule.
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused,
+           EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
+      INTO v_max, v_lease, v_rescan_every, v_paused, v_held
       FROM queue q
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
-    -- The rights (queue_rights.sql): a grant to a role the caller is a
-    -- member of, whose oid still has the granted name, is the common case and
-    -- costs one probe here; anything else asks _queue_require, the rule.
-    IF NOT EXISTS (SELECT 1 FROM queue_right r
-                    WHERE r.queue = p_queue AND r.privilege = 'consume'
-                      AND CASE WHEN r.grantee_name = pg_catalog.pg_get_userbyid(r.grantee) -- then the oid is the role of that name
-                               THEN pg_catalog.pg_has_role(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                                                                ELSE pg_catalog.current_setting('role')::name END, r.grantee, 'MEMBER') END) THEN
+    IF NOT v_held THEN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned

@@ -94,6 +94,24 @@ BEGIN
 END
 $$;
 
+-- _queue_right_held: the rights the calling session holds by a plain grant,
+-- one row per (queue, privilege): a queue_right row whose oid still has the
+-- granted name (then the oid is that role) and whose grantee the caller is
+-- a member of. The hot verbs (claim, complete, send, send_batch) read it in
+-- a statement they run anyway, and ask _queue_require, the rule, only when
+-- it has no row: a superuser, a Citus worker (where a role's oid differs
+-- from the coordinator's), a renamed or dropped grantee, a refusal. A view,
+-- not a function: the planner inlines it into the verb's statement, where
+-- a function call (search_path pinned) would cost as much as the probe.
+-- The CASE keeps pg_has_role from an oid that no longer has the name
+-- (quals in one WHERE are evaluated in the planner's order, not the text's).
+CREATE OR REPLACE VIEW _queue_right_held AS
+SELECT r.queue, r.privilege
+  FROM queue_right r
+ WHERE CASE WHEN r.grantee_name = pg_catalog.pg_get_userbyid(r.grantee)
+            THEN pg_catalog.pg_has_role(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                                             ELSE pg_catalog.current_setting('role')::name END, r.grantee, 'MEMBER') END;
+
 -- _queue_allowed: does the calling session hold p_right on p_queue? (Not on
 -- hot paths: it asks _queue_require.)
 CREATE OR REPLACE FUNCTION _queue_allowed(p_queue text, p_right text)

@@ -195,11 +195,7 @@ DECLARE
     v_q queue := _queue_get(p_queue);
     v_id bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM queue_right r -- the common case inline, the rule in _queue_require (as in claim.sql)
-                    WHERE r.queue = p_queue AND r.privilege = 'send'
-                      AND CASE WHEN r.grantee_name = pg_catalog.pg_get_userbyid(r.grantee) -- then the oid is the role of that name
-                               THEN pg_catalog.pg_has_role(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                                                                ELSE pg_catalog.current_setting('role')::name END, r.grantee, 'MEMBER') END) THEN
+    IF NOT EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'send') THEN -- the rule: _queue_require
         PERFORM _queue_require(p_queue, 'send');
     END IF;
     PERFORM _check_message(p_payload, p_headers, p_key);
@@ -249,11 +245,7 @@ DECLARE
     v_news boolean[] := '{}';
     i int;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM queue_right r -- the common case inline, the rule in _queue_require (as in claim.sql)
-                    WHERE r.queue = p_queue AND r.privilege = 'send'
-                      AND CASE WHEN r.grantee_name = pg_catalog.pg_get_userbyid(r.grantee) -- then the oid is the role of that name
-                               THEN pg_catalog.pg_has_role(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                                                                ELSE pg_catalog.current_setting('role')::name END, r.grantee, 'MEMBER') END) THEN
+    IF NOT EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'send') THEN -- the rule: _queue_require
         PERFORM _queue_require(p_queue, 'send');
     END IF;
     -- (_check_size passes any size up to 100 without a read: validate.sql)
