@@ -100,7 +100,6 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
-    v_held boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -114,13 +113,11 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_kind, v_held -- the rights ride along, as in claim.sql
-      FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
-    IF NOT v_held THEN
+    IF NOT EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume') THEN -- the rule: _queue_require
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());

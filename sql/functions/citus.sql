@@ -237,7 +237,10 @@ $$;
 -- distributed install propagates the view and the functions it calls
 -- (leases, settings, queue_stats). Dropped (on the workers too) and created
 -- again on the coordinator alone, the views of an upgraded install are
--- where a fresh install's are.
+-- where a fresh install's are. The internal views (a name starting with _:
+-- _queue_right_held, which the verbs read on the workers) are the exception:
+-- they read only tables Citus places and pg_catalog, and stay where Citus
+-- puts them, on every node.
 CREATE OR REPLACE FUNCTION citus_distribute()
 RETURNS TABLE (object_kind text, object_name text, placement text, changed boolean)
 LANGUAGE plpgsql
@@ -297,14 +300,16 @@ BEGIN
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                     JOIN pg_catalog.pg_dist_object o
                       ON o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND o.objid = c.oid AND o.objsubid = 0
-                   WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v') THEN
+                   WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v'
+                     AND c.relname NOT LIKE '\_%') THEN
         SELECT pg_catalog.array_agg(c.relname::text ORDER BY c.oid),
                pg_catalog.array_agg(pg_catalog.pg_get_viewdef(c.oid) ORDER BY c.oid),
                pg_catalog.array_agg(coalesce(' WITH (' || pg_catalog.array_to_string(c.reloptions, ', ') || ')', '') ORDER BY c.oid),
                pg_catalog.array_agg(pg_catalog.obj_description(c.oid, 'pg_class') ORDER BY c.oid)
           INTO v_views, v_view_defs, v_view_opts, v_view_comments
           FROM pg_catalog.pg_class c
-         WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v';
+         WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v'
+           AND c.relname NOT LIKE '\_%';
         IF v_views IS NOT NULL THEN
             EXECUTE 'DROP VIEW ' || (SELECT pg_catalog.string_agg(pg_catalog.format('%I.%I', v_schema, v), ', ')
                                        FROM pg_catalog.unnest(v_views) v);

@@ -140,22 +140,24 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    -- The rights ride along (queue_rights.sql): a plain grant is the common
-    -- case, read by this statement; anything else asks _queue_require, the
-    -- rule.
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused,
-           EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_max, v_lease, v_rescan_every, v_paused, v_held
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
+      INTO v_max, v_lease, v_rescan_every, v_paused
       FROM queue q
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
-    IF NOT v_held THEN
+    -- The rights ride along with the cursor (queue_rights.sql): a plain
+    -- grant is the common case, read by this statement (both tables are
+    -- placed by queue on Citus: one shard group); anything else, or no
+    -- cursor row, asks _queue_require, the rule.
+    SELECT c.created_at, c.id, c.rescanned_at,
+           EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_held
+      FROM claim_cursor c WHERE c.queue = p_queue;
+    IF v_held IS NOT TRUE THEN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
-    SELECT c.created_at, c.id, c.rescanned_at INTO v_cursor_at, v_cursor_id, v_rescanned
-      FROM claim_cursor c WHERE c.queue = p_queue;
     v_read_at := v_cursor_at;
     v_read_id := v_cursor_id;
     IF v_paused THEN

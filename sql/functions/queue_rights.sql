@@ -98,7 +98,8 @@ $$;
 -- one row per (queue, privilege): a queue_right row whose oid still has the
 -- granted name (then the oid is that role) and whose grantee the caller is
 -- a member of. The hot verbs (claim, complete, send, send_batch) read it in
--- a statement they run anyway, and ask _queue_require, the rule, only when
+-- their own statement (claim: in its read of the cursor) and ask
+-- _queue_require, the rule, only when
 -- it has no row: a superuser, a Citus worker (where a role's oid differs
 -- from the coordinator's), a renamed or dropped grantee, a refusal. A view,
 -- not a function: the planner inlines it into the verb's statement, where
