@@ -116,11 +116,12 @@ test-cron:
 ## test-faults: the fault-injection suite (internal/faults, about 2 minutes): a PostgreSQL cluster of its own
 ## (scripts/db.sh on another port and directory), real workers, runners and a producer; kill -9, SIGTERM,
 ## pg_terminate_backend, restarts, a stopped server, statement_timeout; nothing lost, no overlapping runs;
-## then the slow fault tests of other packages (build tag faults: a broker down for 30 s)
+## and the slow fault tests of other packages (build tag faults: a broker down for 30 s), all at once: they
+## mostly wait (leases expiring, servers coming back), each on processes, a cluster or a broker of its own
 test-faults:
 	$(GO) vet -tags faults ./internal/faults/ ./cmd/pgsweep/
-	$(GO) test -tags faults -count=1 -v -timeout 10m -run TestFaults ./internal/faults/
-	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -tags faults -count=1 -v -timeout 10m -run 'TestRelayBrokerDownThirtySeconds' ./cmd/pgsweep/
+	@url=$(db_url); TEST_DATABASE_URL="$$url" $(GO) test -tags faults -count=1 -v -timeout 10m \
+		-run 'TestFaults|TestRelayBrokerDownThirtySeconds' ./internal/faults/ ./cmd/pgsweep/
 
 .PHONY: citus citus-stop test-citus
 ## citus: start the throwaway Citus cluster (scripts/citus.sh: a coordinator and two workers from the installed
