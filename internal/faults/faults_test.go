@@ -34,11 +34,7 @@ const (
 	outage = 12 * time.Second
 )
 
-// The suite's tests run in parallel: each starts a cluster, binaries and
-// processes of its own (newSuite), and most of their time is spent waiting
-// for leases to expire and servers to come back.
 func TestFaults(t *testing.T) {
-	t.Parallel()
 	s := newSuite(t)
 	for i := 1; i <= numWorkers; i++ {
 		s.spawn(fmt.Sprintf("w%d", i))
@@ -667,7 +663,6 @@ func (s *suite) finish() {
 // It failed while sql/functions/maintain_retention.sql cleared the backlog
 // when a due policy was busy (held by the dead cleaner's lease).
 func TestFaultsKilledCleanerHoldsThePolicyLease(t *testing.T) {
-	t.Parallel()
 	s := newSuite(t)
 	const partTTL, leaseTTL = 5 * time.Second, 30 * time.Second
 	s.exec(fmt.Sprintf(`SELECT pgsweep.setting_set('maintain_lease_ttl', '%d seconds'),
