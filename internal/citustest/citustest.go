@@ -216,7 +216,10 @@ func NewUndistributed(t testing.TB, maxConns int32, version int32) *Install {
 	t.Helper()
 	c := Get(t)
 	schema := pgtest.SchemaName(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A bound for a loaded machine, never a measurement: an install sends
+	// thousands of statements to the workers one at a time (about 15 s on
+	// an idle machine, several times that when CI runs make test beside it).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	conn := pgtest.Conn(t, c.URL)
 	t.Cleanup(func() { Uninstall(t, c.URL, schema) })
