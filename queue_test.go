@@ -14,13 +14,6 @@ import (
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
-func mustExec(t *testing.T, db *pgtest.DB, sql string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 func count(t *testing.T, db *pgtest.DB, table, where string) int {
 	t.Helper()
 	var n int
@@ -161,7 +154,7 @@ func TestStaleTokenActsOnNothing(t *testing.T) {
 				t.Fatalf("claim: %+v %v (want two deliveries with one token)", old, err)
 			}
 			// Let the lease lapse without waiting: move it into the past.
-			mustExec(t, db, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", pgx.Identifier{db.Schema}.Sanitize()))
+			db.MustExec(t, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", pgx.Identifier{db.Schema}.Sanitize()))
 			taken, err := c.Claim(ctx, "q", newOwner, 10, time.Minute)
 			if err != nil || !slices.Equal(ids(taken), ids(old)) || taken[0].Attempt != 2 || tok(taken) == tok(old) {
 				t.Fatalf("takeover: %+v %v", taken, err)

@@ -695,7 +695,7 @@ func TestBenchRelaySmall(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if s := schemaState(t, pgtest.Conn(t, url), schema); s != "absent" {
+	if s := pgtest.SchemaState(t, pgtest.Conn(t, url), schema); s != "absent" {
 		t.Errorf("the scratch schema %s is left: %s", schema, s)
 	}
 	_, errOut, code = runCLI(t, "bench", "relay", "--database-url", url)
