@@ -132,11 +132,8 @@ func randSuffix() string {
 // messages sent (payloads 0..n-1).
 func relayDB(t *testing.T, n int) (*pgtest.DB, []int64) {
 	t.Helper()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 20)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 20); err != nil {
-		t.Fatal(err)
-	}
 	var ids []int64
 	for lo := 0; lo < n; lo += 500 {
 		msgs := make([]pgsweep.Message, 0, 500)
@@ -603,11 +600,8 @@ func TestRelayUsageErrors(t *testing.T) {
 func TestRelayLanesInOrderUnderCrashes(t *testing.T) {
 	t.Parallel()
 	base := relaytest.NATS(t)
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 20)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 20); err != nil {
-		t.Fatal(err)
-	}
 	const lanes, per = 6, 25
 	var msgs []pgsweep.Message
 	for k := range per {

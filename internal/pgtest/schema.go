@@ -64,6 +64,17 @@ func New(t testing.TB, maxConns int32) *DB {
 	return &DB{URL: url, Schema: schema, Pool: pool, Client: client}
 }
 
+// NewQueue is New plus one queue (queue_create through the Client): the
+// install most tests of the queue verbs start from.
+func NewQueue(t testing.TB, maxConns int32, queue string, kind pgsweep.QueueKind, maxAttempts int) *DB {
+	t.Helper()
+	db := New(t, maxConns)
+	if err := db.Client.QueueCreate(context.Background(), queue, kind, maxAttempts); err != nil {
+		t.Fatalf("queue_create %s: %v", queue, err)
+	}
+	return db
+}
+
 // MustExec runs sql (with args) on the test's pool and fails t when it fails.
 func (db *DB) MustExec(t testing.TB, sql string, args ...any) {
 	t.Helper()
