@@ -16,12 +16,9 @@ import (
 // holds its lock, claims from the cursor and rescans still return rows (a
 // lock wait would hit lock_timeout and fail), and they only skip moving it.
 func TestClaimNeverWaitsForTheCursor(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	ms := make([]pgsweep.Message, 10)
 	for i := range ms {
 		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}

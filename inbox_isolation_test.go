@@ -215,11 +215,8 @@ func TestInboxSendIsolation(t *testing.T) {
 // is retried in a new transaction, as an application does. Every key is
 // accepted exactly once and ends as exactly one processed row.
 func TestInboxSendIsolationRace(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := pgtest.NewQueue(t, 2, "race", pgsweep.Inbox, 3)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "race", pgsweep.Inbox, 3); err != nil {
-		t.Fatal(err)
-	}
 	const keys, senders, completers = 60, 6, 2
 	accepted := make([]atomic.Int32, keys)
 	var nulls, retries atomic.Int32

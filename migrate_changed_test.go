@@ -20,14 +20,7 @@ import (
 // catalog of a fresh install. It proves the statement splitter and the
 // object keys on the real history, before an unreleased migration does.
 func TestMigrationsChangedBlocksInstallWhatWholeFilesDo(t *testing.T) {
-	names, err := migrationfile.List("migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums, err := migrationfile.ReadChecksums("migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, sums := readMigrations(t)
 	sqlDir, err := filepath.Abs("sql")
 	if err != nil {
 		t.Fatal(err)

@@ -18,14 +18,7 @@ import (
 // same SQL forever (migrations/CHECKSUMS). A changed function ships in a new
 // migration (`make migration`), never by editing a landed one.
 func TestLandedMigrationsNeverChange(t *testing.T) {
-	sums, err := migrationfile.ReadChecksums("migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := migrationfile.List("migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, sums := readMigrations(t)
 	if sums.Released < 13 || sums.Released > len(names) {
 		t.Fatalf("migrations/CHECKSUMS says released %d; there are %d migrations and 13 had shipped when checksums began",
 			sums.Released, len(names))
@@ -173,4 +166,19 @@ func TestMigrationsCarryWhatChanged(t *testing.T) {
 	if missing := in.Missing(files); len(missing) > 0 {
 		t.Errorf("after the last migration these differ from sql/functions:\n  %s", strings.Join(missing, "\n  "))
 	}
+}
+
+// readMigrations returns the names of the migrations (migrations/, in
+// order) and what migrations/CHECKSUMS records of them.
+func readMigrations(t *testing.T) ([]string, migrationfile.Checksums) {
+	t.Helper()
+	names, err := migrationfile.List("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := migrationfile.ReadChecksums("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names, sums
 }

@@ -32,11 +32,8 @@ func sendN(t *testing.T, c *pgsweep.Client, queue string, n int) {
 func TestClaimDisjoint(t *testing.T) {
 	for _, tc := range []struct{ claimers, batch, rows int }{{2, 10, 20}, {2, 10, 15}, {32, 10, 250}} {
 		t.Run(fmt.Sprintf("%dx%d_of_%d", tc.claimers, tc.batch, tc.rows), func(t *testing.T) {
-			db := pgtest.New(t, 2)
+			db := pgtest.NewQueue(t, 2, "q", pgsweep.Outbox, 3)
 			ctx := context.Background()
-			if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-				t.Fatal(err)
-			}
 			sendN(t, db.Client, "q", tc.rows)
 			clients := make([]*pgsweep.Client, tc.claimers)
 			for i := range clients {
@@ -92,11 +89,8 @@ func TestClaimDisjoint(t *testing.T) {
 // and failers (one attempt per message) move rows to message_dead under them:
 // every key is accepted exactly once.
 func TestInboxDedupConcurrent(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := pgtest.NewQueue(t, 2, "in", pgsweep.Inbox, 1)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "in", pgsweep.Inbox, 1); err != nil {
-		t.Fatal(err)
-	}
 	const keys, senders, completers = 300, 12, 4 // odd completers fail instead
 	accepted := make([]int, keys)
 	var mu sync.Mutex

@@ -65,7 +65,7 @@ func TestLongestQueueName(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond) // time under test: the rows' 1 second retention passes
 
-	mustExec(t, db, "SELECT "+schema+".retention_builtin_sync()")
+	db.MustExec(t, "SELECT "+schema+".retention_builtin_sync()")
 	for _, name := range []string{"pgsweep.processed:" + long, "pgsweep.dead:" + long} {
 		pass, ok, err := c.RetentionRun(ctx, name, "t", 10*time.Second)
 		if err != nil || !ok || pass.RowsDeleted != 1 || pass.Outcome != "drained" {
@@ -76,7 +76,7 @@ func TestLongestQueueName(t *testing.T) {
 		t.Fatalf("after retention_run: %d processed and %d dead rows", p, d)
 	}
 
-	mustExec(t, db, "CALL "+schema+".maintain('t', '30 seconds')")
+	db.MustExec(t, "CALL "+schema+".maintain('t', '30 seconds')")
 	var passErr *string
 	if err := db.Pool.QueryRow(ctx, "SELECT error FROM "+schema+".maintain_pass ORDER BY id DESC LIMIT 1").Scan(&passErr); err != nil {
 		t.Fatal(err)

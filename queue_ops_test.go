@@ -19,12 +19,9 @@ import (
 // a blocked lane skipped, QueueStats and LaneStats; a bad lane name is an
 // ErrInvalidArgument.
 func TestClientLanes(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "o", pgsweep.Outbox, 1)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "o", pgsweep.Outbox, 1); err != nil {
-		t.Fatal(err)
-	}
 	msg := func(p, lane string) pgsweep.Message {
 		return pgsweep.Message{Payload: json.RawMessage(`"` + p + `"`), Lane: lane}
 	}
@@ -120,12 +117,9 @@ func TestClientLanes(t *testing.T) {
 
 // Pause and resume, cancel, purge and drop from the Go client.
 func TestClientQueueOps(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 3)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
 	send := func(p string, at time.Time) int64 {
 		id, _, err := c.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"` + p + `"`), DeliverAt: at})
 		if err != nil {

@@ -14,13 +14,6 @@ import (
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
-func mustExec(t *testing.T, db *pgtest.DB, sql string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 func count(t *testing.T, db *pgtest.DB, table, where string) int {
 	t.Helper()
 	var n int
@@ -51,12 +44,9 @@ func tok(ds []pgsweep.Delivery) pgsweep.Token {
 // Sending inside the application's transaction: the message exists only if
 // the transaction commits.
 func TestSendInsideTransaction(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 5)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "orders", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -107,12 +97,9 @@ func TestSendInsideTransaction(t *testing.T) {
 }
 
 func TestSendBatchAndScheduled(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "in", pgsweep.Inbox, 3)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "in", pgsweep.Inbox, 3); err != nil {
-		t.Fatal(err)
-	}
 	got, err := c.SendBatch(ctx, "in", []pgsweep.Message{
 		{Payload: json.RawMessage(`1`), Key: "a"},
 		{Payload: json.RawMessage(`2`), Key: "a"},
@@ -147,12 +134,9 @@ func TestSendBatchAndScheduled(t *testing.T) {
 func TestStaleTokenActsOnNothing(t *testing.T) {
 	for _, newOwner := range []string{"new", "old"} {
 		t.Run("takeover by "+newOwner, func(t *testing.T) {
-			db := pgtest.New(t, 4)
+			db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
 			ctx := context.Background()
 			c := db.Client
-			if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := c.SendBatch(ctx, "q", []pgsweep.Message{{Payload: json.RawMessage(`1`)}, {Payload: json.RawMessage(`2`)}}); err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +145,7 @@ func TestStaleTokenActsOnNothing(t *testing.T) {
 				t.Fatalf("claim: %+v %v (want two deliveries with one token)", old, err)
 			}
 			// Let the lease lapse without waiting: move it into the past.
-			mustExec(t, db, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", pgx.Identifier{db.Schema}.Sanitize()))
+			db.MustExec(t, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", pgx.Identifier{db.Schema}.Sanitize()))
 			taken, err := c.Claim(ctx, "q", newOwner, 10, time.Minute)
 			if err != nil || !slices.Equal(ids(taken), ids(old)) || taken[0].Attempt != 2 || tok(taken) == tok(old) {
 				t.Fatalf("takeover: %+v %v", taken, err)
@@ -196,12 +180,9 @@ func TestStaleTokenActsOnNothing(t *testing.T) {
 }
 
 func TestQueueClientInvalidArguments(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := pgtest.NewQueue(t, 2, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	if _, _, err := c.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -247,12 +228,9 @@ func TestQueueClientInvalidArguments(t *testing.T) {
 // next batch (with a new token) in one transaction; another token's ids are
 // not completed.
 func TestCompleteAndClaim(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	sendN(t, c, "q", 5)
 	first, err := c.Claim(ctx, "q", "w", 2, time.Minute)
 	if err != nil || len(first) != 2 {
@@ -280,12 +258,9 @@ func TestCompleteAndClaim(t *testing.T) {
 // A dead inbox message holds its key against redeliveries; RequeueDead sends
 // it back with a fresh set of attempts, and a second call finds nothing.
 func TestRequeueDead(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := pgtest.NewQueue(t, 2, "in", pgsweep.Inbox, 1)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "in", pgsweep.Inbox, 1); err != nil {
-		t.Fatal(err)
-	}
 	msg := pgsweep.Message{Payload: json.RawMessage(`{"n":1}`), Key: "m-1"}
 	id, ok, err := c.Send(ctx, "in", msg)
 	if err != nil || !ok {

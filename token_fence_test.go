@@ -55,7 +55,7 @@ func TestTokenFenceUnderConcurrency(t *testing.T) {
 	}
 	// The trigger function is SECURITY DEFINER (the test's role): the verbs
 	// may run as a role that has no right on the log.
-	mustExec(t, db, fmt.Sprintf(`
+	db.MustExec(t, fmt.Sprintf(`
 		CREATE UNLOGGED TABLE %[1]s.fence_log (seq bigserial PRIMARY KEY, verb text NOT NULL, id bigint NOT NULL,
 		                                       token uuid NOT NULL, prev uuid);
 		CREATE FUNCTION %[1]s.fence_log() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER

@@ -48,7 +48,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	<-first
 	// The lease expires (an hour-long lease is renewed every 20 minutes, so
 	// no renewal interferes); the worker's next poll claims the row again.
-	mustExec(t, db, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET visible_at = now() - interval '1 second'")
+	db.MustExec(t, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET visible_at = now() - interval '1 second'")
 	for _, ch := range []chan struct{}{second, firstCancelled} {
 		select {
 		case <-ch:

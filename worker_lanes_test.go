@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -58,7 +57,7 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 	if err := c.QueueConfigure(ctx, "lanes", map[string]any{"backoff_base": "10 milliseconds", "backoff_max": "50 milliseconds"}); err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, db, "CREATE UNLOGGED TABLE "+s+`.handler_log (lane text, seq int, id bigint, attempt int, owner text,
+	db.MustExec(t, "CREATE UNLOGGED TABLE "+s+`.handler_log (lane text, seq int, id bigint, attempt int, owner text,
 		started timestamptz NOT NULL, ended timestamptz NOT NULL, ok boolean NOT NULL)`)
 
 	var (
@@ -81,13 +80,7 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(slot), 7))
 			var rmu sync.Mutex
 			for incarnation := 0; runCtx.Err() == nil; incarnation++ {
-				cfg, err := pgxpool.ParseConfig(db.URL)
-				if err != nil {
-					errc <- err
-					return
-				}
-				cfg.MaxConns = 1 // claim, renew, complete and fail share one connection
-				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				pool, err := pgtest.Pool(ctx, db.URL, 1) // claim, renew, complete and fail share one connection
 				if err != nil {
 					errc <- err
 					return

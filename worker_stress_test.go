@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -115,13 +114,7 @@ func TestWorkerStress(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(slot), 99))
 			var rmu sync.Mutex
 			for incarnation := 0; runCtx.Err() == nil; incarnation++ {
-				cfg, err := pgxpool.ParseConfig(db.URL)
-				if err != nil {
-					errc <- err
-					return
-				}
-				cfg.MaxConns = 1 // claim, renew, complete and fail share one connection
-				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				pool, err := pgtest.Pool(ctx, db.URL, 1) // claim, renew, complete and fail share one connection
 				if err != nil {
 					errc <- err
 					return

@@ -44,11 +44,8 @@ func (r *recorder) Close() error { return nil }
 // fails, the lane's later messages are not published but given back
 // (attempt not spent), while other lanes and messages without a lane go on.
 func TestLanesOneInFlightInOrder(t *testing.T) {
-	db := pgtest.New(t, 4)
+	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	// lanes a, b, c interleaved, and messages without a lane
 	lanes := []string{"a", "b", "", "a", "c", "a", "b", "", "c", "a", "b", "b"}
 	msgs := make([]pgsweep.Message, len(lanes))

@@ -169,11 +169,7 @@ func numbered(from, n int) []pgsweep.Message {
 // created_at), and Nats-Msg-Id = its identity (its key when it has one).
 func TestNATSPublishesWithHeaders(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 10)
-	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "orders", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
+	db := pgtest.NewQueue(t, 10, "orders", pgsweep.Outbox, 5)
 	u, read := stream(t)
 	ids := send(t, db, "orders", []pgsweep.Message{
 		{Payload: json.RawMessage(`{"order":1}`), Headers: map[string]string{"trace": "abc", "tenant": "t1"}},
@@ -253,11 +249,8 @@ func (c *countingTransport) Check() error { return c.Transport.(relay.Checker).C
 // messages sent before the relays started are published too.
 func TestDispatchAndClaimsSideBySide(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 20)
+	db := pgtest.NewQueue(t, 20, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	u, read := stream(t)
 	before := send(t, db, "q", numbered(0, 50)) // sent while no relay runs
 	tr := &countingTransport{Transport: openNATS(t, u)}
@@ -323,11 +316,8 @@ func TestDispatchAndClaimsSideBySide(t *testing.T) {
 // last Dispatch it listens again.
 func TestDispatchInUseClosesListen(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	channel, err := db.Client.NotifyChannel(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -386,11 +376,8 @@ func TestDispatchInUseClosesListen(t *testing.T) {
 // leave the ids to the claims, which publish them.
 func TestDispatchLeavesTheRestToClaims(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	u, read := stream(t)
 	r, err := relay.New(db.Pool, "q", openNATS(t, u), relay.Options{Schema: db.Schema, DispatchBuffer: 1, DispatchWorkers: 1,
 		PollInterval: 100 * time.Millisecond, DisableNotify: true})
@@ -422,11 +409,8 @@ func TestDispatchLeavesTheRestToClaims(t *testing.T) {
 // becomes a dead letter at once; the others are published.
 func TestPermanentFailureIsDeadLettered(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	u, read := stream(t)
 	// pgsweep's own cap (max_payload_bytes, 1 MiB by default) is raised so that the broker is the one to refuse
 	if _, err := db.Pool.Exec(ctx, "SELECT "+pgx.Identifier{db.Schema, "setting_set"}.Sanitize()+"('max_payload_bytes'::pg_catalog.text, '4194304'::pg_catalog.text)"); err != nil {
@@ -463,11 +447,8 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 // another relay claims nothing meanwhile, and the message is published once.
 func TestSlowPublishRenewsItsLease(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	u, read := stream(t)
 	send(t, db, "q", numbered(0, 3))
 	slow := &countingTransport{Transport: openNATS(t, u), delay: 3 * time.Second}
@@ -508,11 +489,8 @@ func TestSlowPublishRenewsItsLease(t *testing.T) {
 // timeout.
 func TestShutdownReleasesWhatWasNotPublished(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	u, _ := stream(t)
 	send(t, db, "q", numbered(0, 10))
 	hang := &countingTransport{Transport: openNATS(t, u), delay: time.Hour}
@@ -552,11 +530,8 @@ func TestShutdownReleasesWhatWasNotPublished(t *testing.T) {
 func TestAMQPPublishesAndUnroutableFails(t *testing.T) {
 	t.Parallel()
 	base := relaytest.AMQP(t)
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 5)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 5); err != nil {
-		t.Fatal(err)
-	}
 	if err := db.Client.QueueConfigure(ctx, "q", map[string]any{"backoff_base": "1 hour", "backoff_max": "1 hour"}); err != nil {
 		t.Fatal(err)
 	}

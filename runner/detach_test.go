@@ -19,7 +19,7 @@ func TestRunnerDetachesPartitionsConcurrently(t *testing.T) {
 		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
 			db := pgtest.New(t, 4)
 			s := pgx.Identifier{db.Schema}.Sanitize()
-			exec(t, db, fmt.Sprintf(`SELECT %[1]s.setting_set('retention_check_interval', '0');
+			db.MustExec(t, fmt.Sprintf(`SELECT %[1]s.setting_set('retention_check_interval', '0');
 				SELECT %[1]s.setting_set('retention_duty_cycle', '100');
 				CREATE TABLE %[1]s.ev (at timestamptz NOT NULL) PARTITION BY RANGE (at);
 				CREATE TABLE %[1]s.ev_old1 PARTITION OF %[1]s.ev FOR VALUES FROM (now() - interval '10 days') TO (now() - interval '9 days');

@@ -161,7 +161,7 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 	db := pgtest.New(t, 3)
 	installStandIns(t, db, "victim", 30)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
+	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
 	r := newRunner(t, db, "victim", Options{})
 	done := make(chan error, 1)
 	go func() { _, _, err := r.RunOnce(context.Background()); done <- err }()
@@ -205,7 +205,7 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 	db := pgtest.New(t, 3)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, fmt.Sprintf(`
+	db.MustExec(t, fmt.Sprintf(`
 		CREATE TABLE %[1]s.gate (stuck boolean NOT NULL);
 		INSERT INTO %[1]s.gate VALUES (false);
 		GRANT SELECT ON %[1]s.gate TO %[2]s; -- the stand-in runs inside maintain_step_recovery, as the owner role
@@ -259,7 +259,7 @@ func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 	if !h.PassInFlight || h.LastProgress.IsZero() || !strings.Contains(h.LastError, "connection refused") || !h.LastSuccess.IsZero() {
 		t.Fatalf("health %+v: want healthy by progress alone, the outage's error still shown", h)
 	}
-	exec(t, db, "UPDATE "+s+".gate SET stuck = true")
+	db.MustExec(t, "UPDATE "+s+".gate SET stuck = true")
 	// time under test: without progress, HealthyWithin passes
 	pgtest.Eventually(t, 15*time.Second, poll("the stuck pass to turn unhealthy", func(h Health) bool { return !h.Healthy && h.PassInFlight }))
 	cancel()

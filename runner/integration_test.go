@@ -18,13 +18,6 @@ import (
 // coordination machinery (leases, advisory locks, history) is exercised as it
 // will be by the real bodies.
 
-func exec(t *testing.T, db *pgtest.DB, sql string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 func count(t *testing.T, db *pgtest.DB, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
@@ -41,7 +34,7 @@ func count(t *testing.T, db *pgtest.DB, sql string, args ...any) int64 {
 func installStandIns(t *testing.T, db *pgtest.DB, slowOwner string, slowSleep float64) {
 	t.Helper()
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, fmt.Sprintf(`
+	db.MustExec(t, fmt.Sprintf(`
 		CREATE TABLE %[1]s.activity (id bigserial PRIMARY KEY, part text, owner text, started_at timestamptz, finished_at timestamptz);
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$
@@ -96,7 +89,7 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 	db := pgtest.New(t, 10)
 	installStandIns(t, db, "none", 0)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 seconds')")
+	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 seconds')")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -193,7 +186,7 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	db := pgtest.New(t, 4)
 	installStandIns(t, db, "victim", 30)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
+	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
 
 	cfg, err := pgx.ParseConfig(db.URL)
 	if err != nil {
@@ -276,7 +269,7 @@ func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 	db := pgtest.New(t, 4)
 	installStandIns(t, db, "stopper", 30)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
+	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
 	r := newRunner(t, db, "stopper", Options{})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
@@ -340,7 +333,7 @@ func TestIdleRunnerHoldsNoConnection(t *testing.T) {
 func TestFailedPartsAreRecorded(t *testing.T) {
 	db := pgtest.New(t, 2)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+	db.MustExec(t, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN RAISE EXCEPTION 'recovery exploded'; END $$`, s))
 	r := newRunner(t, db, "r1", Options{})
 	p, _, err := r.RunOnce(context.Background())
@@ -351,9 +344,9 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 		t.Fatalf("pass %+v: want recovery failed with its error, retention done", p)
 	}
 
-	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s.maintain_step_retention(p_run bigint)
+	db.MustExec(t, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s.maintain_step_retention(p_run bigint)
 		LANGUAGE plpgsql AS $$ BEGIN COMMIT; RAISE EXCEPTION 'retention exploded'; END $$`, s))
-	exec(t, db, "SELECT "+s+".setting_set('retention_check_interval', '0')")
+	db.MustExec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
 	if _, _, err := r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "retention exploded") {
 		t.Fatalf("got %v, want the escaped retention error", err)
 	}
@@ -374,7 +367,7 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
 		t.Fatal("want the escaped error")
 	}
-	exec(t, db, "SELECT "+s+"._lease_release('maintain:retention', 'pg_cron', NULL)") // as if its TTL had passed
+	db.MustExec(t, "SELECT "+s+"._lease_release('maintain:retention', 'pg_cron', NULL)") // as if its TTL had passed
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
 		t.Fatal("want the escaped error again")
 	}
@@ -389,10 +382,10 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 func TestStepsStopAtTheBudget(t *testing.T) {
 	db := pgtest.New(t, 2)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
+	db.MustExec(t, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 		BEGIN PERFORM pg_sleep(0.05); RETURN '{"recovered": 1, "more": true}'; END $$`, s))
-	exec(t, db, "SELECT "+s+".setting_set('recovery_interval', '1 hour')")
+	db.MustExec(t, "SELECT "+s+".setting_set('recovery_interval', '1 hour')")
 	conn := pgtest.Conn(t, db.URL)
 	// A second session watches the run's committed step count grow during the pass.
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('budget', '1 second')"); err != nil {
@@ -427,8 +420,8 @@ func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
 	db := pgtest.New(t, 2)
 	s := pgx.Identifier{db.Schema}.Sanitize()
 	r := newRunner(t, db, "settings", Options{})
-	exec(t, db, "SELECT "+s+".setting_set('runner_interval', '42 seconds')")
-	exec(t, db, "SELECT "+s+".setting_set('history_max_rows', '10')")
+	db.MustExec(t, "SELECT "+s+".setting_set('runner_interval', '42 seconds')")
+	db.MustExec(t, "SELECT "+s+".setting_set('history_max_rows', '10')")
 	for range 25 {
 		_, st, err := r.RunOnce(context.Background())
 		if err != nil {
@@ -449,7 +442,7 @@ func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
 	db := pgtest.New(t, 4)
 	installStandIns(t, db, "slow", 3)
 	s := pgx.Identifier{db.Schema}.Sanitize()
-	exec(t, db, "SELECT "+s+".setting_set('maintain_lease_ttl', '1 second')")
+	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '1 second')")
 	slow := newRunner(t, db, "slow", Options{Budget: 4 * time.Second}) // recovery gets 2 s: one 3 s step
 	done := make(chan error, 1)
 	go func() { _, _, err := slow.RunOnce(context.Background()); done <- err }()

@@ -26,7 +26,7 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 		messages = 3000
 		crashed  = 1000
 	)
-	exec(t, db, fmt.Sprintf(`
+	db.MustExec(t, fmt.Sprintf(`
 		SELECT %[1]s.setting_set('recovery_interval', '0');
 		SELECT %[1]s.setting_set('retention_check_interval', '0');
 		SELECT %[1]s.setting_set('maintain_lease_ttl', '5 seconds');

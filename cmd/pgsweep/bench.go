@@ -28,38 +28,26 @@ func init() {
 // the baselines it competes with. Their --database-url never falls back to
 // PGSWEEP_DATABASE_URL (the runner's database), only to the PG* variables.
 var benchCommands = map[string]command{
-	"claim": {"claim + complete vs the seed-003 claim CTE and a plain SKIP LOCKED pop",
-		benchWorkload("claim", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
-			var o bench.ClaimOptions
-			o.RegisterFlags(fs)
-			return func(ctx context.Context, out io.Writer) error { return bench.Claim(ctx, o, out) }
-		})},
-	"cleanup": {"retention: CAP's collector loop vs retention_run vs one DELETE",
-		benchWorkload("cleanup", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
-			var o bench.CleanupOptions
-			o.RegisterFlags(fs)
-			return func(ctx context.Context, out io.Writer) error { return bench.Cleanup(ctx, o, out) }
-		})},
+	"claim":   {"claim + complete vs the seed-003 claim CTE and a plain SKIP LOCKED pop", benchWorkload("claim", bench.Claim)},
+	"cleanup": {"retention: CAP's collector loop vs retention_run vs one DELETE", benchWorkload("cleanup", bench.Cleanup)},
 	"relay": {"the relay to a broker: burn-down vs claim + complete, commit-to-ack latency with and without direct dispatch",
-		benchWorkload("relay", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
-			var o bench.RelayOptions
-			o.RegisterFlags(fs)
-			return func(ctx context.Context, out io.Writer) error { return bench.Relay(ctx, o, out) }
-		})},
-	"mixed": {"claim latency of live traffic with and without a retention drain running",
-		benchWorkload("mixed", func(fs *flag.FlagSet) func(context.Context, io.Writer) error {
-			var o bench.MixedOptions
-			o.RegisterFlags(fs)
-			return func(ctx context.Context, out io.Writer) error { return bench.Mixed(ctx, o, out) }
-		})},
+		benchWorkload("relay", bench.Relay)},
+	"mixed": {"claim latency of live traffic with and without a retention drain running", benchWorkload("mixed", bench.Mixed)},
 }
 
-// benchWorkload is the CLI side of a workload: setup registers the
-// workload's flags and returns the function that runs it with their values.
-func benchWorkload(name string, setup func(*flag.FlagSet) func(context.Context, io.Writer) error) func(context.Context, []string, io.Writer) error {
+// benchOptions is a workload's options: they register their own flags.
+type benchOptions[O any] interface {
+	*O
+	RegisterFlags(fs *flag.FlagSet)
+}
+
+// benchWorkload is the CLI side of a workload: its options' flags, plus
+// --cpuprofile and --memprofile, then run with their values.
+func benchWorkload[O any, P benchOptions[O]](name string, run func(context.Context, O, io.Writer) error) func(context.Context, []string, io.Writer) error {
 	return func(ctx context.Context, args []string, out io.Writer) error {
 		fs := newFlagSet("bench " + name)
-		run := setup(fs)
+		var o O
+		P(&o).RegisterFlags(fs)
 		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file (go tool pprof -sample_index=alloc_space)")
 		if err := parseFlags(fs, args); err != nil {
@@ -69,7 +57,7 @@ func benchWorkload(name string, setup func(*flag.FlagSet) func(context.Context, 
 		if err != nil {
 			return err
 		}
-		err = scratchErr(run(ctx, out))
+		err = scratchErr(run(ctx, o, out))
 		return errors.Join(err, stop())
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,34 +11,6 @@ import (
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
-
-// schemaState describes a schema for before/after comparisons: its objects,
-// its comment and the rows of its table t; "absent" when it does not exist.
-func schemaState(t *testing.T, conn *pgx.Conn, schema string) string {
-	t.Helper()
-	ctx := context.Background()
-	var comment *string
-	err := conn.QueryRow(ctx, `SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1`, schema).Scan(&comment)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "absent"
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows int64
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "t"}.Sanitize()).Scan(&rows); err != nil {
-		t.Fatal(err)
-	}
-	sig, err := pgtest.Signature(ctx, conn, schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := "<none>"
-	if comment != nil {
-		c = *comment
-	}
-	return fmt.Sprintf("comment=%s rows=%d\n%s", c, rows, sig)
-}
 
 // Every scratch command refuses a schema it did not create, whatever it
 // holds (a table of someone's rows; public's comment; a real pgsweep
@@ -88,7 +59,7 @@ func TestScratchCommandsRefuseForeignSchemas(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				before := schemaState(t, conn, foreign)
+				before := pgtest.SchemaState(t, conn, foreign)
 
 				args := append(strings.Fields(cmd), "--database-url", url)
 				switch cmd {
@@ -109,11 +80,11 @@ func TestScratchCommandsRefuseForeignSchemas(t *testing.T) {
 						t.Errorf("error lacks %q:\n%s", want, errOut)
 					}
 				}
-				if after := schemaState(t, conn, foreign); after != before {
+				if after := pgtest.SchemaState(t, conn, foreign); after != before {
 					t.Fatalf("schema %s changed:\n%s\nwas\n%s", foreign, after, before)
 				}
 				if cmd == "bench claim" || cmd == "bench cleanup" {
-					if s := schemaState(t, conn, fresh); s != "absent" {
+					if s := pgtest.SchemaState(t, conn, fresh); s != "absent" {
 						t.Fatalf("--schema %s was created although the command was refused", fresh)
 					}
 				}
@@ -151,7 +122,7 @@ func TestBenchIgnoresPgsweepDatabaseURL(t *testing.T) {
 					strings.Contains(errOut, "bogus") || strings.Contains(errOut, "s3cret") {
 					t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 				}
-				if s := schemaState(t, conn, schema); s != "absent" {
+				if s := pgtest.SchemaState(t, conn, schema); s != "absent" {
 					t.Fatalf("bench reached the database of PGSWEEP_DATABASE_URL: schema %s exists", schema)
 				}
 			})

@@ -22,9 +22,7 @@ func runCron(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: want schedule or unschedule", errUsage)
 	}
 	sub := args[0]
-	fs := newFlagSet("cron " + sub)
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("cron " + sub)
 	schedule := fs.String("schedule", "* * * * *", "pg_cron schedule (schedule only)")
 	budget := fs.Duration("budget", 50*time.Second, "time budget of one pass, 1s to 1h; keep it below the schedule's period (schedule only)")
 	if err := parseFlags(fs, args[1:]); err != nil {

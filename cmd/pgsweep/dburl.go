@@ -17,8 +17,13 @@ type dbFlags struct {
 	schema string
 }
 
-func (d *dbFlags) register(fs *flag.FlagSet) {
-	d.registerWithSchema(fs, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+// newDBFlagSet is the flag set of a command that works on an install:
+// --database-url and --schema registered in it.
+func newDBFlagSet(name string) (*flag.FlagSet, *dbFlags) {
+	fs := newFlagSet(name)
+	db := &dbFlags{}
+	db.registerWithSchema(fs, pgsweep.DefaultSchema, "schema pgsweep is installed in")
+	return fs, db
 }
 
 func (d *dbFlags) registerWithSchema(fs *flag.FlagSet, schema, usage string) {

@@ -14,9 +14,7 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("migrate")
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("migrate")
 	dryRun := fs.Bool("dry-run", false, "print the SQL that would run and change nothing")
 	check := fs.Bool("check", false, "change nothing; exit 0 when the database is current, 1 when it is behind or not installed, "+
 		"2 when it is newer than this binary, 3 when it cannot tell (an error)")
@@ -40,10 +38,10 @@ func runMigrate(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	if *check {
-		return migrateCheck(ctx, &db, out)
+		return migrateCheck(ctx, db, out)
 	}
 	if *dryRun {
-		return migrateDryRun(ctx, &db, out)
+		return migrateDryRun(ctx, db, out)
 	}
 	conn, err := db.connect(ctx)
 	if err != nil {

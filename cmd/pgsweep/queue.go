@@ -42,9 +42,7 @@ func runQueue(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: unknown subcommand %q: want pause, resume, purge, drop, stats, grant or revoke", errUsage, args[0])
 	}
 	sub := args[0]
-	fs := newFlagSet("queue " + sub)
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("queue " + sub)
 	queue := fs.String("queue", "", "the queue")
 	var force *bool
 	var lanes *int

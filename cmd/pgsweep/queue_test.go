@@ -17,12 +17,9 @@ import (
 // changed) while a message is in flight, done with --force; stats shows the
 // queue, its lanes (blocked first) and JSON; bad usage exits 2.
 func TestQueueCommand(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := pgtest.NewQueue(t, 2, "orders", pgsweep.Outbox, 1)
 	ctx := context.Background()
 	c := db.Client
-	if err := c.QueueCreate(ctx, "orders", pgsweep.Outbox, 1); err != nil {
-		t.Fatal(err)
-	}
 	if err := c.QueueConfigure(ctx, "orders", map[string]any{"lane_dead": "block"}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +112,8 @@ func countIn(t *testing.T, db *pgtest.DB, table, where string) int {
 // right is a usage of the SQL's 22023 (exit 1, nothing changed); missing
 // --role or --rights exits 2.
 func TestQueueCommandGrantRevoke(t *testing.T) {
-	db := pgtest.New(t, 2)
+	db := pgtest.NewQueue(t, 2, "orders", pgsweep.Outbox, 3)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "orders", pgsweep.Outbox, 3); err != nil {
-		t.Fatal(err)
-	}
 	monitor := db.Schema + "_monitor"
 	common := []string{"--database-url", db.URL, "--schema", db.Schema}
 	cli := func(args ...string) (string, string, int) {

@@ -27,9 +27,7 @@ var relayHooks relay.Hooks
 // runRelay is `pgsweep relay`: publish a queue to a broker until SIGINT or
 // SIGTERM, then drain and exit 0. Run any number of replicas.
 func runRelay(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("relay")
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("relay")
 	queue := fs.String("queue", "", "the outbox queue to publish (required)")
 	to := fs.String("to", "", "the broker: nats://HOST:PORT?subject=SUBJ[&stream=NAME] or amqp://USER:PASS@HOST:PORT/VHOST?routing_key=K[&exchange=X] (required; docs/relay.md)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9189", "serve /metrics and /healthz on this address (empty: no HTTP server)")

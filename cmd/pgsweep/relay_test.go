@@ -132,11 +132,8 @@ func randSuffix() string {
 // messages sent (payloads 0..n-1).
 func relayDB(t *testing.T, n int) (*pgtest.DB, []int64) {
 	t.Helper()
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 20)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 20); err != nil {
-		t.Fatal(err)
-	}
 	var ids []int64
 	for lo := 0; lo < n; lo += 500 {
 		msgs := make([]pgsweep.Message, 0, 500)
@@ -603,11 +600,8 @@ func TestRelayUsageErrors(t *testing.T) {
 func TestRelayLanesInOrderUnderCrashes(t *testing.T) {
 	t.Parallel()
 	base := relaytest.NATS(t)
-	db := pgtest.New(t, 10)
+	db := pgtest.NewQueue(t, 10, "q", pgsweep.Outbox, 20)
 	ctx := context.Background()
-	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 20); err != nil {
-		t.Fatal(err)
-	}
 	const lanes, per = 6, 25
 	var msgs []pgsweep.Message
 	for k := range per {
@@ -695,7 +689,7 @@ func TestBenchRelaySmall(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if s := schemaState(t, pgtest.Conn(t, url), schema); s != "absent" {
+	if s := pgtest.SchemaState(t, pgtest.Conn(t, url), schema); s != "absent" {
 		t.Errorf("the scratch schema %s is left: %s", schema, s)
 	}
 	_, errOut, code = runCLI(t, "bench", "relay", "--database-url", url)

@@ -18,9 +18,7 @@ import (
 // runRun is `pgsweep run`: the maintenance runner for databases without
 // pg_cron. Run as many replicas as you like; they coordinate in the database.
 func runRun(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("run")
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("run")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9188", "serve /metrics and /healthz on this address (empty: no HTTP server)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	verbose := fs.Bool("verbose", false, "log every pass, also those that did nothing")

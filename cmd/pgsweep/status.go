@@ -36,9 +36,7 @@ type genericTable struct {
 }
 
 func runStatus(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("status")
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("status")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	passes := fs.Int("passes", 10, "how many recent maintenance passes to show")
 	if err := parseFlags(fs, args); err != nil {

@@ -14,9 +14,7 @@ import (
 // compares. It changes nothing and exits 0 whatever it finds (migrate
 // --check is the command whose exit status says it).
 func runVersion(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("version")
-	var db dbFlags
-	db.register(fs)
+	fs, db := newDBFlagSet("version")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -52,16 +52,9 @@ func New(t testing.TB, maxConns int32) *DB {
 	}
 	t.Cleanup(func() { DropSchema(t, url, schema) })
 
-	cfg, err := pgxpool.ParseConfig(url)
+	pool, err := Pool(ctx, url, maxConns)
 	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("pool: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	client, err := pgsweep.NewClient(pool, &pgsweep.ClientOptions{Schema: schema})
@@ -69,6 +62,25 @@ func New(t testing.TB, maxConns int32) *DB {
 		t.Fatalf("client: %v", err)
 	}
 	return &DB{URL: url, Schema: schema, Pool: pool, Client: client}
+}
+
+// NewQueue is New plus one queue (queue_create through the Client): the
+// install most tests of the queue verbs start from.
+func NewQueue(t testing.TB, maxConns int32, queue string, kind pgsweep.QueueKind, maxAttempts int) *DB {
+	t.Helper()
+	db := New(t, maxConns)
+	if err := db.Client.QueueCreate(context.Background(), queue, kind, maxAttempts); err != nil {
+		t.Fatalf("queue_create %s: %v", queue, err)
+	}
+	return db
+}
+
+// MustExec runs sql (with args) on the test's pool and fails t when it fails.
+func (db *DB) MustExec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
 }
 
 // Conn opens a dedicated connection that is closed when the test ends.

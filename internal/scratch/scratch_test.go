@@ -3,7 +3,6 @@ package scratch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -12,37 +11,6 @@ import (
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
-
-// state describes a schema for before/after comparisons: whether it exists,
-// its comment, and the rows of its table t (-1: no such table).
-func state(t *testing.T, conn *pgx.Conn, schema string) string {
-	t.Helper()
-	ctx := context.Background()
-	var exists bool
-	var comment *string
-	err := conn.QueryRow(ctx, `SELECT true, obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1`, schema).Scan(&exists, &comment)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "absent"
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := int64(-1)
-	var reg *string
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::text", pgx.Identifier{schema, "t"}.Sanitize()).Scan(&reg); err != nil {
-		t.Fatal(err)
-	}
-	if reg != nil {
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "t"}.Sanitize()).Scan(&rows); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := "<none>"
-	if comment != nil {
-		c = *comment
-	}
-	return fmt.Sprintf("comment=%s rows=%d", c, rows)
-}
 
 func exec(t *testing.T, conn *pgx.Conn, sql string) {
 	t.Helper()
@@ -72,7 +40,7 @@ func TestForeignSchemaIsRefused(t *testing.T) {
 			if tc.comment != "" {
 				exec(t, conn, "COMMENT ON SCHEMA "+id+" IS "+tc.comment)
 			}
-			before := state(t, conn, schema)
+			before := pgtest.SchemaState(t, conn, schema)
 			for op, f := range map[string]func() error{
 				"Create": func() error { return Create(ctx, conn, schema, "bench claim") },
 				"Drop":   func() error { return Drop(ctx, conn, schema, "bench claim") },
@@ -86,7 +54,7 @@ func TestForeignSchemaIsRefused(t *testing.T) {
 						t.Errorf("%s: error lacks %q: %v", op, want, err)
 					}
 				}
-				if after := state(t, conn, schema); after != before {
+				if after := pgtest.SchemaState(t, conn, schema); after != before {
 					t.Fatalf("%s changed the schema: %s, was %s", op, after, before)
 				}
 			}
@@ -110,15 +78,16 @@ func TestOwnSchema(t *testing.T) {
 	if err := Create(ctx, conn, schema, "demo"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := state(t, conn, schema), "comment="+Marker("demo")+" rows=-1"; got != want {
-		t.Fatalf("after Create: %s, want %s", got, want)
+	empty := pgtest.SchemaState(t, conn, schema)
+	if !strings.HasPrefix(empty, "comment="+Marker("demo")+"\n") || strings.Contains(empty, "\nrows ") {
+		t.Fatalf("after Create: %s, want an empty schema with comment %s", empty, Marker("demo"))
 	}
 	exec(t, conn, "CREATE TABLE "+id+".t (id int); INSERT INTO "+id+".t VALUES (1)")
 	if err := Create(ctx, conn, schema, "demo"); err != nil {
 		t.Fatalf("Create again on its own schema: %v", err)
 	}
-	if got, want := state(t, conn, schema), "comment="+Marker("demo")+" rows=-1"; got != want {
-		t.Fatalf("after the second Create: %s, want %s (empty again)", got, want)
+	if got := pgtest.SchemaState(t, conn, schema); got != empty {
+		t.Fatalf("after the second Create: %s, want %s (empty again)", got, empty)
 	}
 	if err := Create(ctx, conn, schema, "bench mixed"); !errors.Is(err, ErrNotScratch) {
 		t.Fatalf("another command's Create: %v", err)
@@ -126,7 +95,7 @@ func TestOwnSchema(t *testing.T) {
 	if err := Drop(ctx, conn, schema, "demo"); err != nil {
 		t.Fatal(err)
 	}
-	if got := state(t, conn, schema); got != "absent" {
+	if got := pgtest.SchemaState(t, conn, schema); got != "absent" {
 		t.Fatalf("after Drop: %s", got)
 	}
 	if Marker("demo") != "pgsweep scratch schema (created by pgsweep demo); safe to drop" {

@@ -109,16 +109,12 @@ BEGIN
 END
 $$;
 
+-- The verb: the database clock.
 CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval)
 RETURNS bigint
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _lease_reserved_refuse('lease_acquire', p_name);
-    RETURN _lease_acquire(p_name, p_owner, p_ttl, NULL);
-END
-$$;
+AS $$ SELECT lease_acquire(p_name, p_owner, p_ttl, NULL::timestamptz) $$;
 
 -- A renew succeeds only while the caller's lease is live: a lapsed holder must
 -- acquire again (and may get a new token), so it learns that it lapsed.
@@ -158,16 +154,12 @@ BEGIN
 END
 $$;
 
+-- The verb: the database clock.
 CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _lease_reserved_refuse('lease_renew', p_name);
-    RETURN _lease_renew(p_name, p_owner, p_ttl, NULL);
-END
-$$;
+AS $$ SELECT lease_renew(p_name, p_owner, p_ttl, NULL::timestamptz) $$;
 
 -- Release ends the tenure at once so that another owner need not wait for the
 -- TTL. The row (and its token) stays so the next tenure's token is higher.
@@ -206,16 +198,12 @@ BEGIN
 END
 $$;
 
+-- The verb: the database clock.
 CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _lease_reserved_refuse('lease_release', p_name);
-    RETURN _lease_release(p_name, p_owner, NULL);
-END
-$$;
+AS $$ SELECT lease_release(p_name, p_owner, NULL::timestamptz) $$;
 
 CREATE OR REPLACE FUNCTION lease_release_owner(p_owner text)
 RETURNS SETOF text

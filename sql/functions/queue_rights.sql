@@ -216,11 +216,11 @@ BEGIN
 END
 $$;
 
--- queue_grant gives p_role the rights p_rights ('send', 'consume', 'browse',
--- 'manage') on p_queue; granting a right held already changes nothing.
--- The caller needs manage on the queue.
-CREATE OR REPLACE FUNCTION queue_grant(p_queue text, p_role regrole, p_rights text[])
-RETURNS void
+-- _queue_rights_change: what queue_grant and queue_revoke check before they
+-- change anything: p_rights valid for p_role (returned as checked), the
+-- caller's manage on p_queue; then the rows of dropped grantees go.
+CREATE OR REPLACE FUNCTION _queue_rights_change(p_queue text, p_role regrole, p_rights text[])
+RETURNS text[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -229,7 +229,20 @@ DECLARE
 BEGIN
     PERFORM _queue_require(p_queue, 'manage');
     PERFORM _queue_rights_clean(p_queue);
-    PERFORM _queue_grant_rows(p_queue, p_role, v_rights);
+    RETURN v_rights;
+END
+$$;
+
+-- queue_grant gives p_role the rights p_rights ('send', 'consume', 'browse',
+-- 'manage') on p_queue; granting a right held already changes nothing.
+-- The caller needs manage on the queue.
+CREATE OR REPLACE FUNCTION queue_grant(p_queue text, p_role regrole, p_rights text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _queue_grant_rows(p_queue, p_role, _queue_rights_change(p_queue, p_role, p_rights));
 END
 $$;
 
@@ -243,10 +256,8 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_rights text[] := _queue_rights_check(p_queue, p_role, p_rights);
+    v_rights text[] := _queue_rights_change(p_queue, p_role, p_rights);
 BEGIN
-    PERFORM _queue_require(p_queue, 'manage');
-    PERFORM _queue_rights_clean(p_queue);
     DELETE FROM queue_right r
      WHERE r.queue = p_queue AND r.privilege = ANY (v_rights) AND r.grantee = p_role;
 END

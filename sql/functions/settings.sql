@@ -121,42 +121,37 @@ BEGIN
 END
 $$;
 
+-- _setting_typed: the row of setting p_name, which must be of kind p_kind
+-- ('interval' or 'integer'); 22023 otherwise.
+CREATE OR REPLACE FUNCTION _setting_typed(p_name text, p_kind text)
+RETURNS setting
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v setting := _setting_row(p_name);
+BEGIN
+    IF v.kind <> p_kind THEN
+        RAISE EXCEPTION 'p_name must name an % setting, % is an %', p_kind, p_name, v.kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v;
+END
+$$;
+
 -- Typed getters for SQL that uses settings. setting_interval returns NULL for
 -- 'infinite' (keep forever), the same meaning NULL has in retention_register.
 CREATE OR REPLACE FUNCTION setting_interval(p_name text)
 RETURNS interval
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v setting := _setting_row(p_name);
-BEGIN
-    IF v.kind <> 'interval' THEN
-        RAISE EXCEPTION 'p_name must name an interval setting, % is an integer', p_name
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF v.value = 'infinite' THEN
-        RETURN NULL;
-    END IF;
-    RETURN v.value::interval;
-END
-$$;
+AS $$ SELECT nullif(s.value, 'infinite')::interval FROM _setting_typed(p_name, 'interval') s $$;
 
 CREATE OR REPLACE FUNCTION setting_int(p_name text)
 RETURNS bigint
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v setting := _setting_row(p_name);
-BEGIN
-    IF v.kind <> 'integer' THEN
-        RAISE EXCEPTION 'p_name must name an integer setting, % is an interval', p_name
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    RETURN v.value::bigint;
-END
-$$;
+AS $$ SELECT s.value::bigint FROM _setting_typed(p_name, 'integer') s $$;
 
 -- setting_rows: the rows of the settings view, read as S_owner (see
 -- lease_rows, lease.sql, for why a view reads its table through a

@@ -188,71 +188,75 @@ SELECT throws_ok($$SELECT pgsweep.queue_configure(NULL, '{}')$$, '22023',
     'p_queue must be a non-empty string of at most 200 characters, got NULL', 'queue_configure: NULL queue');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('nope', '{"max_attempts": 5}')$$, '22023',
     'p_queue must name an existing queue, got unknown queue "nope"', 'queue_configure: unknown queue');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', NULL)$$, '22023',
-    'p_settings must be a JSON object, got NULL', 'queue_configure: NULL settings');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '"max_attempts"')$$, '22023',
-    'p_settings must be a JSON object, got string', 'queue_configure: settings a string');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '5')$$, '22023',
-    'p_settings must be a JSON object, got number', 'queue_configure: settings a number');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', 'null')$$, '22023',
-    'p_settings must be a JSON object, got null', 'queue_configure: settings JSON null');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 5, "lease": "1 minute"}')$$, '22023',
-    'p_settings: unknown setting "lease" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead)',
-    'queue_configure: an unknown key next to a valid one');
--- max_attempts
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 1001}')$$, '22023',
-    'max_attempts must be between 1 and 1000, got 1001', 'queue_configure: max_attempts 1001');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": null}')$$, '22023',
-    'max_attempts must be between 1 and 1000, got NULL', 'queue_configure: max_attempts null');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 1.5}')$$, '22023',
-    'max_attempts must be an integer between 1 and 1000, got 1.5', 'queue_configure: max_attempts not an integer');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": "ten"}')$$, '22023',
-    'max_attempts must be an integer between 1 and 1000, got "ten"', 'queue_configure: max_attempts a word');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 1e10}')$$, '22023',
-    'max_attempts must be an integer between 1 and 1000, got 10000000000', 'queue_configure: max_attempts beyond int');
--- backoff_base and backoff_max
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_base": "-1 second"}')$$, '22023',
-    'backoff_base must be between 0 seconds and 1 day, got -1 second', 'queue_configure: negative backoff_base');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_base": "25 hours", "backoff_max": "2 days"}')$$, '22023',
-    'backoff_base must be between 0 seconds and 1 day, got 25 hours', 'queue_configure: backoff_base above 1 day');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_base": null}')$$, '22023',
-    'backoff_base must be between 0 seconds and 1 day, got NULL', 'queue_configure: backoff_base null');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_base": "soon"}')$$, '22023',
-    'backoff_base must be an interval between 0 seconds and 1 day, got "soon"', 'queue_configure: backoff_base not an interval');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_base": "2 minutes"}')$$, '22023',
-    'backoff_max must be between 2 minutes and 7 days, got 1 minute', 'queue_configure: backoff_base above the current backoff_max');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_max": "8 days"}')$$, '22023',
-    'backoff_max must be between 2 seconds and 7 days, got 8 days', 'queue_configure: backoff_max above 7 days');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_max": null}')$$, '22023',
-    'backoff_max must be between 2 seconds and 7 days, got NULL', 'queue_configure: backoff_max null');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"backoff_max": "1 fortnight"}')$$, '22023',
-    'backoff_max must be an interval between backoff_base and 7 days, got "1 fortnight"', 'queue_configure: backoff_max not an interval');
--- lease_default
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"lease_default": "0.5 seconds"}')$$, '22023',
-    'lease_default must be between 1 second and 1 hour, got 0.5 seconds', 'queue_configure: lease_default below 1 second');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"lease_default": null}')$$, '22023',
-    'lease_default must be between 1 second and 1 hour, got NULL', 'queue_configure: lease_default null');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"lease_default": [30]}')$$, '22023',
-    'lease_default must be an interval between 1 second and 1 hour, got [30]', 'queue_configure: lease_default an array (PostgreSQL would read ''[30]'' as 30 seconds)');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": {"n": 5}}')$$, '22023',
-    'max_attempts must be an integer between 1 and 1000, got {"n": 5}', 'queue_configure: max_attempts an object');
--- processed_retention and dead_retention
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"processed_retention": "0 seconds"}')$$, '22023',
-    'processed_retention must be between 1 second and 100 years, got 0 seconds', 'queue_configure: processed_retention 0');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"processed_retention": "101 years"}')$$, '22023',
-    'processed_retention must be between 1 second and 100 years, got 101 years', 'queue_configure: processed_retention above 100 years');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"processed_retention": "soon"}')$$, '22023',
-    'processed_retention must be an interval between 1 second and 100 years, or null (keep forever), got "soon"',
-    'queue_configure: processed_retention not an interval');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": "-1 day"}')$$, '22023',
-    'dead_retention must be between 1 second and 100 years, got -1 day', 'queue_configure: negative dead_retention');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": "36501 days"}')$$, '22023',
-    'dead_retention must be between 1 second and 100 years, got 36501 days', 'queue_configure: dead_retention of 36501 days (100 years are at least 36500 days on any date: exact, not 30-day months)');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"dead_retention": true}')$$, '22023',
-    'dead_retention must be an interval between 1 second and 100 years, or null (keep forever), got true', 'queue_configure: dead_retention a boolean');
--- nothing is half-done: valid settings before a bad one are not applied
-SELECT throws_ok($$SELECT pgsweep.queue_configure('o', '{"max_attempts": 7, "lease_default": "5 seconds", "dead_retention": "0 seconds"}')$$, '22023',
-    'dead_retention must be between 1 second and 100 years, got 0 seconds', 'queue_configure: valid settings followed by a bad one');
+-- queue_configure('o', p_settings): the shape of p_settings, then each setting's
+-- range and type, one row a case: the settings, the message, what it shows
+SELECT throws_ok(format('SELECT pgsweep.queue_configure(%L, %L)', 'o', c.settings), '22023', c.message,
+                 'queue_configure: ' || c.what)
+  FROM (VALUES
+    (NULL, 'p_settings must be a JSON object, got NULL',
+     'NULL settings'),
+    ('"max_attempts"', 'p_settings must be a JSON object, got string',
+     'settings a string'),
+    ('5', 'p_settings must be a JSON object, got number',
+     'settings a number'),
+    ('null', 'p_settings must be a JSON object, got null',
+     'settings JSON null'),
+    ('{"max_attempts": 5, "lease": "1 minute"}', 'p_settings: unknown setting "lease" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead)',
+     'an unknown key next to a valid one'),
+    -- max_attempts
+    ('{"max_attempts": 1001}', 'max_attempts must be between 1 and 1000, got 1001',
+     'max_attempts 1001'),
+    ('{"max_attempts": null}', 'max_attempts must be between 1 and 1000, got NULL',
+     'max_attempts null'),
+    ('{"max_attempts": 1.5}', 'max_attempts must be an integer between 1 and 1000, got 1.5',
+     'max_attempts not an integer'),
+    ('{"max_attempts": "ten"}', 'max_attempts must be an integer between 1 and 1000, got "ten"',
+     'max_attempts a word'),
+    ('{"max_attempts": 1e10}', 'max_attempts must be an integer between 1 and 1000, got 10000000000',
+     'max_attempts beyond int'),
+    -- backoff_base and backoff_max
+    ('{"backoff_base": "-1 second"}', 'backoff_base must be between 0 seconds and 1 day, got -1 second',
+     'negative backoff_base'),
+    ('{"backoff_base": "25 hours", "backoff_max": "2 days"}', 'backoff_base must be between 0 seconds and 1 day, got 25 hours',
+     'backoff_base above 1 day'),
+    ('{"backoff_base": null}', 'backoff_base must be between 0 seconds and 1 day, got NULL',
+     'backoff_base null'),
+    ('{"backoff_base": "soon"}', 'backoff_base must be an interval between 0 seconds and 1 day, got "soon"',
+     'backoff_base not an interval'),
+    ('{"backoff_base": "2 minutes"}', 'backoff_max must be between 2 minutes and 7 days, got 1 minute',
+     'backoff_base above the current backoff_max'),
+    ('{"backoff_max": "8 days"}', 'backoff_max must be between 2 seconds and 7 days, got 8 days',
+     'backoff_max above 7 days'),
+    ('{"backoff_max": null}', 'backoff_max must be between 2 seconds and 7 days, got NULL',
+     'backoff_max null'),
+    ('{"backoff_max": "1 fortnight"}', 'backoff_max must be an interval between backoff_base and 7 days, got "1 fortnight"',
+     'backoff_max not an interval'),
+    -- lease_default
+    ('{"lease_default": "0.5 seconds"}', 'lease_default must be between 1 second and 1 hour, got 0.5 seconds',
+     'lease_default below 1 second'),
+    ('{"lease_default": null}', 'lease_default must be between 1 second and 1 hour, got NULL',
+     'lease_default null'),
+    ('{"lease_default": [30]}', 'lease_default must be an interval between 1 second and 1 hour, got [30]',
+     'lease_default an array (PostgreSQL would read ''[30]'' as 30 seconds)'),
+    ('{"max_attempts": {"n": 5}}', 'max_attempts must be an integer between 1 and 1000, got {"n": 5}',
+     'max_attempts an object'),
+    -- processed_retention and dead_retention
+    ('{"processed_retention": "0 seconds"}', 'processed_retention must be between 1 second and 100 years, got 0 seconds',
+     'processed_retention 0'),
+    ('{"processed_retention": "101 years"}', 'processed_retention must be between 1 second and 100 years, got 101 years',
+     'processed_retention above 100 years'),
+    ('{"processed_retention": "soon"}', 'processed_retention must be an interval between 1 second and 100 years, or null (keep forever), got "soon"',
+     'processed_retention not an interval'),
+    ('{"dead_retention": "-1 day"}', 'dead_retention must be between 1 second and 100 years, got -1 day',
+     'negative dead_retention'),
+    ('{"dead_retention": "36501 days"}', 'dead_retention must be between 1 second and 100 years, got 36501 days',
+     'dead_retention of 36501 days (100 years are at least 36500 days on any date: exact, not 30-day months)'),
+    ('{"dead_retention": true}', 'dead_retention must be an interval between 1 second and 100 years, or null (keep forever), got true',
+     'dead_retention a boolean'),
+    -- nothing is half-done: valid settings before a bad one are not applied
+    ('{"max_attempts": 7, "lease_default": "5 seconds", "dead_retention": "0 seconds"}', 'dead_retention must be between 1 second and 100 years, got 0 seconds',
+     'valid settings followed by a bad one')
+  ) c(settings, message, what);
 
 -- queue_recover
 SELECT throws_ok($$SELECT * FROM pgsweep.queue_recover('nope', 10)$$, '22023',

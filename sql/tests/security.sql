@@ -11,30 +11,8 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 SELECT plan(72);
 
--- as_role runs p_sql as p_role and returns its SQLSTATE ('ok' when it
--- succeeds; its effects stay). as_role_val returns the first column instead.
-CREATE FUNCTION pg_temp.as_role(p_role text, p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v text := 'ok';
-BEGIN
-    PERFORM set_config('role', p_role, true);
-    BEGIN
-        EXECUTE p_sql;
-    EXCEPTION WHEN OTHERS THEN
-        v := SQLSTATE;
-    END;
-    PERFORM set_config('role', 'none', true);
-    RETURN v;
-END $$;
-CREATE FUNCTION pg_temp.as_role_val(p_role text, p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v text;
-BEGIN
-    PERFORM set_config('role', p_role, true);
-    EXECUTE p_sql INTO v;
-    PERFORM set_config('role', 'none', true);
-    RETURN v;
-END $$;
+-- as_role (SQLSTATE or 'ok') and as_role_val (the first column).
+\ir include/as_role.sql
 -- sweep runs one retention pass of a policy in this transaction (the
 -- steps CALL retention_run takes) and returns the rows it deleted.
 CREATE FUNCTION pg_temp.sweep(p_name text) RETURNS bigint LANGUAGE plpgsql AS $$

@@ -18,19 +18,8 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 SELECT plan(79);
 
-CREATE FUNCTION pg_temp.as_role(p_role text, p_sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v text := 'ok';
-BEGIN
-    PERFORM set_config('role', p_role, true);
-    BEGIN
-        EXECUTE p_sql;
-    EXCEPTION WHEN OTHERS THEN
-        v := SQLSTATE;
-    END;
-    PERFORM set_config('role', 'none', true);
-    RETURN v;
-END $$;
+-- as_role: 'ok' or the SQLSTATE of p_sql run as p_role.
+\ir include/as_role.sql
 
 CREATE ROLE si_admin LOGIN IN ROLE pgsweep_admin;
 CREATE ROLE si_admin2 LOGIN IN ROLE pgsweep_admin;
