@@ -42,29 +42,23 @@ BEGIN
 END
 $$;
 
--- _retention_param decodes an encoded time parameter into the column's type.
+-- _retention_param decodes an encoded time parameter (a timestamptz: a
+-- timestamp or date is read as UTC) into the column's type, and
+-- _retention_encode a column value (an SQL expression) the other way.
 CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$
-    SELECT CASE p_pol.time_type
-        WHEN 'timestamptz' THEN p_param
-        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
-        ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END
-$$;
+AS $$ SELECT CASE p_pol.time_type WHEN 'timestamptz' THEN p_param
+                  WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
+                  ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END $$;
 
--- _retention_encode encodes a column value (an SQL expression) like the cutoff.
 CREATE OR REPLACE FUNCTION _retention_encode(p_pol retention_policy, p_expr text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$
-    SELECT CASE p_pol.time_type
-        WHEN 'timestamptz' THEN p_expr
-        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_expr)
-        ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END
-$$;
+AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
+                  ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
 
 -- _retention_predicate_with is the same test over the given SQL for the
 -- cutoff, the statuses and the filter values: parameters ($3..$5), or

@@ -44,6 +44,8 @@ $$;
 -- _retention_begin starts a pass and returns its id, or NULL when there is
 -- nothing to do: the policy keeps rows forever, or (exclusive) another
 -- cleaner holds it.
+-- A begin that fails gives back the advisory lock it may have taken (a
+-- session-level lock outlives the rollback).
 CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -95,6 +97,9 @@ BEGIN
             v_at + p_budget, p_now, v_at)
     RETURNING id INTO v_id;
     RETURN v_id;
+EXCEPTION WHEN OTHERS THEN
+    PERFORM _retention_unlock(p_name);
+    RAISE;
 END
 $$;
 
@@ -491,19 +496,14 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v retention_pass;
+    v retention_pass := (SELECT p FROM retention_pass p WHERE p.id = p_pass);
 BEGIN
-    SELECT * INTO v FROM retention_pass WHERE id = p_pass;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
-       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+    IF v.id IS NOT NULL AND NOT _pass_running_here(v.pid, v.started_at, v.finished_at) THEN
         RAISE EXCEPTION 'retention pass %: not a running pass of this session', p_pass
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'A pass''s steps run in the session that began it (CALL retention_run, CALL maintain).';
     END IF;
-    RETURN v;
+    RETURN v; -- all NULL: no such pass
 END
 $$;
 

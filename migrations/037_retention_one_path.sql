@@ -1,0 +1,455 @@
+-- pgsweep 0.37: retention one path.
+--
+-- Retention you can read (issue 28, step 4): the owner proof made in one
+-- place (retention_owner_proof, a new invoker routine for S_admin), one
+-- helper for the setters' bookkeeping (_retention_policy_changed), a pass's
+-- begin that gives its advisory lock back on failure (so the retention_run
+-- procedures lose their copies of that), one test of "a pass running in
+-- this session" for retention and maintenance (_pass_running_here). No
+-- table changes; no behaviour changes.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+-- pgsweep:changed functions/maintain.sql
+CREATE OR REPLACE FUNCTION _pass_running_here(p_pid int, p_started timestamptz, p_finished timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_pid IS NOT DISTINCT FROM pg_catalog.pg_backend_pid() AND p_finished IS NULL
+       AND p_started OPERATOR(pg_catalog.>=) pg_catalog.pg_postmaster_start_time()
+$$;
+
+CREATE OR REPLACE FUNCTION _maintain_session_check(p_pass bigint)
+RETURNS maintain_pass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v maintain_pass;
+BEGIN
+    SELECT * INTO v FROM maintain_pass WHERE id = p_pass;
+    IF NOT FOUND OR NOT _pass_running_here(v.pid, v.started_at, v.finished_at) THEN
+        RAISE EXCEPTION 'maintenance pass %: not a running pass of this session', coalesce(p_pass::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A pass''s steps run in the session that began it (CALL maintain()).';
+    END IF;
+    RETURN v;
+END
+$$;
+-- pgsweep:end functions/maintain.sql
+
+-- pgsweep:changed functions/privileges.sql
+CREATE OR REPLACE FUNCTION _invoker_routines()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY[
+        -- the owner proofs: the caller's role becomes (or must own) the policy (retention_register.sql)
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_resolve_table', 'retention_owner_proof',
+        -- the step that runs a statement as the policy's owner (retention_sql.sql)
+        'retention_step', '_grant_all',
+        -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+        'cron_schedule', 'cron_unschedule', 'cron_job',
+        -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
+        'maintain_step_traffic']::text[]
+$$;
+
+CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
+        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        'queue_info', -- the Worker reads the queue's lease_default and max_attempts (no payloads; consume, queue_rights.sql)
+        'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
+        'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
+    UNION ALL
+    SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
+        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
+        'queue_grant', 'queue_revoke', 'queue_rights', -- per-queue rights (queue_rights.sql)
+        'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
+        'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
+        'notify_channel', 'version',
+        'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
+        'retention_detach_claim', 'retention_detach_done', -- the runner's DETACH ... CONCURRENTLY (retention_detach.sql)
+        -- what the invoker wrappers call: the owner proof's definer halves
+        -- (retention_register.sql) and the pg_cron command (cron.sql)
+        'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
+        'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
+        'retention_owner_proof',
+        'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
+        -- the step routines the procedures call (docs/security.md): each
+        -- checks that the caller's session opened the pass it names
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
+        'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
+        'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
+        'maintain_fail_owner', -- the runner: a pass whose session is gone
+        'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
+        'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
+    UNION ALL
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
+        'lease_rows', 'setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+$$;
+-- pgsweep:end functions/privileges.sql
+
+-- pgsweep:changed functions/retention_register.sql
+CREATE OR REPLACE FUNCTION retention_owner_proof()
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+BEGIN
+    EXECUTE 'CREATE TEMPORARY TABLE ' || v_proof || ' ()';
+    RETURN v_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+BEGIN
+    PERFORM retention_register_proved(v_proof::regclass, p_name, p_table, p_time_column, p_older_than,
+                                      p_status_column, p_statuses, p_batch_size, p_mode, p_interval);
+    EXECUTE 'DROP TABLE ' || v_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+    v_result boolean;
+BEGIN
+    v_result := retention_unregister_proved(v_proof::regclass, p_name);
+    EXECUTE 'DROP TABLE ' || v_proof;
+    RETURN v_result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+BEGIN
+    PERFORM retention_set_time_zone_proved(v_proof::regclass, p_name, p_time_zone);
+    EXECUTE 'DROP TABLE ' || v_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
+    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    UPDATE retention_policy SET time_zone = p_time_zone WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+BEGIN
+    PERFORM retention_set_filter_proved(v_proof::regclass, p_name, p_column, p_values);
+    EXECUTE 'DROP TABLE ' || v_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy := _retention_policy_for_update(p_name);
+    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
+    v_col record;
+BEGIN
+    IF p_column IS NOT NULL THEN
+        PERFORM _check_text('p_column', p_column, 63);
+        PERFORM _check_size('p_values', cardinality(p_values), 'max_batch');
+        v_col := _retention_column(v_rel, p_column);
+        IF v_col.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
+        END IF;
+        IF NOT _retention_scalar_type(v_col.base_type) THEN
+            PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
+                quote_ident(p_column), v_col.base_type::text);
+        END IF;
+        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
+        END IF;
+        -- Values are cast to the column's base type in every batch: fail now, not then.
+        BEGIN
+            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
+                v_col.base_type::text, p_values::text);
+        END;
+    ELSIF p_values IS NOT NULL THEN
+        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
+    END IF;
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp(); -- a plain value in the UPDATE (Citus)
+BEGIN
+    UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
+    IF p_replan THEN
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+BEGIN
+    PERFORM retention_set_strategy_proved(v_proof::regclass, p_name, p_strategy);
+    EXECUTE 'DROP TABLE ' || v_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
+    IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
+        PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
+            coalesce(quote_literal(p_strategy), 'NULL'));
+    END IF;
+    UPDATE retention_policy SET strategy = p_strategy WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+BEGIN
+    PERFORM retention_set_lease_ttl_proved(v_proof::regclass, p_name, p_ttl);
+    EXECUTE 'DROP TABLE ' || v_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    UPDATE retention_policy SET lease_ttl = p_ttl WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, false);
+END
+$$;
+-- pgsweep:end functions/retention_register.sql
+
+-- pgsweep:changed functions/retention_run.sql
+CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_more boolean;
+    v_failed boolean := false;
+    v_state pg_catalog.text;
+    v_msg pg_catalog.text;
+    v_detail pg_catalog.text;
+    v_hint pg_catalog.text;
+BEGIN
+    IF p_pass IS NULL THEN
+        RETURN;
+    END IF;
+    LOOP
+        BEGIN
+            v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                    v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+            v_failed := true;
+        END;
+        IF v_failed THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, pg_catalog.format('%s: %s', v_state, v_msg));
+            COMMIT;
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
+                HINT = coalesce(v_hint, '');
+        END IF;
+        COMMIT;
+        EXIT WHEN NOT v_more;
+    END LOOP;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, NULL);
+    COMMIT;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
+    INOUT p_pass_id bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    COMMIT;
+    p_pass_id := {{ .schema | default "pgsweep" }}._retention_begin(p_name, p_owner, p_budget, p_clock);
+    COMMIT;
+    CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, p_pass_id);
+END
+$$;
+
+CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_pass bigint;
+BEGIN
+    COMMIT; -- fails inside a transaction block, before anything is taken
+    v_pass := {{ .schema | default "pgsweep" }}.retention_step_begin(p_name, p_owner, p_budget);
+    COMMIT;
+    CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, v_pass);
+END
+$$;
+-- pgsweep:end functions/retention_run.sql
+
+-- pgsweep:changed functions/retention_sql.sql
+CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT CASE p_pol.time_type WHEN 'timestamptz' THEN p_param
+                  WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
+                  ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END $$;
+
+CREATE OR REPLACE FUNCTION _retention_encode(p_pol retention_policy, p_expr text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
+                  ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
+-- pgsweep:end functions/retention_sql.sql
+
+-- pgsweep:changed functions/retention_step.sql
+CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_owner text;
+    v_token bigint;
+    v_id bigint;
+    v_start timestamptz;
+    v_at timestamptz;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_text('p_name', p_name);
+    IF p_owner IS NOT NULL THEN
+        PERFORM _check_text('p_owner', p_owner);
+    END IF;
+    PERFORM _check_interval('p_budget', p_budget, interval '0', interval '1 day');
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    IF v_pol.older_than IS NULL THEN
+        RETURN NULL; -- keep forever
+    END IF;
+    v_owner := coalesce(p_owner,
+        format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
+
+    IF v_pol.mode = 'exclusive' THEN
+        PERFORM _retention_unlock(p_name);
+        IF NOT pg_catalog.pg_try_advisory_lock(_retention_lock_key(p_name)) THEN
+            RAISE NOTICE 'retention policy %: another cleaner is running it; nothing done', p_name;
+            RETURN NULL;
+        END IF;
+        v_token := _lease_acquire('retention:' || p_name, v_owner, v_pol.lease_ttl, NULL);
+        IF v_token IS NULL THEN
+            PERFORM pg_catalog.pg_advisory_unlock(_retention_lock_key(p_name));
+            RAISE NOTICE 'retention policy %: lease retention:% is held by another cleaner; nothing done', p_name, p_name;
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    SELECT a.backend_start INTO v_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid();
+    v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
+    INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
+                                now_override, renewed_at)
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, v_at,
+            v_at + p_budget, p_now, v_at)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+EXCEPTION WHEN OTHERS THEN
+    PERFORM _retention_unlock(p_name);
+    RAISE;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_pass_check(p_pass bigint)
+RETURNS retention_pass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v retention_pass := (SELECT p FROM retention_pass p WHERE p.id = p_pass);
+BEGIN
+    IF v.id IS NOT NULL AND NOT _pass_running_here(v.pid, v.started_at, v.finished_at) THEN
+        RAISE EXCEPTION 'retention pass %: not a running pass of this session', p_pass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A pass''s steps run in the session that began it (CALL retention_run, CALL maintain).';
+    END IF;
+    RETURN v; -- all NULL: no such pass
+END
+$$;
+-- pgsweep:end functions/retention_step.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
