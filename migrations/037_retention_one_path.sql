@@ -373,6 +373,31 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
                   ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
+
+CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
+    p_cutoff text, p_statuses text, p_filters text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, p_cutoff));
+    v_col record;
+    v_in record;
+BEGIN
+    -- the status column and the filter column: each one's values, by its type
+    FOR v_in IN SELECT x.col, x.vals FROM (VALUES (p_pol.status_column, p_statuses), (p_pol.filter_column, p_filters)) x(col, vals)
+                 WHERE x.col IS NOT NULL LOOP
+        v_col := _retention_column(p_rel, v_in.col);
+        IF v_col.type_sql IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
+                quote_ident(v_in.col), p_rel::text USING ERRCODE = 'undefined_column';
+        END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', v_in.col, v_in.vals, v_col.type_sql);
+    END LOOP;
+    RETURN v_sql;
+END
+$$;
 -- pgsweep:end functions/retention_sql.sql
 
 -- pgsweep:changed functions/retention_step.sql
@@ -447,6 +472,150 @@ BEGIN
                   HINT = 'A pass''s steps run in the session that began it (CALL retention_run, CALL maintain).';
     END IF;
     RETURN v; -- all NULL: no such pass
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
+    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
+    OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
+    OUT o_settings text, OUT o_body text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v retention_step;
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_b record;
+    v_run record;
+    v_sql text;
+    v_rel regclass;
+BEGIN
+    o_more := false;
+    IF _retention_pass_check(p_pass) IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
+    v := _retention_step_claim(p_pass);
+    o_more := v.more;
+    IF v.kind IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    o_policy := v_pol.name;
+    o_owner := v_pol.owner;
+    o_cutoff := v.cutoff;
+    o_statuses := v_pol.statuses;
+    o_filters := v_pol.filter_values;
+
+    IF v_pol.owner = _owner_role() THEN
+        -- A built-in policy: pgsweep's own table, as <schema>_owner, here.
+        IF v.kind = 'plan' AND v.pct IS NOT NULL THEN
+            v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.pct, NULL::double precision, o_cutoff);
+            PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, v_run.fraction, v_run.sampled, v_run.times);
+        ELSIF v.kind = 'plan' THEN
+            PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
+        ELSIF v.kind = 'delete' THEN
+            BEGIN
+                IF v.strategy = 'tid_range' THEN
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy,
+                        format('(%s,0)', v_unit.block_lo)::tid, format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))::tid,
+                        o_cutoff);
+                ELSE
+                    v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
+                END IF;
+            EXCEPTION WHEN lock_not_available THEN
+                PERFORM _retention_step_deferred(p_pass, v_unit);
+                RETURN;
+            END;
+            PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
+        END IF;
+        RETURN;
+    END IF;
+
+    o_role := v_pol.owner;
+    CASE v.kind
+    WHEN 'plan' THEN
+        IF v.pct IS NULL THEN -- an empty table, or a partitioned one (planned per leaf): no sample
+            PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
+            RETURN;
+        END IF;
+        o_kind := 'sample';
+        o_type := 'pg_catalog.float8';
+        o_lo := v.pct::text;
+        v_sql := _retention_sample_sql(v_pol, v.pct);
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+    WHEN 'detach' THEN
+        -- every droppable leaf of the parent in one transaction
+        -- (retention_partition.sql); droppable: the policy's owner owns
+        -- the leaves and the parent, so it is their owner who runs it
+        v_b := _retention_detach_claim(p_pass, v_unit, v.target::regclass, o_cutoff);
+        IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
+            PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
+            RETURN;
+        END IF;
+        v.units := v_b.o_units;
+        v.oids := v_b.o_leaves;
+        v_sql := _retention_detach_body(v_b.o_parent, v.oids);
+    WHEN 'release' THEN
+        -- drop the tables earlier passes detached; no lock on the parent
+        v_b := _retention_release_claim(p_pass, v_unit);
+        IF cardinality(v_b.o_tables) = 0 THEN
+            RETURN;
+        END IF;
+        v.units := v_b.o_units;
+        v.oids := v_b.o_tables;
+        v_sql := _retention_release_body(v.oids);
+    ELSE
+        o_kind := 'delete';
+        IF v.target IS NOT NULL THEN
+            -- a leaf: as its owner, if the policy's owner may act as it
+            o_role := _retention_run_role(v_pol, v.target::regclass);
+            IF o_role IS NULL THEN
+                UPDATE retention_pass
+                   SET error = coalesce(error || '; ', '') || format(
+                       'leaf %s skipped: owned by %s, which the policy''s owner %s is not a member of',
+                       v.target::regclass::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.target),
+                       v_pol.owner::text)
+                 WHERE id = p_pass;
+                DELETE FROM retention_unit u
+                 WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = v_unit.unit_no;
+                o_kind := NULL;
+                RETURN;
+            END IF;
+        ELSE
+            v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+            o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+        END IF;
+        IF v.strategy = 'tid_range' THEN
+            o_type := 'pg_catalog.tid';
+            o_lo := format('(%s,0)', v_unit.block_lo);
+            o_hi := format('(%s,0)', coalesce(v_unit.block_hi, 4294967295));
+        ELSE
+            o_type := 'pg_catalog.timestamptz';
+            o_lo := v_unit.time_lo::text;
+            o_hi := v_unit.time_hi::text;
+        END IF;
+        IF v.shard_id IS NULL THEN
+            v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
+        END IF;
+    END CASE;
+    IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
+        o_kind := v.kind;
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v.oids::text;
+        o_hi := o_lo;
+    END IF;
+    o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
+                  -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+                  || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
+    o_body := CASE WHEN o_kind = 'delete' AND v.shard_id IS NOT NULL
+                   THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
+                   ELSE _retention_exec_body(v_sql, o_kind, v.target::regclass) END;
+    UPDATE retention_pass SET step = v WHERE id = p_pass;
 END
 $$;
 -- pgsweep:end functions/retention_step.sql

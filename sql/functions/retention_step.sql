@@ -657,26 +657,18 @@ BEGIN
             PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
             RETURN;
         END IF;
-        o_kind := 'detach';
-        o_type := 'pg_catalog.oid[]';
-        o_lo := v_b.o_leaves::text;
-        o_hi := o_lo;
         v.units := v_b.o_units;
         v.oids := v_b.o_leaves;
-        v_sql := _retention_detach_body(v_b.o_parent, v_b.o_leaves);
+        v_sql := _retention_detach_body(v_b.o_parent, v.oids);
     WHEN 'release' THEN
         -- drop the tables earlier passes detached; no lock on the parent
         v_b := _retention_release_claim(p_pass, v_unit);
         IF cardinality(v_b.o_tables) = 0 THEN
             RETURN;
         END IF;
-        o_kind := 'release';
-        o_type := 'pg_catalog.oid[]';
-        o_lo := v_b.o_tables::text;
-        o_hi := o_lo;
         v.units := v_b.o_units;
         v.oids := v_b.o_tables;
-        v_sql := _retention_release_body(v_b.o_tables);
+        v_sql := _retention_release_body(v.oids);
     ELSE
         o_kind := 'delete';
         IF v.target IS NOT NULL THEN
@@ -711,6 +703,12 @@ BEGIN
             v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
         END IF;
     END CASE;
+    IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
+        o_kind := v.kind;
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v.oids::text;
+        o_hi := o_lo;
+    END IF;
     o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
                   -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
                   || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
