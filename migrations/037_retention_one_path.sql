@@ -5,8 +5,10 @@
 -- helper for the setters' bookkeeping (_retention_policy_changed), a pass's
 -- begin that gives its advisory lock back on failure (so the retention_run
 -- procedures lose their copies of that), one test of "a pass running in
--- this session" for retention and maintenance (_pass_running_here). No
--- table changes; no behaviour changes.
+-- this session" for retention and maintenance (_pass_running_here), one
+-- loop for the predicate's status and filter columns, and one place where a
+-- detach or release step hands out its tables. No table changes; no
+-- behaviour changes.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 -- pgsweep:changed functions/maintain.sql
