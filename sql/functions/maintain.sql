@@ -28,6 +28,18 @@
 --     again (backlog) from the state at its end. A caller can cut its own
 --     pass short, never make a part look done that did not run.
 
+-- _pass_running_here: whether a pass (of maintenance or of retention) with
+-- these fields is running in this session: its pid, not finished, and not
+-- begun before the server started (a pid is reused).
+CREATE OR REPLACE FUNCTION _pass_running_here(p_pid int, p_started timestamptz, p_finished timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_pid IS NOT DISTINCT FROM pg_catalog.pg_backend_pid() AND p_finished IS NULL
+       AND p_started OPERATOR(pg_catalog.>=) pg_catalog.pg_postmaster_start_time()
+$$;
+
 -- _maintain_session_check raises 42501 unless this session opened p_pass.
 CREATE OR REPLACE FUNCTION _maintain_session_check(p_pass bigint)
 RETURNS maintain_pass
@@ -38,8 +50,7 @@ DECLARE
     v maintain_pass;
 BEGIN
     SELECT * INTO v FROM maintain_pass WHERE id = p_pass;
-    IF NOT FOUND OR v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
-       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+    IF NOT FOUND OR NOT _pass_running_here(v.pid, v.started_at, v.finished_at) THEN
         RAISE EXCEPTION 'maintenance pass %: not a running pass of this session', coalesce(p_pass::text, 'NULL')
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'A pass''s steps run in the session that began it (CALL maintain()).';

@@ -27,8 +27,9 @@ $$;
 -- role name passed in could be anyone's; so the caller proves who it is:
 -- every entry point below (retention_register, retention_unregister,
 -- retention_set_*) runs as its caller and creates an empty temporary table
--- (pg_temp.pgsweep_owner_proof_<random>), which only the calling role can
--- have created and which PostgreSQL records as owned by it; its SECURITY
+-- (pg_temp.pgsweep_owner_proof_<random>, retention_owner_proof), which only
+-- the calling role can have created and which PostgreSQL records as owned
+-- by it; its SECURITY
 -- DEFINER half (retention_*_proved) takes the calling role from that
 -- table's owner, accepting only such a table of this session
 -- (_retention_proof_role); then the wrapper drops it (an error in between
@@ -38,6 +39,22 @@ $$;
 -- only its own role, never the session's. The owner needs SELECT and
 -- DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
 -- registered (the built-in policies cover them).
+
+-- retention_owner_proof: a new proof of the calling role (it runs as its
+-- caller), its qualified name; the wrapper that asked drops it.
+CREATE OR REPLACE FUNCTION retention_owner_proof()
+RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := pg_catalog.format('pg_temp.%I',
+        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+BEGIN
+    EXECUTE 'CREATE TEMPORARY TABLE ' || v_proof || ' ()';
+    RETURN v_proof;
+END
+$$;
 
 -- _retention_proof_role: the role that created the proof table p_proof of
 -- this session (42501 when it is not one).
@@ -114,13 +131,11 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_proof text := retention_owner_proof();
 BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    PERFORM retention_register_proved(pg_catalog.to_regclass(v_proof), p_name, p_table, p_time_column, p_older_than,
+    PERFORM retention_register_proved(v_proof::regclass, p_name, p_table, p_time_column, p_older_than,
                                       p_status_column, p_statuses, p_batch_size, p_mode, p_interval);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    EXECUTE 'DROP TABLE ' || v_proof;
 END
 $$;
 
@@ -362,13 +377,11 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_proof text := retention_owner_proof();
     v_result boolean;
 BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    v_result := retention_unregister_proved(pg_catalog.to_regclass(v_proof), p_name);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    v_result := retention_unregister_proved(v_proof::regclass, p_name);
+    EXECUTE 'DROP TABLE ' || v_proof;
     RETURN v_result;
 END
 $$;
@@ -418,12 +431,10 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_proof text := retention_owner_proof();
 BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    PERFORM retention_set_time_zone_proved(pg_catalog.to_regclass(v_proof), p_name, p_time_zone);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    PERFORM retention_set_time_zone_proved(v_proof::regclass, p_name, p_time_zone);
+    EXECUTE 'DROP TABLE ' || v_proof;
 END
 $$;
 
@@ -432,14 +443,11 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
     PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
-    v_at := clock_timestamp();
-    UPDATE retention_policy SET time_zone = p_time_zone, updated_at = v_at WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached'; -- the open sweep's cutoff was computed in the old zone
+    UPDATE retention_policy SET time_zone = p_time_zone WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
 END
 $$;
 
@@ -452,12 +460,10 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_proof text := retention_owner_proof();
 BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    PERFORM retention_set_filter_proved(pg_catalog.to_regclass(v_proof), p_name, p_column, p_values);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    PERFORM retention_set_filter_proved(v_proof::regclass, p_name, p_column, p_values);
+    EXECUTE 'DROP TABLE ' || v_proof;
 END
 $$;
 
@@ -485,7 +491,6 @@ DECLARE
     v_pol retention_policy := _retention_policy_for_update(p_name);
     v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
     v_col record;
-    v_at timestamptz;
 BEGIN
     IF p_column IS NOT NULL THEN
         PERFORM _check_text('p_column', p_column, 63);
@@ -511,10 +516,8 @@ BEGIN
     ELSIF p_values IS NOT NULL THEN
         PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
     END IF;
-    v_at := clock_timestamp();
-    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values, updated_at = v_at
-     WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true);
 END
 $$;
 
@@ -536,6 +539,24 @@ BEGIN
 END
 $$;
 
+-- _retention_policy_changed records a setter's change (updated_at); with
+-- p_replan it drops the open sweep, planned under the old setting (the next
+-- pass plans anew; detached units stay: they name tables still to drop).
+CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp(); -- a plain value in the UPDATE (Citus)
+BEGIN
+    UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
+    IF p_replan THEN
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+    END IF;
+END
+$$;
+
 -- How a sweep walks the table: 'auto' (the default) picks per sweep, see
 -- _retention_plan; 'tid_range' or 'keyset' force one.
 CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
@@ -544,12 +565,10 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_proof text := retention_owner_proof();
 BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    PERFORM retention_set_strategy_proved(pg_catalog.to_regclass(v_proof), p_name, p_strategy);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    PERFORM retention_set_strategy_proved(v_proof::regclass, p_name, p_strategy);
+    EXECUTE 'DROP TABLE ' || v_proof;
 END
 $$;
 
@@ -558,17 +577,14 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
     IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
         PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
             coalesce(quote_literal(p_strategy), 'NULL'));
     END IF;
-    v_at := clock_timestamp();
-    UPDATE retention_policy SET strategy = p_strategy, updated_at = v_at WHERE name = p_name;
-    DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+    UPDATE retention_policy SET strategy = p_strategy WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true);
 END
 $$;
 
@@ -580,12 +596,10 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_proof text := pg_catalog.format('pg_temp.%I',
-        'pgsweep_owner_proof_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''));
+    v_proof text := retention_owner_proof();
 BEGIN
-    EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE %s ()', v_proof);
-    PERFORM retention_set_lease_ttl_proved(pg_catalog.to_regclass(v_proof), p_name, p_ttl);
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_proof);
+    PERFORM retention_set_lease_ttl_proved(v_proof::regclass, p_name, p_ttl);
+    EXECUTE 'DROP TABLE ' || v_proof;
 END
 $$;
 
@@ -594,12 +608,10 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_at timestamptz;
 BEGIN
     PERFORM _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
     PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
-    v_at := clock_timestamp();
-    UPDATE retention_policy SET lease_ttl = p_ttl, updated_at = v_at WHERE name = p_name;
+    UPDATE retention_policy SET lease_ttl = p_ttl WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, false);
 END
 $$;

@@ -24,7 +24,8 @@
 -- retention_step_pass runs this session's pass p_pass of p_name to its end
 -- with the step routines (retention_step.sql), for both retention_run
 -- procedures below. Any admin may call it: it only ever drives a pass of
--- its own session.
+-- its own session. p_pass NULL (busy, or the policy keeps rows forever):
+-- nothing to run.
 CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
 LANGUAGE plpgsql
 AS $$
@@ -36,6 +37,9 @@ DECLARE
     v_detail pg_catalog.text;
     v_hint pg_catalog.text;
 BEGIN
+    IF p_pass IS NULL THEN
+        RETURN;
+    END IF;
     LOOP
         BEGIN
             v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);
@@ -62,25 +66,18 @@ $$;
 
 -- _retention_run: the pass with a pinned clock, for tests (S_owner only:
 -- no role but the owner passes a clock, and it may only make the cutoff
--- earlier). It returns the pass's id.
+-- earlier). It returns the pass's id. The first COMMIT fails inside a
+-- transaction block, before anything is taken; a begin that fails gives
+-- its advisory lock back itself (_retention_begin).
 CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
     INOUT p_pass_id bigint)
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    -- Inside a transaction block this fails here, before anything is taken.
     COMMIT;
-    BEGIN
-        p_pass_id := {{ .schema | default "pgsweep" }}._retention_begin(p_name, p_owner, p_budget, p_clock);
-    EXCEPTION WHEN OTHERS THEN
-        -- The begin step may have taken the advisory lock before it failed.
-        PERFORM {{ .schema | default "pgsweep" }}._retention_unlock(p_name);
-        RAISE;
-    END;
+    p_pass_id := {{ .schema | default "pgsweep" }}._retention_begin(p_name, p_owner, p_budget, p_clock);
     COMMIT;
-    IF p_pass_id IS NOT NULL THEN -- NULL: busy, or the policy keeps rows forever
-        CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, p_pass_id);
-    END IF;
+    CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, p_pass_id);
 END
 $$;
 
@@ -94,24 +91,16 @@ BEGIN
 END
 $$;
 
+-- The same without a clock, for every admin.
 CREATE OR REPLACE PROCEDURE retention_run(p_name text, p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_pass bigint;
 BEGIN
-    -- Inside a transaction block this fails here, before anything is taken.
+    COMMIT; -- fails inside a transaction block, before anything is taken
+    v_pass := {{ .schema | default "pgsweep" }}.retention_step_begin(p_name, p_owner, p_budget);
     COMMIT;
-    BEGIN
-        v_pass := {{ .schema | default "pgsweep" }}.retention_step_begin(p_name, p_owner, p_budget);
-    EXCEPTION WHEN OTHERS THEN
-        -- The begin step may have taken the advisory lock before it failed.
-        PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
-        RAISE;
-    END;
-    COMMIT;
-    IF v_pass IS NOT NULL THEN -- NULL: busy, or the policy keeps rows forever
-        CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, v_pass);
-    END IF;
+    CALL {{ .schema | default "pgsweep" }}.retention_step_pass(p_name, v_pass);
 END
 $$;

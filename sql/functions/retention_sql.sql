@@ -42,29 +42,23 @@ BEGIN
 END
 $$;
 
--- _retention_param decodes an encoded time parameter into the column's type.
+-- _retention_param decodes an encoded time parameter (a timestamptz: a
+-- timestamp or date is read as UTC) into the column's type, and
+-- _retention_encode a column value (an SQL expression) the other way.
 CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$
-    SELECT CASE p_pol.time_type
-        WHEN 'timestamptz' THEN p_param
-        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
-        ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END
-$$;
+AS $$ SELECT CASE p_pol.time_type WHEN 'timestamptz' THEN p_param
+                  WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_param)
+                  ELSE format('(%s AT TIME ZONE ''UTC'')::date', p_param) END $$;
 
--- _retention_encode encodes a column value (an SQL expression) like the cutoff.
 CREATE OR REPLACE FUNCTION _retention_encode(p_pol retention_policy, p_expr text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$
-    SELECT CASE p_pol.time_type
-        WHEN 'timestamptz' THEN p_expr
-        WHEN 'timestamp' THEN format('(%s AT TIME ZONE ''UTC'')', p_expr)
-        ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END
-$$;
+AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
+                  ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
 
 -- _retention_predicate_with is the same test over the given SQL for the
 -- cutoff, the statuses and the filter values: parameters ($3..$5), or
@@ -79,23 +73,18 @@ AS $$
 DECLARE
     v_sql text := format('%I < %s', p_pol.time_column, _retention_param(p_pol, p_cutoff));
     v_col record;
+    v_in record;
 BEGIN
-    IF p_pol.status_column IS NOT NULL THEN
-        v_col := _retention_column(p_rel, p_pol.status_column);
+    -- the status column and the filter column: each one's values, by its type
+    FOR v_in IN SELECT x.col, x.vals FROM (VALUES (p_pol.status_column, p_statuses), (p_pol.filter_column, p_filters)) x(col, vals)
+                 WHERE x.col IS NOT NULL LOOP
+        v_col := _retention_column(p_rel, v_in.col);
         IF v_col.type_sql IS NULL THEN
             RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
-                quote_ident(p_pol.status_column), p_rel::text USING ERRCODE = 'undefined_column';
+                quote_ident(v_in.col), p_rel::text USING ERRCODE = 'undefined_column';
         END IF;
-        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.status_column, p_statuses, v_col.type_sql);
-    END IF;
-    IF p_pol.filter_column IS NOT NULL THEN
-        v_col := _retention_column(p_rel, p_pol.filter_column);
-        IF v_col.type_sql IS NULL THEN
-            RAISE EXCEPTION 'retention policy %: column % of % no longer exists', p_pol.name,
-                quote_ident(p_pol.filter_column), p_rel::text USING ERRCODE = 'undefined_column';
-        END IF;
-        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', p_pol.filter_column, p_filters, v_col.type_sql);
-    END IF;
+        v_sql := v_sql || format(' AND %I = ANY (%s::%s[])', v_in.col, v_in.vals, v_col.type_sql);
+    END LOOP;
     RETURN v_sql;
 END
 $$;

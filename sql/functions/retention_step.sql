@@ -44,6 +44,8 @@ $$;
 -- _retention_begin starts a pass and returns its id, or NULL when there is
 -- nothing to do: the policy keeps rows forever, or (exclusive) another
 -- cleaner holds it.
+-- A begin that fails gives back the advisory lock it may have taken (a
+-- session-level lock outlives the rollback).
 CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -95,6 +97,9 @@ BEGIN
             v_at + p_budget, p_now, v_at)
     RETURNING id INTO v_id;
     RETURN v_id;
+EXCEPTION WHEN OTHERS THEN
+    PERFORM _retention_unlock(p_name);
+    RAISE;
 END
 $$;
 
@@ -491,19 +496,14 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v retention_pass;
+    v retention_pass := (SELECT p FROM retention_pass p WHERE p.id = p_pass);
 BEGIN
-    SELECT * INTO v FROM retention_pass WHERE id = p_pass;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF v.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() OR v.finished_at IS NOT NULL
-       OR v.started_at < pg_catalog.pg_postmaster_start_time() THEN
+    IF v.id IS NOT NULL AND NOT _pass_running_here(v.pid, v.started_at, v.finished_at) THEN
         RAISE EXCEPTION 'retention pass %: not a running pass of this session', p_pass
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'A pass''s steps run in the session that began it (CALL retention_run, CALL maintain).';
     END IF;
-    RETURN v;
+    RETURN v; -- all NULL: no such pass
 END
 $$;
 
@@ -657,26 +657,18 @@ BEGIN
             PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
             RETURN;
         END IF;
-        o_kind := 'detach';
-        o_type := 'pg_catalog.oid[]';
-        o_lo := v_b.o_leaves::text;
-        o_hi := o_lo;
         v.units := v_b.o_units;
         v.oids := v_b.o_leaves;
-        v_sql := _retention_detach_body(v_b.o_parent, v_b.o_leaves);
+        v_sql := _retention_detach_body(v_b.o_parent, v.oids);
     WHEN 'release' THEN
         -- drop the tables earlier passes detached; no lock on the parent
         v_b := _retention_release_claim(p_pass, v_unit);
         IF cardinality(v_b.o_tables) = 0 THEN
             RETURN;
         END IF;
-        o_kind := 'release';
-        o_type := 'pg_catalog.oid[]';
-        o_lo := v_b.o_tables::text;
-        o_hi := o_lo;
         v.units := v_b.o_units;
         v.oids := v_b.o_tables;
-        v_sql := _retention_release_body(v_b.o_tables);
+        v_sql := _retention_release_body(v.oids);
     ELSE
         o_kind := 'delete';
         IF v.target IS NOT NULL THEN
@@ -711,6 +703,12 @@ BEGIN
             v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
         END IF;
     END CASE;
+    IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
+        o_kind := v.kind;
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v.oids::text;
+        o_hi := o_lo;
+    END IF;
     o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
                   -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
                   || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
