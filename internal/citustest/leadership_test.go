@@ -24,29 +24,7 @@ import (
 func standIns(t *testing.T, in *Install, slow string, slowSleep float64) {
 	t.Helper()
 	s := in.Q()
-	in.Exec(t, fmt.Sprintf(`
-		CREATE TABLE %[1]s.activity (id bigserial PRIMARY KEY, part text, owner text, started_at timestamptz, finished_at timestamptz);
-		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
-		LANGUAGE plpgsql AS $$
-		DECLARE v_start timestamptz := clock_timestamp();
-		BEGIN
-			PERFORM pg_sleep(CASE WHEN p_owner = '%[2]s' THEN %[3]s ELSE 0.002 + random() * 0.004 END);
-			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at) VALUES ('recovery', p_owner, v_start, clock_timestamp());
-			RETURN jsonb_build_object('recovered', 1, 'lost_leases', 0, 'dead_lettered', 0, 'more', random() < 0.3);
-		END $$;
-		-- the recovery stand-in runs inside maintain_step_recovery, as the owner role
-		GRANT INSERT ON %[1]s.activity TO %[4]s;
-		GRANT USAGE ON SEQUENCE %[1]s.activity_id_seq TO %[4]s;
-		CREATE OR REPLACE PROCEDURE %[1]s.maintain_step_retention(p_run bigint)
-		LANGUAGE plpgsql AS $$
-		DECLARE v_start timestamptz := clock_timestamp();
-		BEGIN
-			PERFORM pg_sleep(0.002);
-			COMMIT;
-			PERFORM pg_sleep(0.002);
-			INSERT INTO %[1]s.activity (part, owner, started_at, finished_at)
-			SELECT 'retention', r.owner, v_start, clock_timestamp() FROM %[1]s.maintain_run r WHERE r.id = p_run;
-		END $$;`, s, slow, fmt.Sprint(slowSleep), pgx.Identifier{in.Schema + "_owner"}.Sanitize()))
+	in.Exec(t, pgtest.StandInsSQL(s, pgx.Identifier{in.Schema + "_owner"}.Sanitize(), slow, slowSleep))
 	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
 	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
 }
