@@ -301,7 +301,7 @@ BEGIN
                     JOIN pg_catalog.pg_dist_object o
                       ON o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND o.objid = c.oid AND o.objsubid = 0
                    WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v'
-                     AND c.relname NOT LIKE '\_%') THEN
+                     AND pg_catalog.left(c.relname, 1) <> '_') THEN
         SELECT pg_catalog.array_agg(c.relname::text ORDER BY c.oid),
                pg_catalog.array_agg(pg_catalog.pg_get_viewdef(c.oid) ORDER BY c.oid),
                pg_catalog.array_agg(coalesce(' WITH (' || pg_catalog.array_to_string(c.reloptions, ', ') || ')', '') ORDER BY c.oid),
@@ -309,7 +309,7 @@ BEGIN
           INTO v_views, v_view_defs, v_view_opts, v_view_comments
           FROM pg_catalog.pg_class c
          WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v'
-           AND c.relname NOT LIKE '\_%';
+           AND pg_catalog.left(c.relname, 1) <> '_'; -- not LIKE '\_%': with standard_conforming_strings off that is '_%'
         IF v_views IS NOT NULL THEN
             EXECUTE 'DROP VIEW ' || (SELECT pg_catalog.string_agg(pg_catalog.format('%I.%I', v_schema, v), ', ')
                                        FROM pg_catalog.unnest(v_views) v);

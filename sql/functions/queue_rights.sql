@@ -99,9 +99,11 @@ $$;
 -- granted name (then the oid is that role) and whose grantee the caller is
 -- a member of. The hot verbs (claim, complete, send, send_batch) read it in
 -- their own statement (claim: in its read of the cursor) and ask
--- _queue_require, the rule, only when
--- it has no row: a superuser, a Citus worker (where a role's oid differs
--- from the coordinator's), a renamed or dropped grantee, a refusal. A view,
+-- _queue_require, the rule, only when it has no row: the owner, a
+-- superuser on a queue without a valid grant row, a Citus worker (where a
+-- role's oid differs from the coordinator's), a renamed or dropped grantee,
+-- a refusal. (It admits no one the rule refuses: the name test makes the
+-- oid the role to_regrole finds, and the caller is worked out alike.) A view,
 -- not a function: the planner inlines it into the verb's statement, where
 -- a function call (search_path pinned) would cost as much as the probe.
 -- The CASE keeps pg_has_role from an oid that no longer has the name
