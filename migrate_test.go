@@ -176,7 +176,6 @@ func TestTernCLIMatchesMigrate(t *testing.T) {
 // An install upgraded from every earlier version ends identical to a fresh
 // install of the latest version.
 func TestUpgradeFromEveryVersionMatchesFreshInstall(t *testing.T) {
-	t.Parallel() // long (installs, timers, a drain): overlaps the package's other long tests
 	fresh := pgtest.New(t, 1)
 	ctx := context.Background()
 	conn := pgtest.Conn(t, fresh.URL)

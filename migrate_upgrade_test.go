@@ -53,7 +53,6 @@ func installSet(t *testing.T, ctx context.Context, conn *pgx.Conn, fsys fs.FS, n
 // defaults, constraints, indexes, reloptions, grants, settings rows) with a
 // fresh install.
 func TestUpgradeFromEveryReleaseMatchesFreshInstall(t *testing.T) {
-	t.Parallel() // long (installs, timers, a drain): overlaps the package's other long tests
 	fresh := pgtest.New(t, 1)
 	ctx := context.Background()
 	conn := pgtest.Conn(t, fresh.URL)

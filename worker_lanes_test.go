@@ -34,7 +34,6 @@ import (
 //   - every message was processed once (inbox: message_processed), nothing
 //     is left in message or lane.
 func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
-	t.Parallel() // long (installs, timers, a drain): overlaps the package's other long tests
 	pgtest.SkipIfShort(t, "lane stress test: 32 workers")
 	const (
 		lanes     = 64

@@ -34,7 +34,6 @@ import (
 //   - attempts are counted right: the final attempts equal the grants logged,
 //     grants number 1, 2, 3… and each handler call matches exactly one grant.
 func TestWorkerStress(t *testing.T) {
-	t.Parallel() // long (installs, timers, a drain): overlaps the package's other long tests
 	pgtest.SkipIfShort(t, "stress test: 100k messages")
 	const (
 		messages    = 100_000

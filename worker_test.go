@@ -201,7 +201,6 @@ func TestWorkerFailsAndDeadLetters(t *testing.T) {
 // Shutdown lets a running handler finish within the deadline and completes
 // its message; past the deadline the lease is abandoned to expiry.
 func TestWorkerShutdown(t *testing.T) {
-	t.Parallel() // long (installs, timers, a drain): overlaps the package's other long tests
 	for _, tc := range []struct {
 		name     string
 		handler  time.Duration
