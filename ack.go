@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgsweep/pgsweep/internal/consumer"
 )
 
 // Release gives ids that the claim whose token is token holds back to the
@@ -55,4 +57,35 @@ func (c *Client) fail(ctx context.Context, queue string, token Token, ids []int6
 // invalid UTF-8, and a handler's error may carry either.
 func cleanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}
+
+// consumerStore is the Worker's way to send results (internal/consumer):
+// the verbs of queue.
+func (c *Client) consumerStore(queue string) consumer.Store[Token] {
+	return consumer.Store[Token]{
+		Complete: func(ctx context.Context, tok Token, ids []int64) ([]int64, error) {
+			return c.Complete(ctx, queue, tok, ids)
+		},
+		Fail: func(ctx context.Context, tok Token, ids []int64, text string, after *time.Duration) (int, int, error) {
+			res, err := c.fail(ctx, queue, tok, ids, text, after)
+			return len(res), countDead(res), err
+		},
+		DeadLetter: func(ctx context.Context, tok Token, ids []int64, text string) ([]int64, error) {
+			return c.DeadLetter(ctx, queue, tok, ids, text)
+		},
+		Release: func(ctx context.Context, tok Token, ids []int64) ([]int64, error) {
+			return c.Release(ctx, queue, tok, ids)
+		},
+	}
+}
+
+// countDead is how many of res used their last attempt.
+func countDead(res []FailResult) int {
+	n := 0
+	for _, r := range res {
+		if r.Dead {
+			n++
+		}
+	}
+	return n
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/pgsweep/pgsweep/internal/consumer"
 )
 
 // completeAndClaim completes every held message (all finished without
@@ -17,10 +19,12 @@ import (
 func (l *loop) completeAndClaim(n int) (int, error) {
 	ctx, cancel := context.WithTimeout(l.base, flushTimeout)
 	defer cancel()
-	acks := make([]ackGroup, 0, len(l.acks))
-	for tok, ids := range l.acks {
+	var keys []consumer.Key[Token]
+	var acks []ackGroup
+	for k, ids := range l.results.All() {
 		lanes := slices.ContainsFunc(ids, func(id int64) bool { j := l.held[id]; return j == nil || j.d.Lane != "" })
-		acks = append(acks, ackGroup{token: tok, ids: ids, lanes: lanes})
+		keys = append(keys, k)
+		acks = append(acks, ackGroup{token: k.Token, ids: ids, lanes: lanes})
 	}
 	start := time.Now()
 	byGroup, ds, err := l.w.client.completeAndClaim(ctx, l.o.Queue, l.o.Owner, acks, n, l.o.Lease)
@@ -31,18 +35,14 @@ func (l *loop) completeAndClaim(n int) (int, error) {
 		}
 		// done is every id of the group completed; the others' leases were
 		// lost meanwhile.
-		a := acks[i]
-		l.o.Hooks.call(l.o.Hooks.Completed, l.o.Queue, len(done))
-		l.o.Hooks.call(l.o.Hooks.LeasesLost, l.o.Queue, len(a.ids)-len(done))
-		l.settle(a.ids)
-		delete(l.acks, a.token)
+		l.sent(keys[i], acks[i].ids, consumer.Sent{Done: len(done)})
 		settled++
 	}
-	l.w.signals.Flushed.Signal(len(l.acks) + len(l.fails))
+	l.w.signals.Flushed.Signal(l.results.Len())
 	if settled < len(acks) {
 		l.flushErr = true // the rest: retried on the next flush, after a backoff
 	} else {
-		l.flushBackoff = 0
+		l.flushBackoff.Reset()
 	}
 	if err != nil {
 		return 0, err
@@ -51,64 +51,48 @@ func (l *loop) completeAndClaim(n int) (int, error) {
 	return len(ds), nil
 }
 
-// flush sends the results that wait: one complete per claim token for the
-// successes, one fail per token and error text, all within one
-// flushTimeout. A failed call is retried on a later flush (after a backoff);
-// a call the database refuses as invalid is not (retrying cannot help):
-// those messages are left to lease expiry and redelivery.
+// flush sends the results that wait: one call per claim token and outcome
+// (consumer.Results), all within one flushTimeout. A failed call is retried
+// on a later flush (after a backoff); a call the database refuses as
+// invalid is not (retrying cannot help): those messages are left to lease
+// expiry and redelivery.
 func (l *loop) flush(ctx context.Context) {
-	o := l.o
 	l.flushErr = false
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
-	for tok, ids := range l.acks {
-		done, err := l.w.client.Complete(ctx, o.Queue, tok, ids)
+	for k, ids := range l.results.All() {
+		r := l.store.Send(ctx, k, ids)
 		switch {
-		case errors.Is(err, ErrInvalidArgument):
-			l.w.log.Error("complete refused; leaving the messages to lease expiry", "err", err, "n", len(ids))
-		case err != nil:
-			l.w.log.Error("complete failed; will retry", "err", err, "n", len(ids))
+		case errors.Is(r.Err, ErrInvalidArgument):
+			l.w.log.Error(k.Kind.String()+" refused; leaving the messages to lease expiry", "err", r.Err, "n", len(ids))
+			l.settle(ids)
+			l.results.Done(k)
+		case r.Err != nil:
+			l.w.log.Error(k.Kind.String()+" failed; will retry", "err", r.Err, "n", len(ids))
 			l.flushErr = true
-			continue
 		default:
-			o.Hooks.call(o.Hooks.Completed, o.Queue, len(done))
-			o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-len(done))
+			l.sent(k, ids, r)
 		}
-		l.settle(ids)
-		delete(l.acks, tok)
-	}
-	for k, ids := range l.fails {
-		var after *time.Duration
-		if k.fixed {
-			after = &k.after
-		}
-		res, err := l.w.client.fail(ctx, o.Queue, k.token, ids, k.msg, after)
-		if err != nil && !errors.Is(err, ErrInvalidArgument) {
-			l.w.log.Error("fail failed; will retry", "err", err, "n", len(ids))
-			l.flushErr = true
-			continue
-		}
-		if err != nil {
-			l.w.log.Error("fail refused; leaving the messages to lease expiry", "err", err, "n", len(ids))
-		}
-		dead := 0
-		for _, r := range res {
-			if r.Dead {
-				dead++
-			}
-		}
-		o.Hooks.call(o.Hooks.Failed, o.Queue, len(res)-dead)
-		o.Hooks.call(o.Hooks.DeadLettered, o.Queue, dead)
-		if err == nil {
-			o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-len(res))
-		}
-		l.settle(ids)
-		delete(l.fails, k)
 	}
 	if !l.flushErr {
-		l.flushBackoff = 0
+		l.flushBackoff.Reset()
 	}
-	l.w.signals.Flushed.Signal(len(l.acks) + len(l.fails))
+	l.w.signals.Flushed.Signal(l.results.Len())
+}
+
+// sent counts what the call k did for ids and forgets them.
+func (l *loop) sent(k consumer.Key[Token], ids []int64, r consumer.Sent) {
+	o := l.o
+	switch k.Kind {
+	case consumer.Complete:
+		o.Hooks.call(o.Hooks.Completed, o.Queue, r.Done)
+	case consumer.Fail:
+		o.Hooks.call(o.Hooks.Failed, o.Queue, r.Done-r.Dead)
+		o.Hooks.call(o.Hooks.DeadLettered, o.Queue, r.Dead)
+	}
+	o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-r.Done)
+	l.settle(ids)
+	l.results.Done(k)
 }
 
 // renew extends the leases of held messages that have no result yet, one
@@ -126,29 +110,20 @@ func (l *loop) renew() {
 	lost := 0
 	if len(byToken) > 0 {
 		ctx, cancel := l.leaseCall()
-		for tok, ids := range byToken {
-			start := time.Now()
-			got, err := l.w.client.Renew(ctx, o.Queue, tok, ids, o.Lease)
-			if err != nil {
-				l.w.log.Error("renew failed", "err", err, "n", len(ids))
-				continue
-			}
-			kept := make(map[int64]bool, len(got))
-			for _, id := range got {
-				kept[id] = true
-			}
-			for _, id := range ids {
-				j := l.held[id]
-				switch {
-				case j == nil || j.d.Token != tok: // lost meanwhile: nothing to do
-				case kept[id]:
-					j.setExpires(leaseDeadline(start, o.Lease))
-				case l.lose(j):
-					lost++
-				}
+		start := time.Now()
+		kept := consumer.Renew(ctx, byToken, func(ctx context.Context, tok Token, ids []int64) ([]int64, error) {
+			return l.w.client.Renew(ctx, o.Queue, tok, ids, o.Lease)
+		}, func(err error, ids []int64) { l.w.log.Error("renew failed", "err", err, "n", len(ids)) })
+		cancel()
+		for id, ok := range kept {
+			switch j := l.held[id]; {
+			case j == nil: // lost meanwhile: nothing to do
+			case ok:
+				j.setExpires(leaseDeadline(start, o.Lease))
+			case l.lose(j):
+				lost++
 			}
 		}
-		cancel()
 	}
 	now := time.Now()
 	for _, j := range l.held {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgsweep/pgsweep/internal/consumer"
 )
 
 // job is one message the Worker holds.
@@ -52,14 +54,6 @@ const (
 type result struct {
 	j   *job
 	err error
-}
-
-// failKey groups failures that are sent in one fail call.
-type failKey struct {
-	token Token // the claim's token: one call per claim
-	msg   string
-	after time.Duration
-	fixed bool // after is the handler's RetryAfter, not the queue's backoff
 }
 
 // claim claims up to n messages and queues them; it returns how many came.
@@ -237,16 +231,15 @@ func (l *loop) accept(r result) {
 	}
 	j.state = jobDone
 	l.pending++
-	if r.err == nil {
-		l.acks[j.d.Token] = append(l.acks[j.d.Token], j.d.ID)
-		return
+	k := consumer.Key[Token]{Token: j.d.Token}
+	if r.err != nil {
+		k.Kind, k.Text = consumer.Fail, r.err.Error()
+		var ra *retryAfterError
+		if errors.As(r.err, &ra) {
+			k.After, k.Fixed = ra.after, true
+		}
 	}
-	k := failKey{token: j.d.Token, msg: r.err.Error()}
-	var ra *retryAfterError
-	if errors.As(r.err, &ra) {
-		k.after, k.fixed = ra.after, true
-	}
-	l.fails[k] = append(l.fails[k], j.d.ID)
+	l.results.Add(k, j.d.ID)
 }
 
 // lanesMoving reports whether a result waiting for its flush (a held job
@@ -287,22 +280,7 @@ func (l *loop) lose(j *job) bool {
 		// Its result waits for a flush: it is not sent (and not counted
 		// twice as lost).
 		l.pending--
-		id, tok := j.d.ID, j.d.Token
-		if ids := slices.DeleteFunc(l.acks[tok], func(x int64) bool { return x == id }); len(ids) == 0 {
-			delete(l.acks, tok)
-		} else {
-			l.acks[tok] = ids
-		}
-		for k, ids := range l.fails {
-			if k.token != tok {
-				continue
-			}
-			if ids = slices.DeleteFunc(ids, func(x int64) bool { return x == id }); len(ids) == 0 {
-				delete(l.fails, k)
-			} else {
-				l.fails[k] = ids
-			}
-		}
+		l.results.Forget(j.d.Token, j.d.ID)
 	}
 	return true
 }

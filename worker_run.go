@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/pgsweep/pgsweep/internal/consumer"
 )
 
 // loop is the state of one Run. Only Run's goroutine touches it; handler
@@ -30,14 +32,14 @@ type loop struct {
 	pool    handlerPool    // runs the handlers; their results wait there
 	done    chan struct{}  // closed when Run returns: waiting handler goroutines end
 
-	acks     map[Token][]int64 // successes waiting for a flush, by claim token
-	fails    map[failKey][]int64
-	pipeline bool // the client can complete and claim in one round trip
-	pending  int  // results waiting for a flush
-	flushErr bool // the last flush failed: retry on the timer, not at once
+	results  consumer.Results[Token] // waiting for a flush: one call per claim token and outcome
+	store    consumer.Store[Token]   // sends them
+	pipeline bool                    // the client can complete and claim in one round trip
+	pending  int                     // results waiting for a flush
+	flushErr bool                    // the last flush failed: retry on the timer, not at once
 	// flushBackoff is the wait before retrying a failed flush: 50ms
 	// doubling to 5s, whatever PollInterval is (results wait in memory).
-	flushBackoff time.Duration
+	flushBackoff consumer.Backoff
 
 	// watched is what the watchdog checks: the held jobs without a result.
 	watchMu sync.Mutex
@@ -91,13 +93,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	l := &loop{
 		w: w, o: o, base: base, abandon: abandon, handlers: handlers, cancelHandlers: cancelHandlers,
-		held:     map[int64]*job{},
-		pool:     handlerPool{wake: make(chan struct{}, o.Concurrency), notify: make(chan struct{}, 1)},
-		done:     make(chan struct{}),
-		acks:     map[Token][]int64{},
-		fails:    map[failKey][]int64{},
-		pipeline: w.client.canPipeline(),
-		watched:  map[*job]struct{}{},
+		held:         map[int64]*job{},
+		pool:         handlerPool{wake: make(chan struct{}, o.Concurrency), notify: make(chan struct{}, 1)},
+		done:         make(chan struct{}),
+		store:        w.client.consumerStore(o.Queue),
+		pipeline:     w.client.canPipeline(),
+		flushBackoff: consumer.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second},
+		watched:      map[*job]struct{}{},
 	}
 	defer close(l.done)
 	var wg sync.WaitGroup
@@ -126,7 +128,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // until ctx ends (then it returns 0 and nil). An unknown queue or a role
 // without consume on it (queue_info, queue_rights.sql) is returned at once.
 func (w *Worker) queueLease(ctx context.Context) (time.Duration, error) {
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, w.o.PollInterval) {
+	backoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: w.o.PollInterval}
+	for {
 		var lease time.Duration
 		err := w.client.db.QueryRow(ctx, "SELECT lease_default FROM "+w.client.fn("queue_info")+"($1)", w.o.Queue).Scan(&lease)
 		if err == nil {
@@ -140,7 +143,7 @@ func (w *Worker) queueLease(ctx context.Context) (time.Duration, error) {
 		select {
 		case <-ctx.Done():
 			return 0, nil
-		case <-time.After(backoff):
+		case <-time.After(backoff.Next()):
 		}
 	}
 }
@@ -158,7 +161,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 	idleTimer := time.NewTimer(time.Hour)
 	idleTimer.Stop()
 	idle := false
-	claimBackoff := time.Duration(0)
+	claimBackoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: o.PollInterval}
 	stop := ctx.Done()
 	var deadline <-chan struct{} // base.Done(), once stopping
 	stopping := false
@@ -178,11 +181,10 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 			return err
 		case err != nil:
 			l.w.log.Error("claim failed", "err", err)
-			claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), o.PollInterval)
 			idle = true
-			idleTimer.Reset(claimBackoff)
+			idleTimer.Reset(claimBackoff.Next())
 		default:
-			claimBackoff = 0
+			claimBackoff.Reset()
 			// A claim made while idle (after lane messages, see flush
 			// below) that came back full ends the idle spell.
 			idle = got < n
@@ -240,7 +242,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// consumer -- one round trip a message -- instead of one message
 		// per PollInterval (bench claim --lanes 1, docs/benchmarks.md).
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			if !stopping && ctx.Err() == nil && len(l.fails) == 0 && l.pipeline && (!idle || l.lanesMoving()) {
+			if !stopping && ctx.Err() == nil && !l.results.Has(consumer.Fail) && l.pipeline && (!idle || l.lanesMoving()) {
 				n := o.Batch - l.zombies
 				got, err := l.completeAndClaim(n)
 				if err := after(n, got, err); err != nil {
@@ -253,8 +255,7 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		}
 		if l.pending > 0 && !flushArmed {
 			if l.flushErr {
-				l.flushBackoff = min(max(2*l.flushBackoff, 50*time.Millisecond), 5*time.Second)
-				flushTimer.Reset(l.flushBackoff)
+				flushTimer.Reset(l.flushBackoff.Next())
 			} else {
 				flushTimer.Reset(o.FlushInterval)
 			}

@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/consumer"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 	"github.com/pgsweep/pgsweep/internal/notifier"
 )
@@ -124,6 +124,7 @@ var ErrNotRunning = errors.New("relay: not running; the ids are left to the rela
 // Run; call Dispatch from the application after its commits.
 type Relay struct {
 	d     *db
+	store consumer.Store[pgsweep.Token] // records outcomes (settle)
 	pool  *pgxpool.Pool
 	t     Transport
 	o     Options
@@ -195,6 +196,7 @@ func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, e
 	}
 	r := &Relay{
 		d:          &db{client: c, queue: queue, owner: opts.Owner, lease: opts.Lease},
+		store:      storeOf(c, queue),
 		pool:       pool,
 		t:          t,
 		o:          opts,
@@ -295,18 +297,17 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // pollLoop claims due messages and publishes them until ctx is done.
 func (r *Relay) pollLoop(ctx, hard context.Context) error {
-	dbBackoff := 100 * time.Millisecond
-	brokerBackoff := 100 * time.Millisecond
+	dbBackoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	brokerBackoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		batch := r.o.Batch
 		if r.brokerDown() {
 			// Claim nothing while the transport knows it has no connection;
 			// otherwise probe with one message.
 			if !r.transportUp() {
-				if ctxsleep.Sleep(ctx, brokerBackoff) != nil {
+				if ctxsleep.Sleep(ctx, min(brokerBackoff.Next(), time.Second)) != nil {
 					break
 				}
-				brokerBackoff = min(2*brokerBackoff, time.Second)
 				continue
 			}
 			batch = 1
@@ -321,25 +322,24 @@ func (r *Relay) pollLoop(ctx, hard context.Context) error {
 				return fmt.Errorf("relay: %w", err)
 			}
 			r.setDatabase(err)
-			r.log.Warn("claim failed; retrying", "err", err, "retry_in", dbBackoff)
-			if ctxsleep.Sleep(ctx, dbBackoff) != nil {
+			retry := dbBackoff.Next()
+			r.log.Warn("claim failed; retrying", "err", err, "retry_in", retry)
+			if ctxsleep.Sleep(ctx, retry) != nil {
 				break
 			}
-			dbBackoff = min(2*dbBackoff, 5*time.Second)
 			continue
 		}
-		dbBackoff = 100 * time.Millisecond
+		dbBackoff.Reset()
 		r.setDatabase(nil)
 		if len(hs) > 0 {
 			r.m.claimed(r.queue, "claim", len(hs))
 			r.process(ctx, hard, hs)
 			if r.brokerDown() {
-				if ctxsleep.Sleep(ctx, brokerBackoff) != nil {
+				if ctxsleep.Sleep(ctx, brokerBackoff.Next()) != nil {
 					break
 				}
-				brokerBackoff = min(2*brokerBackoff, 5*time.Second)
 			} else {
-				brokerBackoff = 100 * time.Millisecond
+				brokerBackoff.Reset()
 			}
 			continue // claim again at once: there may be more
 		}
@@ -616,104 +616,80 @@ func (r *Relay) renewWhile(ctx context.Context, hs []held, stop <-chan struct{})
 		for _, h := range hs {
 			byToken[h.token] = append(byToken[h.token], h.msg.ID)
 		}
-		for tok, ids := range byToken {
+		kept := consumer.Renew(ctx, byToken, func(ctx context.Context, tok pgsweep.Token, ids []int64) ([]int64, error) {
 			cctx, cancel := context.WithTimeout(ctx, r.o.Lease/3)
-			got, err := r.d.client.Renew(cctx, r.queue, tok, ids, r.o.Lease)
-			cancel()
-			if err != nil {
-				r.log.Warn("renew failed", "err", err, "ids", len(ids))
-				continue
+			defer cancel()
+			return r.d.client.Renew(cctx, r.queue, tok, ids, r.o.Lease)
+		}, func(err error, ids []int64) { r.log.Warn("renew failed", "err", err, "ids", len(ids)) })
+		lost := 0
+		for _, ok := range kept {
+			if !ok {
+				lost++
 			}
-			if lost := len(ids) - len(got); lost > 0 {
-				r.m.leasesLost(r.queue, lost)
-				r.log.Warn("leases lost while publishing (claimed again elsewhere); their outcome will not be recorded", "lost", lost)
-			}
+		}
+		if lost > 0 {
+			r.m.leasesLost(r.queue, lost)
+			r.log.Warn("leases lost while publishing (claimed again elsewhere); their outcome will not be recorded", "lost", lost)
 		}
 	}
 }
 
-// settle records what became of each message, one call per token and kind:
-// complete what the broker confirmed, fail (backoff) or dead-letter what it
-// refused, release what was not published. It runs also when ctx is done
-// (shutdown), within the leases.
+// settle records what became of each message, one call per token and
+// outcome (consumer.Results, completions first): complete what the broker
+// confirmed, fail (backoff) or dead-letter what it refused, release what was
+// not published. It runs also when ctx is done (shutdown), within the
+// leases, retrying calls that fail.
 func (r *Relay) settle(ctx context.Context, hs []held, out []outcome, res []Result) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease)
 	defer cancel()
-	type group struct {
-		tok  pgsweep.Token
-		kind outcome
-		err  string
-	}
-	groups := map[group][]int{}
-	var order []group
+	var rs consumer.Results[pgsweep.Token]
+	unreached := 0
 	for i, h := range hs {
-		g := group{tok: h.token, kind: out[i]}
-		if out[i] == failed || out[i] == permanent {
-			g.err = cleanText(res[i].Err.Error())
-		}
-		if _, ok := groups[g]; !ok {
-			order = append(order, g)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	// completions first: they are what a crash would replay
-	sort.SliceStable(order, func(a, b int) bool { return order[a].kind == accepted && order[b].kind != accepted })
-	for _, g := range order {
-		idx := groups[g]
-		ids := make([]int64, len(idx))
-		for k, i := range idx {
-			ids[k] = hs[i].msg.ID
-		}
-		switch g.kind {
+		k := consumer.Key[pgsweep.Token]{Token: h.token, Kind: consumer.Release}
+		switch out[i] {
 		case accepted:
-			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Complete(sctx, r.queue, g.tok, ids) })
-			if err != nil {
-				r.setDatabase(err)
-				r.log.Error("complete failed: the broker holds these; they are published again after their lease", "err", err, "ids", len(ids))
-				continue
-			}
-			r.lost(len(ids) - len(done))
+			k.Kind = consumer.Complete
 		case failed:
-			fr, err := retryDB(sctx, func() ([]pgsweep.FailResult, error) { return r.d.client.Fail(sctx, r.queue, g.tok, ids, g.err, 0) })
-			if err != nil {
-				r.setDatabase(err)
-				r.log.Error("fail failed: retried after their lease", "err", err, "ids", len(ids))
-				continue
-			}
-			dead := 0
-			for _, f := range fr {
-				if f.Dead {
-					dead++
-				}
-			}
-			r.m.failed(r.queue, "retry", len(fr)-dead)
-			r.m.failed(r.queue, "dead", dead)
-			r.lost(len(ids) - len(fr))
-			r.log.Warn("publish failed; retried after the queue's backoff", "err", g.err, "ids", len(ids), "dead_lettered", dead)
+			k.Kind, k.Text = consumer.Fail, cleanText(res[i].Err.Error())
 		case permanent:
-			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.deadLetter(sctx, g.tok, ids, g.err) })
-			if err != nil {
-				r.setDatabase(err)
-				r.log.Error("dead_letter failed: retried after their lease", "err", err, "ids", len(ids))
-				continue
-			}
-			r.m.failed(r.queue, "permanent", len(done))
-			r.lost(len(ids) - len(done))
-			r.log.Warn("broker refused messages for good; moved to the dead letters", "err", g.err, "ids", len(ids))
-		case unavailable, pending:
-			if g.kind == unavailable {
-				r.m.failed(r.queue, "unavailable", len(ids))
-			}
-			done, err := retryDB(sctx, func() ([]int64, error) { return r.d.client.Release(sctx, r.queue, g.tok, ids) })
-			if err != nil {
-				r.setDatabase(err)
-				r.log.Warn("release failed: published again after their lease", "err", err, "ids", len(ids))
-				continue
-			}
-			r.m.released(r.queue, len(done))
+			k.Kind, k.Text = consumer.DeadLetter, cleanText(res[i].Err.Error())
+		case unavailable:
+			unreached++
 		}
+		rs.Add(k, h.msg.ID)
+	}
+	r.m.failed(r.queue, "unavailable", unreached)
+	for k, ids := range rs.All() {
+		sent := retryDB(sctx, func() consumer.Sent { return r.store.Send(sctx, k, ids) })
+		if sent.Err != nil {
+			r.setDatabase(sent.Err)
+			r.log.Error(k.Kind.String()+" failed: "+afterFailedSettle[k.Kind], "err", sent.Err, "ids", len(ids))
+			continue
+		}
+		switch k.Kind {
+		case consumer.Fail:
+			r.m.failed(r.queue, "retry", sent.Done-sent.Dead)
+			r.m.failed(r.queue, "dead", sent.Dead)
+			r.log.Warn("publish failed; retried after the queue's backoff", "err", k.Text, "ids", len(ids), "dead_lettered", sent.Dead)
+		case consumer.DeadLetter:
+			r.m.failed(r.queue, "permanent", sent.Done)
+			r.log.Warn("broker refused messages for good; moved to the dead letters", "err", k.Text, "ids", len(ids))
+		case consumer.Release:
+			r.m.released(r.queue, sent.Done)
+			continue // a lease lost before the release: nothing was published
+		}
+		r.lost(len(ids) - sent.Done)
 	}
 	r.signals.Settled.Signal(len(hs))
+}
+
+// afterFailedSettle says what becomes of messages whose outcome could not
+// be recorded.
+var afterFailedSettle = [...]string{
+	consumer.Complete:   "the broker holds these; they are published again after their lease",
+	consumer.Fail:       "retried after their lease",
+	consumer.DeadLetter: "retried after their lease",
+	consumer.Release:    "published again after their lease",
 }
 
 // published counts the confirmed messages and their latency: from Dispatch
@@ -748,17 +724,16 @@ func (r *Relay) lost(n int) {
 
 // retryDB retries a database call that failed (not one the database
 // refused as invalid) with a backoff until ctx is done.
-func retryDB[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	backoff := 50 * time.Millisecond
+func retryDB(ctx context.Context, f func() consumer.Sent) consumer.Sent {
+	backoff := consumer.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
-		v, err := f()
-		if err == nil || errors.Is(err, pgsweep.ErrInvalidArgument) || ctx.Err() != nil {
-			return v, err
+		s := f()
+		if s.Err == nil || errors.Is(s.Err, pgsweep.ErrInvalidArgument) || ctx.Err() != nil {
+			return s
 		}
-		if ctxsleep.Sleep(ctx, backoff) != nil {
-			return v, err
+		if ctxsleep.Sleep(ctx, backoff.Next()) != nil {
+			return s
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgsweep/pgsweep/internal/consumer"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 )
 
@@ -48,7 +49,7 @@ func Run(ctx context.Context, o Options) {
 	if log == nil {
 		log = slog.Default()
 	}
-	backoff := 100 * time.Millisecond
+	backoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 	paused := false
 	for ctx.Err() == nil {
 		if o.Pause != nil && o.Pause() {
@@ -102,16 +103,16 @@ func Run(ctx context.Context, o Options) {
 			return
 		}
 		if errors.Is(err, errPaused) {
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 			continue
 		}
 		if listening {
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 		}
-		log.Warn("listen failed; polling until it reconnects", "err", err, "retry_in", backoff)
-		if ctxsleep.Sleep(ctx, backoff) != nil {
+		retry := backoff.Next()
+		log.Warn("listen failed; polling until it reconnects", "err", err, "retry_in", retry)
+		if ctxsleep.Sleep(ctx, retry) != nil {
 			return
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
