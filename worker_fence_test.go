@@ -24,7 +24,7 @@ import (
 func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	db := pgtest.New(t, 6)
 	seedQueue(t, db, 5, 1)
-	var cnt counters
+	var cnt pgtest.Counts
 	first, firstCancelled, second, finishSecond := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var attempts []int
 	var mu sync.Mutex
@@ -43,7 +43,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 		<-finishSecond
 		return nil
 	}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Lease: time.Hour, PollInterval: 20 * time.Millisecond,
-		DisableNotify: true, Hooks: cnt.hooks()},
+		DisableNotify: true, Hooks: cnt.Hooks()},
 		func(w *pgsweep.Worker) { sig = pgsweep.WorkerSignals(w) })
 	<-first
 	// The lease expires (an hour-long lease is renewed every 20 minutes, so
@@ -56,8 +56,8 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 			t.Fatal("the re-claim did not start attempt 2 and cancel attempt 1")
 		}
 	}
-	if n := sig.LeaseLost.WaitOrTimeout(t); n != 1 || cnt.lost.Load() != 1 {
-		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.lost.Load())
+	if n := sig.LeaseLost.WaitOrTimeout(t); n != 1 || cnt.Lost.Load() != 1 {
+		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.Lost.Load())
 	}
 	// Attempt 1 returned nil; had its result been sent, the row would be gone.
 	if n := count(t, db, "message", "attempt = 2 AND status = 'processing'"); n != 1 {
@@ -65,14 +65,14 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	}
 	close(finishSecond)
 	// each flush of results is a moment to look
-	sig.Flushed.WaitUntil(t, "attempt 2 to complete", func(int) bool { return cnt.completed.Load() == 1 })
+	sig.Flushed.WaitUntil(t, "attempt 2 to complete", func(int) bool { return cnt.Completed.Load() == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !slices.Equal(attempts, []int{1, 2}) || count(t, db, "message", "true") != 0 || cnt.completed.Load() != 1 {
-		t.Fatalf("attempts %v, completed %d, rows left %d", attempts, cnt.completed.Load(), count(t, db, "message", "true"))
+	if !slices.Equal(attempts, []int{1, 2}) || count(t, db, "message", "true") != 0 || cnt.Completed.Load() != 1 {
+		t.Fatalf("attempts %v, completed %d, rows left %d", attempts, cnt.Completed.Load(), count(t, db, "message", "true"))
 	}
 }
 
@@ -140,9 +140,9 @@ func TestWorkerBoundsConcurrencyMemoryAndBatchesCompletions(t *testing.T) {
 func TestWorkerShutdownReleasesWhatItDidNotStart(t *testing.T) {
 	db := pgtest.New(t, 6)
 	seedQueue(t, db, 3, 20)
-	var cnt counters
+	var cnt pgtest.Counts
 	var released atomic.Int64
-	hooks := cnt.hooks()
+	hooks := cnt.Hooks()
 	releasedCh := make(chan struct{})
 	hooks.Released = func(_ string, n int) { released.Add(int64(n)); close(releasedCh) }
 	var calls atomic.Int64
@@ -162,8 +162,8 @@ func TestWorkerShutdownReleasesWhatItDidNotStart(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if calls.Load() != 2 || released.Load() != 18 || cnt.completed.Load() != 2 {
-		t.Fatalf("%d handlers ran, %d released, %d completed; want 2, 18, 2", calls.Load(), released.Load(), cnt.completed.Load())
+	if calls.Load() != 2 || released.Load() != 18 || cnt.Completed.Load() != 2 {
+		t.Fatalf("%d handlers ran, %d released, %d completed; want 2, 18, 2", calls.Load(), released.Load(), cnt.Completed.Load())
 	}
 	if n := count(t, db, "message", "status = 'pending' AND attempt = 0 AND owner IS NULL AND visible_at <= now()"); n != 18 {
 		t.Fatalf("%d released rows are pending, due and unspent; want 18", n)
@@ -192,7 +192,7 @@ func TestWorkerFailureEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var cnt counters
+	var cnt pgtest.Counts
 	var nowCalls atomic.Int64
 	var logs pgtest.SyncBuffer
 	stop := startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
@@ -207,10 +207,10 @@ func TestWorkerFailureEdges(t *testing.T) {
 			}
 			return nil
 		}
-	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, DisableNotify: true, Hooks: cnt.hooks(),
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, DisableNotify: true, Hooks: cnt.Hooks(),
 		Lease: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	pgtest.Eventually(t, 20*time.Second, pgtest.Until("two failures, the immediate retry's completion and the refused fail", func() bool {
-		return cnt.failed.Load() == 2 && cnt.completed.Load() == 1 && strings.Contains(logs.String(), "fail refused")
+		return cnt.Failed.Load() == 2 && cnt.Completed.Load() == 1 && strings.Contains(logs.String(), "fail refused")
 	}))
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
 	var running atomic.Int64
 	full := make(chan struct{})
 	var fullOnce sync.Once
-	var completed counters
+	var completed pgtest.Counts
 	for _, name := range []string{"a", "b"} {
 		startWorker(t, db, func(hctx context.Context, d *pgsweep.Delivery) error {
 			mu.Lock()
@@ -260,14 +260,14 @@ func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
 				return hctx.Err()
 			}
 			return nil
-		}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Concurrency: 10, Hooks: completed.hooks()})
+		}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, Concurrency: 10, Hooks: completed.Hooks()})
 	}
 	select {
 	case <-full:
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the two workers never ran 20 handlers at once (%d)", running.Load())
 	}
-	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the queue to drain", func() bool { return completed.completed.Load() == 100 }))
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the queue to drain", func() bool { return completed.Completed.Load() == 100 }))
 	mu.Lock()
 	defer mu.Unlock()
 	by := map[string]int{}
@@ -287,16 +287,16 @@ func TestTwoWorkersStartedTogetherGetDisjointBatches(t *testing.T) {
 func TestWorkerHandlerGetsACopy(t *testing.T) {
 	db := pgtest.New(t, 4)
 	seedQueue(t, db, 3, 5)
-	var cnt counters
+	var cnt pgtest.Counts
 	stop := startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		*d = pgsweep.Delivery{ID: -1}
 		return nil
-	}, pgsweep.WorkerOptions{Queue: "q", Hooks: cnt.hooks()})
-	pgtest.Eventually(t, 20*time.Second, pgtest.Until("five completions", func() bool { return cnt.completed.Load() == 5 }))
+	}, pgsweep.WorkerOptions{Queue: "q", Hooks: cnt.Hooks()})
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("five completions", func() bool { return cnt.Completed.Load() == 5 }))
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, db, "message", "true"); n != 0 || cnt.lost.Load() != 0 {
-		t.Fatalf("%d rows left, %d leases lost", n, cnt.lost.Load())
+	if n := count(t, db, "message", "true"); n != 0 || cnt.Lost.Load() != 0 {
+		t.Fatalf("%d rows left, %d leases lost", n, cnt.Lost.Load())
 	}
 }

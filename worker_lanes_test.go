@@ -61,108 +61,85 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 
 	var (
 		crashes, stalls, failures atomic.Int64
-		lost, completed           atomic.Int64
+		cnt                       pgtest.Counts
 		logErr                    atomic.Value
 	)
-	hooks := pgsweep.Hooks{
-		LeasesLost: func(_ string, n int) { lost.Add(int64(n)) },
-		Completed:  func(_ string, n int) { completed.Add(int64(n)) },
-	}
-	runCtx, stopAll := context.WithCancel(ctx)
-	defer stopAll()
-	var wg sync.WaitGroup
-	errc := make(chan error, slots+senders)
-	for slot := range slots {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(slot), 7))
-			var rmu sync.Mutex
-			for incarnation := 0; runCtx.Err() == nil; incarnation++ {
-				pool, err := pgtest.Pool(ctx, db.URL, 1) // claim, renew, complete and fail share one connection
-				if err != nil {
-					errc <- err
-					return
+	hooks := cnt.Hooks()
+	errc := make(chan error, senders)
+	fleet := pgtest.StartFleet(ctx, slots, 7, func(in *pgtest.Incarnation) error {
+		pool, err := pgtest.Pool(ctx, db.URL, 1) // claim, renew, complete and fail share one connection
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		var crashed atomic.Bool
+		var w *pgsweep.Worker
+		w, err = pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
+			started := time.Now()
+			var p struct {
+				Lane string
+				Seq  int
+			}
+			if err := json.Unmarshal(d.Payload, &p); err != nil {
+				return err
+			}
+			crash, stall, fail := in.Float64() < crashRate, in.Float64() < stallRate, in.Float64() < failRate
+			work := time.Duration(in.IntN(3000)) * time.Microsecond
+			var herr error
+			switch {
+			case crash || crashed.Load():
+				// The process dies: nothing of this Worker is sent any more.
+				if !crashed.Swap(true) {
+					crashes.Add(1)
+					pgsweep.CrashWorker(w)
 				}
-				owner := fmt.Sprintf("s%02d.%d", slot, incarnation)
-				var crashed atomic.Bool
-				var w *pgsweep.Worker
-				w, err = pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
-					started := time.Now()
-					var p struct {
-						Lane string
-						Seq  int
-					}
-					if err := json.Unmarshal(d.Payload, &p); err != nil {
-						return err
-					}
-					rmu.Lock()
-					crash, stall, fail := rng.Float64() < crashRate, rng.Float64() < stallRate, rng.Float64() < failRate
-					work := time.Duration(rng.IntN(3000)) * time.Microsecond
-					rmu.Unlock()
-					var herr error
-					switch {
-					case crash || crashed.Load():
-						// The process dies: nothing of this Worker is sent any more.
-						if !crashed.Swap(true) {
-							crashes.Add(1)
-							pgsweep.CrashWorker(w)
-						}
-						<-hctx.Done()
-						herr = errors.New("crashed")
-					case stall:
-						// The Worker's only connection is held: its renewals
-						// cannot get through, its leases run out, and the
-						// watchdog must cancel its handlers before they do.
-						stalls.Add(1)
-						if conn, err := pool.Acquire(hctx); err == nil {
-							<-hctx.Done()
-							conn.Release()
-						}
-						herr = hctx.Err()
-						if herr == nil {
-							herr = errors.New("stalled")
-						}
-					default:
-						select {
-						case <-time.After(work):
-						case <-hctx.Done():
-							herr = hctx.Err()
-						}
-						if herr == nil && fail {
-							failures.Add(1)
-							herr = errors.New("random failure")
-						}
-					}
-					ended := time.Now()
-					var lane any // unordered: NULL
-					if p.Lane != "" {
-						lane = p.Lane
-					}
-					if _, err := db.Pool.Exec(context.Background(), "INSERT INTO "+s+".handler_log VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-						lane, p.Seq, d.ID, d.Attempt, owner, started, ended, herr == nil); err != nil {
-						logErr.Store(err)
-					}
-					return herr
-				}, pgsweep.WorkerOptions{
-					Schema: db.Schema, Queue: "lanes", Owner: owner, Batch: 8, Concurrency: 4,
-					Lease: lease, PollInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
-					DisableNotify: slot%2 == 0, Hooks: hooks, Logger: quietLog,
-				})
-				if err != nil {
-					errc <- err
-					pool.Close()
-					return
+				<-hctx.Done()
+				herr = errors.New("crashed")
+			case stall:
+				// The Worker's only connection is held: its renewals
+				// cannot get through, its leases run out, and the
+				// watchdog must cancel its handlers before they do.
+				stalls.Add(1)
+				if conn, err := pool.Acquire(hctx); err == nil {
+					<-hctx.Done()
+					conn.Release()
 				}
-				err = w.Run(runCtx)
-				pool.Close()
-				if err != nil {
-					errc <- err
-					return
+				herr = hctx.Err()
+				if herr == nil {
+					herr = errors.New("stalled")
+				}
+			default:
+				select {
+				case <-time.After(work):
+				case <-hctx.Done():
+					herr = hctx.Err()
+				}
+				if herr == nil && fail {
+					failures.Add(1)
+					herr = errors.New("random failure")
 				}
 			}
-		}()
-	}
+			ended := time.Now()
+			var lane any // unordered: NULL
+			if p.Lane != "" {
+				lane = p.Lane
+			}
+			if _, err := db.Pool.Exec(context.Background(), "INSERT INTO "+s+".handler_log VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+				lane, p.Seq, d.ID, d.Attempt, in.Owner, started, ended, herr == nil); err != nil {
+				logErr.Store(err)
+			}
+			return herr
+		}, pgsweep.WorkerOptions{
+			Schema: db.Schema, Queue: "lanes", Owner: in.Owner, Batch: 8, Concurrency: 4,
+			Lease: lease, PollInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+			DisableNotify: in.Slot%2 == 0, Hooks: hooks, Logger: quietLog,
+		})
+		if err != nil {
+			return err
+		}
+		return w.Run(in.Ctx)
+	})
+	defer fleet.Stop()
 
 	// Senders, while the Workers run: each owns lanes (sent in seq order,
 	// so that a lane's order is its seq) and sends some unordered messages.
@@ -220,22 +197,21 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 		}()
 	}
 	swg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
 	total := lanes*perLane + senders*(unordered/senders)
 	pgtest.Eventually(t, 4*time.Minute, func() error { // liveness only
-		select {
-		case err := <-errc:
+		if err := fleet.Err(); err != nil {
 			t.Fatal(err)
-		default:
 		}
 		if n := count(t, db, "message_processed", "queue = 'lanes'"); n < total {
 			return fmt.Errorf("not drained: %d of %d processed", n, total)
 		}
 		return nil
 	})
-	stopAll()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+	if err := fleet.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if err, _ := logErr.Load().(error); err != nil {
@@ -347,13 +323,13 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 	if most < 2 {
 		t.Fatalf("at most %d lane handlers ran at once: lanes were not worked in parallel", most)
 	}
-	if crashes.Load() == 0 || stalls.Load() == 0 || failures.Load() == 0 || lost.Load() == 0 || takeovers == 0 {
+	if crashes.Load() == 0 || stalls.Load() == 0 || failures.Load() == 0 || cnt.Lost.Load() == 0 || takeovers == 0 {
 		t.Fatalf("crashes %d, stalls %d, failures %d, leases lost %d, takeovers %d: the test exercised too little",
-			crashes.Load(), stalls.Load(), failures.Load(), lost.Load(), takeovers)
+			crashes.Load(), stalls.Load(), failures.Load(), cnt.Lost.Load(), takeovers)
 	}
 	retried := count(t, db, "message_processed", "queue = 'lanes' AND attempts > 1")
 	t.Logf("%d messages in %d lanes + %d unordered; %d lane handler calls, up to %d lane handlers at once; %d crashes, %d stalls (forced expiries), %d failures, %d leases lost, %d lane messages re-run by another Worker (after a failure, crash or expiry), %d messages processed after a retry",
-		lanes*perLane, lanes, total-lanes*perLane, calls, most, crashes.Load(), stalls.Load(), failures.Load(), lost.Load(), takeovers, retried)
+		lanes*perLane, lanes, total-lanes*perLane, calls, most, crashes.Load(), stalls.Load(), failures.Load(), cnt.Lost.Load(), takeovers, retried)
 }
 
 // A Worker that completes a lane's message claims again at once, even when
@@ -386,7 +362,7 @@ func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
 			if _, err := db.Client.SendBatch(ctx, "q", ms); err != nil {
 				t.Fatal(err)
 			}
-			var cnt counters
+			var cnt pgtest.Counts
 			var mu sync.Mutex
 			var order []string
 			laneDone := make(chan struct{})
@@ -409,12 +385,12 @@ func TestWorkerCarriesItsLanesWithoutPolling(t *testing.T) {
 					}
 					return nil
 				}
-			}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, PollInterval: time.Hour, DisableNotify: true, Hooks: cnt.hooks()})
+			}, pgsweep.WorkerOptions{Queue: "q", Batch: 10, PollInterval: time.Hour, DisableNotify: true, Hooks: cnt.Hooks()})
 			want := int64(n)
 			if slow {
 				want++
 			}
-			pgtest.Eventually(t, 20*time.Second, pgtest.Until("the lane to drain", func() bool { return cnt.completed.Load() == want && cnt.dead.Load() == 1 }))
+			pgtest.Eventually(t, 20*time.Second, pgtest.Until("the lane to drain", func() bool { return cnt.Completed.Load() == want && cnt.Dead.Load() == 1 }))
 			mu.Lock()
 			defer mu.Unlock()
 			if len(order) != n {

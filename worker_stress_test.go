@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,95 +85,67 @@ func TestWorkerStress(t *testing.T) {
 		attempt int
 	}
 	var (
-		mu                                     sync.Mutex
-		calls                                  []call
-		crashedOwners                          = map[string]bool{}
-		completed, dead, failed, lost, crashes atomic.Int64
-		restarts, released                     atomic.Int64
+		mu                sync.Mutex
+		calls             []call
+		crashedOwners     = map[string]bool{}
+		cnt               pgtest.Counts
+		crashes, restarts atomic.Int64
 	)
-	hooks := pgsweep.Hooks{
-		Completed:    func(_ string, n int) { completed.Add(int64(n)) },
-		DeadLettered: func(_ string, n int) { dead.Add(int64(n)) },
-		Failed:       func(_ string, n int) { failed.Add(int64(n)) },
-		LeasesLost:   func(_ string, n int) { lost.Add(int64(n)) },
-		Released:     func(_ string, n int) { released.Add(int64(n)) },
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	runCtx, stopAll := context.WithCancel(ctx)
-	defer stopAll()
-	var wg sync.WaitGroup
-	errc := make(chan error, slots)
-	for slot := range slots {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(slot), 99))
-			var rmu sync.Mutex
-			for incarnation := 0; runCtx.Err() == nil; incarnation++ {
-				pool, err := pgtest.Pool(ctx, db.URL, 1) // claim, renew, complete and fail share one connection
-				if err != nil {
-					errc <- err
-					return
-				}
-				wctx, restart := context.WithCancel(runCtx)
-				var crashed, restarting atomic.Bool
-				owner := fmt.Sprintf("s%02d.%d", slot, incarnation)
-				var w *pgsweep.Worker
-				w, err = pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
-					mu.Lock()
-					calls = append(calls, call{d.ID, owner, d.Attempt})
-					mu.Unlock()
-					rmu.Lock()
-					crashNow, failNow, restartNow := rng.Float64() < crashRate, rng.Float64() < failRate, rng.Float64() < restartRate
-					rmu.Unlock()
-					if restartNow && !restarting.Swap(true) {
-						restarts.Add(1)
-						restart() // graceful: this handler and the running ones finish
-					}
-					if crashNow || crashed.Load() {
-						// Crash: this worker stops; the handler never returns
-						// before the worker is gone, so nothing is completed.
-						if !crashed.Swap(true) {
-							crashes.Add(1)
-							mu.Lock()
-							crashedOwners[owner] = true
-							mu.Unlock()
-							pgsweep.CrashWorker(w)
-						}
-						<-hctx.Done()
-						return errors.New("crashed")
-					}
-					var p struct{ Poison bool }
-					if err := json.Unmarshal(d.Payload, &p); err != nil {
-						return err
-					}
-					if p.Poison {
-						return errors.New("poison")
-					}
-					if failNow {
-						return errors.New("random failure")
-					}
-					return nil
-				}, pgsweep.WorkerOptions{
-					Schema: db.Schema, Queue: "stress", Owner: owner, Batch: 50, Concurrency: 4,
-					Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: 30 * time.Second,
-					DisableNotify: slot%2 == 0, Hooks: hooks, Logger: quiet,
-				})
-				if err != nil {
-					errc <- err
-					pool.Close()
-					return
-				}
-				err = w.Run(wctx)
-				restart()
-				pool.Close()
-				if err != nil {
-					errc <- err
-					return
-				}
+	fleet := pgtest.StartFleet(ctx, slots, 99, func(in *pgtest.Incarnation) error {
+		pool, err := pgtest.Pool(ctx, db.URL, 1) // claim, renew, complete and fail share one connection
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		wctx, restart := context.WithCancel(in.Ctx)
+		defer restart()
+		var crashed, restarting atomic.Bool
+		owner := in.Owner
+		var w *pgsweep.Worker
+		w, err = pgsweep.NewWorker(pool, func(hctx context.Context, d *pgsweep.Delivery) error {
+			mu.Lock()
+			calls = append(calls, call{d.ID, owner, d.Attempt})
+			mu.Unlock()
+			crashNow, failNow, restartNow := in.Float64() < crashRate, in.Float64() < failRate, in.Float64() < restartRate
+			if restartNow && !restarting.Swap(true) {
+				restarts.Add(1)
+				restart() // graceful: this handler and the running ones finish
 			}
-		}()
-	}
+			if crashNow || crashed.Load() {
+				// Crash: this worker stops; the handler never returns
+				// before the worker is gone, so nothing is completed.
+				if !crashed.Swap(true) {
+					crashes.Add(1)
+					mu.Lock()
+					crashedOwners[owner] = true
+					mu.Unlock()
+					pgsweep.CrashWorker(w)
+				}
+				<-hctx.Done()
+				return errors.New("crashed")
+			}
+			var p struct{ Poison bool }
+			if err := json.Unmarshal(d.Payload, &p); err != nil {
+				return err
+			}
+			if p.Poison {
+				return errors.New("poison")
+			}
+			if failNow {
+				return errors.New("random failure")
+			}
+			return nil
+		}, pgsweep.WorkerOptions{
+			Schema: db.Schema, Queue: "stress", Owner: owner, Batch: 50, Concurrency: 4,
+			Lease: lease, PollInterval: 100 * time.Millisecond, ShutdownTimeout: 30 * time.Second,
+			DisableNotify: in.Slot%2 == 0, Hooks: cnt.Hooks(), Logger: quietLog,
+		})
+		if err != nil {
+			return err
+		}
+		return w.Run(wctx)
+	})
+	defer fleet.Stop()
 	// Maintenance: recovery dead-letters rows whose lease expired on their
 	// last attempt (claim never hands those out again).
 	recovered := 0
@@ -191,10 +160,7 @@ func TestWorkerStress(t *testing.T) {
 		}
 		return nil
 	})
-	stopAll()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+	if err := fleet.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -205,8 +171,8 @@ func TestWorkerStress(t *testing.T) {
 	if processed+deadRows != messages || both != 0 {
 		t.Fatalf("%d processed + %d dead (%d in both) != %d messages", processed, deadRows, both, messages)
 	}
-	if int(completed.Load()) != processed {
-		t.Fatalf("workers completed %d, %d processed rows: a completion was counted twice or lost", completed.Load(), processed)
+	if int(cnt.Completed.Load()) != processed {
+		t.Fatalf("workers completed %d, %d processed rows: a completion was counted twice or lost", cnt.Completed.Load(), processed)
 	}
 	if poison := messages / poisonEvery; count(t, db, "message_dead", "(payload->>'poison')::boolean") != poison ||
 		count(t, db, "message_dead", "attempts <> "+fmt.Sprint(maxAttempts)) != 0 {
@@ -348,13 +314,13 @@ func TestWorkerStress(t *testing.T) {
 	if n := count(t, db, "message", "true"); n != 0 {
 		t.Fatalf("%d rows left (parked or not)", n)
 	}
-	if int64(releases) != released.Load() {
-		t.Fatalf("the log shows %d releases, the workers reported %d", releases, released.Load())
+	if int64(releases) != cnt.Released.Load() {
+		t.Fatalf("the log shows %d releases, the workers reported %d", releases, cnt.Released.Load())
 	}
-	if crashes.Load() == 0 || takeovers == 0 || failed.Load() == 0 || restarts.Load() == 0 || releases == 0 {
+	if crashes.Load() == 0 || takeovers == 0 || cnt.Failed.Load() == 0 || restarts.Load() == 0 || releases == 0 {
 		t.Fatalf("crashes %d, takeovers %d, retries %d, restarts %d, releases %d: the test exercised too little",
-			crashes.Load(), takeovers, failed.Load(), restarts.Load(), releases)
+			crashes.Load(), takeovers, cnt.Failed.Load(), restarts.Load(), releases)
 	}
 	t.Logf("%d processed, %d dead; %d grants, %d log rows, %d crashes, %d restarts, %d released, %d takeovers after expiry, %d retries, %d leases lost (%d before their handler started), %d rows recovered",
-		processed, deadRows, len(grants), nlog, crashes.Load(), restarts.Load(), releases, takeovers, failed.Load(), lost.Load(), skipped, recovered)
+		processed, deadRows, len(grants), nlog, crashes.Load(), restarts.Load(), releases, takeovers, cnt.Failed.Load(), cnt.Lost.Load(), skipped, recovered)
 }

@@ -20,18 +20,6 @@ import (
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-type counters struct{ claimed, completed, failed, dead, lost atomic.Int64 }
-
-func (c *counters) hooks() pgsweep.Hooks {
-	return pgsweep.Hooks{
-		Claimed:      func(_ string, n int) { c.claimed.Add(int64(n)) },
-		Completed:    func(_ string, n int) { c.completed.Add(int64(n)) },
-		Failed:       func(_ string, n int) { c.failed.Add(int64(n)) },
-		DeadLettered: func(_ string, n int) { c.dead.Add(int64(n)) },
-		LeasesLost:   func(_ string, n int) { c.lost.Add(int64(n)) },
-	}
-}
-
 func startWorker(t *testing.T, db *pgtest.DB, h pgsweep.Handler, o pgsweep.WorkerOptions, configure ...func(*pgsweep.Worker)) (stop func() error) {
 	t.Helper()
 	o.Schema = db.Schema
@@ -91,13 +79,13 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 	if err := db.Client.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
 		t.Fatal(err)
 	}
-	var cnt counters
+	var cnt pgtest.Counts
 	var sig *testsignal.Signal[int]
 	got := make(chan string, 10)
 	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		got <- string(d.Payload)
 		return nil
-	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: time.Hour, Hooks: cnt.hooks()},
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: time.Hour, Hooks: cnt.Hooks()},
 		func(w *pgsweep.Worker) { sig = &pgsweep.WorkerSignals(w).Claimed })
 	// Let the worker's first claim (empty), its LISTEN and the claim it
 	// makes once it listens (empty too) happen first: after them, with
@@ -125,7 +113,7 @@ func TestWorkerWakesOnNotify(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the worker was not woken by NOTIFY")
 	}
-	pgtest.Eventually(t, 20*time.Second, pgtest.Until("completion", func() bool { return cnt.completed.Load() == 1 }))
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("completion", func() bool { return cnt.Completed.Load() == 1 }))
 	if n := count(t, db, "message", "true"); n != 0 {
 		t.Fatalf("%d rows left", n)
 	}
@@ -137,7 +125,7 @@ func TestWorkerRenewsLongHandlers(t *testing.T) {
 	db := pgtest.New(t, 6)
 	ctx := context.Background()
 	seedQueue(t, db, 3, 1)
-	var cnt counters
+	var cnt pgtest.Counts
 	var calls atomic.Int64
 	startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
 		calls.Add(1)
@@ -147,10 +135,10 @@ func TestWorkerRenewsLongHandlers(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}, pgsweep.WorkerOptions{Queue: "q", Lease: time.Second, Hooks: cnt.hooks()})
+	}, pgsweep.WorkerOptions{Queue: "q", Lease: time.Second, Hooks: cnt.Hooks()})
 	pgtest.Eventually(t, 20*time.Second, pgtest.Until("the handler to start", func() bool { return calls.Load() == 1 }))
 	rivalGot := 0
-	for end := time.Now().Add(15 * time.Second); cnt.completed.Load() == 0 && time.Now().Before(end); {
+	for end := time.Now().Add(15 * time.Second); cnt.Completed.Load() == 0 && time.Now().Before(end); {
 		ds, err := db.Client.Claim(ctx, "q", "rival", 10, time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -160,8 +148,8 @@ func TestWorkerRenewsLongHandlers(t *testing.T) {
 		// and the rival tries, every 50 ms, to claim across it.
 		time.Sleep(50 * time.Millisecond)
 	}
-	if rivalGot != 0 || calls.Load() != 1 || cnt.lost.Load() != 0 || cnt.completed.Load() != 1 {
-		t.Fatalf("rival claimed %d, handler ran %d times, %d leases lost", rivalGot, calls.Load(), cnt.lost.Load())
+	if rivalGot != 0 || calls.Load() != 1 || cnt.Lost.Load() != 0 || cnt.Completed.Load() != 1 {
+		t.Fatalf("rival claimed %d, handler ran %d times, %d leases lost", rivalGot, calls.Load(), cnt.Lost.Load())
 	}
 }
 
@@ -179,7 +167,7 @@ func TestWorkerFailsAndDeadLetters(t *testing.T) {
 	if _, err := db.Client.SendBatch(ctx, "q", []pgsweep.Message{{Payload: json.RawMessage(`"ok"`)}, {Payload: json.RawMessage(`"bad"`)}, {Payload: json.RawMessage(`"panic"`)}}); err != nil {
 		t.Fatal(err)
 	}
-	var cnt counters
+	var cnt pgtest.Counts
 	startWorker(t, db, func(_ context.Context, d *pgsweep.Delivery) error {
 		switch string(d.Payload) {
 		case `"bad"`:
@@ -188,10 +176,10 @@ func TestWorkerFailsAndDeadLetters(t *testing.T) {
 			panic("boom")
 		}
 		return nil
-	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, Hooks: cnt.hooks()})
-	pgtest.Eventually(t, 20*time.Second, pgtest.Until("two dead letters", func() bool { return cnt.dead.Load() == 2 }))
-	if cnt.completed.Load() != 1 || cnt.failed.Load() != 4 || cnt.claimed.Load() != 7 {
-		t.Fatalf("completed %d, failed %d, claimed %d; want 1, 4 (2 messages x 2 retries), 7", cnt.completed.Load(), cnt.failed.Load(), cnt.claimed.Load())
+	}, pgsweep.WorkerOptions{Queue: "q", PollInterval: 20 * time.Millisecond, Hooks: cnt.Hooks()})
+	pgtest.Eventually(t, 20*time.Second, pgtest.Until("two dead letters", func() bool { return cnt.Dead.Load() == 2 }))
+	if cnt.Completed.Load() != 1 || cnt.Failed.Load() != 4 || cnt.Claimed.Load() != 7 {
+		t.Fatalf("completed %d, failed %d, claimed %d; want 1, 4 (2 messages x 2 retries), 7", cnt.Completed.Load(), cnt.Failed.Load(), cnt.Claimed.Load())
 	}
 	if n := count(t, db, "message_dead", "attempts = 3 AND last_error IN ('bad payload', 'handler panic: boom')"); n != 2 {
 		t.Fatalf("dead letters: %d", n)
@@ -210,7 +198,7 @@ func TestWorkerShutdown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := pgtest.New(t, 6)
 			seedQueue(t, db, 3, 1)
-			var cnt counters
+			var cnt pgtest.Counts
 			started, cancelled := make(chan struct{}), make(chan struct{})
 			stop := startWorker(t, db, func(ctx context.Context, _ *pgsweep.Delivery) error {
 				close(started)
@@ -221,13 +209,13 @@ func TestWorkerShutdown(t *testing.T) {
 					close(cancelled)
 					return ctx.Err()
 				}
-			}, pgsweep.WorkerOptions{Queue: "q", ShutdownTimeout: tc.deadline, Lease: time.Minute, Hooks: cnt.hooks()})
+			}, pgsweep.WorkerOptions{Queue: "q", ShutdownTimeout: tc.deadline, Lease: time.Minute, Hooks: cnt.Hooks()})
 			<-started
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
 			if tc.done {
-				if cnt.completed.Load() != 1 || count(t, db, "message", "true") != 0 {
+				if cnt.Completed.Load() != 1 || count(t, db, "message", "true") != 0 {
 					t.Fatalf("the in-flight message was not completed at shutdown")
 				}
 				return
@@ -237,7 +225,7 @@ func TestWorkerShutdown(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the abandoned handler's context was not cancelled")
 			}
-			if cnt.completed.Load() != 0 || cnt.failed.Load() != 0 || count(t, db, "message", "status = 'processing'") != 1 {
+			if cnt.Completed.Load() != 0 || cnt.Failed.Load() != 0 || count(t, db, "message", "status = 'processing'") != 1 {
 				t.Fatalf("an abandoned message must stay leased until expiry (its cancelled handler's error is no failure)")
 			}
 		})
@@ -301,7 +289,7 @@ func TestWorkerOptionsOutOfRangeAreTheSQLs(t *testing.T) {
 func TestWorkerLeaseLost(t *testing.T) {
 	db := pgtest.New(t, 6)
 	seedQueue(t, db, 3, 1)
-	var cnt counters
+	var cnt pgtest.Counts
 	var lost *testsignal.Signal[int]
 	started, cancelled := make(chan struct{}), make(chan struct{})
 	stop := startWorker(t, db, func(hctx context.Context, _ *pgsweep.Delivery) error {
@@ -309,7 +297,7 @@ func TestWorkerLeaseLost(t *testing.T) {
 		<-hctx.Done()
 		close(cancelled)
 		return nil // would complete, were the result not discarded
-	}, pgsweep.WorkerOptions{Queue: "q", Lease: 3 * time.Second, Hooks: cnt.hooks()},
+	}, pgsweep.WorkerOptions{Queue: "q", Lease: 3 * time.Second, Hooks: cnt.Hooks()},
 		func(w *pgsweep.Worker) { lost = &pgsweep.WorkerSignals(w).LeaseLost })
 	<-started
 	// Another owner takes the row over (as a claim after expiry would).
@@ -319,13 +307,13 @@ func TestWorkerLeaseLost(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler of a lost lease was not cancelled")
 	}
-	if n := lost.WaitOrTimeout(t); n != 1 || cnt.lost.Load() != 1 {
-		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.lost.Load())
+	if n := lost.WaitOrTimeout(t); n != 1 || cnt.Lost.Load() != 1 {
+		t.Fatalf("%d leases lost (hook count %d), want 1", n, cnt.Lost.Load())
 	}
 	if err := stop(); err != nil { // a wrongly sent completion has landed once Run returned
 		t.Fatal(err)
 	}
-	if cnt.completed.Load() != 0 || count(t, db, "message", "owner = 'thief' AND attempt = 2") != 1 {
-		t.Fatalf("completed %d; the thief's row must be untouched", cnt.completed.Load())
+	if cnt.Completed.Load() != 0 || count(t, db, "message", "owner = 'thief' AND attempt = 2") != 1 {
+		t.Fatalf("completed %d; the thief's row must be untouched", cnt.Completed.Load())
 	}
 }
