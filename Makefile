@@ -92,6 +92,11 @@ isolation:
 gotest:
 	@url=$(db_url); $(brokers_env); TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 35m -tags $(GO_TAGS) $(GO_PKGS)
 
+.PHONY: ui-assets
+## ui-assets: refresh the dashboard's htmx and uPlot (ui/static) from the npm registry at their pinned versions
+ui-assets:
+	scripts/ui-assets.sh
+
 .PHONY: migration migration-sync migration-release
 ## migration: NAME=what [FILES="lease.sql claim.sql"]: a new migration carrying the functions, procedures and views
 ## of sql/functions that differ from what the migrations install (FILES first, in that order; then the others)

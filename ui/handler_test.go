@@ -1,0 +1,265 @@
+package ui_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/ui"
+)
+
+// hostile is text an attacker controls (lane keys, error texts): it must
+// render as text, never as markup.
+const hostile = `<script>alert(1)</script>"><img src=x onerror=alert(2)>`
+
+// serve mounts the dashboard under /pgsweep/ as an application would.
+func serve(t *testing.T, pool *pgxpool.Pool, schema string, o ui.Options) *httptest.Server {
+	t.Helper()
+	o.Schema = schema
+	h, err := ui.NewHandler(pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/pgsweep/", http.StripPrefix("/pgsweep", h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(b)
+}
+
+// post sends a form POST as a browser on the same origin would (the
+// Sec-Fetch-Site header), or from another site.
+func post(t *testing.T, url, site string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Sec-Fetch-Site", site)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// asRole returns a pool whose connections act as a new role that is a
+// member of the install's role kind (monitor, worker, admin).
+func asRole(t *testing.T, db *pgtest.DB, kind string) (*pgxpool.Pool, string) {
+	t.Helper()
+	role := db.Schema + "_ui_" + kind
+	r := pgx.Identifier{role}.Sanitize()
+	db.MustExec(t, "CREATE ROLE "+r+" NOLOGIN IN ROLE "+pgx.Identifier{db.Schema + "_" + kind}.Sanitize())
+	t.Cleanup(func() {
+		conn := pgtest.Conn(t, db.URL)
+		_, _ = conn.Exec(context.Background(), "DROP OWNED BY "+r+"; DROP ROLE "+r)
+	})
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET ROLE "+r)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, role
+}
+
+var href = regexp.MustCompile(`(?:href|src|action)="([^"]*)"`)
+
+// Every page loads under a path prefix, every link and file it names
+// resolves (relative links only), and attacker-controlled text renders as
+// text: the lane key and the error text come back escaped, never as tags.
+func TestPagesLoadUnderAPrefixAndEscapeEverything(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	if _, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Lane: hostile, Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, db.Pool, db.Schema, ui.Options{})
+	seen := map[string]bool{}
+	pages := []string{"/pgsweep/", "/pgsweep/queues/orders", "/pgsweep/maintenance", "/pgsweep/leases", "/pgsweep/retention"}
+	for _, p := range pages {
+		status, body := get(t, srv.URL+p)
+		if status != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", p, status, body)
+		}
+		if strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") {
+			t.Fatalf("GET %s renders hostile text as markup:\n%s", p, body)
+		}
+		for _, m := range href.FindAllStringSubmatch(body, -1) {
+			link := m[1]
+			if strings.HasPrefix(link, "/") || strings.Contains(link, "://") {
+				t.Fatalf("GET %s: link %q is not relative", p, link)
+			}
+			u, err := http.NewRequest(http.MethodGet, srv.URL+p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			abs := u.URL.ResolveReference(mustParse(t, link)).String()
+			if seen[abs] || strings.HasSuffix(abs, "/pause") || strings.HasSuffix(abs, "/resume") {
+				continue
+			}
+			seen[abs] = true
+			if status, _ := get(t, abs); status != http.StatusOK {
+				t.Fatalf("page %s links to %s, which answers %d", p, abs, status)
+			}
+		}
+	}
+	_, body := get(t, srv.URL+"/pgsweep/queues/orders")
+	if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;") {
+		t.Fatalf("the lane key is not on the queue page as escaped text:\n%s", body)
+	}
+	if !seen[srv.URL+"/pgsweep/static/htmx.min.js"] || !seen[srv.URL+"/pgsweep/static/uPlot.iife.min.js"] {
+		t.Fatalf("the pages do not load the embedded htmx and uPlot: %v", seen)
+	}
+	if status, _ := get(t, srv.URL+"/pgsweep/queues/nosuch"); status != http.StatusNotFound {
+		t.Fatalf("an unknown queue answers %d, want 404", status)
+	}
+}
+
+func mustParse(t *testing.T, s string) *neturl.URL {
+	t.Helper()
+	u, err := neturl.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// Pause and resume: an admin's same-origin POST pauses the queue; a POST
+// from another site is refused before it reaches the database; a monitor
+// sees the button (the page cannot know every grant) but PostgreSQL refuses
+// its POST, and nothing changes; ReadOnly shows no button and refuses.
+func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	paused := func() bool {
+		qs, err := db.Client.QueueStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qs[0].Paused
+	}
+	admin, _ := asRole(t, db, "admin")
+	srv := serve(t, admin, db.Schema, ui.Options{})
+	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "cross-site"); status != http.StatusForbidden || paused() {
+		t.Fatalf("cross-site POST: %d, paused %v; want 403 and nothing changed\n%s", status, paused(), body)
+	}
+	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "same-origin"); status != http.StatusSeeOther || !paused() {
+		t.Fatalf("admin's POST: %d, paused %v; want 303 and a paused queue\n%s", status, paused(), body)
+	}
+	if status, _ := post(t, srv.URL+"/pgsweep/queues/orders/resume", "same-origin"); status != http.StatusSeeOther || paused() {
+		t.Fatalf("admin's resume: %d, paused %v", status, paused())
+	}
+
+	monitor, _ := asRole(t, db, "monitor")
+	msrv := serve(t, monitor, db.Schema, ui.Options{})
+	if status, body := get(t, msrv.URL+"/pgsweep/"); status != http.StatusOK || !strings.Contains(body, "orders") {
+		t.Fatalf("monitor's overview: %d\n%s", status, body)
+	}
+	if status, body := post(t, msrv.URL+"/pgsweep/queues/orders/pause", "same-origin"); status != http.StatusForbidden || paused() {
+		t.Fatalf("monitor's POST: %d, paused %v; want PostgreSQL's refusal (403) and nothing changed\n%s", status, paused(), body)
+	}
+
+	ro := serve(t, admin, db.Schema, ui.Options{ReadOnly: true})
+	if _, body := get(t, ro.URL+"/pgsweep/queues/orders"); strings.Contains(body, "<form") {
+		t.Fatalf("read-only page shows an action:\n%s", body)
+	}
+	if status, _ := post(t, ro.URL+"/pgsweep/queues/orders/pause", "same-origin"); status != http.StatusForbidden || paused() {
+		t.Fatalf("read-only POST: %d, paused %v", status, paused())
+	}
+}
+
+// Basic auth guards every path, the files included; the headers forbid
+// what the pages never need.
+func TestBasicAuthAndHeaders(t *testing.T) {
+	db := pgtest.New(t, 2)
+	srv := serve(t, db.Pool, db.Schema, ui.Options{BasicAuth: func(u, p string) bool { return u == "ops" && p == "s3cret" }})
+	for _, p := range []string{"/pgsweep/", "/pgsweep/static/app.js"} {
+		if status, _ := get(t, srv.URL+p); status != http.StatusUnauthorized {
+			t.Fatalf("GET %s without credentials: %d, want 401", p, status)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/pgsweep/", nil)
+	req.SetBasicAuth("ops", "s3cret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("with credentials: %d", res.StatusCode)
+	}
+	csp := res.Header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") || res.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("headers: CSP %q, nosniff %q", csp, res.Header.Get("X-Content-Type-Options"))
+	}
+}
+
+// The vendored front-end files are the ones scripts/ui-assets.sh fetched:
+// each file's SHA-256 matches ui/static/VENDOR, and VENDOR names every
+// vendored file there is.
+func TestVendoredFilesMatchTheirChecksums(t *testing.T) {
+	vendor, err := os.ReadFile("static/VENDOR")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(vendor), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) != 4 {
+			t.Fatalf("VENDOR line %q: want package version file sha256", line)
+		}
+		b, err := os.ReadFile("static/" + f[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		if got := hex.EncodeToString(sum[:]); got != f[3] {
+			t.Errorf("static/%s: sha256 %s, VENDOR says %s (run make ui-assets, never edit a vendored file)", f[2], got, f[3])
+		}
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("VENDOR lists %d files, want 5 (htmx and uPlot with their licenses)", n)
+	}
+}

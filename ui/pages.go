@@ -1,0 +1,167 @@
+package ui
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/pgsweep/pgsweep"
+)
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string // the menu entry to mark
+	Base     string // the relative path to the dashboard's root: "./", "../"
+	Refresh  int    // seconds
+	ReadOnly bool
+	Data     any
+}
+
+// render writes the page template name with data; an error becomes the
+// error page.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
+	p := page{Title: title, Nav: nav, Base: base(r), Refresh: int(h.o.Refresh.Seconds()), ReadOnly: h.o.ReadOnly, Data: data}
+	var buf bytes.Buffer
+	if err := pages[name].Execute(&buf, p); err != nil {
+		h.log.Error("ui: rendering a page failed", "page", name, "err", err)
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = buf.WriteTo(w)
+}
+
+// fail shows err on the error page with the status it calls for: 403 for
+// what the database refused the role, 400 for a bad argument, 404 for an
+// unknown queue, else 500 (and the log).
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, pgsweep.ErrPermissionDenied):
+		status = http.StatusForbidden
+	case errors.Is(err, pgsweep.ErrInvalidArgument):
+		status = http.StatusBadRequest
+	default:
+		h.log.Error("ui: database call failed", "path", r.URL.Path, "err", err)
+	}
+	w.WriteHeader(status)
+	h.render(w, r, "error", http.StatusText(status), "", err.Error())
+}
+
+// base is the relative path from r's page to the dashboard's root, so that
+// links work under any prefix the handler is mounted at.
+func base(r *http.Request) string {
+	depth := strings.Count(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if depth == 0 {
+		return "./"
+	}
+	return strings.Repeat("../", depth)
+}
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	qs, err := h.c.QueueStats(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "overview", "Queues", "overview", qs)
+}
+
+// queueData is the queue page's.
+type queueData struct {
+	Stats pgsweep.QueueStats
+	Lanes []pgsweep.LaneStats
+}
+
+func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	name := r.PathValue("queue")
+	qs, err := h.c.QueueStats(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	d := queueData{}
+	found := false
+	for _, q := range qs {
+		if q.Queue == name {
+			d.Stats, found = q, true
+		}
+	}
+	if !found {
+		w.WriteHeader(http.StatusNotFound)
+		h.render(w, r, "error", "Not found", "", "no queue named "+name)
+		return
+	}
+	if d.Lanes, err = h.c.LaneStats(ctx, name, 50); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "queue", name, "overview", d)
+}
+
+// queueAction runs a queue's verb (pause, resume) and shows the queue
+// again. The database decides whether the role may.
+func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
+	if h.o.ReadOnly {
+		http.Error(w, "the dashboard is read-only", http.StatusForbidden)
+		return
+	}
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	name := r.PathValue("queue")
+	var err error
+	switch r.PathValue("action") {
+	case "pause":
+		_, err = h.c.QueuePause(ctx, name)
+	case "resume":
+		_, err = h.c.QueueResume(ctx, name)
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "../"+url.PathEscape(name), http.StatusSeeOther)
+}
+
+func (h *handler) maintenance(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	ps, err := h.c.MaintenancePasses(ctx, 50)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "maintenance", "Maintenance", "maintenance", ps)
+}
+
+func (h *handler) leases(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	ls, err := h.c.Leases(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "leases", "Leases", "leases", ls)
+}
+
+func (h *handler) retention(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	ps, err := h.c.RetentionPolicies(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "retention", "Retention", "retention", ps)
+}
