@@ -82,11 +82,13 @@ func NewHandler(pool *pgxpool.Pool, o Options) (http.Handler, error) {
 
 func (h *handler) routes() {
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
-	h.mux.HandleFunc("GET /{$}", h.overview)
+	h.mux.HandleFunc("GET /{$}", list(h, "overview", "Queues", h.c.QueueStats))
 	h.mux.HandleFunc("GET /queues/{queue}", h.queue)
-	h.mux.HandleFunc("GET /maintenance", h.maintenance)
-	h.mux.HandleFunc("GET /leases", h.leases)
-	h.mux.HandleFunc("GET /retention", h.retention)
+	h.mux.HandleFunc("GET /maintenance", list(h, "maintenance", "Maintenance", func(ctx context.Context) ([]pgsweep.MaintenancePass, error) {
+		return h.c.MaintenancePasses(ctx, 50)
+	}))
+	h.mux.HandleFunc("GET /leases", list(h, "leases", "Leases", h.c.Leases))
+	h.mux.HandleFunc("GET /retention", list(h, "retention", "Retention", h.c.RetentionPolicies))
 	h.mux.HandleFunc("POST /queues/{queue}/{action}", h.queueAction)
 }
 

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -61,15 +62,18 @@ func base(r *http.Request) string {
 	return strings.Repeat("../", depth)
 }
 
-func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := h.timeout(r)
-	defer cancel()
-	qs, err := h.c.QueueStats(ctx)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+// list is a page that shows what one Client call returns.
+func list[T any](h *handler, name, title string, read func(ctx context.Context) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := h.timeout(r)
+		defer cancel()
+		v, err := read(ctx)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		h.render(w, r, name, title, nav(name), v)
 	}
-	h.render(w, r, "overview", "Queues", "overview", qs)
 }
 
 // queueData is the queue page's.
@@ -103,7 +107,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, "queue", name, "overview", d)
+	h.render(w, r, "queue", name, nav("queue"), d)
 }
 
 // queueAction runs a queue's verb (pause, resume) and shows the queue
@@ -133,35 +137,10 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "../"+url.PathEscape(name), http.StatusSeeOther)
 }
 
-func (h *handler) maintenance(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := h.timeout(r)
-	defer cancel()
-	ps, err := h.c.MaintenancePasses(ctx, 50)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+// nav is the menu entry a page belongs to.
+func nav(page string) string {
+	if page == "queue" {
+		return "overview"
 	}
-	h.render(w, r, "maintenance", "Maintenance", "maintenance", ps)
-}
-
-func (h *handler) leases(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := h.timeout(r)
-	defer cancel()
-	ls, err := h.c.Leases(ctx)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.render(w, r, "leases", "Leases", "leases", ls)
-}
-
-func (h *handler) retention(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := h.timeout(r)
-	defer cancel()
-	ps, err := h.c.RetentionPolicies(ctx)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.render(w, r, "retention", "Retention", "retention", ps)
+	return page
 }

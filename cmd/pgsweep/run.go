@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -81,22 +78,12 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
+		a, stop, err := startHTTP(*httpAddr, runner.Handler(r), logger)
 		if err != nil {
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		srv := &http.Server{Handler: runner.Handler(r), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error("http server stopped", "error", err)
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+		defer stop()
+		logger.Info("serving /metrics and /healthz", "addr", a.String())
 	}
 	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM): the pass in
 	// flight was awaited and the leases released, so the exit code is 0.

@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/pgsweep/pgsweep/ui"
 )
@@ -45,21 +42,13 @@ func runUI(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	a, stop, err := startHTTP(*addr, h, o.Logger)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	fmt.Fprintf(out, "pgsweep ui: serving the dashboard of schema %s on http://%s/\n", db.schema, ln.Addr())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
+	defer stop()
+	fmt.Fprintf(out, "pgsweep ui: serving the dashboard of schema %s on http://%s/\n", db.schema, a)
+	<-ctx.Done()
 	return nil
 }
 
