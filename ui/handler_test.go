@@ -55,7 +55,8 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 // post sends a form POST as a browser on the same origin would (the
-// Sec-Fetch-Site header), or from another site.
+// Sec-Fetch-Site header), or from another site; it returns the status and
+// the body, or for a redirect the Location.
 func post(t *testing.T, url, site string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, nil)
@@ -70,6 +71,9 @@ func post(t *testing.T, url, site string) (int, string) {
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
+	if loc := res.Header.Get("Location"); loc != "" {
+		return res.StatusCode, loc // a redirect: where to
+	}
 	return res.StatusCode, string(b)
 }
 
@@ -181,8 +185,9 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "cross-site"); status != http.StatusForbidden || paused() {
 		t.Fatalf("cross-site POST: %d, paused %v; want 403 and nothing changed\n%s", status, paused(), body)
 	}
-	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "same-origin"); status != http.StatusSeeOther || !paused() {
-		t.Fatalf("admin's POST: %d, paused %v; want 303 and a paused queue\n%s", status, paused(), body)
+	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "same-origin"); status != http.StatusSeeOther || !paused() ||
+		!strings.HasPrefix(body, "../orders") {
+		t.Fatalf("admin's POST: %d, paused %v, Location %q; want 303, a paused queue and the queue's page under the prefix", status, paused(), body)
 	}
 	if status, _ := post(t, srv.URL+"/pgsweep/queues/orders/resume", "same-origin"); status != http.StatusSeeOther || paused() {
 		t.Fatalf("admin's resume: %d, paused %v", status, paused())

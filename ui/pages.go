@@ -134,7 +134,11 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	http.Redirect(w, r, "../"+url.PathEscape(name), http.StatusSeeOther)
+	// Back to the queue's page, relative to this request's URL: the
+	// browser resolves it under whatever prefix the handler is mounted at
+	// (http.Redirect would make it absolute from the stripped path).
+	w.Header().Set("Location", "../"+url.PathEscape(name))
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // nav is the menu entry a page belongs to.
