@@ -76,7 +76,9 @@ func newBrowser(t *testing.T) *browser {
 			}
 		case *page.EventJavascriptDialogOpening:
 			b.problem("a dialog opened (%s): %q", e.Type, e.Message)
-			go func() { _, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false}) }()
+			go func() {
+				_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+			}()
 		}
 	})
 	if err != nil {
