@@ -171,7 +171,7 @@ func TestRetentionDetachConcurrently(t *testing.T) {
 		WHERE policy = 'ev' AND strategy = 'detach_concurrently' AND partitions_dropped = 1`); n != 400 {
 		t.Errorf("the history counts %d rows, want 400", n)
 	}
-	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 4 {
+	if n := e.value(`SELECT count(*) FROM %[1]s.retention_unit WHERE owner IS NOT NULL`); n != 4 {
 		t.Errorf("%d claims, want the 4 detached tables' (to be dropped)", n)
 	}
 	// The policy's own pass is still due: the detach is not it.
@@ -188,7 +188,7 @@ func TestRetentionDetachConcurrently(t *testing.T) {
 	if n := e.value(`SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE strategy = 'detach_concurrently'`); n != 400 {
 		t.Errorf("the history counts %d rows after the drops, want 400", n)
 	}
-	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 0 {
+	if n := e.value(`SELECT count(*) FROM %[1]s.retention_unit WHERE owner IS NOT NULL`); n != 0 {
 		t.Errorf("%d claims left", n)
 	}
 	// Nothing left to claim.
@@ -279,7 +279,7 @@ func TestRetentionDetachConcurrentlyPending(t *testing.T) {
 		t.Errorf("before the claim expired: %+v %v, want nothing claimed", d, err)
 	}
 	// The claim's TTL (the policy's lease_ttl) passes.
-	e.exec(`UPDATE %[1]s.retention_detaching SET expires_at = now() - interval '1 second'`)
+	e.exec(`UPDATE %[1]s.retention_unit SET expires_at = now() - interval '1 second' WHERE owner IS NOT NULL`)
 	d, err = e.client.RetentionDetachConcurrently(ctx, "runner-b", &later)
 	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Rows != 100 {
 		t.Fatalf("after the claim expired: %+v %v, want the leaf finalized, 100 rows", d, err)

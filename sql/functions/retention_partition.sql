@@ -145,9 +145,9 @@ BEGIN
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE t.isleaf AND c.relkind = 'r'
            -- being detached concurrently by a runner (retention_detach.sql):
-           -- half-detached, or claimed and not expired
+           -- half-detached, or held by one
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
-           AND NOT EXISTS (SELECT 1 FROM retention_detaching d WHERE d.leaf = t.relid AND d.expires_at > v_at)
+           AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.leaf = t.relid AND u.owner IS NOT NULL)
          ORDER BY n.nspname, c.relname
     LOOP
         -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible

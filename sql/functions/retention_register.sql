@@ -272,7 +272,7 @@ BEGIN
                  IS DISTINCT FROM
                  (v_schema, v_table, p_time_column, v_time_type, p_older_than,
                   p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
     END IF;
     INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
                                        status_column, statuses, batch_size, mode, run_interval,
@@ -552,7 +552,7 @@ DECLARE
 BEGIN
     UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
     IF p_replan THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
     END IF;
 END
 $$;

@@ -158,12 +158,22 @@ BEGIN
     -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
     -- never waited for; a unit this pass deferred (a row of it was locked by
     -- another transaction past retention_lock_timeout) waits for a later pass.
+    -- A unit a runner holds (retention_detach.sql) is the runner's, unless
+    -- its claim expired on a leaf still attached.
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
+       AND (u.owner IS NULL OR (u.expires_at <= v_now AND NOT u.counted
+                                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
+                                                 WHERE i.inhrelid = u.leaf AND i.inhdetachpending)))
      ORDER BY u.sweep_id, u.unit_no
      LIMIT 1
        FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
+    IF FOUND AND v_unit.owner IS NOT NULL THEN
+        UPDATE retention_unit u SET owner = NULL, expires_at = NULL
+         WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = v_unit.unit_no
+        RETURNING * INTO v_unit;
+    END IF;
+    IF v_unit.policy IS NULL THEN
         -- A pass works one sweep: it joins the open one or plans one. Units
         -- left but locked belong to cleaners that will finish them.
         IF v_pass.deferred > 0 THEN
@@ -171,7 +181,7 @@ BEGIN
             RETURN o;
         END IF;
         IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
-           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
             RETURN o;
         END IF;
@@ -187,7 +197,7 @@ BEGIN
             o.more := true;
             RETURN o;
         END IF;
-        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
             o.more := true; -- planned and committed by another cleaner just now
             RETURN o;
         END IF;
@@ -313,7 +323,7 @@ BEGIN
     FOR v_unit IN
         SELECT * FROM retention_unit u
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
-           AND u.kind = 'drop' AND u.deferred_pass IS DISTINCT FROM p_pass
+           AND u.kind = 'drop' AND u.owner IS NULL AND u.deferred_pass IS DISTINCT FROM p_pass
          ORDER BY u.unit_no
            FOR UPDATE SKIP LOCKED
     LOOP

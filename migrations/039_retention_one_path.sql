@@ -1,0 +1,633 @@
+-- pgsweep 0.39: retention one path.
+--
+-- The runner's DETACH ... CONCURRENTLY and the pass's plain DETACH share one
+-- planner: a runner's claim is a claim on a drop unit of the policy's sweep
+-- (retention_detach.sql) instead of a row of its own table planned apart.
+--
+-- DDL (explicit, above the changed blocks):
+--   retention_unit: ADD leaf, owner, expires_at, counted (a runner's claim)
+--     and CHECK retention_unit_claim;
+--   the live rows of retention_detaching become units of one sweep per
+--     policy (kind drop, the claim kept), then the table is dropped.
+SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
+
+ALTER TABLE retention_unit
+    ADD COLUMN leaf oid,                 -- a runner's claim: the leaf (the runner renames it)
+    ADD COLUMN owner text,               -- the runner holding the claim, until expires_at
+    ADD COLUMN expires_at timestamptz,
+    ADD COLUMN counted boolean NOT NULL DEFAULT false,  -- its rows are in a retention_pass
+    ADD CONSTRAINT retention_unit_claim
+        CHECK (owner IS NULL OR (kind = 'drop' AND leaf IS NOT NULL AND expires_at IS NOT NULL));
+
+INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units)
+SELECT r.name, 'tid_range', coalesce(_retention_cutoff(r, d.at), '-infinity'), d.at, 'pgsweep 0.39', d.n
+  FROM retention_policy r
+  JOIN (SELECT policy, min(began_at) AS at, count(*)::int AS n FROM retention_detaching GROUP BY policy) d
+    ON d.policy = r.name;
+INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, kind, leaf, owner, expires_at, counted)
+SELECT d.policy, (SELECT max(s.id) FROM retention_sweep s WHERE s.policy = d.policy),
+       row_number() OVER (PARTITION BY d.policy ORDER BY d.leaf)::int, d.leaf_schema, d.leaf_name, 'drop',
+       d.leaf, d.owner, d.expires_at, d.counted
+  FROM retention_detaching d;
+DROP TABLE retention_detaching;
+
+-- pgsweep:changed functions/retention_detach.sql
+CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_caller name := _retention_detach_caller();
+    v_now timestamptz := clock_timestamp();
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_pol retention_policy;
+    v_cutoff timestamptz;
+    v_r record;
+    v_c record;
+    v_n int := 0;
+BEGIN
+    IF p_owner IS NULL OR p_owner = '' OR length(p_owner) > 200 THEN
+        PERFORM _retention_invalid('p_owner must be a name of 1 to 200 characters, got %s',
+                                   coalesce(pg_catalog.quote_literal(p_owner), 'NULL'));
+    END IF;
+    PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
+    PERFORM _check_now('p_now', p_now);
+    -- Expired claims whose table is gone are forgotten (a live claim's
+    -- holder may have dropped its table and not recorded it yet).
+    DELETE FROM retention_unit u
+     WHERE u.owner IS NOT NULL AND u.expires_at <= v_now
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = u.leaf);
+    -- New leaves only of the policies that are due (the runner's pass
+    -- follows); leaves it left half-detached whenever. Only policies whose
+    -- owner the caller can act as.
+    FOR v_r IN
+        WITH due AS (SELECT retention_due(p_now) AS name)
+        SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
+         WHERE (r.name IN (SELECT due.name FROM due)
+                OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.owner IS NOT NULL))
+           AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = r.table_schema AND c.relname = r.table_name AND c.relkind = 'p')
+           AND _retention_detach_can_act(v_caller, r.owner)
+         ORDER BY r.name
+    LOOP
+        v_pol := v_r.pol;
+        v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
+        -- the shared plan: a due policy without an open sweep gets one, as a
+        -- pass plans it (under the policy row's lock, taken without waiting)
+        IF v_r.due AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+            PERFORM 1 FROM retention_policy r WHERE r.name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
+            IF FOUND AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+                PERFORM _retention_plan_partitioned(v_pol, coalesce(p_now, v_now), p_owner);
+            END IF;
+        END IF;
+        FOR v_c IN
+            SELECT u.sweep_id, u.unit_no, u.kind, c.oid AS leaf, i.inhparent AS parent, n.nspname AS leaf_schema,
+                   c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name,
+                   i.inhdetachpending AS pending, c.relowner AS leaf_owner, p.relowner AS parent_owner
+              FROM retention_unit u
+              JOIN pg_catalog.pg_namespace n ON n.nspname = u.leaf_schema
+              JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = u.leaf_name AND c.relkind = 'r'
+              JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+              JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+              JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+              JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent
+             WHERE u.policy = v_pol.name AND u.kind <> 'detached' AND (u.leaf IS NULL OR u.leaf = c.oid)
+               -- free, or claimed by this owner, or a claim whose holder died
+               AND (u.owner IS NULL OR u.owner = p_owner OR u.expires_at <= v_now)
+               AND (CASE WHEN i.inhdetachpending THEN u.owner IS NOT NULL -- a DBA's own DETACH is left to the DBA
+                         ELSE v_r.due AND pt.partdefid = 0 AND _retention_leaf_expired(v_pol, c.oid::regclass, v_cutoff)
+                              -- PostgreSQL detaches one leaf of a parent at a time
+                              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits s
+                                               WHERE s.inhparent = i.inhparent AND s.inhdetachpending) END)
+             ORDER BY i.inhdetachpending DESC, c.oid
+               FOR UPDATE OF u SKIP LOCKED
+        LOOP
+            -- The runner acts as the policy's owner, on that role's own tables
+            -- only: the plan swept another role's expired leaf (a delete unit).
+            IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
+                RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
+                    v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format(
+                    '%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
+                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
+                    pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
+                    pg_catalog.pg_get_userbyid(v_pol.owner));
+                CONTINUE;
+            END IF;
+            CONTINUE WHEN v_c.kind <> 'drop';
+            EXIT WHEN v_n >= p_limit;
+            UPDATE retention_unit u SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl, leaf = v_c.leaf
+             WHERE u.policy = v_pol.name AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
+            v_n := v_n + 1;
+            RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, CASE WHEN v_c.pending THEN 'finalize' ELSE 'detach' END,
+                v_c.leaf_schema, v_c.leaf_name, v_c.parent_schema, v_c.parent_name,
+                _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
+        END LOOP;
+    END LOOP;
+    -- Tables the runner detached and renamed (earlier calls): dropped now.
+    -- Only a table under the runner's name (the proof that its DETACH and
+    -- rename succeeded), that the policy's owner still owns, whose owner the
+    -- caller can act as, and that nothing outside it depends on (a view made
+    -- on it since: DROP would fail every call); any other is left in place,
+    -- its claim closed, a NOTICE names it, as the pass does. parent: the
+    -- policy's table.
+    FOR v_c IN
+        SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
+               r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,
+               (c.relname = _retention_detach_runner_name(u.leaf) AND c.relowner = r.owner
+                AND NOT _retention_depended_on(c.oid)) AS droppable
+          FROM retention_unit u
+          JOIN pg_catalog.pg_class c ON c.oid = u.leaf
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+          JOIN retention_policy r ON r.name = u.policy
+         WHERE c.relkind = 'r' AND NOT c.relispartition
+           AND (u.owner = p_owner OR u.expires_at <= v_now)
+           AND _retention_detach_can_act(v_caller, r.owner)
+         ORDER BY u.leaf
+           FOR UPDATE OF u SKIP LOCKED
+    LOOP
+        IF NOT v_c.droppable THEN
+            RAISE NOTICE 'retention policy %: the detached partition % is left in place', v_c.policy, v_c.leaf::regclass::text;
+            DELETE FROM retention_unit u WHERE u.policy = v_c.policy AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
+            CONTINUE;
+        END IF;
+        EXIT WHEN v_n >= p_limit;
+        UPDATE retention_unit u SET owner = p_owner, expires_at = v_now + v_c.lease_ttl
+         WHERE u.policy = v_c.policy AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
+        v_n := v_n + 1;
+        RETURN QUERY SELECT v_c.policy, v_c.leaf, v_c.parent, 'drop'::text, v_c.leaf_schema, v_c.leaf_name,
+            NULL::name, NULL::name, NULL::name, pg_catalog.pg_get_userbyid(v_c.pol_owner), v_timeout, NULL::text;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, OUT state text, OUT rows bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_u retention_unit;
+    v_pol retention_policy;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
+    -- a table under two policies is claimed for each: recorded under the first
+    SELECT * INTO v_u FROM retention_unit u WHERE u.leaf = p_leaf AND u.owner = p_owner
+     ORDER BY u.policy, u.sweep_id, u.unit_no LIMIT 1 FOR UPDATE;
+    SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_u.policy;
+    -- only the claim's holder, able to act as the policy's owner, records it
+    IF v_u.policy IS NULL OR NOT _retention_detach_can_act(_retention_detach_caller(), v_pol.owner) THEN
+        state := 'other';
+        RETURN;
+    END IF;
+    SELECT CASE WHEN c.oid IS NULL THEN 'dropped'
+                WHEN i.inhdetachpending THEN 'pending'
+                WHEN i.inhrelid IS NOT NULL THEN 'attached'
+                WHEN c.relname = _retention_detach_runner_name(p_leaf) AND n.nspname = v_u.leaf_schema THEN 'detached'
+                ELSE 'taken' END
+      INTO state
+      FROM (SELECT p_leaf AS oid) x
+      LEFT JOIN pg_catalog.pg_class c ON c.oid = x.oid
+      LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.oid;
+    IF state IN ('dropped', 'detached') AND NOT v_u.counted THEN
+        -- a table dropped before it was recorded: its rows are unknown (0);
+        -- the runner records a table before it drops it
+        rows := coalesce(_retention_detach_estimate(p_leaf), 0);
+        INSERT INTO retention_pass (policy, owner, mode, pid, backend_start, started_at, deadline, last_batch_at,
+                                    finished_at, rows_deleted, batches, units, partitions_dropped, strategy, outcome)
+        VALUES (v_u.policy, p_owner, v_pol.mode, pg_catalog.pg_backend_pid(),
+                (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
+                v_u.expires_at - v_pol.lease_ttl, v_u.expires_at, v_now, v_now, rows, 1, 1, 1, 'detach_concurrently', 'drained');
+    ELSIF state = 'taken' AND NOT v_u.counted THEN
+        RAISE NOTICE 'retention policy %: partition %.% was detached by someone else (or could not be renamed): left in place',
+            v_u.policy, v_u.leaf_schema, v_u.leaf_name;
+    END IF;
+    IF state IN ('dropped', 'taken') THEN
+        DELETE FROM retention_unit u WHERE u.leaf = p_leaf AND u.owner = p_owner;
+    ELSE
+        UPDATE retention_unit u
+           SET owner = CASE WHEN state = 'attached' THEN NULL ELSE u.owner END,
+               expires_at = CASE WHEN state = 'attached' THEN NULL ELSE u.expires_at END,
+               counted = state <> 'attached' AND (u.counted OR state = 'detached')
+         WHERE u.leaf = p_leaf AND u.owner = p_owner;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_detach.sql
+
+-- pgsweep:changed functions/retention_partition.sql
+CREATE OR REPLACE FUNCTION _retention_plan_partitioned(p_pol retention_policy, p_now timestamptz, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_block_size int := current_setting('block_size')::int;
+    v_leaf record;
+    v_sweep bigint;
+    v_units int := 0;
+    v_blocks bigint;
+    v_step bigint;
+    v_rpb double precision;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units)
+    VALUES (p_pol.name, 'tid_range', v_cutoff, v_at, p_owner, 0)
+    RETURNING id INTO v_sweep;
+    FOR v_leaf IN
+        SELECT t.relid::regclass AS leaf, n.nspname, c.relname, c.reltuples, c.relpages
+          FROM pg_catalog.pg_partition_tree(v_rel) t
+          JOIN pg_catalog.pg_class c ON c.oid = t.relid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE t.isleaf AND c.relkind = 'r'
+           -- being detached concurrently by a runner (retention_detach.sql):
+           -- half-detached, or held by one
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
+           AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.leaf = t.relid AND u.owner IS NOT NULL)
+         ORDER BY n.nspname, c.relname
+    LOOP
+        -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible
+        CONTINUE WHEN _retention_leaf_bound(p_pol, v_leaf.leaf, true) >= v_cutoff;
+        IF _retention_leaf_droppable(p_pol, v_leaf.leaf, v_cutoff) THEN
+            v_units := v_units + 1;
+            INSERT INTO retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, kind)
+            VALUES (p_pol.name, v_sweep, v_units, v_leaf.nspname, v_leaf.relname, 'drop');
+            CONTINUE;
+        END IF;
+        v_blocks := pg_catalog.pg_relation_size(v_leaf.leaf) / v_block_size;
+        v_rpb := greatest(CASE WHEN v_leaf.reltuples > 0 AND v_leaf.relpages > 0
+                               THEN v_leaf.reltuples / v_leaf.relpages END, 1);
+        v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, leaf_schema, leaf_name, kind)
+        SELECT p_pol.name, v_sweep, v_units + g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END,
+               v_leaf.nspname, v_leaf.relname, 'delete'
+          FROM generate_series(0, greatest(v_blocks - 1, 0), v_step) WITH ORDINALITY g(lo, n);
+        v_units := v_units + (greatest(v_blocks - 1, 0) / v_step + 1)::int;
+    END LOOP;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
+-- pgsweep:end functions/retention_partition.sql
+
+-- pgsweep:changed functions/retention_register.sql
+CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
+    p_owner regrole, p_builtin boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text;
+    v_table text;
+    v_kind "char";
+    v_persistence "char";
+    v_time record;
+    v_status record;
+    v_time_type text;
+    v_old retention_policy;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    IF p_table IS NULL THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
+    END IF;
+    SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+    END IF;
+    -- Only plain tables: the TID-range walk needs one heap. A partitioned
+    -- table's partitions are registered one by one (or dropped when old).
+    -- Ordinary or partitioned (retention_partition.sql: every leaf, present
+    -- and future), never temporary: a cleaner runs in another session.
+    IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
+        PERFORM _retention_invalid('p_table must be an ordinary or partitioned, non-temporary table, got %s (relkind %s)',
+            p_table::text, v_kind::text);
+    END IF;
+    IF p_builtin THEN
+        IF p_owner <> _owner_role() OR v_schema <> pg_catalog.current_schema()
+           OR v_table NOT IN ('message_processed', 'message_dead') THEN
+            RAISE EXCEPTION 'built-in retention policies belong to % and cover pgsweep''s own tables', _owner_role()
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    ELSE
+        IF (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_table) = _owner_role() THEN
+            PERFORM _retention_invalid('p_table must not be one of pgsweep''s own tables (their built-in policies '
+                'cover them: queue_configure processed_retention/dead_retention), got %s', p_table::text);
+        END IF;
+        IF NOT pg_catalog.has_table_privilege(p_owner, p_table, 'SELECT')
+           OR NOT pg_catalog.has_table_privilege(p_owner, p_table, 'DELETE') THEN
+            RAISE EXCEPTION 'retention_register: role % needs SELECT and DELETE on % to register a policy for it', p_owner, p_table
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Every run deletes as the role that registered the policy.';
+        END IF;
+    END IF;
+
+    PERFORM _check_text('p_time_column', p_time_column, 63);
+    v_time := _retention_column(p_table, p_time_column);
+    IF v_time.type_sql IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
+    END IF;
+    v_time_type := CASE v_time.base_type
+        WHEN 'timestamptz'::regtype THEN 'timestamptz'
+        WHEN 'timestamp'::regtype THEN 'timestamp'
+        WHEN 'date'::regtype THEN 'date' END;
+    IF v_time_type IS NULL THEN
+        PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
+            quote_ident(p_time_column), v_time.base_type::text);
+    END IF;
+
+    -- 0 is allowed: for an expiry column (CAP's ExpiresAt) the cutoff is now.
+    -- At most 100 years, so that now() - p_older_than is a valid moment.
+    IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
+                                     OR NOT pg_catalog.isfinite(p_older_than)) THEN
+        PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
+            _interval_text(p_older_than));
+    END IF;
+
+    IF p_older_than IS NOT NULL THEN PERFORM _check_interval('p_older_than', p_older_than, interval '0', interval '100 years'); END IF;
+    IF p_status_column IS NOT NULL THEN
+        PERFORM _check_text('p_status_column', p_status_column, 63);
+        v_status := _retention_column(p_table, p_status_column);
+        IF v_status.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_status_column must name a column of %s, got %s', p_table::text,
+                quote_ident(p_status_column));
+        END IF;
+        IF v_status.category <> 'S' THEN
+            PERFORM _retention_invalid('p_status_column must be text-like (text, varchar, char), got %s of type %s',
+                quote_ident(p_status_column), v_status.base_type::text);
+        END IF;
+        IF p_statuses IS NULL OR cardinality(p_statuses) = 0 OR array_position(p_statuses, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_statuses must be a non-empty array without NULLs when p_status_column is given, got %s',
+                coalesce(p_statuses::text, 'NULL'));
+        END IF;
+    ELSIF p_statuses IS NOT NULL THEN
+        PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
+    END IF;
+
+    PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
+    PERFORM _check_size('p_statuses', cardinality(p_statuses), 'max_batch');
+    IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
+        PERFORM _retention_invalid('p_mode must be ''exclusive'' or ''parallel'', got %s', coalesce(quote_literal(p_mode), 'NULL'));
+    END IF;
+    IF p_interval IS NULL OR p_interval <= interval '0' THEN
+        PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
+    END IF;
+    PERFORM _check_interval('p_interval', p_interval, interval '1 second', interval '30 days');
+
+    -- Checks done: from here on the call succeeds.
+    SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
+                  v_old.status_column, v_old.statuses, v_old.batch_size, v_old.mode, v_old.owner)
+                 IS DISTINCT FROM
+                 (v_schema, v_table, p_time_column, v_time_type, p_older_than,
+                  p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
+    END IF;
+    INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
+                                       status_column, statuses, batch_size, mode, run_interval,
+                                       registered_at, updated_at, owner)
+    VALUES (p_name, v_schema, v_table, p_time_column, v_time_type, p_older_than,
+            p_status_column, p_statuses, p_batch_size, p_mode, p_interval, v_now, v_now, p_owner)
+    ON CONFLICT (name) DO UPDATE
+       SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
+           time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
+           status_column = excluded.status_column, statuses = excluded.statuses,
+           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           -- a filter names a column of the old table: it cannot carry over to another table
+           filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_column END,
+           filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
+                                THEN p.filter_values END,
+           updated_at = excluded.updated_at;
+
+    IF _retention_index(p_table, p_time_column, p_status_column,
+                        (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
+        RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
+            p_name, p_table::text, quote_ident(p_time_column)
+            USING HINT = format('CREATE INDEX ON %s (%I)', p_table::text, p_time_column);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp(); -- a plain value in the UPDATE (Citus)
+BEGIN
+    UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
+    IF p_replan THEN
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/retention_register.sql
+
+-- pgsweep:changed functions/retention_step.sql
+CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint)
+RETURNS retention_step
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_sweep retention_sweep;
+    v_now timestamptz := clock_timestamp();
+    v_target oid;
+    o retention_step;
+BEGIN
+    o.more := false;
+    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
+    IF NOT FOUND THEN
+        RETURN o; -- the policy was unregistered during the pass
+    END IF;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
+
+    -- The budget bounds the pass; a pass always gets its first batch.
+    -- A pass whose steps are claimed and never recorded (retention_step_claim
+    -- alone, in a loop) still ends: a lease TTL after its deadline.
+    IF v_now >= v_pass.deadline AND (v_pass.batches > 0 OR v_now >= v_pass.deadline + v_pol.lease_ttl) THEN
+        UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+        RETURN o;
+    END IF;
+
+    IF v_pass.mode = 'exclusive' THEN
+        IF v_now >= v_pass.renewed_at + v_pol.lease_ttl / 3 THEN
+            IF NOT _lease_renew('retention:' || v_pol.name, v_pass.owner, v_pol.lease_ttl, NULL) THEN
+                UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
+                RETURN o;
+            END IF;
+            v_now := clock_timestamp();
+            UPDATE retention_pass SET renewed_at = v_now WHERE id = p_pass;
+        ELSIF NOT EXISTS (SELECT 1 FROM lease l WHERE l.name = 'retention:' || v_pol.name AND l.owner = v_pass.owner
+                             AND l.token = v_pass.lease_token AND l.expires_at > v_now) THEN
+            UPDATE retention_pass SET outcome = 'lease_lost' WHERE id = p_pass;
+            RETURN o;
+        END IF;
+    END IF;
+
+    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
+    -- never waited for; a unit this pass deferred (a row of it was locked by
+    -- another transaction past retention_lock_timeout) waits for a later pass.
+    -- A unit a runner holds (retention_detach.sql) is the runner's, unless
+    -- its claim expired on a leaf still attached.
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
+       AND (u.owner IS NULL OR (u.expires_at <= v_now AND NOT u.counted
+                                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
+                                                 WHERE i.inhrelid = u.leaf AND i.inhdetachpending)))
+     ORDER BY u.sweep_id, u.unit_no
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    IF FOUND AND v_unit.owner IS NOT NULL THEN
+        UPDATE retention_unit u SET owner = NULL, expires_at = NULL
+         WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = v_unit.unit_no
+        RETURNING * INTO v_unit;
+    END IF;
+    IF v_unit.policy IS NULL THEN
+        -- A pass works one sweep: it joins the open one or plans one. Units
+        -- left but locked belong to cleaners that will finish them.
+        IF v_pass.deferred > 0 THEN
+            UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
+            RETURN o;
+        END IF;
+        IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
+           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
+            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
+            RETURN o;
+        END IF;
+        -- Plan under the policy row's lock, taken without waiting; a cleaner
+        -- that finds it taken polls briefly for the units being planned.
+        PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
+                UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
+                RETURN o;
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.005);
+            o.more := true;
+            RETURN o;
+        END IF;
+        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
+            o.more := true; -- planned and committed by another cleaner just now
+            RETURN o;
+        END IF;
+        IF EXISTS (SELECT 1 FROM retention_sweep s WHERE s.policy = v_pol.name AND s.planned_at >= v_pass.started_at) THEN
+            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass; -- swept since this pass began
+            RETURN o;
+        END IF;
+        o.kind := 'plan';
+        o.more := true;
+        -- a pinned clock (tests) may only make the cutoff earlier
+        o.now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
+        o.cutoff := _retention_cutoff(v_pol, o.now);
+        o.pct := _retention_sample_pct(v_pol);
+        RETURN o;
+    END IF;
+
+    SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
+    -- A distributed table's unit names its shard (retention_shards.sql): a
+    -- shard that is gone (split, redistributed) leaves its rows to the next sweep.
+    IF v_unit.shard_id IS NOT NULL
+       AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
+        DELETE FROM retention_unit
+         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        o.more := true;
+        RETURN o;
+    END IF;
+    -- A partitioned policy's unit names its leaf (retention_partition.sql);
+    -- a detached unit names the table an earlier step detached
+    -- (detached_table): _retention_release_claim checks it.
+    IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
+        -- by the catalog, not to_regclass: this runs as <schema>_owner, which
+        -- need not have USAGE on the table's schema
+        -- still a partition: a table detached since the plan (by a
+        -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
+        -- no longer the policy's table, never swept
+        SELECT c.oid INTO v_target
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
+        IF v_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
+            DELETE FROM retention_unit
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+            o.more := true;
+            RETURN o;
+        END IF;
+        -- Planned as a drop but no longer droppable (re-attached elsewhere,
+        -- the policy changed): sweep the whole leaf instead.
+        IF v_unit.kind = 'drop'
+           AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
+            UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
+             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
+            RETURNING * INTO v_unit;
+        END IF;
+    END IF;
+    o.kind := CASE v_unit.kind WHEN 'detached' THEN 'release' WHEN 'drop' THEN 'detach' ELSE 'delete' END;
+    o.more := true;
+    o.strategy := v_sweep.strategy;
+    o.sweep_id := v_unit.sweep_id;
+    o.unit_no := v_unit.unit_no;
+    o.shard_id := v_unit.shard_id;
+    o.target := v_target;
+    -- The cap: a sweep's cutoff is never later than now() - older_than of
+    -- the policy as it is now (it may have been planned with a later clock,
+    -- or before older_than grew).
+    o.cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
+    RETURN o;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
+    p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_oid oid;
+BEGIN
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_unit.policy;
+    SELECT i.inhparent INTO o_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    o_units := ARRAY[p_unit.unit_no];
+    o_leaves := ARRAY[p_leaf::oid];
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
+           AND u.kind = 'drop' AND u.owner IS NULL AND u.deferred_pass IS DISTINCT FROM p_pass
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        EXIT WHEN cardinality(o_leaves) >= 64;
+        SELECT c.oid INTO v_oid
+          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
+        -- gone, moved or no longer droppable: its own step finds out
+        CONTINUE WHEN v_oid IS NULL
+            OR (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_oid) IS DISTINCT FROM o_parent
+            OR NOT _retention_leaf_droppable(v_pol, v_oid::regclass, p_cutoff);
+        o_units := o_units || v_unit.unit_no;
+        o_leaves := o_leaves || v_oid;
+    END LOOP;
+END
+$$;
+-- pgsweep:end functions/retention_step.sql
+
+-- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
+SELECT _grant_all();
