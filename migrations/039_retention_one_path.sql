@@ -9,6 +9,8 @@
 --     and CHECK retention_unit_claim;
 --   the live rows of retention_detaching become units of one sweep per
 --     policy (kind drop, the claim kept), then the table is dropped.
+-- Dropped functions (single use, now inline): _retention_leaf_upper,
+--   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 ALTER TABLE retention_unit
@@ -30,6 +32,12 @@ SELECT d.policy, (SELECT max(s.id) FROM retention_sweep s WHERE s.policy = d.pol
        d.leaf, d.owner, d.expires_at, d.counted
   FROM retention_detaching d;
 DROP TABLE retention_detaching;
+
+-- Single-use helpers, now written where they were used.
+DROP FUNCTION _retention_leaf_upper(retention_policy, regclass);
+DROP FUNCTION _retention_drop_sql(regclass);
+DROP FUNCTION _retention_builtin_name(text);
+DROP FUNCTION _retention_policy_for_update(text);
 
 -- pgsweep:changed functions/retention_detach.sql
 CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
@@ -221,6 +229,26 @@ $$;
 -- pgsweep:end functions/retention_detach.sql
 
 -- pgsweep:changed functions/retention_partition.sql
+CREATE OR REPLACE FUNCTION _retention_leaf_expired(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_pol.status_column IS NULL AND p_pol.filter_column IS NULL
+       AND coalesce(_retention_leaf_bound(p_pol, p_leaf, false) <= p_cutoff, false)
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_leaf_expired(p_pol, p_leaf, p_cutoff)
+       AND (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf) = p_pol.owner
+       AND (SELECT c.relowner FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
+             WHERE i.inhrelid = p_leaf) = p_pol.owner
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_plan_partitioned(p_pol retention_policy, p_now timestamptz, p_owner text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -276,9 +304,113 @@ BEGIN
     RETURN v_sweep;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                    WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = p_table
+                      AND d.deptype = 'n'
+                      AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                                            WHERE k.oid = d.objid AND k.conrelid = p_table))
+                      AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
+                                            WHERE w.oid = d.objid AND w.ev_class = p_table))
+                      AND NOT (d.classid = 'pg_catalog.pg_attrdef'::regclass
+                               AND EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef a
+                                            WHERE a.oid = d.objid AND a.adrelid = p_table)))
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent text;
+    v_counts text := '';
+    v_prelocks text := '';
+    v_steps text := '';
+    v_leaf record;
+    v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
+    v_deadlock bigint := (extract(epoch FROM pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
+    IF v_parent IS NULL THEN
+        -- the leaf left its parent since the plan: nothing to detach
+        RETURN 'BEGIN RETURN QUERY SELECT 0::bigint, NULL::float8, 0::bigint, NULL::timestamptz[]; END';
+    END IF;
+    FOR v_leaf IN
+        SELECT l.oid, l.ord, format('%I.%I', n.nspname, c.relname) AS name
+          FROM unnest(p_leaves) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY l.ord
+    LOOP
+        -- a leaf gone, detached or half-detached since the claim is skipped
+        v_counts := v_counts || format('BEGIN EXECUTE %L INTO c; EXCEPTION WHEN undefined_table THEN c := 0; END; r[%s] := c; ',
+            format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
+                   'WHEN c.reltuples >= 0 THEN c.reltuples::bigint ELSE (SELECT count(*) FROM ONLY %s) END '
+                   'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf.name, v_leaf.oid), v_leaf.ord);
+        v_prelocks := v_prelocks || format(
+            'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; ',
+            format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
+        v_steps := v_steps || format(
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN object_not_in_prerequisite_state OR undefined_table THEN ok[%s] := false; END; END IF; '
+            'IF ok[%s] THEN EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
+            v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
+            v_leaf.ord, format('ALTER TABLE %s DETACH PARTITION %s', v_parent, v_leaf.name), v_leaf.ord,
+            v_leaf.ord, format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
+    END LOOP;
+    RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); %s'
+                  'PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); EXECUTE %L; %s'
+                  'RETURN QUERY SELECT n, NULL::float8, d, NULL::timestamptz[]; END',
+                  v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
+                  format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
+END
+$$;
 -- pgsweep:end functions/retention_partition.sql
 
 -- pgsweep:changed functions/retention_register.sql
+CREATE OR REPLACE FUNCTION _retention_policy_owned(p_verb text, p_name text, p_role regrole, p_must boolean)
+RETURNS retention_policy
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+BEGIN
+    PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
+    -- pgsweep's own code (queue_drop, SECURITY DEFINER) proves <schema>_owner
+    IF coalesce(pg_catalog.starts_with(p_name, 'pgsweep.'), false) AND p_role IS DISTINCT FROM _owner_role() THEN
+        RAISE EXCEPTION '%: retention policy % is reserved: names under ''pgsweep.'' are pgsweep''s built-in policies, which follow the queues',
+            p_verb, pg_catalog.quote_literal(p_name)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Change a queue''s built-in retention with queue_configure (processed_retention, dead_retention).';
+    END IF;
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        IF p_must THEN
+            PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(p_role, v_pol.owner, 'MEMBER') THEN
+        RAISE EXCEPTION '%: retention policy % belongs to %; % is not a member of it', p_verb,
+            pg_catalog.quote_literal(p_name), v_pol.owner, p_role
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only a policy''s owner (or a member of it) changes, unregisters or re-registers it.';
+    END IF;
+    RETURN v_pol;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
     p_owner regrole, p_builtin boolean)
@@ -307,10 +439,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
     END IF;
-    -- Only plain tables: the TID-range walk needs one heap. A partitioned
-    -- table's partitions are registered one by one (or dropped when old).
-    -- Ordinary or partitioned (retention_partition.sql: every leaf, present
-    -- and future), never temporary: a cleaner runs in another session.
+    -- never temporary: a cleaner runs in another session
     IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
         PERFORM _retention_invalid('p_table must be an ordinary or partitioned, non-temporary table, got %s (relkind %s)',
             p_table::text, v_kind::text);
@@ -348,8 +477,7 @@ BEGIN
             quote_ident(p_time_column), v_time.base_type::text);
     END IF;
 
-    -- 0 is allowed: for an expiry column (CAP's ExpiresAt) the cutoff is now.
-    -- At most 100 years, so that now() - p_older_than is a valid moment.
+    -- 0 is allowed (an expiry column); at most 100 years
     IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
                                      OR NOT pg_catalog.isfinite(p_older_than)) THEN
         PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
@@ -421,6 +549,51 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_rel regclass;
+    v_col record;
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+    IF p_column IS NOT NULL THEN
+        PERFORM _check_text('p_column', p_column, 63);
+        PERFORM _check_size('p_values', cardinality(p_values), 'max_batch');
+        v_col := _retention_column(v_rel, p_column);
+        IF v_col.type_sql IS NULL THEN
+            PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
+        END IF;
+        IF NOT _retention_scalar_type(v_col.base_type) THEN
+            PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
+                quote_ident(p_column), v_col.base_type::text);
+        END IF;
+        IF p_values IS NULL OR cardinality(p_values) = 0 OR array_position(p_values, NULL) IS NOT NULL THEN
+            PERFORM _retention_invalid('p_values must be a non-empty array without NULLs, got %s', coalesce(p_values::text, 'NULL'));
+        END IF;
+        -- Values are cast to the column's base type in every batch: fail now, not then.
+        BEGIN
+            EXECUTE format('SELECT $1::%s[]', v_col.type_sql) USING p_values;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM _retention_invalid('p_values must be valid values of %s (type %s), got %s', quote_ident(p_column),
+                v_col.base_type::text, p_values::text);
+        END;
+    ELSIF p_values IS NOT NULL THEN
+        PERFORM _retention_invalid('p_values needs p_column, got values %s and no column', p_values::text);
+    END IF;
+    UPDATE retention_policy SET filter_column = p_column, filter_values = p_values WHERE name = p_name;
+    PERFORM _retention_policy_changed(p_name, true);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -459,9 +632,8 @@ BEGIN
     END IF;
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
-    -- The budget bounds the pass; a pass always gets its first batch.
-    -- A pass whose steps are claimed and never recorded (retention_step_claim
-    -- alone, in a loop) still ends: a lease TTL after its deadline.
+    -- The budget bounds the pass, which always gets its first batch; one
+    -- whose claims are never recorded ends a lease TTL after its deadline.
     IF v_now >= v_pass.deadline AND (v_pass.batches > 0 OR v_now >= v_pass.deadline + v_pol.lease_ttl) THEN
         UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
         RETURN o;
@@ -482,11 +654,9 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
-    -- never waited for; a unit this pass deferred (a row of it was locked by
-    -- another transaction past retention_lock_timeout) waits for a later pass.
-    -- A unit a runner holds (retention_detach.sql) is the runner's, unless
-    -- its claim expired on a leaf still attached.
+    -- Claim a unit, skipping those other cleaners are on, those this pass
+    -- deferred, and those a runner holds (retention_detach.sql) unless the
+    -- claim expired on a leaf still attached.
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
        AND (u.owner IS NULL OR (u.expires_at <= v_now AND NOT u.counted
@@ -501,8 +671,7 @@ BEGIN
         RETURNING * INTO v_unit;
     END IF;
     IF v_unit.policy IS NULL THEN
-        -- A pass works one sweep: it joins the open one or plans one. Units
-        -- left but locked belong to cleaners that will finish them.
+        -- A pass works one sweep: it joins the open one or plans one.
         IF v_pass.deferred > 0 THEN
             UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
             RETURN o;
@@ -512,8 +681,7 @@ BEGIN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
             RETURN o;
         END IF;
-        -- Plan under the policy row's lock, taken without waiting; a cleaner
-        -- that finds it taken polls briefly for the units being planned.
+        -- Plan under the policy row's lock, taken without waiting.
         PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
@@ -542,30 +710,22 @@ BEGIN
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    -- A distributed table's unit names its shard (retention_shards.sql): a
-    -- shard that is gone (split, redistributed) leaves its rows to the next sweep.
+    -- a shard gone since the plan leaves its rows to the next sweep
     IF v_unit.shard_id IS NOT NULL
        AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
-        DELETE FROM retention_unit
-         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
         o.more := true;
         RETURN o;
     END IF;
-    -- A partitioned policy's unit names its leaf (retention_partition.sql);
-    -- a detached unit names the table an earlier step detached
-    -- (detached_table): _retention_release_claim checks it.
+    -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have
+    -- USAGE on its schema), still a partition (one detached since the plan
+    -- is no longer the policy's table).
     IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
-        -- by the catalog, not to_regclass: this runs as <schema>_owner, which
-        -- need not have USAGE on the table's schema
-        -- still a partition: a table detached since the plan (by a
-        -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
-        -- no longer the policy's table, never swept
         SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
-        IF v_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
-            DELETE FROM retention_unit
-             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        IF v_target IS NULL THEN
+            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
             o.more := true;
             RETURN o;
         END IF;
@@ -585,12 +745,32 @@ BEGIN
     o.unit_no := v_unit.unit_no;
     o.shard_id := v_unit.shard_id;
     o.target := v_target;
-    -- The cap: a sweep's cutoff is never later than now() - older_than of
-    -- the policy as it is now (it may have been planned with a later clock,
-    -- or before older_than grew).
+    -- never later than now() - older_than of the policy as it is now
     o.cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
     RETURN o;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_step_done(p_pass bigint, p_unit retention_unit, p_strategy text, p_deleted bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (p_unit.policy, p_unit.sweep_id, p_unit.unit_no);
+    UPDATE retention_pass -- last_batch_at after the DELETE: the pass deleted until then
+       SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
+           last_batch_at = pg_catalog.clock_timestamp(), strategy = p_strategy
+     WHERE id = p_pass;
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    UPDATE retention_unit u SET deferred_pass = p_pass
+     WHERE (u.policy, u.sweep_id, u.unit_no) = (p_unit.policy, p_unit.sweep_id, p_unit.unit_no);
+    UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
 $$;
 
 CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
@@ -627,7 +807,300 @@ BEGIN
     END LOOP;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
+    OUT o_units int[], OUT o_tables oid[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_owner regrole := (SELECT p.owner FROM retention_policy p WHERE p.name = p_unit.policy);
+    v_unit retention_unit;
+BEGIN
+    o_units := '{}';
+    o_tables := '{}';
+    FOR v_unit IN
+        SELECT * FROM retention_unit u
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id
+           AND (u.unit_no = p_unit.unit_no
+                OR (u.kind = 'detached' AND u.deferred_pass IS DISTINCT FROM p_pass))
+         ORDER BY u.unit_no
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                    WHERE c.oid = v_unit.detached_table AND c.relkind = 'r' AND NOT c.relispartition
+                      AND c.relname = _retention_detached_name(v_unit.detached_table)
+                      AND c.relowner = v_owner
+                      -- nothing outside it depends on it (a view, a foreign key): DROP would fail
+                      AND NOT _retention_depended_on(c.oid)) THEN
+            o_units := o_units || v_unit.unit_no;
+            o_tables := o_tables || v_unit.detached_table;
+        ELSE
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.detached_table) THEN
+                RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
+                    p_unit.policy, v_unit.detached_table::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
+            END IF;
+            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+        END IF;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
+    OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
+    OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
+    OUT o_settings text, OUT o_body text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v retention_step;
+    v_pol retention_policy;
+    v_unit retention_unit;
+    v_b record;
+    v_run record;
+    v_sql text;
+    v_rel regclass;
+BEGIN
+    o_more := false;
+    IF _retention_pass_check(p_pass) IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
+    v := _retention_step_claim(p_pass);
+    o_more := v.more;
+    IF v.kind IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    o_policy := v_pol.name;
+    o_owner := v_pol.owner;
+    o_cutoff := v.cutoff;
+    o_statuses := v_pol.statuses;
+    o_filters := v_pol.filter_values;
+
+    IF v.kind = 'plan' AND v.pct IS NULL THEN -- an empty or a partitioned table: no sample
+        PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
+        RETURN;
+    ELSIF v_pol.owner = _owner_role() AND v.kind = 'plan' THEN -- a built-in policy: its step runs here whole
+        v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.pct, NULL::double precision, o_cutoff);
+        PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, v_run.fraction, v_run.sampled, v_run.times);
+        RETURN;
+    ELSIF v_pol.owner = _owner_role() THEN
+        BEGIN
+            IF v.strategy = 'tid_range' THEN
+                v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, format('(%s,0)', v_unit.block_lo)::tid,
+                    format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))::tid, o_cutoff);
+            ELSE
+                v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM _retention_step_deferred(p_pass, v_unit);
+            RETURN;
+        END;
+        PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
+        RETURN;
+    END IF;
+
+    o_role := v_pol.owner;
+    CASE v.kind
+    WHEN 'plan' THEN
+        o_kind := 'sample';
+        o_type := 'pg_catalog.float8';
+        o_lo := v.pct::text;
+        v_sql := _retention_sample_sql(v_pol, v.pct);
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+    WHEN 'detach' THEN
+        -- every droppable leaf of the parent in one transaction
+        -- (retention_partition.sql); droppable: the policy's owner owns
+        -- the leaves and the parent, so it is their owner who runs it
+        v_b := _retention_detach_claim(p_pass, v_unit, v.target::regclass, o_cutoff);
+        IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
+            PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
+            RETURN;
+        END IF;
+        v.units := v_b.o_units;
+        v.oids := v_b.o_leaves;
+        v_sql := _retention_detach_body(v_b.o_parent, v.oids);
+    WHEN 'release' THEN
+        -- drop the tables earlier passes detached; no lock on the parent
+        v_b := _retention_release_claim(p_pass, v_unit);
+        IF cardinality(v_b.o_tables) = 0 THEN
+            RETURN;
+        END IF;
+        v.units := v_b.o_units;
+        v.oids := v_b.o_tables;
+        v_sql := _retention_release_body(v.oids);
+    ELSE
+        o_kind := 'delete';
+        IF v.target IS NOT NULL THEN
+            -- a leaf: as its owner, if the policy's owner may act as it
+            o_role := _retention_run_role(v_pol, v.target::regclass);
+            IF o_role IS NULL THEN
+                UPDATE retention_pass
+                   SET error = coalesce(error || '; ', '') || format(
+                       'leaf %s skipped: owned by %s, which the policy''s owner %s is not a member of',
+                       v.target::regclass::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.target),
+                       v_pol.owner::text)
+                 WHERE id = p_pass;
+                DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+                o_kind := NULL;
+                RETURN;
+            END IF;
+        ELSE
+            v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+            o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+        END IF;
+        IF v.strategy = 'tid_range' THEN
+            o_type := 'pg_catalog.tid';
+            o_lo := format('(%s,0)', v_unit.block_lo);
+            o_hi := format('(%s,0)', coalesce(v_unit.block_hi, 4294967295));
+        ELSE
+            o_type := 'pg_catalog.timestamptz';
+            o_lo := v_unit.time_lo::text;
+            o_hi := v_unit.time_hi::text;
+        END IF;
+        IF v.shard_id IS NULL THEN
+            v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
+        END IF;
+    END CASE;
+    IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
+        o_kind := v.kind;
+        o_type := 'pg_catalog.oid[]';
+        o_lo := v.oids::text;
+        o_hi := o_lo;
+    END IF;
+    o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
+                  -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
+                  || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
+    o_body := CASE WHEN o_kind = 'delete' AND v.shard_id IS NOT NULL
+                   THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
+                   ELSE _retention_exec_body(v_sql, o_kind, v.target::regclass) END;
+    UPDATE retention_pass SET step = v WHERE id = p_pass;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pass retention_pass;
+    v retention_step;
+    v_unit retention_unit;
+    v_deleted bigint := coalesce(p_deleted, 0);
+BEGIN
+    IF p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
+        PERFORM _check_text('p_phase', p_phase, 20); -- the message below echoes it
+        RAISE EXCEPTION 'p_phase must be one of done, locked, detaching, got %', quote_literal(p_phase)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_deleted IS NOT NULL THEN PERFORM _check_int('p_deleted', p_deleted, 0, 9223372036854775807); END IF;
+    IF p_sampled IS NOT NULL THEN PERFORM _check_int('p_sampled', p_sampled, 0, 9223372036854775807); END IF;
+    IF p_fraction IS NOT NULL AND NOT (p_fraction >= 0 AND p_fraction <= 1) THEN -- NaN is neither
+        RAISE EXCEPTION 'p_fraction must be NULL or between 0 and 1, got %', p_fraction
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_pass := _retention_pass_check(p_pass);
+    v := v_pass.step;
+    IF v.kind IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_phase <> 'detaching' THEN
+        UPDATE retention_pass SET step = NULL WHERE id = p_pass;
+    END IF;
+    IF v.kind = 'plan' THEN
+        IF p_phase = 'done' THEN
+            PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, p_fraction, p_sampled, p_times);
+        END IF;
+        RETURN;
+    END IF;
+    SELECT * INTO v_unit FROM retention_unit u
+     WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v.kind = 'detach' THEN
+        IF p_phase = 'detaching' THEN
+            -- Recorded before the parent is locked, as if every leaf will be
+            -- detached, so that the lock is held for the detaches alone;
+            -- corrected when a leaf stays (_retention_step_detached).
+            UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
+              FROM unnest(v.units, v.oids) l(unit_no, oid)
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no;
+            v.premarked := true;
+            UPDATE retention_pass
+               SET batches = batches + 1, partitions_dropped = partitions_dropped + cardinality(v.oids),
+                   last_batch_at = clock_timestamp(), strategy = v.strategy, step = v
+             WHERE id = p_pass;
+        ELSIF p_phase = 'locked' THEN
+            -- nothing was detached (the premark rolled back with it)
+            PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, 0, v.strategy, false);
+        ELSIF p_sampled = cardinality(v.oids) AND v.premarked THEN
+            UPDATE retention_pass SET rows_deleted = rows_deleted + v_deleted WHERE id = p_pass;
+        ELSE -- a leaf was in use and stays: the record follows the catalog
+            PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, v_deleted, v.strategy,
+                                             coalesce(v.premarked, false));
+        END IF;
+    ELSIF v.kind = 'release' THEN
+        PERFORM _retention_step_released(p_pass, v_unit, v.units, v.oids);
+    ELSIF p_phase = 'locked' THEN
+        PERFORM _retention_step_deferred(p_pass, v_unit);
+    -- a shard's batch that read batch_size rows leaves its unit open
+    ELSIF v.shard_id IS NOT NULL AND v_deleted > 0
+          AND p_sampled >= (SELECT r.batch_size FROM retention_policy r WHERE r.name = v_pass.policy) THEN
+        UPDATE retention_pass
+           SET rows_deleted = rows_deleted + v_deleted, batches = batches + 1, last_batch_at = clock_timestamp(),
+               strategy = v.strategy
+         WHERE id = p_pass;
+    ELSE
+        PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_deleted);
+    END IF;
+END
+$$;
 -- pgsweep:end functions/retention_step.sql
+
+-- pgsweep:changed functions/retention_plan.sql
+CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
+RETURNS double precision
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN b.n > 0 AND (p_pol.owner = _owner_role() OR _retention_distribution(b.rel) IS NULL)
+                THEN least(100, 400 * 100.0 / b.n)::double precision END
+      FROM (SELECT t.rel, pg_catalog.pg_relation_size(t.rel) / current_setting('block_size')::int AS n
+              FROM (SELECT _retention_table(p_pol.table_schema, p_pol.table_name) AS rel) t) b
+$$;
+-- pgsweep:end functions/retention_plan.sql
+
+-- pgsweep:changed functions/retention_sql.sql
+CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_now - p_pol.older_than
+                ELSE ((p_now - p_pol.older_than) AT TIME ZONE coalesce(p_pol.time_zone, current_setting('TimeZone')))
+                     AT TIME ZONE 'UTC' END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
+                  'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
+                  _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)),
+                  _retention_encode(p_pol, quote_ident(p_pol.time_column)),
+                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
+$$;
+-- pgsweep:end functions/retention_sql.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

@@ -34,21 +34,14 @@ AS $$ SELECT 0.05::double precision $$;
 -- coordinator's table is an empty shell).
 CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
 RETURNS double precision
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_blocks bigint := pg_catalog.pg_relation_size(_retention_table(p_pol.table_schema, p_pol.table_name))
-                       / current_setting('block_size')::int;
-BEGIN
-    IF v_blocks > 0 AND (p_pol.owner = _owner_role()
-                         OR _retention_distribution(_retention_table(p_pol.table_schema, p_pol.table_name)) IS NULL) THEN
-        RETURN least(100, 400 * 100.0 / v_blocks);
-    END IF;
-    RETURN NULL;
-END
+    SELECT CASE WHEN b.n > 0 AND (p_pol.owner = _owner_role() OR _retention_distribution(b.rel) IS NULL)
+                THEN least(100, 400 * 100.0 / b.n)::double precision END
+      FROM (SELECT t.rel, pg_catalog.pg_relation_size(t.rel) / current_setting('block_size')::int AS n
+              FROM (SELECT _retention_table(p_pol.table_schema, p_pol.table_name) AS rel) t) b
 $$;
-
 -- _retention_sweep_trim keeps a policy's sweep history bounded: finished
 -- sweeps beyond the last 20 go.
 CREATE OR REPLACE FUNCTION _retention_sweep_trim(p_policy text)
