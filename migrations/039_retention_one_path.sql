@@ -10,7 +10,8 @@
 --   the live rows of retention_detaching become units of one sweep per
 --     policy (kind drop, the claim kept), then the table is dropped.
 -- Dropped functions (single use, now inline): _retention_leaf_upper,
---   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update.
+--   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update,
+--   _retention_detach_claim_for.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 ALTER TABLE retention_unit
@@ -38,9 +39,10 @@ DROP FUNCTION _retention_leaf_upper(retention_policy, regclass);
 DROP FUNCTION _retention_drop_sql(regclass);
 DROP FUNCTION _retention_builtin_name(text);
 DROP FUNCTION _retention_policy_for_update(text);
+DROP FUNCTION _retention_detach_claim_for(text, timestamptz, int);
 
 -- pgsweep:changed functions/retention_detach.sql
-CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
 RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
                parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
                reason text)
@@ -63,14 +65,12 @@ BEGIN
     END IF;
     PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
     PERFORM _check_now('p_now', p_now);
-    -- Expired claims whose table is gone are forgotten (a live claim's
-    -- holder may have dropped its table and not recorded it yet).
+    -- expired claims whose table is gone are forgotten
     DELETE FROM retention_unit u
      WHERE u.owner IS NOT NULL AND u.expires_at <= v_now
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = u.leaf);
-    -- New leaves only of the policies that are due (the runner's pass
-    -- follows); leaves it left half-detached whenever. Only policies whose
-    -- owner the caller can act as.
+    -- new leaves of the due policies, half-detached ones whenever; only
+    -- policies whose owner the caller can act as
     FOR v_r IN
         WITH due AS (SELECT retention_due(p_now) AS name)
         SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
@@ -83,8 +83,7 @@ BEGIN
     LOOP
         v_pol := v_r.pol;
         v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
-        -- the shared plan: a due policy without an open sweep gets one, as a
-        -- pass plans it (under the policy row's lock, taken without waiting)
+        -- a due policy without an open sweep gets one, as a pass plans it
         IF v_r.due AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
             PERFORM 1 FROM retention_policy r WHERE r.name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
             IF FOUND AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
@@ -113,8 +112,7 @@ BEGIN
              ORDER BY i.inhdetachpending DESC, c.oid
                FOR UPDATE OF u SKIP LOCKED
         LOOP
-            -- The runner acts as the policy's owner, on that role's own tables
-            -- only: the plan swept another role's expired leaf (a delete unit).
+            -- the runner acts only on the policy owner's own tables
             IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
                 RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
                     v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format(
@@ -127,7 +125,7 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN v_c.kind <> 'drop';
-            EXIT WHEN v_n >= p_limit;
+            EXIT WHEN v_n >= 64;
             UPDATE retention_unit u SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl, leaf = v_c.leaf
              WHERE u.policy = v_pol.name AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
             v_n := v_n + 1;
@@ -136,13 +134,9 @@ BEGIN
                 _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
-    -- Tables the runner detached and renamed (earlier calls): dropped now.
-    -- Only a table under the runner's name (the proof that its DETACH and
-    -- rename succeeded), that the policy's owner still owns, whose owner the
-    -- caller can act as, and that nothing outside it depends on (a view made
-    -- on it since: DROP would fail every call); any other is left in place,
-    -- its claim closed, a NOTICE names it, as the pass does. parent: the
-    -- policy's table.
+    -- Tables the runner detached: dropped now if still under the runner's
+    -- name, the policy owner's, and depended on by nothing; any other is
+    -- left in place, its claim closed, with a NOTICE. parent: the policy's table.
     FOR v_c IN
         SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,
@@ -163,7 +157,7 @@ BEGIN
             DELETE FROM retention_unit u WHERE u.policy = v_c.policy AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
             CONTINUE;
         END IF;
-        EXIT WHEN v_n >= p_limit;
+        EXIT WHEN v_n >= 64;
         UPDATE retention_unit u SET owner = p_owner, expires_at = v_now + v_c.lease_ttl
          WHERE u.policy = v_c.policy AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
         v_n := v_n + 1;
@@ -172,6 +166,14 @@ BEGIN
     END LOOP;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text)
+RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
+               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
+               reason text)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT * FROM retention_detach_claim(p_owner, NULL) $$;
 
 CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, OUT state text, OUT rows bigint)
 LANGUAGE plpgsql
@@ -203,8 +205,7 @@ BEGIN
       LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
       LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.oid;
     IF state IN ('dropped', 'detached') AND NOT v_u.counted THEN
-        -- a table dropped before it was recorded: its rows are unknown (0);
-        -- the runner records a table before it drops it
+        -- a table dropped before it was recorded: 0 rows
         rows := coalesce(_retention_detach_estimate(p_leaf), 0);
         INSERT INTO retention_pass (policy, owner, mode, pid, backend_start, started_at, deadline, last_batch_at,
                                     finished_at, rows_deleted, batches, units, partitions_dropped, strategy, outcome)
@@ -1076,6 +1077,94 @@ AS $$
       FROM (SELECT t.rel, pg_catalog.pg_relation_size(t.rel) / current_setting('block_size')::int AS n
               FROM (SELECT _retention_table(p_pol.table_schema, p_pol.table_name) AS rel) t) b
 $$;
+
+CREATE OR REPLACE FUNCTION _retention_plan(p_pol retention_policy, p_now timestamptz, p_owner text,
+    p_pct double precision, p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_strategy text := p_pol.strategy;
+    v_block_size int := current_setting('block_size')::int;
+    v_pct double precision := p_pct;
+    v_fraction double precision := p_fraction;
+    v_sampled bigint := p_sampled;
+    v_times timestamptz[] := p_times;
+    v_bounds timestamptz[];
+    v_eligible double precision;
+    v_tuples double precision;
+    v_pages double precision;
+    v_width double precision;
+    v_rpb double precision;
+    v_blocks bigint;
+    v_step bigint;
+    v_sweep bigint;
+    v_units int;
+    v_n int;
+    v_at timestamptz;
+BEGIN
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) = 'p' THEN
+        RETURN _retention_plan_partitioned(p_pol, p_now, p_owner);
+    END IF;
+    -- A hash-distributed (Citus) table: units per shard (retention_shards.sql).
+    -- Built-in policies filter by their distribution column (one queue): one
+    -- shard already.
+    IF p_pol.owner <> _owner_role() AND _retention_distribution(v_rel) IS NOT NULL THEN
+        RETURN _retention_plan_shards(p_pol, p_now, p_owner);
+    END IF;
+    SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
+    v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
+    IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
+        v_strategy := CASE
+            WHEN v_fraction <= retention_keyset_fraction()
+                 AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
+            THEN 'keyset' ELSE 'tid_range' END;
+    END IF;
+
+    IF v_strategy = 'tid_range' THEN
+        -- rows per block: the most of the statistics', the rows' width's and
+        -- the sample's, so that a unit of dense blocks holds one batch
+        SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) INTO v_width
+          FROM pg_catalog.pg_stats s WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name;
+        v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width,
+                          v_sampled / (v_pct / 100 * v_blocks), 1);
+        v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
+    ELSE
+        -- windows cut at the quantiles of the sampled eligible times, from
+        -- -infinity to infinity: every row is covered
+        v_eligible := coalesce(v_fraction * v_sampled * 100 / v_pct, 0);
+        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(v_times), 1), 100000)::int;
+        SELECT coalesce(array_agg(DISTINCT v_times[ceil(i * cardinality(v_times)::float8 / v_n)::int]), '{}')
+          INTO v_bounds
+          FROM generate_series(1, v_n - 1) i;
+        v_bounds := '{-infinity}'::timestamptz[] || v_bounds || '{infinity}'::timestamptz[];
+    END IF;
+
+    v_at := clock_timestamp();
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
+                                 eligible_fraction)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, v_fraction)
+    RETURNING id INTO v_sweep;
+
+    IF v_strategy = 'tid_range' THEN
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi)
+        SELECT p_pol.name, v_sweep, g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END
+          FROM generate_series(0, greatest(v_blocks - 1, 0), v_step) WITH ORDINALITY g(lo, n);
+    ELSE
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, time_lo, time_hi)
+        SELECT p_pol.name, v_sweep, i, v_bounds[i], v_bounds[i + 1]
+          FROM generate_series(1, cardinality(v_bounds) - 1) i;
+    END IF;
+    GET DIAGNOSTICS v_units = ROW_COUNT;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
 -- pgsweep:end functions/retention_plan.sql
 
 -- pgsweep:changed functions/retention_sql.sql
@@ -1101,6 +1190,99 @@ AS $$
                   p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
 $$;
 -- pgsweep:end functions/retention_sql.sql
+
+-- pgsweep:changed functions/retention_shards.sql
+CREATE OR REPLACE FUNCTION _retention_plan_shards(p_pol retention_policy, p_now timestamptz, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
+    v_strategy text := CASE WHEN p_pol.strategy = 'keyset' THEN 'keyset' ELSE 'tid_range' END;
+    v_block_size int := current_setting('block_size')::int;
+    v_shards bigint[];
+    v_nodes text[] := '{}';
+    v_ports int[] := '{}';
+    v_cmds text[] := '{}';
+    v_keys text[] := '{}';
+    v_k int;
+    v_where record;
+    v_name text[];
+    v_sweep bigint;
+    v_sizes text[] := '{}';
+    v_units int;
+    v_blocks bigint := 0;
+    v_at timestamptz := clock_timestamp();
+    r record;
+    i int;
+BEGIN
+    EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
+       INTO v_shards USING v_rel;
+    -- each shard's blocks and statistics, one command a node, by name
+    FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
+        v_where := _retention_shard_placement(v_rel, v_shards[i]);
+        IF v_where.node IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, v_shards[i], v_rel::text
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        v_name := parse_ident(v_where.shard);
+        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
+        IF v_k IS NULL THEN
+            v_keys := v_keys || (v_where.node || ':' || v_where.port);
+            v_nodes := v_nodes || v_where.node;
+            v_ports := v_ports || v_where.port;
+            v_cmds := v_cmds || ''::text;
+            v_k := cardinality(v_keys);
+        END IF;
+        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
+                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
+    END LOOP;
+    -- "shard blocks tuples pages", one line a shard
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
+                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
+                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                               'FROM (VALUES %s) v(shard, nsp, rel) '
+                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
+                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
+                r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';
+        END IF;
+        v_sizes := v_sizes || string_to_array(r.result, ',');
+    END LOOP;
+    SELECT coalesce(sum(split_part(l, ' ', 2)::bigint), 0) INTO v_blocks FROM unnest(v_sizes) l;
+
+    INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks)
+    RETURNING id INTO v_sweep;
+    IF v_strategy = 'tid_range' THEN
+        -- rows per block from the shard's statistics, else 64 bytes a row
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, shard_id)
+        SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY g.k, s.shard), g.lo,
+               CASE WHEN g.lo + s.step < s.blocks THEN g.lo + s.step END, s.shard
+          FROM (SELECT z.shard, z.blocks,
+                       greatest(1, ceil(p_pol.batch_size / greatest(
+                           CASE WHEN z.tuples > 0 AND z.pages > 0 THEN z.tuples / z.pages ELSE v_block_size / 64.0 END,
+                           1)))::bigint AS step
+                  FROM (SELECT split_part(l, ' ', 1)::bigint AS shard, split_part(l, ' ', 2)::bigint AS blocks,
+                               split_part(l, ' ', 3)::double precision AS tuples, split_part(l, ' ', 4)::bigint AS pages
+                          FROM unnest(v_sizes) l) z) s
+         CROSS JOIN LATERAL generate_series(0, greatest(s.blocks - 1, 0), s.step) WITH ORDINALITY g(lo, k);
+    ELSE
+        INSERT INTO retention_unit (policy, sweep_id, unit_no, time_lo, time_hi, shard_id)
+        SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY s.shard), '-infinity', 'infinity', s.shard
+          FROM unnest(v_shards) s(shard);
+    END IF;
+    GET DIAGNOSTICS v_units = ROW_COUNT;
+    UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
+    PERFORM _retention_sweep_trim(p_pol.name);
+    RETURN v_sweep;
+END
+$$;
+-- pgsweep:end functions/retention_shards.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

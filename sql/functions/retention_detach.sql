@@ -1,36 +1,18 @@
 -- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY, run by
 -- the Go runner before each maintenance pass (docs/retention.md,
--- "Partitioned tables"; docs/security.md, "The runner's DETACH ...
--- CONCURRENTLY"). A plain DETACH (the pass's, retention_partition.sql)
--- holds ACCESS EXCLUSIVE on the parent, and inserts wait for it; the
--- CONCURRENTLY form takes SHARE UPDATE EXCLUSIVE, which no insert waits
--- for, but runs only outside a transaction block, so no function can.
+-- "Partitioned tables"). A plain DETACH holds ACCESS EXCLUSIVE on the parent
+-- and inserts wait for it; the CONCURRENTLY form does not, but runs only
+-- outside a transaction block, so no function can run it.
 --
--- The runner and the pass share one plan (_retention_plan_partitioned): a
--- runner's claim is a claim on a drop unit of the policy's sweep
--- (retention_unit.owner, expires_at: held for the policy's lease_ttl).
---   1. retention_detach_claim(owner) plans a sweep for a due policy that has
---      none, then claims (FOR UPDATE SKIP LOCKED) its drop units as
---      'detach' (a leaf of a parent without a DEFAULT partition) or
---      'finalize' (a claimed leaf left half-detached), and as 'drop' a table
---      it detached by an earlier call, so that the DROP's commit is kept out
---      of the call that removes the rows. 'skip' rows are not claims: an
---      expired leaf whose leaf or parent another role than the policy's owner
---      owns, with the reason.
---   2. The runner builds each statement from the claim's typed values (no
---      SQL text travels to Go) and runs it as the policy's owner (SET ROLE
---      for that statement): DETACH or FINALIZE, then RENAME to
---      pgsweep_detached_c<oid>, or DROP, each in its own transaction,
---      under retention_lock_timeout.
---   3. retention_detach_done(owner, leaf) records what the catalog says (see
---      there).
--- A pass skips the units a runner holds and plans nothing for a leaf that
--- is held or half-detached.
+-- The runner and the pass share one plan: a runner's claim is a claim on a
+-- drop unit of the policy's sweep (retention_unit.owner, expires_at).
+-- retention_detach_claim hands out typed values (no SQL text); the runner
+-- runs DETACH (or FINALIZE) and a RENAME to pgsweep_detached_c<oid>, or a
+-- DROP, each in its own transaction as the policy's owner, and reports each
+-- to retention_detach_done. A pass skips the units a runner holds.
 
 -- _retention_detach_runner_name: the name the runner gives a table it
--- detached, until its next call drops it. Not the pass's
--- pgsweep_detached_<oid>: the name is the proof of who detached it, so that
--- neither counts or drops the other's tables, nor one someone else detached.
+-- detached, until its next call drops it: the proof of who detached it.
 CREATE OR REPLACE FUNCTION _retention_detach_runner_name(p_leaf oid)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -64,9 +46,8 @@ AS $$
        AND pg_catalog.pg_get_userbyid(p_owner) OPERATOR(pg_catalog.<>) 'none'::name
 $$;
 
--- _retention_detach_estimate: the rows of a table, from the catalog: the
--- statistics' live tuples, else reltuples, else 0. Reads nothing of the
--- table; NULL when the table is gone.
+-- _retention_detach_estimate: the rows of a table, from the catalog (live
+-- tuples, else reltuples, else 0); NULL when the table is gone.
 CREATE OR REPLACE FUNCTION _retention_detach_estimate(p_table oid)
 RETURNS bigint
 LANGUAGE sql STABLE
@@ -79,9 +60,10 @@ AS $$
       FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) p_table
 $$;
 
--- _retention_detach_claim_for: the claims of retention_detach_claim (above),
--- at most p_limit ('skip' rows are not claims and not counted).
-CREATE OR REPLACE FUNCTION _retention_detach_claim_for(p_owner text, p_now timestamptz, p_limit int)
+-- retention_detach_claim: what the runner detaches now, at most 64 leaves
+-- ('skip' rows are not claims); p_owner names the runner. The p_now
+-- overload is for tests (S_owner only).
+CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
 RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
                parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
                reason text)
@@ -104,14 +86,12 @@ BEGIN
     END IF;
     PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql)
     PERFORM _check_now('p_now', p_now);
-    -- Expired claims whose table is gone are forgotten (a live claim's
-    -- holder may have dropped its table and not recorded it yet).
+    -- expired claims whose table is gone are forgotten
     DELETE FROM retention_unit u
      WHERE u.owner IS NOT NULL AND u.expires_at <= v_now
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = u.leaf);
-    -- New leaves only of the policies that are due (the runner's pass
-    -- follows); leaves it left half-detached whenever. Only policies whose
-    -- owner the caller can act as.
+    -- new leaves of the due policies, half-detached ones whenever; only
+    -- policies whose owner the caller can act as
     FOR v_r IN
         WITH due AS (SELECT retention_due(p_now) AS name)
         SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
@@ -124,8 +104,7 @@ BEGIN
     LOOP
         v_pol := v_r.pol;
         v_cutoff := _retention_cutoff(v_pol, coalesce(p_now, v_now));
-        -- the shared plan: a due policy without an open sweep gets one, as a
-        -- pass plans it (under the policy row's lock, taken without waiting)
+        -- a due policy without an open sweep gets one, as a pass plans it
         IF v_r.due AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
             PERFORM 1 FROM retention_policy r WHERE r.name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
             IF FOUND AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
@@ -154,8 +133,7 @@ BEGIN
              ORDER BY i.inhdetachpending DESC, c.oid
                FOR UPDATE OF u SKIP LOCKED
         LOOP
-            -- The runner acts as the policy's owner, on that role's own tables
-            -- only: the plan swept another role's expired leaf (a delete unit).
+            -- the runner acts only on the policy owner's own tables
             IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
                 RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
                     v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format(
@@ -168,7 +146,7 @@ BEGIN
                 CONTINUE;
             END IF;
             CONTINUE WHEN v_c.kind <> 'drop';
-            EXIT WHEN v_n >= p_limit;
+            EXIT WHEN v_n >= 64;
             UPDATE retention_unit u SET owner = p_owner, expires_at = v_now + v_pol.lease_ttl, leaf = v_c.leaf
              WHERE u.policy = v_pol.name AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
             v_n := v_n + 1;
@@ -177,13 +155,9 @@ BEGIN
                 _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
-    -- Tables the runner detached and renamed (earlier calls): dropped now.
-    -- Only a table under the runner's name (the proof that its DETACH and
-    -- rename succeeded), that the policy's owner still owns, whose owner the
-    -- caller can act as, and that nothing outside it depends on (a view made
-    -- on it since: DROP would fail every call); any other is left in place,
-    -- its claim closed, a NOTICE names it, as the pass does. parent: the
-    -- policy's table.
+    -- Tables the runner detached: dropped now if still under the runner's
+    -- name, the policy owner's, and depended on by nothing; any other is
+    -- left in place, its claim closed, with a NOTICE. parent: the policy's table.
     FOR v_c IN
         SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,
@@ -204,7 +178,7 @@ BEGIN
             DELETE FROM retention_unit u WHERE u.policy = v_c.policy AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
             CONTINUE;
         END IF;
-        EXIT WHEN v_n >= p_limit;
+        EXIT WHEN v_n >= 64;
         UPDATE retention_unit u SET owner = p_owner, expires_at = v_now + v_c.lease_ttl
          WHERE u.policy = v_c.policy AND u.sweep_id = v_c.sweep_id AND u.unit_no = v_c.unit_no;
         v_n := v_n + 1;
@@ -214,38 +188,20 @@ BEGIN
 END
 $$;
 
--- retention_detach_claim: what the Go runner detaches concurrently now (see
--- above), at most 64 leaves; p_owner names the runner (1-200 characters).
--- Typed values only: the runner builds each statement from them. The p_now
--- overload is for tests (S_owner only).
-CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
-RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
-               parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
-               reason text)
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, p_now, 64) $$;
-
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text)
 RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
                parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
                reason text)
 LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$ SELECT * FROM _retention_detach_claim_for(p_owner, NULL, 64) $$;
+AS $$ SELECT * FROM retention_detach_claim(p_owner, NULL) $$;
 
--- retention_detach_done records a claimed leaf from the catalog and returns
--- its state: 'dropped', 'detached' (out of its parent under the runner's
--- name, not dropped yet: claimed again for DROP), 'pending' (half-detached:
--- claimed again for FINALIZE), 'attached' (the claim released: the unit is
--- the pass's again) or 'taken' (out of its parent under another name: a
--- maintenance pass or a DBA detached it, or the rename failed; the unit
--- closed, the table never counted nor dropped); and rows, the rows this
--- call counted as deleted (_retention_detach_estimate: nothing reads the
--- leaf), NULL when it counted nothing: a leaf is counted once, in a
--- retention_pass of strategy 'detach_concurrently', when it is first found
--- detached. A claim held by another owner, or a caller that cannot act as
--- the policy's owner, changes nothing ('other').
+-- retention_detach_done records a claimed leaf from the catalog: state
+-- 'dropped', 'detached' (under the runner's name: claimed again for DROP),
+-- 'pending' (half-detached: for FINALIZE), 'attached' (released to the
+-- pass) or 'taken' (detached under another name: closed, never counted nor
+-- dropped); rows: what this call counted (once a leaf, in a retention_pass
+-- of strategy 'detach_concurrently'). Another's claim: 'other'.
 CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, OUT state text, OUT rows bigint)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -276,8 +232,7 @@ BEGIN
       LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
       LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = x.oid;
     IF state IN ('dropped', 'detached') AND NOT v_u.counted THEN
-        -- a table dropped before it was recorded: its rows are unknown (0);
-        -- the runner records a table before it drops it
+        -- a table dropped before it was recorded: 0 rows
         rows := coalesce(_retention_detach_estimate(p_leaf), 0);
         INSERT INTO retention_pass (policy, owner, mode, pid, backend_start, started_at, deadline, last_batch_at,
                                     finished_at, rows_deleted, batches, units, partitions_dropped, strategy, outcome)

@@ -58,17 +58,10 @@ SELECT r.name,
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
 
--- retention_due lists the policies that are due, oldest first: what
--- maintain() runs. A policy is due when its interval has passed since its
--- last pass began (or it never ran), and at once when its last pass left
--- work behind: it stopped on its budget ('budget'), lost its lease
--- ('lease_lost'), skipped units a transaction held locked ('deferred'), or
--- its session died mid-pass (still 'running' with the session gone:
--- abandoned, e.g. a runner stopped by SIGTERM or kill -9). A pass that ended
--- in an error waits for the interval (a persistent error would otherwise
--- repeat every pass). Policies that keep rows forever are never due.
--- retention_due() reads the database clock; the p_now overload pins it,
--- for tests (S_owner only: no role but the owner passes a clock).
+-- retention_due lists the policies that are due, oldest first: its interval
+-- passed since its last pass began, or at once when that pass left work
+-- behind (budget, lease_lost, deferred, detached tables, or abandoned); an
+-- error waits for the interval. The p_now overload is for tests (S_owner).
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
