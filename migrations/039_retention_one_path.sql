@@ -847,6 +847,17 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
+    p_fraction double precision, p_sampled bigint, p_times timestamptz[])
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _check_now('p_now', p_now);
+    UPDATE retention_pass s SET planned_sweep = _retention_plan(r, p_now, s.owner, p_pct, p_fraction, p_sampled, p_times)
+      FROM retention_policy r WHERE s.id = p_pass AND r.name = s.policy;
+$$;
+
 CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
     OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
     OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
@@ -861,7 +872,6 @@ DECLARE
     v_b record;
     v_run record;
     v_sql text;
-    v_rel regclass;
 BEGIN
     o_more := false;
     IF _retention_pass_check(p_pass) IS NULL THEN
@@ -912,14 +922,11 @@ BEGIN
         o_type := 'pg_catalog.float8';
         o_lo := v.pct::text;
         v_sql := _retention_sample_sql(v_pol, v.pct);
-        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
-        o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+        o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
     WHEN 'detach' THEN
-        -- every droppable leaf of the parent in one transaction
-        -- (retention_partition.sql); droppable: the policy's owner owns
-        -- the leaves and the parent, so it is their owner who runs it
+        -- the parent's droppable leaves in one transaction, as their owner
         v_b := _retention_detach_claim(p_pass, v_unit, v.target::regclass, o_cutoff);
-        IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
+        IF v_b.o_parent IS NULL THEN -- no longer a partition
             PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
             RETURN;
         END IF;
@@ -927,7 +934,6 @@ BEGIN
         v.oids := v_b.o_leaves;
         v_sql := _retention_detach_body(v_b.o_parent, v.oids);
     WHEN 'release' THEN
-        -- drop the tables earlier passes detached; no lock on the parent
         v_b := _retention_release_claim(p_pass, v_unit);
         IF cardinality(v_b.o_tables) = 0 THEN
             RETURN;
@@ -952,21 +958,13 @@ BEGIN
                 RETURN;
             END IF;
         ELSE
-            v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
-            o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+            o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
         END IF;
-        IF v.strategy = 'tid_range' THEN
-            o_type := 'pg_catalog.tid';
-            o_lo := format('(%s,0)', v_unit.block_lo);
-            o_hi := format('(%s,0)', coalesce(v_unit.block_hi, 4294967295));
-        ELSE
-            o_type := 'pg_catalog.timestamptz';
-            o_lo := v_unit.time_lo::text;
-            o_hi := v_unit.time_hi::text;
-        END IF;
-        IF v.shard_id IS NULL THEN
-            v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
-        END IF;
+        o_type := CASE v.strategy WHEN 'tid_range' THEN 'pg_catalog.tid' ELSE 'pg_catalog.timestamptz' END;
+        o_lo := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', v_unit.block_lo) ELSE v_unit.time_lo::text END;
+        o_hi := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))
+                ELSE v_unit.time_hi::text END;
+        v_sql := CASE WHEN v.shard_id IS NULL THEN _retention_sweep_sql(v_pol, v.strategy, v.target::regclass) END;
     END CASE;
     IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
         o_kind := v.kind;
