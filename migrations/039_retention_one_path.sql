@@ -376,6 +376,19 @@ BEGIN
                   format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END
 $$;
+
+CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                  coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                             format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
+      FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
+      JOIN pg_catalog.pg_class c ON c.oid = l.oid
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+$$;
 -- pgsweep:end functions/retention_partition.sql
 
 -- pgsweep:changed functions/retention_register.sql
@@ -1186,6 +1199,20 @@ AS $$
                   _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)),
                   _retention_encode(p_pol, quote_ident(p_pol.time_column)),
                   p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN p_kind IN ('detach', 'release') THEN p_sql -- bodies built in retention_partition.sql
+        WHEN p_kind = 'delete' THEN pg_catalog.format(
+            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
+        ELSE pg_catalog.format(
+            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
 $$;
 -- pgsweep:end functions/retention_sql.sql
 

@@ -229,23 +229,13 @@ $$;
 -- that drops the detached tables p_tables; one held past lock_timeout stays.
 CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_steps text := '';
-    v_name text;
-BEGIN
-    FOR v_name IN
-        SELECT format('%I.%I', n.nspname, c.relname)
-          FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
-          JOIN pg_catalog.pg_class c ON c.oid = l.oid
-          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         ORDER BY l.ord
-    LOOP
-        v_steps := v_steps || format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
-                                     format('DROP TABLE %s', v_name));
-    END LOOP;
-    RETURN format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', v_steps);
-END
+    SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                  coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                             format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
+      FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
+      JOIN pg_catalog.pg_class c ON c.oid = l.oid
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 $$;

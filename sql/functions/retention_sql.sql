@@ -125,12 +125,8 @@ RETURNS text
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT CASE p_kind
-        -- a drop unit's two steps (retention_partition.sql): detach leaves,
-        -- later drop the detached tables; bodies built from the catalog there
-        WHEN 'detach' THEN p_sql
-        WHEN 'release' THEN p_sql
-        WHEN 'delete' THEN pg_catalog.format(
+    SELECT CASE WHEN p_kind IN ('detach', 'release') THEN p_sql -- bodies built in retention_partition.sql
+        WHEN p_kind = 'delete' THEN pg_catalog.format(
             'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
             'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
         ELSE pg_catalog.format(
