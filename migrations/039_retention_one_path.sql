@@ -563,6 +563,42 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
+RETURNS void
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT _check_text('p_table', p_table, 300) $$;
+
+CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN _retention_policy_owned('retention_unregister', p_name,
+                         _retention_proof_role(p_proof, 'retention_unregister'), false) IS NULL
+                THEN false ELSE _retention_unregister(p_name) END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
+    SELECT _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    UPDATE retention_policy SET time_zone = p_time_zone WHERE name = p_name;
+    SELECT _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_filter_proved(p_proof regclass, p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
+    SELECT _retention_set_filter(p_name, p_column, p_values);
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -621,6 +657,17 @@ BEGIN
         DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
     END IF;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
+    SELECT _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    UPDATE retention_policy SET lease_ttl = p_ttl WHERE name = p_name;
+    SELECT _retention_policy_changed(p_name, false);
 $$;
 -- pgsweep:end functions/retention_register.sql
 
@@ -869,6 +916,24 @@ AS $$
     SELECT _check_now('p_now', p_now);
     UPDATE retention_pass s SET planned_sweep = _retention_plan(r, p_now, s.owner, p_pct, p_fraction, p_sampled, p_times)
       FROM retention_policy r WHERE s.id = p_pass AND r.name = s.policy;
+$$;
+
+CREATE OR REPLACE FUNCTION retention_step_end(p_pass bigint, p_error text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000))
+     WHERE NOT (_retention_pass_check(p_pass) IS NULL);
+$$;
+
+CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _check_text('p_name', p_name) WHERE NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name);
+    SELECT _retention_unlock(p_name);
 $$;
 
 CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,

@@ -276,13 +276,9 @@ $$;
 -- table name, for retention_resolve_table (an invoker routine).
 CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _check_text('p_table', p_table, 300);
-END
-$$;
+AS $$ SELECT _check_text('p_table', p_table, 300) $$;
 
 -- retention_resolve_table resolves a table name on the caller's search_path
 -- (it runs as its caller, who may use those schemas), or raises 22023.
@@ -347,16 +343,12 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF _retention_policy_owned('retention_unregister', p_name, _retention_proof_role(p_proof, 'retention_unregister'), false)
-       IS NULL THEN
-        RETURN false;
-    END IF;
-    RETURN _retention_unregister(p_name);
-END
+    SELECT CASE WHEN _retention_policy_owned('retention_unregister', p_name,
+                         _retention_proof_role(p_proof, 'retention_unregister'), false) IS NULL
+                THEN false ELSE _retention_unregister(p_name) END
 $$;
 
 -- _retention_unregister: the policy removed, whoever owns it (the built-in
@@ -398,15 +390,13 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
-    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    SELECT _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
+    SELECT _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
     UPDATE retention_policy SET time_zone = p_time_zone WHERE name = p_name;
-    PERFORM _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
-END
+    SELECT _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
 $$;
 
 -- An extra filter: only rows whose p_column is one of p_values are deleted
@@ -426,13 +416,11 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_filter_proved(p_proof regclass, p_name text, p_column text, p_values text[])
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
-    PERFORM _retention_set_filter(p_name, p_column, p_values);
-END
+    SELECT _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
+    SELECT _retention_set_filter(p_name, p_column, p_values);
 $$;
 
 -- _retention_set_filter sets a policy's filter, whoever owns it. The values
@@ -545,13 +533,11 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
-    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    SELECT _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
+    SELECT _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
     UPDATE retention_policy SET lease_ttl = p_ttl WHERE name = p_name;
-    PERFORM _retention_policy_changed(p_name, false);
-END
+    SELECT _retention_policy_changed(p_name, false);
 $$;

@@ -460,30 +460,22 @@ AS $$ SELECT _retention_begin(p_name, p_owner, p_budget, NULL) $$;
 -- p_error); the caller commits, then calls retention_step_unlock.
 CREATE OR REPLACE FUNCTION retention_step_end(p_pass bigint, p_error text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF _retention_pass_check(p_pass) IS NULL THEN
-        RETURN;
-    END IF;
-    PERFORM _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000));
-END
+    SELECT _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000))
+     WHERE NOT (_retention_pass_check(p_pass) IS NULL);
 $$;
 
 -- retention_step_unlock gives back this session's advisory lock on a policy;
 -- the name rule applies unless p_name is a registered policy's.
 CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name) THEN
-        PERFORM _check_text('p_name', p_name);
-    END IF;
-    PERFORM _retention_unlock(p_name);
-END
+    SELECT _check_text('p_name', p_name) WHERE NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name);
+    SELECT _retention_unlock(p_name);
 $$;
 
 -- _retention_run_role: the role a statement on p_rel (the policy's table or
