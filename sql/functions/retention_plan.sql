@@ -53,10 +53,6 @@ DECLARE
     v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
     v_strategy text := p_pol.strategy;
     v_block_size int := current_setting('block_size')::int;
-    v_pct double precision := p_pct;
-    v_fraction double precision := p_fraction;
-    v_sampled bigint := p_sampled;
-    v_times timestamptz[] := p_times;
     v_bounds timestamptz[];
     v_eligible double precision;
     v_tuples double precision;
@@ -83,7 +79,7 @@ BEGIN
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
     IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
         v_strategy := CASE
-            WHEN v_fraction <= retention_keyset_fraction()
+            WHEN p_fraction <= retention_keyset_fraction()
                  AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
             THEN 'keyset' ELSE 'tid_range' END;
     END IF;
@@ -94,14 +90,14 @@ BEGIN
         SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) INTO v_width
           FROM pg_catalog.pg_stats s WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name;
         v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width,
-                          v_sampled / (v_pct / 100 * v_blocks), 1);
+                          p_sampled / (p_pct / 100 * v_blocks), 1);
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
     ELSE
         -- windows cut at the quantiles of the sampled eligible times, from
         -- -infinity to infinity: every row is covered
-        v_eligible := coalesce(v_fraction * v_sampled * 100 / v_pct, 0);
-        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(v_times), 1), 100000)::int;
-        SELECT coalesce(array_agg(DISTINCT v_times[ceil(i * cardinality(v_times)::float8 / v_n)::int]), '{}')
+        v_eligible := coalesce(p_fraction * p_sampled * 100 / p_pct, 0);
+        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(p_times), 1), 100000)::int;
+        SELECT coalesce(array_agg(DISTINCT p_times[ceil(i * cardinality(p_times)::float8 / v_n)::int]), '{}')
           INTO v_bounds
           FROM generate_series(1, v_n - 1) i;
         v_bounds := '{-infinity}'::timestamptz[] || v_bounds || '{infinity}'::timestamptz[];
@@ -110,7 +106,7 @@ BEGIN
     v_at := clock_timestamp();
     INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
                                  eligible_fraction)
-    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, v_fraction)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, p_fraction)
     RETURNING id INTO v_sweep;
 
     IF v_strategy = 'tid_range' THEN
