@@ -171,7 +171,7 @@ func TestRetentionDetachConcurrently(t *testing.T) {
 		WHERE policy = 'ev' AND strategy = 'detach_concurrently' AND partitions_dropped = 1`); n != 400 {
 		t.Errorf("the history counts %d rows, want 400", n)
 	}
-	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 4 {
+	if n := e.value(`SELECT count(*) FROM %[1]s.retention_unit WHERE owner IS NOT NULL`); n != 4 {
 		t.Errorf("%d claims, want the 4 detached tables' (to be dropped)", n)
 	}
 	// The policy's own pass is still due: the detach is not it.
@@ -188,7 +188,7 @@ func TestRetentionDetachConcurrently(t *testing.T) {
 	if n := e.value(`SELECT coalesce(sum(rows_deleted), 0) FROM %[1]s.retention_passes WHERE strategy = 'detach_concurrently'`); n != 400 {
 		t.Errorf("the history counts %d rows after the drops, want 400", n)
 	}
-	if n := e.value(`SELECT count(*) FROM %[1]s.retention_detaching`); n != 0 {
+	if n := e.value(`SELECT count(*) FROM %[1]s.retention_unit WHERE owner IS NOT NULL`); n != 0 {
 		t.Errorf("%d claims left", n)
 	}
 	// Nothing left to claim.
@@ -279,7 +279,7 @@ func TestRetentionDetachConcurrentlyPending(t *testing.T) {
 		t.Errorf("before the claim expired: %+v %v, want nothing claimed", d, err)
 	}
 	// The claim's TTL (the policy's lease_ttl) passes.
-	e.exec(`UPDATE %[1]s.retention_detaching SET expires_at = now() - interval '1 second'`)
+	e.exec(`UPDATE %[1]s.retention_unit SET expires_at = now() - interval '1 second' WHERE owner IS NOT NULL`)
 	d, err = e.client.RetentionDetachConcurrently(ctx, "runner-b", &later)
 	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Rows != 100 {
 		t.Fatalf("after the claim expired: %+v %v, want the leaf finalized, 100 rows", d, err)
@@ -317,5 +317,81 @@ func TestRetentionDetachConcurrentlyLeavesDefault(t *testing.T) {
 	}
 	if n := e.leaves(); n != 2 {
 		t.Errorf("%d leaves, want today's and the default", n)
+	}
+}
+
+// TestRetentionDetachClaimsSurviveTheUpgrade: a runner's claim in 0.38's
+// retention_detaching (a leaf it detached and renamed, not recorded yet)
+// becomes a unit of the policy's sweep held by the same runner in 0.39: its
+// next call counts the table once and drops it.
+func TestRetentionDetachClaimsSurviveTheUpgrade(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+	conn := pgtest.Conn(t, url)
+	if _, err := pgsweep.MigrateTo(ctx, conn, schema, 38); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgtest.Pool(ctx, url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// %[1]s the install's schema, %[2]s the table's (apart: a migration
+	// gives everything in the install's schema to its owner role)
+	s, ds := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{schema + "_data"}.Sanitize()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, fmt.Sprintf(q, s, ds)); err != nil {
+			t.Fatalf("%s: %v", fmt.Sprintf(q, s, ds), err)
+		}
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ds+" CASCADE") })
+	exec(`CREATE SCHEMA %[2]s;
+		CREATE TABLE %[2]s.ev (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+		CREATE TABLE %[2]s.ev_old PARTITION OF %[2]s.ev FOR VALUES FROM ('2000-01-01 00:00+00') TO ('2000-01-02 00:00+00');
+		CREATE TABLE %[2]s.ev_now PARTITION OF %[2]s.ev FOR VALUES FROM (now() - interval '1 hour') TO (now() + interval '1 day');
+		INSERT INTO %[2]s.ev SELECT g, '2000-01-01 00:00+00'::timestamptz + g * interval '1 minute' FROM generate_series(1, 50) g;
+		INSERT INTO %[2]s.ev SELECT g, now() FROM generate_series(1, 7) g;
+		ANALYZE %[2]s.ev_old;
+		SELECT %[1]s.retention_register('ev', '%[2]s.ev'::regclass, 'at', '1 day')`)
+	var leaf uint32
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT '%s.ev_old'::regclass::oid`, ds)).Scan(&leaf); err != nil {
+		t.Fatal(err)
+	}
+	exec(`INSERT INTO %[1]s.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
+		SELECT c.oid, 'ev', '%[2]s.ev'::regclass, n.nspname, c.relname, c.relowner, 'runner-a', now(), now() + interval '1 minute'
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '%[2]s.ev_old'::regclass;
+		ALTER TABLE %[2]s.ev DETACH PARTITION %[2]s.ev_old`)
+	exec(fmt.Sprintf(`ALTER TABLE %%[2]s.ev_old RENAME TO pgsweep_detached_c%d`, leaf))
+
+	if _, err := pgsweep.Migrate(ctx, conn, schema); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	var claim string
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT string_agg(concat_ws(' ', policy, kind, owner, counted, expires_at > now()), ', ')
+		FROM %s.retention_unit WHERE leaf = $1`, s), leaf).Scan(&claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim != "ev drop runner-a f t" {
+		t.Errorf("the claim after the upgrade: %q, want a drop unit of ev held by runner-a", claim)
+	}
+	var gone bool
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT to_regclass('%s.retention_detaching') IS NULL`, s)).Scan(&gone); err != nil || !gone {
+		t.Errorf("retention_detaching is still there (%v)", err)
+	}
+	c, err := pgsweep.NewClient(pool, &pgsweep.ClientOptions{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.RetentionDetachConcurrently(ctx, "runner-a", nil)
+	if err != nil || len(d.Errors) > 0 || d.Dropped != 1 || d.Detached != 1 || d.Rows != 50 {
+		t.Fatalf("the runner's next call: %+v %v, want the detached table counted (50 rows) and dropped", d, err)
+	}
+	var left, rows int64
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM pg_class WHERE oid = $1),
+		(SELECT count(*) FROM %s.ev)`, ds), leaf).Scan(&left, &rows); err != nil || left != 0 || rows != 7 {
+		t.Errorf("after the call: the detached table %d (want 0 left), ev %d rows (want 7) %v", left, rows, err)
 	}
 }

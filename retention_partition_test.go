@@ -194,7 +194,7 @@ func partitionRun(t *testing.T, mode string, concurrent bool) {
 				if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s.parts WHERE at < %s)
 					OR EXISTS (SELECT 1 FROM pg_partition_tree('%s.parts') t JOIN pg_class c ON c.oid = t.relid
 					            WHERE t.isleaf AND c.relname IN ('parts_d1','parts_d2','parts_d3','parts_d4','parts_d5','parts_d6'))
-					OR EXISTS (SELECT 1 FROM %s.retention_detaching) -- a leaf half-detached (not in pg_partition_tree)`,
+					OR EXISTS (SELECT 1 FROM %s.retention_unit WHERE owner IS NOT NULL) -- a leaf half-detached (not in pg_partition_tree)`,
 					s, cutoffSQL, s, s)).Scan(&left); err != nil {
 					errs <- err
 					return

@@ -56,7 +56,7 @@ func TestRetentionDetachConcurrentlyHostile(t *testing.T) {
 	if err := sd.try(hostile, `SELECT @S.retention_detach_done('owner-runner', $1, 1000000000)`, leaf); sqlstate(err) != "42883" {
 		t.Errorf("hostile passes its own row count: %v, want 42883 (no such function)", err)
 	}
-	if n := secValue[int64](sd, `SELECT count(*) FROM @S.retention_detaching WHERE owner = 'owner-runner'`); n != 1 {
+	if n := secValue[int64](sd, `SELECT count(*) FROM @S.retention_unit WHERE owner = 'owner-runner'`); n != 1 {
 		t.Errorf("the owner's claim: %d rows, want it kept", n)
 	}
 	if n := secValue[int64](sd, `SELECT count(*) FROM @ts.ev`); n != 50 {

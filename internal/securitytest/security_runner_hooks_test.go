@@ -275,7 +275,7 @@ func hookSuite(t *testing.T, super bool) {
 	if !strings.Contains(logs.String(), "partition left to the pass") || !strings.Contains(logs.String(), "ev_d9 is owned by "+other) {
 		t.Errorf("the runner did not log the other role's leaf as skipped:\n%s", logs.String())
 	}
-	if n := secValue[int64](sd, `SELECT count(*) FROM @S.retention_detaching WHERE leaf = ANY ($1)`,
+	if n := secValue[int64](sd, `SELECT count(*) FROM @S.retention_unit WHERE owner IS NOT NULL AND leaf = ANY ($1)`,
 		[]uint32{leaves["ev_d9"], leaves["lg_d10"], leaves["lg_def"], leaves["lg_cut"], leaves["ev_cut"]}); n != 0 {
 		t.Errorf("the runner claimed %d leaves it must not (the other role's, or of a parent with a DEFAULT partition)", n)
 	}

@@ -3,22 +3,10 @@
 -- queue.processed_retention, and dead letters (message_dead, by dead_at)
 -- after queue.dead_retention. NULL periods keep rows forever.
 --
--- Each is an ordinary retention policy restricted to one queue by the policy
--- filter (queue = '<queue>'), named 'pgsweep.processed:<queue>' and
--- 'pgsweep.dead:<queue>', so the retention engine's guarantees, leases and
--- history apply unchanged and a DBA sees them in retention_policies.
--- Undelivered messages (table message) are never under any policy: an outbox
--- row leaves only by being completed.
---
--- maintain() calls retention_builtin_sync() at the start of every retention
--- part, so a queue created or reconfigured by SQL is covered on the next
--- pass; a DBA driving retention_run by hand calls it once after such changes.
---
--- Policy names have at most 190 characters, so queue_create accepts names of
--- at most 172 (18 for 'pgsweep.processed:'). A longer queue made by an older
--- version gets no policy whose name would not fit -- a WARNING names it and
--- says to move its messages to a shorter queue -- and every other queue
--- keeps its retention.
+-- Each is an ordinary policy filtered to one queue, named
+-- 'pgsweep.processed:<queue>' or 'pgsweep.dead:<queue>'. maintain() calls
+-- retention_builtin_sync() before every retention part. A queue whose name
+-- would not fit a policy name (190 characters) gets none, with a WARNING.
 CREATE OR REPLACE FUNCTION retention_builtin_sync()
 RETURNS int
 LANGUAGE plpgsql

@@ -1,17 +1,10 @@
 -- Retention: catalog look-ups shared by registration and by every batch.
---
--- Policies store names; every use resolves them again in the catalog, so a
--- dropped or retyped column is an error at the next batch, never a wrong
--- DELETE. Names reach SQL only through %I / regclass quoting.
+-- Policies store names, resolved again at every use: a dropped or retyped
+-- column is an error, never a wrong DELETE.
 
--- _retention_column returns a column's base type (a domain resolved to the
--- type it is over) as a qualified type name safe to splice into SQL
--- ("pg_catalog"."varchar"), and its type category; NULL when the table has
--- no such (live, user) column. Values are cast to the BASE type, never to
--- a domain: a domain's CHECK (and the functions it calls) is its owner's
--- code, and a cast to it would run that code as whoever casts.
--- A column compares with its base type's values as it is (no check runs
--- when a domain value is read as its base type).
+-- _retention_column returns a column's base type (through domains: a cast
+-- to a domain would run its owner's CHECK) as a qualified type name, and
+-- its type category; NULL when the table has no such column.
 CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,
     OUT category "char")
 LANGUAGE plpgsql STABLE
@@ -57,10 +50,8 @@ BEGIN
 END
 $$;
 
--- _retention_index names a btree index that can drive the keyset walk: its
--- first key column is the time column, or every key column before the time
--- column is one the policy pins to a list of values (status, filter). NULL
--- when there is none: then only a walk over the whole heap can find the rows.
+-- _retention_index names a btree index that can drive the keyset walk: every
+-- key column before the time column is one the policy pins (status, filter).
 CREATE OR REPLACE FUNCTION _retention_index(p_table regclass, p_time_column text, p_status_column text,
     p_filter_column text)
 RETURNS regclass
@@ -84,10 +75,8 @@ AS $$
      LIMIT 1
 $$;
 
--- _retention_scalar_type: whether values of a base type can be read from
--- text without running any role's code: a base type (its input function is
--- C, installed by a superuser) or an enum, not an array, composite or range
--- (whose elements may be domains).
+-- _retention_scalar_type: whether a type's values are read from text without
+-- running any role's code: a base type or an enum, not an array.
 CREATE OR REPLACE FUNCTION _retention_scalar_type(p_type regtype)
 RETURNS boolean
 LANGUAGE sql STABLE

@@ -1,33 +1,21 @@
 -- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
 --
--- A policy on a partitioned table (RANGE, LIST or HASH, any depth) covers
--- every leaf, present and future: each sweep lists the leaves again. A leaf
--- is removed whole (_retention_leaf_droppable) when its parent is
--- partitioned by RANGE on the policy's time column alone, its upper bound is
--- at or before the cutoff, the policy has no status and no filter, and the
--- policy's owner owns the leaf and its parent (owns, not is a member of:
--- the detach runs as that role). Every other leaf is swept like a plain
--- table, in tid_range units of its own, as the leaf's owner when the
--- policy's owner is that role or a member of it; a leaf of another role is
--- skipped, with an error on the pass (_retention_run_role). A RANGE leaf
--- whose lower bound is at or after the cutoff holds nothing eligible: the
--- plan leaves it alone.
+-- A policy on a partitioned table covers every leaf, present and future. A
+-- leaf is removed whole (_retention_leaf_droppable) when it is a RANGE leaf
+-- on the time column alone wholly before the cutoff, the policy has no
+-- status and no filter, and the policy's owner owns the leaf and its parent;
+-- every other leaf is swept in tid_range units of its own, as its owner
+-- (_retention_run_role). A leaf wholly after the cutoff is left alone.
 --
--- Removing a leaf takes two passes. A drop unit's step detaches every
--- droppable leaf of the sweep under that parent in one transaction
--- (_retention_detach_body: the parent's lock is held for the detaches and
--- little else), renames each pgsweep_detached_<oid> and marks its unit
--- detached; its rows count as deleted at that commit. The next pass
--- (retention_due lists the policy at once) drops the detached tables first,
--- in a transaction that holds no lock on the parent, so the commit that
--- releases the files is out of the pass that removes the rows. Installs
--- with the Go runner detach CONCURRENTLY instead (retention_detach.sql);
--- the leaves it claimed or left half-detached are not planned here.
+-- Removing a leaf takes two passes: a drop unit's step detaches the sweep's
+-- droppable leaves of that parent in one transaction and renames each
+-- pgsweep_detached_<oid> (its rows count then); the next pass drops them,
+-- holding no lock on the parent. The Go runner detaches the same drop units
+-- CONCURRENTLY instead (retention_detach.sql).
 
 -- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
 -- lower bound of a RANGE leaf on the policy's time column, encoded like the
--- cutoff (_retention_cutoff); NULL when the leaf is not such a range (LIST,
--- HASH, DEFAULT, a multi-column or other-column key, MINVALUE, MAXVALUE).
+-- cutoff; NULL when the leaf is not such a range.
 CREATE OR REPLACE FUNCTION _retention_leaf_bound(p_pol retention_policy, p_leaf regclass, p_lower boolean)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -66,54 +54,28 @@ BEGIN
 END
 $$;
 
--- _retention_leaf_upper: the exclusive upper bound of a RANGE leaf on the
--- policy's time column (see _retention_leaf_bound).
-CREATE OR REPLACE FUNCTION _retention_leaf_upper(p_pol retention_policy, p_leaf regclass)
-RETURNS timestamptz
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$ SELECT _retention_leaf_bound(p_pol, p_leaf, false) $$;
-
 -- _retention_leaf_expired: whether every row a leaf can hold is expired at
--- p_cutoff and the policy deletes them all (no status, no filter): the
--- leaf could be removed whole, were it the policy owner's (see below).
+-- p_cutoff and the policy deletes them all (no status, no filter).
 CREATE OR REPLACE FUNCTION _retention_leaf_expired(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_upper timestamptz;
-BEGIN
-    IF p_pol.status_column IS NOT NULL OR p_pol.filter_column IS NOT NULL THEN
-        RETURN false;
-    END IF;
-    v_upper := _retention_leaf_upper(p_pol, p_leaf);
-    RETURN v_upper IS NOT NULL AND v_upper <= p_cutoff;
-END
+    SELECT p_pol.status_column IS NULL AND p_pol.filter_column IS NULL
+       AND coalesce(_retention_leaf_bound(p_pol, p_leaf, false) <= p_cutoff, false)
 $$;
 
--- _retention_leaf_droppable: whether a leaf may be removed whole at p_cutoff
--- (see the rules above): expired, and the policy's owner owns it and its
--- parent (not merely a member of their owners): the detach runs as
--- it, and so does whatever code of the leaf's the count, the locks and the
--- DETACH run. The runner's claim (retention_detach.sql) reports an expired
--- leaf of another owner as skipped.
+-- _retention_leaf_droppable: expired, and the policy's owner owns the leaf
+-- and its parent (the detach runs as that role).
 CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_parent regclass;
-BEGIN
-    IF NOT _retention_leaf_expired(p_pol, p_leaf, p_cutoff) THEN
-        RETURN false;
-    END IF;
-    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    RETURN (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf) = p_pol.owner
-       AND (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = v_parent) = p_pol.owner;
-END
+    SELECT _retention_leaf_expired(p_pol, p_leaf, p_cutoff)
+       AND (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = p_leaf) = p_pol.owner
+       AND (SELECT c.relowner FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
+             WHERE i.inhrelid = p_leaf) = p_pol.owner
 $$;
 
 -- _retention_plan_partitioned plans a sweep of a partitioned table: one
@@ -145,9 +107,9 @@ BEGIN
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE t.isleaf AND c.relkind = 'r'
            -- being detached concurrently by a runner (retention_detach.sql):
-           -- half-detached, or claimed and not expired
+           -- half-detached, or held by one
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
-           AND NOT EXISTS (SELECT 1 FROM retention_detaching d WHERE d.leaf = t.relid AND d.expires_at > v_at)
+           AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.leaf = t.relid AND u.owner IS NOT NULL)
          ORDER BY n.nspname, c.relname
     LOOP
         -- a RANGE leaf wholly younger than the cutoff: no row of it is eligible
@@ -174,40 +136,9 @@ BEGIN
 END
 $$;
 
--- _retention_drop_sql: the statements that remove a leaf whole, as the
--- policy's owner: count its rows (from the statistics), detach it from its
--- parent, drop it.
-CREATE OR REPLACE FUNCTION _retention_drop_sql(p_leaf regclass, OUT count_sql text, OUT detach_sql text, OUT drop_sql text)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_leaf text;
-    v_parent text;
-BEGIN
-    SELECT format('%I.%I', n.nspname, c.relname) INTO v_leaf
-      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_leaf;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
-      FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
-      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE i.inhrelid = p_leaf;
-    count_sql := format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 '
-                        'THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
-                        'WHEN c.reltuples >= 0 THEN c.reltuples::bigint '
-                        'ELSE (SELECT count(*) FROM ONLY %s) END '
-                        'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf, p_leaf::oid);
-    detach_sql := format('ALTER TABLE %s DETACH PARTITION %s', v_parent, v_leaf);
-    drop_sql := format('DROP TABLE %s', v_leaf);
-END
-$$;
-
 -- _retention_depended_on: whether something outside a detached table
--- depends on it -- a view made on it since, a foreign key to it -- so that
--- its DROP would fail (every pass, if nothing stopped trying). The table's
--- own constraints do not count: a CHECK constraint (one inherited from the
--- parent, the one DETACH ... CONCURRENTLY adds) depends on the table's
--- columns. The pass's drops
--- (_retention_release_claim) and the runner's (retention_detach.sql) ask
--- this one function.
+-- depends on it (a view, a foreign key), so that its DROP would fail. Its
+-- own constraints, rules and column defaults do not count.
 CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -219,9 +150,6 @@ AS $$
                       AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
                                AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                                             WHERE k.oid = d.objid AND k.conrelid = p_table))
-                      -- the table's own rules and column defaults (a generated
-                      -- column reads other columns) go with it, as its own
-                      -- constraints do
                       AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass
                                AND EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w
                                             WHERE w.oid = d.objid AND w.ev_class = p_table))
@@ -238,24 +166,13 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
 
--- _retention_detach_body: the PL/pgSQL body (run as the policy's owner by
--- retention_step) that detaches the leaves p_leaves of p_parent in one
--- transaction:
---   1. each leaf's rows counted, from the statistics;
---   2. each leaf locked SHARE UPDATE EXCLUSIVE, with lock_timeout raised to
---      retention_lock_timeout + deadlock_timeout: that mode blocks no insert
---      and no query, only VACUUM, ANALYZE and DDL; an autovacuum worker on
---      the leaf (one starts on every partition that got many inserts) is
---      cancelled by PostgreSQL after deadlock_timeout instead of making the
---      leaf wait for a later pass; a leaf still held after that is skipped;
---   3. the parent locked ACCESS EXCLUSIVE, with lock_timeout =
---      retention_lock_timeout: from here on inserts and queries on the
---      parent wait;
---   4. each leaf locked ACCESS EXCLUSIVE NOWAIT (a transaction reading or
---      writing the leaf directly makes it skipped: nobody waits while the
---      parent is locked), detached and renamed.
--- It returns the rows of the leaves it detached (deleted) and how many it
--- detached (sampled); which ones, the catalog tells (_retention_step_detached).
+-- _retention_detach_body: the PL/pgSQL body (run as the policy's owner)
+-- that detaches the leaves p_leaves of p_parent in one transaction: counts
+-- each leaf's rows; locks each SHARE UPDATE EXCLUSIVE (blocks no insert; an
+-- autovacuum on it is cancelled after deadlock_timeout, a leaf still held
+-- is skipped); locks the parent ACCESS EXCLUSIVE under
+-- retention_lock_timeout; then locks each leaf NOWAIT, detaches and renames
+-- it. Returns the rows (deleted) and the leaves (sampled) it detached.
 CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -267,17 +184,13 @@ DECLARE
     v_prelocks text := '';
     v_steps text := '';
     v_leaf record;
-    v_sql record;
     v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
     v_deadlock bigint := (extract(epoch FROM pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint;
 BEGIN
     SELECT format('%I.%I', n.nspname, c.relname) INTO v_parent
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_parent;
     IF v_parent IS NULL THEN
-        -- The leaf is no longer attached: a runner's DETACH ... CONCURRENTLY
-        -- took it between the plan and this step. Nothing to detach; the
-        -- caller follows the catalog (_retention_step_detached). Before, the
-        -- body read 'LOCK TABLE ONLY  IN ...': a syntax error for the pass.
+        -- the leaf left its parent since the plan: nothing to detach
         RETURN 'BEGIN RETURN QUERY SELECT 0::bigint, NULL::float8, 0::bigint, NULL::timestamptz[]; END';
     END IF;
     FOR v_leaf IN
@@ -287,14 +200,11 @@ BEGIN
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          ORDER BY l.ord
     LOOP
-        v_sql := _retention_drop_sql(v_leaf.oid::regclass);
-        -- A runner's DETACH ... CONCURRENTLY (retention_detach.sql) may have
-        -- detached or dropped the leaf since it was claimed (undefined_table:
-        -- gone, or "not a partition"), or left it half-detached
-        -- (object_not_in_prerequisite_state: a plain DETACH is refused): the
-        -- leaf is skipped, its unit deferred.
+        -- a leaf gone, detached or half-detached since the claim is skipped
         v_counts := v_counts || format('BEGIN EXECUTE %L INTO c; EXCEPTION WHEN undefined_table THEN c := 0; END; r[%s] := c; ',
-                                       v_sql.count_sql, v_leaf.ord);
+            format('SELECT CASE WHEN pg_catalog.pg_stat_get_live_tuples(c.oid) > 0 THEN pg_catalog.pg_stat_get_live_tuples(c.oid) '
+                   'WHEN c.reltuples >= 0 THEN c.reltuples::bigint ELSE (SELECT count(*) FROM ONLY %s) END '
+                   'FROM pg_catalog.pg_class c WHERE c.oid = %s', v_leaf.name, v_leaf.oid), v_leaf.ord);
         v_prelocks := v_prelocks || format(
             'BEGIN EXECUTE %L; ok[%s] := true; EXCEPTION WHEN lock_not_available OR undefined_table THEN ok[%s] := false; END; ',
             format('LOCK TABLE ONLY %s IN SHARE UPDATE EXCLUSIVE MODE', v_leaf.name), v_leaf.ord, v_leaf.ord);
@@ -303,7 +213,7 @@ BEGIN
             'IF ok[%s] THEN BEGIN EXECUTE %L; EXCEPTION WHEN object_not_in_prerequisite_state OR undefined_table THEN ok[%s] := false; END; END IF; '
             'IF ok[%s] THEN EXECUTE %L; n := n + r[%s]; d := d + 1; END IF; ',
             v_leaf.ord, format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_leaf.name), v_leaf.ord,
-            v_leaf.ord, v_sql.detach_sql, v_leaf.ord,
+            v_leaf.ord, format('ALTER TABLE %s DETACH PARTITION %s', v_parent, v_leaf.name), v_leaf.ord,
             v_leaf.ord, format('ALTER TABLE %s RENAME TO %I', v_leaf.name, _retention_detached_name(v_leaf.oid)), v_leaf.ord);
     END LOOP;
     RETURN format('DECLARE n bigint := 0; d bigint := 0; c bigint; r bigint[]; ok boolean[]; BEGIN %s '
@@ -316,27 +226,16 @@ END
 $$;
 
 -- _retention_release_body: the PL/pgSQL body (run as the policy's owner)
--- that drops the detached tables p_tables in one transaction; a table
--- someone else holds past lock_timeout is left to a later pass.
+-- that drops the detached tables p_tables; one held past lock_timeout stays.
 CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_steps text := '';
-    v_name text;
-BEGIN
-    FOR v_name IN
-        SELECT format('%I.%I', n.nspname, c.relname)
-          FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
-          JOIN pg_catalog.pg_class c ON c.oid = l.oid
-          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         ORDER BY l.ord
-    LOOP
-        v_steps := v_steps || format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
-                                     format('DROP TABLE %s', v_name));
-    END LOOP;
-    RETURN format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', v_steps);
-END
+    SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                  coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                             format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
+      FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
+      JOIN pg_catalog.pg_class c ON c.oid = l.oid
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 $$;

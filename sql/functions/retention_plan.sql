@@ -1,25 +1,13 @@
 -- Retention: planning a sweep (docs/retention.md, "Strategies").
 --
 -- A sweep fixes the cutoff and the strategy and cuts the work into units:
---
--- tid_range: consecutive heap block ranges of about one batch of rows each,
---   each one DELETE with the full predicate over a Tid Range Scan: it reads
---   only its own blocks, so draining a backlog never re-walks what earlier
---   batches deleted, and parallel cleaners touch disjoint rows. The last
---   unit is open-ended: blocks the table grows by belong to it.
--- keyset: windows of the time column, each expected to hold about one batch
---   of eligible rows (cut at the quantiles of a sample's eligible times),
---   each one DELETE with the full predicate and time >= lo AND time < hi,
---   driven by an index that leads with the time column: a sparse backlog
---   reads only the old rows' index range and the blocks that hold them.
--- A hash-distributed (Citus) table is planned per shard (retention_shards.sql).
---
--- 'auto' takes keyset when such an index exists and at most
--- retention_keyset_fraction() of the table is eligible, else tid_range. The
--- fraction comes from a sample of about 400 random blocks (TABLESAMPLE
--- SYSTEM), not from the planner (which multiplies the time and status
--- selectivities as if independent) nor from the index (which reads what
--- the keyset walk itself reads).
+-- tid_range, heap block ranges of about one batch each (a Tid Range Scan
+-- reads only its blocks; the last unit is open-ended), or keyset, windows
+-- of the time column of about one batch of eligible rows each, driven by an
+-- index that leads with it. 'auto' takes keyset when such an index exists
+-- and a sample of about 400 blocks finds at most retention_keyset_fraction()
+-- of the table eligible. A distributed table is planned per shard
+-- (retention_shards.sql).
 
 -- retention_keyset_fraction: the eligible fraction at or under which 'auto' takes keyset.
 CREATE OR REPLACE FUNCTION retention_keyset_fraction()
@@ -29,28 +17,18 @@ SET search_path FROM CURRENT
 AS $$ SELECT 0.05::double precision $$;
 
 -- _retention_sample_pct: the share of the table's blocks the planning
--- sample reads (about 400 blocks), NULL for an empty table and for a
--- hash-distributed one (planned per shard, retention_shards.sql: its
--- coordinator's table is an empty shell).
+-- sample reads (about 400), NULL for an empty or a distributed table.
 CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
 RETURNS double precision
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_blocks bigint := pg_catalog.pg_relation_size(_retention_table(p_pol.table_schema, p_pol.table_name))
-                       / current_setting('block_size')::int;
-BEGIN
-    IF v_blocks > 0 AND (p_pol.owner = _owner_role()
-                         OR _retention_distribution(_retention_table(p_pol.table_schema, p_pol.table_name)) IS NULL) THEN
-        RETURN least(100, 400 * 100.0 / v_blocks);
-    END IF;
-    RETURN NULL;
-END
+    SELECT CASE WHEN b.n > 0 AND (p_pol.owner = _owner_role() OR _retention_distribution(b.rel) IS NULL)
+                THEN least(100, 400 * 100.0 / b.n)::double precision END
+      FROM (SELECT t.rel, pg_catalog.pg_relation_size(t.rel) / current_setting('block_size')::int AS n
+              FROM (SELECT _retention_table(p_pol.table_schema, p_pol.table_name) AS rel) t) b
 $$;
-
--- _retention_sweep_trim keeps a policy's sweep history bounded: finished
--- sweeps beyond the last 20 go.
+-- _retention_sweep_trim: finished sweeps beyond a policy's last 20 go.
 CREATE OR REPLACE FUNCTION _retention_sweep_trim(p_policy text)
 RETURNS void
 LANGUAGE sql
@@ -75,10 +53,6 @@ DECLARE
     v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
     v_strategy text := p_pol.strategy;
     v_block_size int := current_setting('block_size')::int;
-    v_pct double precision := p_pct;
-    v_fraction double precision := p_fraction;
-    v_sampled bigint := p_sampled;
-    v_times timestamptz[] := p_times;
     v_bounds timestamptz[];
     v_eligible double precision;
     v_tuples double precision;
@@ -103,35 +77,27 @@ BEGIN
     END IF;
     SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
-    -- The sample (taken by the caller, as the policy's owner, over
-    -- p_pct percent of the blocks; _retention_sample_sql): the eligible
-    -- fraction, and the eligible rows' times in order (the keyset walk cuts
-    -- its windows at their quantiles).
-    IF v_strategy = 'auto' THEN
-        -- No index, or a sample of empty blocks: walk the heap.
+    IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
         v_strategy := CASE
-            WHEN v_fraction <= retention_keyset_fraction()
+            WHEN p_fraction <= retention_keyset_fraction()
                  AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
             THEN 'keyset' ELSE 'tid_range' END;
     END IF;
 
     IF v_strategy = 'tid_range' THEN
-        -- Rows per block: the larger of the statistics' average (which a mostly
-        -- deleted table drags down), what the rows' average width allows, and
-        -- the sample's, so that a unit of dense blocks does not hold many batches.
+        -- rows per block: the most of the statistics', the rows' width's and
+        -- the sample's, so that a unit of dense blocks holds one batch
         SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) INTO v_width
           FROM pg_catalog.pg_stats s WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name;
         v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width,
-                          v_sampled / (v_pct / 100 * v_blocks), 1);
+                          p_sampled / (p_pct / 100 * v_blocks), 1);
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
     ELSE
-        -- Windows of the time column, each expected to hold one batch of
-        -- eligible rows, cut at the quantiles of the sampled eligible times.
-        -- The first starts at -infinity and the last ends at +infinity, so
-        -- together they cover every row whatever the sample missed.
-        v_eligible := coalesce(v_fraction * v_sampled * 100 / v_pct, 0);
-        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(v_times), 1), 100000)::int;
-        SELECT coalesce(array_agg(DISTINCT v_times[ceil(i * cardinality(v_times)::float8 / v_n)::int]), '{}')
+        -- windows cut at the quantiles of the sampled eligible times, from
+        -- -infinity to infinity: every row is covered
+        v_eligible := coalesce(p_fraction * p_sampled * 100 / p_pct, 0);
+        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(p_times), 1), 100000)::int;
+        SELECT coalesce(array_agg(DISTINCT p_times[ceil(i * cardinality(p_times)::float8 / v_n)::int]), '{}')
           INTO v_bounds
           FROM generate_series(1, v_n - 1) i;
         v_bounds := '{-infinity}'::timestamptz[] || v_bounds || '{infinity}'::timestamptz[];
@@ -140,7 +106,7 @@ BEGIN
     v_at := clock_timestamp();
     INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
                                  eligible_fraction)
-    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, v_fraction)
+    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, p_fraction)
     RETURNING id INTO v_sweep;
 
     IF v_strategy = 'tid_range' THEN

@@ -1,10 +1,6 @@
--- Retention: registering policies and their options.
---
--- Every argument is checked before anything changes (SQLSTATE 22023 naming the
--- argument). Re-registering a policy with the same definition changes nothing
--- but updated_at, so every replica may register its tables at start-up; a
--- changed definition drops the open sweep (its units were planned for the old
--- definition) and the next run plans a new one.
+-- Retention: registering policies and their options. Every argument is
+-- checked before anything changes (22023). Registering the same definition
+-- again changes only updated_at; a changed one drops the open sweep.
 
 CREATE OR REPLACE FUNCTION _retention_invalid(p_message text, VARIADIC p_args text[] DEFAULT '{}')
 RETURNS void
@@ -16,29 +12,18 @@ BEGIN
 END
 $$;
 
--- Ownership: a policy belongs to the role that registers it, and every
--- run deletes as that role (retention_sql.sql, retention_step). Only its
--- owner, or a member of it, changes it, unregisters it or registers its
--- name again (42501 otherwise, nothing changed); built-in policies
--- (retention_builtin.sql, names under 'pgsweep.') belong to pgsweep and no
--- caller changes them, a superuser included.
+-- Ownership: a policy belongs to the role that registers it, and every run
+-- deletes as that role. Only its owner, or a member of it, changes it,
+-- unregisters it or registers its name again (42501 otherwise); built-in
+-- policies (names under 'pgsweep.') belong to pgsweep.
 --
--- A SECURITY DEFINER function cannot see the role that called it, and a
--- role name passed in could be anyone's; so the caller proves who it is:
--- every entry point below (retention_register, retention_unregister,
--- retention_set_*) runs as its caller and creates an empty temporary table
--- (pg_temp.pgsweep_owner_proof_<random>, retention_owner_proof), which only
--- the calling role can have created and which PostgreSQL records as owned
--- by it; its SECURITY
--- DEFINER half (retention_*_proved) takes the calling role from that
--- table's owner, accepting only such a table of this session
--- (_retention_proof_role); then the wrapper drops it (an error in between
--- rolls its creation back: a proof exists only while its own call runs,
--- and no other code runs then). Code running as another role in the same
--- session (a SECURITY DEFINER trigger of a hostile admin, say) can prove
--- only its own role, never the session's. The owner needs SELECT and
--- DELETE on the table (42501 otherwise); pgsweep's own tables cannot be
--- registered (the built-in policies cover them).
+-- A SECURITY DEFINER function cannot see the role that called it, so the
+-- caller proves who it is: each entry point runs as its caller and creates
+-- an empty temporary table (retention_owner_proof), which PostgreSQL
+-- records as owned by the calling role; its SECURITY DEFINER half
+-- (retention_*_proved) takes the role from that table's owner
+-- (_retention_proof_role); then the wrapper drops it. Code running as
+-- another role in the session can prove only its own role.
 
 -- retention_owner_proof: a new proof of the calling role (it runs as its
 -- caller), its qualified name; the wrapper that asked drops it.
@@ -78,13 +63,6 @@ BEGIN
 END
 $$;
 
--- _retention_builtin_name: whether p_name is reserved for a built-in policy.
-CREATE OR REPLACE FUNCTION _retention_builtin_name(p_name text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT coalesce(pg_catalog.starts_with(p_name, 'pgsweep.'), false) $$;
-
 -- _retention_policy_owned: the policy p_name for a change by p_role (FOR NO
 -- KEY UPDATE), or NULL when there is none (p_must: 22023 instead); 42501
 -- when the name is a built-in's or the policy belongs to a role p_role is
@@ -99,7 +77,7 @@ DECLARE
 BEGIN
     PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
     -- pgsweep's own code (queue_drop, SECURITY DEFINER) proves <schema>_owner
-    IF _retention_builtin_name(p_name) AND p_role IS DISTINCT FROM _owner_role() THEN
+    IF coalesce(pg_catalog.starts_with(p_name, 'pgsweep.'), false) AND p_role IS DISTINCT FROM _owner_role() THEN
         RAISE EXCEPTION '%: retention policy % is reserved: names under ''pgsweep.'' are pgsweep''s built-in policies, which follow the queues',
             p_verb, pg_catalog.quote_literal(p_name)
             USING ERRCODE = 'insufficient_privilege',
@@ -155,9 +133,7 @@ BEGIN
 END
 $$;
 
--- _retention_policy_put validates and stores a policy for p_owner. Only
--- SECURITY DEFINER code calls it (retention_register_proved, the built-in sync):
--- nobody else may execute it.
+-- _retention_policy_put validates and stores a policy for p_owner.
 CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
     p_owner regrole, p_builtin boolean)
@@ -186,10 +162,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
     END IF;
-    -- Only plain tables: the TID-range walk needs one heap. A partitioned
-    -- table's partitions are registered one by one (or dropped when old).
-    -- Ordinary or partitioned (retention_partition.sql: every leaf, present
-    -- and future), never temporary: a cleaner runs in another session.
+    -- never temporary: a cleaner runs in another session
     IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
         PERFORM _retention_invalid('p_table must be an ordinary or partitioned, non-temporary table, got %s (relkind %s)',
             p_table::text, v_kind::text);
@@ -227,8 +200,7 @@ BEGIN
             quote_ident(p_time_column), v_time.base_type::text);
     END IF;
 
-    -- 0 is allowed: for an expiry column (CAP's ExpiresAt) the cutoff is now.
-    -- At most 100 years, so that now() - p_older_than is a valid moment.
+    -- 0 is allowed (an expiry column); at most 100 years
     IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
                                      OR NOT pg_catalog.isfinite(p_older_than)) THEN
         PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
@@ -272,7 +244,7 @@ BEGIN
                  IS DISTINCT FROM
                  (v_schema, v_table, p_time_column, v_time_type, p_older_than,
                   p_status_column, p_statuses, p_batch_size, p_mode, p_owner) THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
     END IF;
     INSERT INTO retention_policy AS p (name, table_schema, table_name, time_column, time_type, older_than,
                                        status_column, statuses, batch_size, mode, run_interval,
@@ -300,27 +272,16 @@ BEGIN
 END
 $$;
 
--- retention_table_name_check: the name rule (validate.sql, at most 300
--- characters) on a table name given as text. retention_resolve_table runs
--- as its caller, so it cannot call _check_text (no role but S_owner
--- executes an underscore routine): it calls this SECURITY DEFINER half.
+-- retention_table_name_check: the name rule (at most 300 characters) on a
+-- table name, for retention_resolve_table (an invoker routine).
 CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _check_text('p_table', p_table, 300);
-END
-$$;
+AS $$ SELECT _check_text('p_table', p_table, 300) $$;
 
--- retention_resolve_table resolves a table name on the given search_path
--- (the caller's: it runs as its caller, since schemas the caller may use
--- are searched only if the role that looks may use them too), or raises
--- 22023 naming p_table. It calls only pg_catalog and the definer
--- retention_table_name_check: an invoker routine calls nothing its caller
--- could not. p_search_path is only set for the lookup (and restored): it
--- is the caller's own setting, never stored nor shown.
+-- retention_resolve_table resolves a table name on the caller's search_path
+-- (it runs as its caller, who may use those schemas), or raises 22023.
 CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
 RETURNS regclass
 LANGUAGE plpgsql
@@ -350,14 +311,8 @@ BEGIN
 END
 $$;
 
--- The same, for a table given by name, resolved on the CALLER's
--- search_path like every PostgreSQL command (retention_register('x',
--- 'orders_archive', ...) finds public.orders_archive). This overload pins no
--- search_path so that it can read the caller's; its body is one call with
--- every name schema-qualified, and the lookup itself runs in
--- retention_resolve_table, which pins its own path and only resolves the
--- name. A name that resolves to no table is a 22023 naming p_table. A
--- string literal argument resolves to this overload.
+-- The same, for a table given by name, resolved on the caller's search_path
+-- (this overload pins none; every name in it is qualified).
 CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
@@ -388,16 +343,12 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF _retention_policy_owned('retention_unregister', p_name, _retention_proof_role(p_proof, 'retention_unregister'), false)
-       IS NULL THEN
-        RETURN false;
-    END IF;
-    RETURN _retention_unregister(p_name);
-END
+    SELECT CASE WHEN _retention_policy_owned('retention_unregister', p_name,
+                         _retention_proof_role(p_proof, 'retention_unregister'), false) IS NULL
+                THEN false ELSE _retention_unregister(p_name) END
 $$;
 
 -- _retention_unregister: the policy removed, whoever owns it (the built-in
@@ -422,9 +373,8 @@ BEGIN
 END
 $$;
 
--- The time zone in which a timestamp-without-time-zone (or date) column is
--- read: CAP writes local times. NULL: the database's TimeZone at run time.
--- A zone whose UTC offset ever exceeds 15 hours ('UTC-99') is refused.
+-- The time zone in which a timestamp (or date) column is read; NULL: the
+-- database's TimeZone at run time.
 CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
 RETURNS void
 LANGUAGE plpgsql
@@ -440,20 +390,17 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
-    PERFORM _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
+    SELECT _retention_policy_owned('retention_set_time_zone', p_name, _retention_proof_role(p_proof, 'retention_set_time_zone'), true);
+    SELECT _check_time_zone('p_time_zone', p_time_zone); -- a UTC offset within 15 hours
     UPDATE retention_policy SET time_zone = p_time_zone WHERE name = p_name;
-    PERFORM _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
-END
+    SELECT _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
 $$;
 
--- An extra fixed filter: only rows whose p_column is one of p_values are
--- deleted. pgsweep's built-in policies use it for per-queue periods
--- (queue = 'orders'). p_column NULL removes the filter.
+-- An extra filter: only rows whose p_column is one of p_values are deleted
+-- (the built-in policies' queue); p_column NULL removes it.
 CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -469,29 +416,31 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_filter_proved(p_proof regclass, p_name text, p_column text, p_values text[])
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
-    PERFORM _retention_set_filter(p_name, p_column, p_values);
-END
+    SELECT _retention_policy_owned('retention_set_filter', p_name, _retention_proof_role(p_proof, 'retention_set_filter'), true);
+    SELECT _retention_set_filter(p_name, p_column, p_values);
 $$;
 
--- _retention_set_filter sets a policy's filter, whoever owns it (the
--- built-in sync; retention_set_filter checks the caller first). The values
--- are checked against the column's BASE type (_retention_column): reading
--- them runs no domain CHECK and no function of any role.
+-- _retention_set_filter sets a policy's filter, whoever owns it. The values
+-- are checked against the column's base type: no domain CHECK runs.
 CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_pol retention_policy := _retention_policy_for_update(p_name);
-    v_rel regclass := _retention_table(v_pol.table_schema, v_pol.table_name);
+    v_pol retention_policy;
+    v_rel regclass;
     v_col record;
 BEGIN
+    PERFORM _check_text('p_name', p_name);
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
     IF p_column IS NOT NULL THEN
         PERFORM _check_text('p_column', p_column, 63);
         PERFORM _check_size('p_values', cardinality(p_values), 'max_batch');
@@ -521,27 +470,8 @@ BEGIN
 END
 $$;
 
--- _retention_policy_for_update loads a policy for a setter, or raises 22023.
-CREATE OR REPLACE FUNCTION _retention_policy_for_update(p_name text)
-RETURNS retention_policy
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_pol retention_policy;
-BEGIN
-    PERFORM _check_text('p_name', p_name);
-    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
-    END IF;
-    RETURN v_pol;
-END
-$$;
-
--- _retention_policy_changed records a setter's change (updated_at); with
--- p_replan it drops the open sweep, planned under the old setting (the next
--- pass plans anew; detached units stay: they name tables still to drop).
+-- _retention_policy_changed records a setter's change; p_replan drops the
+-- open sweep but its detached and runner-held units (tables still to drop).
 CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -552,13 +482,12 @@ DECLARE
 BEGIN
     UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
     IF p_replan THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached';
+        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
     END IF;
 END
 $$;
 
--- How a sweep walks the table: 'auto' (the default) picks per sweep, see
--- _retention_plan; 'tid_range' or 'keyset' force one.
+-- How a sweep walks the table: 'auto', 'tid_range' or 'keyset'.
 CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
 RETURNS void
 LANGUAGE plpgsql
@@ -588,8 +517,7 @@ BEGIN
 END
 $$;
 
--- The TTL of an exclusive policy's lease retention:<name>: how long another
--- cleaner waits after a crash. A live cleaner renews it every third of it.
+-- The TTL of an exclusive policy's lease retention:<name>.
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
 RETURNS void
 LANGUAGE plpgsql
@@ -605,13 +533,11 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
-    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    SELECT _retention_policy_owned('retention_set_lease_ttl', p_name, _retention_proof_role(p_proof, 'retention_set_lease_ttl'), true);
+    SELECT _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
     UPDATE retention_policy SET lease_ttl = p_ttl WHERE name = p_name;
-    PERFORM _retention_policy_changed(p_name, false);
-END
+    SELECT _retention_policy_changed(p_name, false);
 $$;

@@ -6,26 +6,13 @@
 --   CALL retention_run('cap.published', NULL, '10 seconds', NULL, NULL);  -- returns p_pass_id
 --
 -- Must be called outside a transaction block (it commits). It calls only
--- the step routines (retention_step.sql), never an internal one: its
--- caller may call them too, and each checks what it is asked. Procedures cannot
--- pin search_path (a SET clause forbids COMMIT inside), so these bodies call
--- only schema-qualified functions that pin theirs and use no operator at
--- all (every comparison, concatenation and arithmetic happens inside those
--- functions): an operator or function that the caller's search_path puts
--- before pg_catalog changes nothing. The schema comes from the migration's
--- template data like everywhere else.
---
--- Errors: a step that fails is recorded on the pass (outcome 'error'), its
--- lease and advisory lock are released, and the error is raised again. A
--- cleaner that is killed records nothing more: its last batch is committed or
--- rolled back whole, its unit stays open for the next cleaner, its lease
--- expires after the policy's TTL and the view shows the pass as abandoned.
+-- the step routines (retention_step.sql). A procedure that commits cannot
+-- pin search_path, so these bodies call only schema-qualified functions and
+-- use no operator. A step that fails is recorded on the pass (outcome
+-- 'error'), its lease and lock released, and the error raised again.
 
 -- retention_step_pass runs this session's pass p_pass of p_name to its end
--- with the step routines (retention_step.sql), for both retention_run
--- procedures below. Any admin may call it: it only ever drives a pass of
--- its own session. p_pass NULL (busy, or the policy keeps rows forever):
--- nothing to run.
+-- (p_pass NULL: nothing to run).
 CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
 LANGUAGE plpgsql
 AS $$
@@ -64,11 +51,8 @@ BEGIN
 END
 $$;
 
--- _retention_run: the pass with a pinned clock, for tests (S_owner only:
--- no role but the owner passes a clock, and it may only make the cutoff
--- earlier). It returns the pass's id. The first COMMIT fails inside a
--- transaction block, before anything is taken; a begin that fails gives
--- its advisory lock back itself (_retention_begin).
+-- _retention_run: the pass with a pinned clock, for tests (S_owner only);
+-- returns the pass's id.
 CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
     INOUT p_pass_id bigint)
 LANGUAGE plpgsql

@@ -1,29 +1,14 @@
 -- Retention of a distributed (Citus) table: shard by shard
 -- (docs/operations.md, "Scaling out with Citus").
 --
--- On a coordinator a hash-distributed table is an empty shell; planned like
--- a plain table, each batch would be one multi-shard DELETE with ctid in it
--- (the same ctid is a different row in each shard). So a policy on a
--- hash-distributed table is planned per shard (retention_unit.shard_id):
--- tid_range units over the shard's own blocks, or one keyset window per
--- shard, numbered round-robin so that parallel cleaners spread over the
--- workers. A batch is two statements on that shard alone:
---   1. a read sent as text to the shard's worker (master_run_on_worker, as
---      the policy's owner; values as literals, a time as ISO 8601 in UTC):
---      the ctid and distribution value of at most batch_size eligible rows
---      of the unit's range; it locks and changes nothing;
---   2. the DELETE, in the batch's transaction, of exactly those rows, with
---      the distribution values (so Citus routes it to that one shard, where
---      ctid is safe) and the policy's full predicate, re-checked on every
---      row as it is deleted.
--- A read that returned batch_size rows leaves its unit open. The DELETE
--- waits for a row lock at most retention_lock_timeout on the worker too
--- (SET LOCAL under citus.propagate_set_commands = local); a timeout defers
--- the unit. A shard gone since the plan drops its unit (the next sweep
--- takes its rows); one that moved is found where it is (pg_dist_placement
--- is read at every batch). Reference tables, Citus local tables and the
--- built-in policies (which filter by one queue, the distribution column)
--- are planned like plain tables.
+-- A ctid means a different row in each shard, so a hash-distributed table
+-- is planned per shard (retention_unit.shard_id): tid_range units over the
+-- shard's blocks, or one keyset window a shard, numbered round-robin over
+-- the workers. A batch reads, on the shard's worker, the ctid and
+-- distribution value of at most batch_size eligible rows of its unit, then
+-- DELETEs exactly those through the coordinator (routed to that shard) with
+-- the full predicate. A read of batch_size rows leaves its unit open. Other
+-- Citus tables and the built-in policies are planned like plain tables.
 
 -- _retention_distribution: the distribution column of a hash-distributed
 -- Citus table, NULL for any other table (and without Citus).
@@ -105,9 +90,7 @@ DECLARE
 BEGIN
     EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
        INTO v_shards USING v_rel;
-    -- Each shard's blocks and statistics, read on its worker: one command
-    -- (one connection) a node, finding the shards by name (no privilege on
-    -- the table's schema is needed).
+    -- each shard's blocks and statistics, one command a node, by name
     FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
         v_where := _retention_shard_placement(v_rel, v_shards[i]);
         IF v_where.node IS NULL THEN
@@ -146,10 +129,7 @@ BEGIN
     VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks)
     RETURNING id INTO v_sweep;
     IF v_strategy = 'tid_range' THEN
-        -- As a plain table's (retention_plan.sql), per shard: rows per block
-        -- from the shard's statistics, or, before its first ANALYZE, about
-        -- 64 bytes a row (a read stops at batch_size rows whatever a unit
-        -- holds); the last unit of a shard is open-ended.
+        -- rows per block from the shard's statistics, else 64 bytes a row
         INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi, shard_id)
         SELECT p_pol.name, v_sweep, row_number() OVER (ORDER BY g.k, s.shard), g.lo,
                CASE WHEN g.lo + s.step < s.blocks THEN g.lo + s.step END, s.shard
@@ -173,13 +153,9 @@ BEGIN
 END
 $$;
 
--- _retention_shard_body: the PL/pgSQL body of one batch on one shard, run
--- as the policy's owner in the temporary function of retention_step
--- (its parameters: $1, $2 the unit's range as text -- TIDs or encoded
--- times --, $3 the cutoff, $4 the statuses, $5 the filter values). The read
--- goes to the shard's worker, the DELETE through the coordinator to that
--- shard alone (see the top of this file). Returns the rows deleted and,
--- as sampled, the rows the read returned.
+-- _retention_shard_body: the PL/pgSQL body of one batch on one shard (see
+-- the top), run as the policy's owner; returns the rows deleted and, as
+-- sampled, the rows the read returned.
 CREATE OR REPLACE FUNCTION _retention_shard_body(p_pol retention_policy, p_strategy text, p_shard bigint,
     p_lo text, p_hi text, p_cutoff timestamptz)
 RETURNS text

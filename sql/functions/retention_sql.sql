@@ -1,45 +1,25 @@
 -- Retention: the SQL each batch runs against the policy's table.
 --
--- Safety rule: a row is deleted only if it is eligible when it is deleted.
--- Every DELETE carries the policy's full predicate in its own WHERE clause.
--- Under READ COMMITTED, when a DELETE meets a row version that a concurrent
--- transaction updated, PostgreSQL follows the update to the newest version and
--- re-evaluates the whole WHERE clause on it (EvalPlanQual): a row re-queued
--- meanwhile (status or time changed) no longer matches and is skipped. The
--- range condition (ctid range, ctid list) is re-checked too; a new version
--- that moved outside the range is skipped, which is safe, and a still-eligible
--- row skipped that way is deleted by a later sweep. CAP's
--- DELETE ... WHERE "Id" IN (SELECT ... LIMIT n) re-checks only "Id", which is
--- why it deletes re-queued rows. sql/tests/retention_run.sql and the Go tests
--- prove the difference.
+-- A row is deleted only if it is eligible when it is deleted: every DELETE
+-- carries the policy's full predicate, which READ COMMITTED re-evaluates on
+-- a row a concurrent transaction updated (EvalPlanQual), so a re-queued row
+-- is skipped. Parameters: $1, $2 the range (TIDs or times), $3 the cutoff,
+-- $4 the statuses, $5 the filter values; names through %I (a shard's read,
+-- sent as text to its worker, takes literals: retention_shards.sql).
 --
--- Parameters, the same in every statement: $1, $2 the range (TIDs, or the
--- keyset lower bound), $3 the cutoff, $4 the statuses, $5 the filter values.
--- Values travel as parameters, never as SQL text; names through %I. (One
--- exception: the read a batch on a shard of a distributed (Citus) table
--- sends to the shard's worker takes literals, format %L: it goes there as
--- text. Its DELETE takes parameters like every other; retention_shards.sql.)
---
--- Time: the cutoff is carried as timestamptz. For a timestamp column it holds
--- the local cutoff (now - older_than, in the policy's time zone) encoded as if
--- it were UTC, and the SQL decodes it with AT TIME ZONE 'UTC' applied to the
--- parameter (immutable, so the index on the column still serves); a date
--- column compares with the local cutoff's date, so a day is deleted only when
--- all of it is older than the cutoff.
+-- The cutoff is a timestamptz; for a timestamp or date column it holds the
+-- local cutoff (in the policy's time zone) encoded as if it were UTC, which
+-- the SQL decodes on the parameter, so the column's index still serves.
 
 -- _retention_cutoff computes a policy's cutoff for a clock reading.
 CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF p_pol.time_type = 'timestamptz' THEN
-        RETURN p_now - p_pol.older_than;
-    END IF;
-    RETURN ((p_now - p_pol.older_than) AT TIME ZONE coalesce(p_pol.time_zone, current_setting('TimeZone')))
-           AT TIME ZONE 'UTC';
-END
+    SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_now - p_pol.older_than
+                ELSE ((p_now - p_pol.older_than) AT TIME ZONE coalesce(p_pol.time_zone, current_setting('TimeZone')))
+                     AT TIME ZONE 'UTC' END
 $$;
 
 -- _retention_param decodes an encoded time parameter (a timestamptz: a
@@ -60,10 +40,8 @@ SET search_path FROM CURRENT
 AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
                   ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
 
--- _retention_predicate_with is the same test over the given SQL for the
--- cutoff, the statuses and the filter values: parameters ($3..$5), or
--- literals for a statement sent as text to another node (a shard's batch,
--- _retention_shard_body).
+-- _retention_predicate_with: the policy's eligibility test over the given
+-- SQL for the cutoff, statuses and filter values (parameters or literals).
 CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
     p_cutoff text, p_statuses text, p_filters text)
 RETURNS text
@@ -120,41 +98,26 @@ BEGIN
 END
 $$;
 
--- _retention_sample_sql builds the planning sample (see retention_plan.sql):
--- the eligible fraction, the sample size and the eligible rows' encoded
--- times in order, over about p_pct percent of the table's blocks.
+-- _retention_sample_sql: the planning sample over p_pct percent of the
+-- blocks: the eligible fraction, the rows sampled, the eligible times.
 CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
-BEGIN
-    RETURN format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
+    SELECT format('SELECT count(*) FILTER (WHERE %1$s)::float8 / nullif(count(*), 0), count(*), '
                   'array_agg(%2$s ORDER BY %3$I) FILTER (WHERE %1$s) FROM %4$I.%5$I TABLESAMPLE SYSTEM (%6$s)',
-                  _retention_predicate(p_pol, v_rel), _retention_encode(p_pol, quote_ident(p_pol.time_column)),
-                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct);
-END
+                  _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)),
+                  _retention_encode(p_pol, quote_ident(p_pol.time_column)),
+                  p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
 $$;
-
 -- Running a policy's statements as its owner (docs/security.md, "Running
--- as the owner" and "Nothing the owner's code does may outlive its
--- statement"). Every statement on the policy's table runs as the policy's
--- owner (or the table's, _retention_run_role), so its privileges, row-level
--- security and triggers apply to that role, never to whoever runs
--- maintenance. SET ROLE is not enough (the owner's trigger could RESET
--- ROLE), so retention_step creates a SECURITY DEFINER function owned by
--- that role in this session's pg_temp, built now from validated policy
--- fields, calls it once and drops it, all in the caller's transaction; the
--- caller must be able to act as the owner (else 42501 naming the GRANT).
--- Around the call, retention_step checks that the owner's code left the
--- session as it found it -- search_path, every setting, the prepared
--- statements, retention_policy and the catalogs' new objects
--- (retention_step_session_state) -- and otherwise rolls the batch back with
--- 42501. Built-in policies (pgsweep's own tables) run in
--- _retention_builtin_exec instead, as <schema>_owner: no code of another
--- role runs there.
+-- as the owner"): retention_step creates a SECURITY DEFINER function owned
+-- by that role in pg_temp (SET ROLE is not enough: the owner's trigger could
+-- RESET ROLE), calls it once and drops it, and checks that the owner's code
+-- left the session as it found it (retention_step_session_state), else
+-- rolls the batch back (42501). Built-in policies run in
+-- _retention_builtin_exec, as <schema>_owner.
 
 -- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
 CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
@@ -162,12 +125,8 @@ RETURNS text
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT CASE p_kind
-        -- a drop unit's two steps (retention_partition.sql): detach leaves,
-        -- later drop the detached tables; bodies built from the catalog there
-        WHEN 'detach' THEN p_sql
-        WHEN 'release' THEN p_sql
-        WHEN 'delete' THEN pg_catalog.format(
+    SELECT CASE WHEN p_kind IN ('detach', 'release') THEN p_sql -- bodies built in retention_partition.sql
+        WHEN p_kind = 'delete' THEN pg_catalog.format(
             'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
             'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
         ELSE pg_catalog.format(
@@ -175,11 +134,9 @@ AS $$
             'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
 $$;
 
--- _retention_exec_settings: the settings a statement runs with: a
--- tid_range DELETE is pinned to its Tid Range Scan (see retention_plan.sql);
--- JIT off everywhere, batches are too short to gain from it; and it waits
--- for no lock longer than retention_lock_timeout (a row an application holds
--- locked defers the unit to a later pass, _retention_step).
+-- _retention_exec_settings: the settings a statement runs with: a tid_range
+-- DELETE pinned to its Tid Range Scan, no JIT, and no lock wait longer than
+-- retention_lock_timeout.
 CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
 RETURNS text
 LANGUAGE sql STABLE
@@ -193,17 +150,11 @@ AS $$
 $$;
 
 -- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner. settings: every setting the
--- server shows this function's owner (SHOW ALL: a release's new settings
--- and a loaded library's included, no list to keep), but search_path,
--- which is pinned here (the caller compares its own). SHOW ALL rather than
--- pg_settings: the view costs several times more a call, and a setting no
--- session can change does not change within a statement either.
--- prepared: the session's prepared statements (name and text); writes:
--- rows this transaction wrote to retention_policy and inserted into
--- pg_class, pg_type and pg_proc (a new table, view, type or function), from
--- the transaction's statistics counters, or, with track_counts off, a
--- digest of the policies and of this session's temporary objects.
+-- after a statement run as a policy's owner: every setting SHOW ALL lists
+-- (no list to keep) but search_path (the caller compares its own); the
+-- prepared statements; and writes, the rows this transaction wrote to
+-- retention_policy and inserted into pg_class, pg_type and pg_proc (or,
+-- with track_counts off, a digest of the policies and temporary objects).
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
@@ -236,10 +187,8 @@ BEGIN
 END
 $$;
 
--- retention_step_session_restore deletes the prepared statements that are not
--- in p_prepared (as retention_step_session_state lists them): a statement run
--- as a policy's owner made them, and they outlive a rollback. It returns
--- their names.
+-- retention_step_session_restore deallocates the prepared statements not in
+-- p_prepared (they outlive a rollback) and returns their names.
 CREATE OR REPLACE FUNCTION retention_step_session_restore(p_prepared text[])
 RETURNS text[]
 LANGUAGE plpgsql
@@ -257,19 +206,11 @@ BEGIN
 END
 $$;
 
--- retention_step does one step of a pass: at most one batch. It returns
--- false when the pass is over (outcome recorded), true to be called again.
--- It runs as its caller (SECURITY INVOKER): the statement on the policy's
--- table runs as the table's owner (or the policy's, see retention_step_claim)
--- in a temporary SECURITY DEFINER function owned by that role, which only a
--- caller that can act as it may create. Everything else happens in two
--- SECURITY DEFINER step routines, each of which checks that this session
--- opened the pass: retention_step_claim (which unit, the statement built
--- now from the stored policy and the catalog, the cutoff capped at now()
--- minus the policy's older_than) and retention_step_record (what the
--- statement did, for the unit the claim handed out and no other). The
--- caller may call either one alone, in any order: a claim not recorded is
--- void at the next claim, a record without a claim changes nothing.
+-- retention_step does one step of a pass (at most one batch); false when
+-- the pass is over. It runs as its caller: the statement runs as the
+-- table's owner in a temporary function owned by that role, between
+-- retention_step_claim and retention_step_record (each checks that this
+-- session opened the pass).
 CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -358,9 +299,8 @@ BEGIN
 END
 $$;
 
--- _retention_builtin_exec runs one statement of a built-in policy (owned by
--- <schema>_owner, on pgsweep's own tables) as <schema>_owner. It takes no
--- SQL: it builds the statement from the policy, and refuses any other policy.
+-- _retention_builtin_exec runs one statement of a built-in policy as
+-- <schema>_owner, built from the policy (no SQL taken); refuses any other.
 CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
     p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
     OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])

@@ -1,19 +1,13 @@
 -- Retention: the steps of a pass. retention_run (a procedure, so that it can
--- commit) calls the step routines below and commits after each; all logic
--- lives here, in functions that pin search_path (a procedure that commits
--- cannot).
+-- commit) calls the step routines below and commits after each; the logic
+-- lives in functions, which can pin search_path.
 --
--- Exclusive mode takes two locks for the whole pass, in this order:
---   1. pg_try_advisory_lock on the policy (session level, held across the
---      pass's commits): while a cleaner is connected and in its pass, no other
---      session can start one, even if the lease expired because the cleaner
---      stalled. Failing it returns at once: no waiting, no retry loop.
---   2. the lease retention:<name> (lease.sql), the truth that survives the
---      session: a crashed cleaner's lease blocks others until its TTL ends, and
---      every batch first checks that this pass still holds it (renewing it
---      every third of the TTL), so a pass that lost it stops before deleting.
--- The advisory lock is released only after the commit that released the
--- lease and recorded the end of the pass, so pass records never overlap.
+-- Exclusive mode holds two locks for the whole pass: the policy's advisory
+-- lock (session level, across the pass's commits; taken without waiting),
+-- so that no other session starts a pass while this one is connected; and
+-- the lease retention:<name> (lease.sql), which survives the session and is
+-- checked (renewed every third of its TTL) before every batch. The advisory
+-- lock is released after the commit that ends the pass.
 
 CREATE OR REPLACE FUNCTION _retention_lock_key(p_name text)
 RETURNS bigint
@@ -22,8 +16,7 @@ SET search_path FROM CURRENT
 AS $$ SELECT pg_catalog.hashtextextended(current_schema() || ' retention:' || p_name, 0) $$;
 
 -- _retention_unlock releases every hold this session has on the policy's
--- advisory lock: after a pass, and before the next one, in case an aborted
--- call (a cancel between steps) left one behind on a pooled connection.
+-- advisory lock (an aborted call may have left one on a pooled connection).
 CREATE OR REPLACE FUNCTION _retention_unlock(p_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -42,10 +35,8 @@ END
 $$;
 
 -- _retention_begin starts a pass and returns its id, or NULL when there is
--- nothing to do: the policy keeps rows forever, or (exclusive) another
--- cleaner holds it.
--- A begin that fails gives back the advisory lock it may have taken (a
--- session-level lock outlives the rollback).
+-- nothing to do (the policy keeps rows forever, or another cleaner holds
+-- it). On failure it gives back the advisory lock, which outlives a rollback.
 CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -103,14 +94,11 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
--- _retention_step_claim does the bookkeeping of one step (as <schema>_owner)
--- and returns the step (a retention_step, of the kind the unit's kind
--- makes it): 'plan' (take the planning sample, then
--- _retention_plan_from_sample), 'delete' (the unit is locked for this
--- transaction), 'detach' (a drop unit of the leaf target: detach it and the
--- sweep's other droppable leaves of its parent), 'release' (a detached
--- unit: drop the sweep's detached tables), or no kind, with more false
--- when the pass is over (outcome recorded) and true to be called again.
+-- _retention_step_claim does the bookkeeping of one step and returns it:
+-- 'plan' (sample, then _retention_plan_from_sample), 'delete' (the unit
+-- locked for this transaction), 'detach' (a drop unit: its leaf and the
+-- sweep's other droppable leaves of its parent), 'release' (drop the sweep's
+-- detached tables), or no kind: more says whether to call again.
 CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint)
 RETURNS retention_step
 LANGUAGE plpgsql
@@ -132,9 +120,8 @@ BEGIN
     END IF;
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
-    -- The budget bounds the pass; a pass always gets its first batch.
-    -- A pass whose steps are claimed and never recorded (retention_step_claim
-    -- alone, in a loop) still ends: a lease TTL after its deadline.
+    -- The budget bounds the pass, which always gets its first batch; one
+    -- whose claims are never recorded ends a lease TTL after its deadline.
     IF v_now >= v_pass.deadline AND (v_pass.batches > 0 OR v_now >= v_pass.deadline + v_pol.lease_ttl) THEN
         UPDATE retention_pass SET outcome = 'budget' WHERE id = p_pass;
         RETURN o;
@@ -155,28 +142,34 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claim a unit. SKIP LOCKED: a unit another cleaner is on is skipped,
-    -- never waited for; a unit this pass deferred (a row of it was locked by
-    -- another transaction past retention_lock_timeout) waits for a later pass.
+    -- Claim a unit, skipping those other cleaners are on, those this pass
+    -- deferred, and those a runner holds (retention_detach.sql) unless the
+    -- claim expired on a leaf still attached.
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
+       AND (u.owner IS NULL OR (u.expires_at <= v_now AND NOT u.counted
+                                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
+                                                 WHERE i.inhrelid = u.leaf AND i.inhdetachpending)))
      ORDER BY u.sweep_id, u.unit_no
      LIMIT 1
        FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        -- A pass works one sweep: it joins the open one or plans one. Units
-        -- left but locked belong to cleaners that will finish them.
+    IF FOUND AND v_unit.owner IS NOT NULL THEN
+        UPDATE retention_unit u SET owner = NULL, expires_at = NULL
+         WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = v_unit.unit_no
+        RETURNING * INTO v_unit;
+    END IF;
+    IF v_unit.policy IS NULL THEN
+        -- A pass works one sweep: it joins the open one or plans one.
         IF v_pass.deferred > 0 THEN
             UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
             RETURN o;
         END IF;
         IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
-           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+           OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
             UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
             RETURN o;
         END IF;
-        -- Plan under the policy row's lock, taken without waiting; a cleaner
-        -- that finds it taken polls briefly for the units being planned.
+        -- Plan under the policy row's lock, taken without waiting.
         PERFORM 1 FROM retention_policy WHERE name = v_pol.name FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             IF v_now >= v_pass.deadline THEN -- the row stayed locked (a register left open?)
@@ -187,7 +180,7 @@ BEGIN
             o.more := true;
             RETURN o;
         END IF;
-        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name) THEN
+        IF EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
             o.more := true; -- planned and committed by another cleaner just now
             RETURN o;
         END IF;
@@ -205,30 +198,22 @@ BEGIN
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    -- A distributed table's unit names its shard (retention_shards.sql): a
-    -- shard that is gone (split, redistributed) leaves its rows to the next sweep.
+    -- a shard gone since the plan leaves its rows to the next sweep
     IF v_unit.shard_id IS NOT NULL
        AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
-        DELETE FROM retention_unit
-         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
         o.more := true;
         RETURN o;
     END IF;
-    -- A partitioned policy's unit names its leaf (retention_partition.sql);
-    -- a detached unit names the table an earlier step detached
-    -- (detached_table): _retention_release_claim checks it.
+    -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have
+    -- USAGE on its schema), still a partition (one detached since the plan
+    -- is no longer the policy's table).
     IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
-        -- by the catalog, not to_regclass: this runs as <schema>_owner, which
-        -- need not have USAGE on the table's schema
-        -- still a partition: a table detached since the plan (by a
-        -- runner's DETACH ... CONCURRENTLY whose rename failed, by a DBA) is
-        -- no longer the policy's table, never swept
         SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
-        IF v_target IS NULL THEN -- the leaf is gone (dropped or detached by someone else): nothing left to do
-            DELETE FROM retention_unit
-             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+        IF v_target IS NULL THEN
+            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
             o.more := true;
             RETURN o;
         END IF;
@@ -248,9 +233,7 @@ BEGIN
     o.unit_no := v_unit.unit_no;
     o.shard_id := v_unit.shard_id;
     o.target := v_target;
-    -- The cap: a sweep's cutoff is never later than now() - older_than of
-    -- the policy as it is now (it may have been planned with a later clock,
-    -- or before older_than grew).
+    -- never later than now() - older_than of the policy as it is now
     o.cutoff := least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()));
     RETURN o;
 END
@@ -259,43 +242,31 @@ $$;
 -- _retention_step_done records a unit's batch: the unit is done.
 CREATE OR REPLACE FUNCTION _retention_step_done(p_pass bigint, p_unit retention_unit, p_strategy text, p_deleted bigint)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_now timestamptz;
-BEGIN
-    DELETE FROM retention_unit
-     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
-    v_now := clock_timestamp(); -- after the DELETE: the pass deleted until now
-    UPDATE retention_pass
+    DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (p_unit.policy, p_unit.sweep_id, p_unit.unit_no);
+    UPDATE retention_pass -- last_batch_at after the DELETE: the pass deleted until then
        SET rows_deleted = rows_deleted + p_deleted, batches = batches + 1, units = units + 1,
-           last_batch_at = v_now, strategy = p_strategy
+           last_batch_at = pg_catalog.clock_timestamp(), strategy = p_strategy
      WHERE id = p_pass;
-END
 $$;
 
--- _retention_step_deferred leaves a unit to a later pass: one of its rows
--- was locked by another transaction for longer than retention_lock_timeout.
--- The cleaner never waits longer than that on anyone (an idle-in-transaction
--- session cannot stall a policy) and never deletes a row it could not lock,
--- so it cannot delete a row that is no longer eligible.
+-- _retention_step_deferred leaves a unit to a later pass: a row of it was
+-- locked past retention_lock_timeout.
 CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    UPDATE retention_unit SET deferred_pass = p_pass
-     WHERE policy = p_unit.policy AND sweep_id = p_unit.sweep_id AND unit_no = p_unit.unit_no;
+    UPDATE retention_unit u SET deferred_pass = p_pass
+     WHERE (u.policy, u.sweep_id, u.unit_no) = (p_unit.policy, p_unit.sweep_id, p_unit.unit_no);
     UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
-END
 $$;
 
--- _retention_detach_claim gathers a detach step's leaves: p_leaf (the
--- claimed unit's) and the leaves of the sweep's other drop units under the
--- same parent that are still attached, droppable and not taken by another
--- cleaner (FOR UPDATE SKIP LOCKED), at most 64 in all.
+-- _retention_detach_claim gathers a detach step's leaves: p_leaf and those
+-- of the sweep's other free drop units under the same parent that are still
+-- droppable, at most 64 in all.
 CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
     p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
 LANGUAGE plpgsql
@@ -313,7 +284,7 @@ BEGIN
     FOR v_unit IN
         SELECT * FROM retention_unit u
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
-           AND u.kind = 'drop' AND u.deferred_pass IS DISTINCT FROM p_pass
+           AND u.kind = 'drop' AND u.owner IS NULL AND u.deferred_pass IS DISTINCT FROM p_pass
          ORDER BY u.unit_no
            FOR UPDATE SKIP LOCKED
     LOOP
@@ -332,12 +303,10 @@ END
 $$;
 
 -- _retention_step_detached records a detach step from the catalog: a leaf
--- now named pgsweep_detached_<oid> and out of its parent was detached: its
--- unit is marked so (kind detached, the oid its detached_table) and left to a later pass,
--- which drops the table; the pass counts its rows (p_rows, all the detached
--- leaves') and the partition. A leaf still attached (locked by another
--- transaction, or the whole step rolled back) is deferred to a later pass.
--- p_premarked: retention_step_record ('detaching') counted every leaf already.
+-- out of its parent as pgsweep_detached_<oid> makes its unit detached (a
+-- later pass drops the table) and counts (p_rows: all detached leaves'); a
+-- leaf still attached is deferred. p_premarked: the 'detaching' record
+-- counted every leaf already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
@@ -377,12 +346,9 @@ END
 $$;
 
 -- _retention_release_claim gathers a release step's tables: the sweep's
--- detached units not taken by another cleaner (p_unit's included). A unit
--- whose table is no longer the one it detached (dropped, re-attached,
--- renamed), that the policy's owner can no longer drop (the policy changed
--- hands), or that something else depends on (a view made on it since, a
--- foreign key to it) is closed and its table left alone (a NOTICE names it):
--- a DROP that fails would fail every pass.
+-- free detached units. A table no longer the one detached, not the policy
+-- owner's, or depended on (DROP would fail every pass) is left alone, its
+-- unit closed, with a NOTICE.
 CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
     OUT o_units int[], OUT o_tables oid[])
 LANGUAGE plpgsql
@@ -415,17 +381,14 @@ BEGIN
                 RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
                     p_unit.policy, v_unit.detached_table::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
             END IF;
-            DELETE FROM retention_unit
-             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no;
+            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
         END IF;
     END LOOP;
 END
 $$;
 
 -- _retention_step_released records a release step: a unit whose table is
--- gone is done; one whose table is still there (locked past lock_timeout by
--- another transaction) is deferred to a later pass. A release is not a
--- batch: the pass goes on to plan its own sweep.
+-- gone is done, else deferred. A release is not a batch.
 CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
 RETURNS void
 LANGUAGE plpgsql
@@ -455,41 +418,20 @@ $$;
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_pass retention_pass;
-    v_pol retention_policy;
-    v_sweep_id bigint;
-BEGIN
-    PERFORM _check_now('p_now', p_now);
-    SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
-    SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    v_sweep_id := _retention_plan(v_pol, p_now, v_pass.owner, p_pct, p_fraction, p_sampled, p_times);
-    UPDATE retention_pass SET planned_sweep = v_sweep_id WHERE id = p_pass;
-END
+    SELECT _check_now('p_now', p_now);
+    UPDATE retention_pass s SET planned_sweep = _retention_plan(r, p_now, s.owner, p_pct, p_fraction, p_sampled, p_times)
+      FROM retention_policy r WHERE s.id = p_pass AND r.name = s.policy;
 $$;
 
--- Step routines (docs/security.md, "Step routines"). retention_run and
--- maintain run as their caller, so they call only these, never an internal
--- (underscore) routine, and their caller may call them too, in any order:
---   retention_step_begin   opens a pass for this session (no clock: a pinned
---                          clock is _retention_begin's, S_owner's alone);
---   retention_step         one step (retention_sql.sql): claim, the
---                          statement as the table's owner, record;
---   retention_step_end     records the end of this session's pass;
---   retention_step_unlock  gives back this session's advisory lock on a policy.
--- Every one that names a pass checks that this session opened it
--- (_retention_pass_check): pid and, since a pid is reused, a pass begun
--- before the server started is nobody's.
+-- Step routines (docs/security.md, "Step routines"): retention_run and
+-- maintain run as their caller and call only these (begin, step, end,
+-- unlock); each that names a pass checks this session opened it.
 
 -- _retention_pass_check: this session's running pass p_pass (NULL when it
--- no longer exists: its policy was unregistered during the pass); 42501
--- when it is another session's or over.
+-- no longer exists); 42501 when it is another session's or over.
 CREATE OR REPLACE FUNCTION _retention_pass_check(p_pass bigint)
 RETURNS retention_pass
 LANGUAGE plpgsql
@@ -507,54 +449,39 @@ BEGIN
 END
 $$;
 
--- retention_step_begin opens a pass of p_name for this session (see
--- _retention_begin): its id, or NULL when there is nothing to do.
+-- retention_step_begin opens a pass of p_name for this session (_retention_begin).
 CREATE OR REPLACE FUNCTION retention_step_begin(p_name text, p_owner text, p_budget interval)
 RETURNS bigint
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT _retention_begin(p_name, p_owner, p_budget, NULL) $$;
 
--- retention_step_end records the end of this session's pass p_pass (an
--- error when p_error is given) and releases its lease; the caller commits,
--- then gives the advisory lock back (retention_step_unlock).
+-- retention_step_end records the end of this session's pass (an error with
+-- p_error); the caller commits, then calls retention_step_unlock.
 CREATE OR REPLACE FUNCTION retention_step_end(p_pass bigint, p_error text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF _retention_pass_check(p_pass) IS NULL THEN
-        RETURN;
-    END IF;
-    PERFORM _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000));
-END
+    SELECT _retention_finish(p_pass, CASE WHEN p_error IS NOT NULL THEN 'error' END, left(p_error, 2000))
+     WHERE NOT (_retention_pass_check(p_pass) IS NULL);
 $$;
 
--- retention_step_unlock: this session's advisory lock on a policy, given
--- back (_retention_unlock); a session can only ever release its own. The
--- name rule as in _retention_begin (a name it refuses never took a lock),
--- unless p_name is a registered policy's (maintain unlocks retention_due's
--- names, one registered before 0.34's rule included).
+-- retention_step_unlock gives back this session's advisory lock on a policy;
+-- the name rule applies unless p_name is a registered policy's.
 CREATE OR REPLACE FUNCTION retention_step_unlock(p_name text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name) THEN
-        PERFORM _check_text('p_name', p_name);
-    END IF;
-    PERFORM _retention_unlock(p_name);
-END
+    SELECT _check_text('p_name', p_name) WHERE NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_name);
+    SELECT _retention_unlock(p_name);
 $$;
 
--- _retention_run_role: the role a statement on p_rel (the policy's table,
--- or one of its leaves) runs as: the table's owner when the policy's owner
--- is that role or a member of it (then the table's code -- triggers, rules,
--- row-level security, domains, defaults -- runs as the role that wrote it),
--- else NULL: a leaf is then skipped, and the policy's own table is swept as
--- the policy's owner (a grantee's DELETE, as PostgreSQL runs any).
+-- _retention_run_role: the role a statement on p_rel (the policy's table or
+-- a leaf) runs as: the table's owner when the policy's owner is or is a
+-- member of it (the table's code then runs as the role that wrote it), else
+-- NULL (a leaf is skipped; the policy's table is swept as the policy's owner).
 CREATE OR REPLACE FUNCTION _retention_run_role(p_pol retention_policy, p_rel regclass)
 RETURNS regrole
 LANGUAGE sql STABLE
@@ -565,16 +492,12 @@ AS $$
       FROM pg_catalog.pg_class c WHERE c.oid = p_rel
 $$;
 
--- retention_step_claim: the bookkeeping of one step of this session's pass
--- p_pass, as <schema>_owner, and the statement retention_step runs. o_kind
--- NULL: nothing to run (o_more: call again); else o_kind is 'sample',
--- 'delete', 'detach' or 'release', run as o_role (the table's owner, or
--- o_owner, the policy's) with the body o_body
--- (built now from the stored policy and the catalog), the settings
--- o_settings and the parameters ($1, $2 of type o_type as text, $3 the
--- cutoff, never later than now() - older_than, $4 the statuses, $5 the
--- filter values). What it handed out is kept on the pass (step) for
--- retention_step_record. A built-in policy's step runs here whole.
+-- retention_step_claim: one step of this session's pass, as <schema>_owner,
+-- and the statement retention_step runs: o_kind NULL (nothing to run; o_more:
+-- call again), or 'sample', 'delete', 'detach', 'release', run as o_role with
+-- the body o_body, the settings o_settings and $1, $2 (o_type, as text), $3
+-- the cutoff, $4 the statuses, $5 the filter values. The step is kept on the
+-- pass for retention_step_record. A built-in policy's step runs here whole.
 CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
     OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
     OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
@@ -589,7 +512,6 @@ DECLARE
     v_b record;
     v_run record;
     v_sql text;
-    v_rel regclass;
 BEGIN
     o_more := false;
     IF _retention_pass_check(p_pass) IS NULL THEN
@@ -610,50 +532,41 @@ BEGIN
     o_statuses := v_pol.statuses;
     o_filters := v_pol.filter_values;
 
-    IF v_pol.owner = _owner_role() THEN
-        -- A built-in policy: pgsweep's own table, as <schema>_owner, here.
-        IF v.kind = 'plan' AND v.pct IS NOT NULL THEN
-            v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.pct, NULL::double precision, o_cutoff);
-            PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, v_run.fraction, v_run.sampled, v_run.times);
-        ELSIF v.kind = 'plan' THEN
-            PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
-        ELSIF v.kind = 'delete' THEN
-            BEGIN
-                IF v.strategy = 'tid_range' THEN
-                    v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy,
-                        format('(%s,0)', v_unit.block_lo)::tid, format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))::tid,
-                        o_cutoff);
-                ELSE
-                    v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
-                END IF;
-            EXCEPTION WHEN lock_not_available THEN
-                PERFORM _retention_step_deferred(p_pass, v_unit);
-                RETURN;
-            END;
-            PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
-        END IF;
+    IF v.kind = 'plan' AND v.pct IS NULL THEN -- an empty or a partitioned table: no sample
+        PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
+        RETURN;
+    ELSIF v_pol.owner = _owner_role() AND v.kind = 'plan' THEN -- a built-in policy: its step runs here whole
+        v_run := _retention_builtin_exec(o_policy, 'sample', NULL, v.pct, NULL::double precision, o_cutoff);
+        PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, v_run.fraction, v_run.sampled, v_run.times);
+        RETURN;
+    ELSIF v_pol.owner = _owner_role() THEN
+        BEGIN
+            IF v.strategy = 'tid_range' THEN
+                v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, format('(%s,0)', v_unit.block_lo)::tid,
+                    format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))::tid, o_cutoff);
+            ELSE
+                v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM _retention_step_deferred(p_pass, v_unit);
+            RETURN;
+        END;
+        PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
         RETURN;
     END IF;
 
     o_role := v_pol.owner;
     CASE v.kind
     WHEN 'plan' THEN
-        IF v.pct IS NULL THEN -- an empty table, or a partitioned one (planned per leaf): no sample
-            PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
-            RETURN;
-        END IF;
         o_kind := 'sample';
         o_type := 'pg_catalog.float8';
         o_lo := v.pct::text;
         v_sql := _retention_sample_sql(v_pol, v.pct);
-        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
-        o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+        o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
     WHEN 'detach' THEN
-        -- every droppable leaf of the parent in one transaction
-        -- (retention_partition.sql); droppable: the policy's owner owns
-        -- the leaves and the parent, so it is their owner who runs it
+        -- the parent's droppable leaves in one transaction, as their owner
         v_b := _retention_detach_claim(p_pass, v_unit, v.target::regclass, o_cutoff);
-        IF v_b.o_parent IS NULL THEN -- no longer a partition (a runner's concurrent detach): its own step finds out
+        IF v_b.o_parent IS NULL THEN -- no longer a partition
             PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
             RETURN;
         END IF;
@@ -661,7 +574,6 @@ BEGIN
         v.oids := v_b.o_leaves;
         v_sql := _retention_detach_body(v_b.o_parent, v.oids);
     WHEN 'release' THEN
-        -- drop the tables earlier passes detached; no lock on the parent
         v_b := _retention_release_claim(p_pass, v_unit);
         IF cardinality(v_b.o_tables) = 0 THEN
             RETURN;
@@ -681,27 +593,18 @@ BEGIN
                        v.target::regclass::text, (SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c WHERE c.oid = v.target),
                        v_pol.owner::text)
                  WHERE id = p_pass;
-                DELETE FROM retention_unit u
-                 WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = v_unit.unit_no;
+                DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
                 o_kind := NULL;
                 RETURN;
             END IF;
         ELSE
-            v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
-            o_role := coalesce(_retention_run_role(v_pol, v_rel), o_role);
+            o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
         END IF;
-        IF v.strategy = 'tid_range' THEN
-            o_type := 'pg_catalog.tid';
-            o_lo := format('(%s,0)', v_unit.block_lo);
-            o_hi := format('(%s,0)', coalesce(v_unit.block_hi, 4294967295));
-        ELSE
-            o_type := 'pg_catalog.timestamptz';
-            o_lo := v_unit.time_lo::text;
-            o_hi := v_unit.time_hi::text;
-        END IF;
-        IF v.shard_id IS NULL THEN
-            v_sql := _retention_sweep_sql(v_pol, v.strategy, v.target::regclass);
-        END IF;
+        o_type := CASE v.strategy WHEN 'tid_range' THEN 'pg_catalog.tid' ELSE 'pg_catalog.timestamptz' END;
+        o_lo := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', v_unit.block_lo) ELSE v_unit.time_lo::text END;
+        o_hi := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))
+                ELSE v_unit.time_hi::text END;
+        v_sql := CASE WHEN v.shard_id IS NULL THEN _retention_sweep_sql(v_pol, v.strategy, v.target::regclass) END;
     END CASE;
     IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
         o_kind := v.kind;
@@ -719,16 +622,10 @@ BEGIN
 END
 $$;
 
--- retention_step_record records what the statement of the step that
--- retention_step_claim handed out did (p_phase 'done'), or that it found a
--- lock held past retention_lock_timeout ('locked': its units wait for a
--- later pass), or, for a detach, that it is about to run ('detaching').
--- It acts only on the unit the claim handed out to this session's pass:
--- a record without a claim changes nothing.
--- The arguments are checked first (22023): p_phase one of the three,
--- p_deleted and p_sampled not negative, p_fraction a fraction (0 to 1).
--- p_times is the sample's times, as many as the sample found (no cap: the
--- plan cuts at most 100000 windows from it).
+-- retention_step_record records what the claimed step's statement did
+-- (p_phase 'done'), that it met a lock past retention_lock_timeout
+-- ('locked'), or that a detach is about to run ('detaching'), for the unit
+-- the claim handed out only. p_times: the sample's times.
 CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS void
@@ -773,13 +670,9 @@ BEGIN
     END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
-            -- Recorded before the step runs, as if every leaf will be
-            -- detached: each unit marked detached (left to a later pass,
-            -- which drops the table), the pass's batch and partitions
-            -- counted. Done before the parent is locked, so that the lock is
-            -- held for the detaches and little else; corrected when a leaf
-            -- stays (_retention_step_detached), rolled back with the
-            -- detaches when the parent's lock is not granted.
+            -- Recorded before the parent is locked, as if every leaf will be
+            -- detached, so that the lock is held for the detaches alone;
+            -- corrected when a leaf stays (_retention_step_detached).
             UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
               FROM unnest(v.units, v.oids) l(unit_no, oid)
              WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no;
@@ -789,10 +682,7 @@ BEGIN
                    last_batch_at = clock_timestamp(), strategy = v.strategy, step = v
              WHERE id = p_pass;
         ELSIF p_phase = 'locked' THEN
-            -- the parent (or the default partition) stayed locked past
-            -- retention_lock_timeout, or a session that holds the parent
-            -- waited for a leaf this step held: nothing was detached (the
-            -- premark rolled back with it), a later pass retries
+            -- nothing was detached (the premark rolled back with it)
             PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, 0, v.strategy, false);
         ELSIF p_sampled = cardinality(v.oids) AND v.premarked THEN
             UPDATE retention_pass SET rows_deleted = rows_deleted + v_deleted WHERE id = p_pass;
@@ -803,12 +693,8 @@ BEGIN
     ELSIF v.kind = 'release' THEN
         PERFORM _retention_step_released(p_pass, v_unit, v.units, v.oids);
     ELSIF p_phase = 'locked' THEN
-        -- A row of the unit stayed locked past retention_lock_timeout: the
-        -- batch rolled back whole; a later pass takes the unit.
         PERFORM _retention_step_deferred(p_pass, v_unit);
-    -- A shard's batch reads at most batch_size rows of its unit: one that
-    -- read that many and deleted some leaves the unit open for the next
-    -- batch (retention_shards.sql).
+    -- a shard's batch that read batch_size rows leaves its unit open
     ELSIF v.shard_id IS NOT NULL AND v_deleted > 0
           AND p_sampled >= (SELECT r.batch_size FROM retention_policy r WHERE r.name = v_pass.policy) THEN
         UPDATE retention_pass
@@ -821,8 +707,7 @@ BEGIN
 END
 $$;
 
--- _retention_finish records the end of a pass and releases its lease. The
--- caller commits, then releases the advisory lock (_retention_unlock).
+-- _retention_finish records the end of a pass and releases its lease.
 CREATE OR REPLACE FUNCTION _retention_finish(p_pass bigint, p_outcome text, p_error text)
 RETURNS void
 LANGUAGE plpgsql

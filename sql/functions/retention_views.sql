@@ -3,72 +3,34 @@
 -- retention_passes: the pass history. A pass still marked running whose
 -- session is gone (killed, crashed) shows as abandoned.
 CREATE OR REPLACE VIEW retention_passes AS
-SELECT p.id,
-       p.policy,
-       p.owner,
-       p.mode,
-       p.strategy,
+SELECT p.id, p.policy, p.owner, p.mode, p.strategy,
        CASE WHEN p.outcome = 'running' AND NOT EXISTS (
                 SELECT 1 FROM pg_catalog.pg_stat_activity a
                  WHERE a.pid = p.pid AND (a.backend_start IS NULL OR a.backend_start = p.backend_start))
             THEN 'abandoned' ELSE p.outcome END AS outcome,
-       p.started_at,
-       p.finished_at,
-       p.last_batch_at,
+       p.started_at, p.finished_at, p.last_batch_at,
        coalesce(p.finished_at, p.last_batch_at, p.started_at) - p.started_at AS elapsed,
-       p.rows_deleted,
-       p.batches,
-       p.units,
-       p.lease_token,
-       p.planned_sweep,
-       p.error,
-       p.deferred,
-       p.partitions_dropped
+       p.rows_deleted, p.batches, p.units, p.lease_token, p.planned_sweep, p.error, p.deferred, p.partitions_dropped
   FROM retention_pass p;
 
 -- retention_policies: every policy with its last pass.
 CREATE OR REPLACE VIEW retention_policies AS
-SELECT r.name,
-       format('%I.%I', r.table_schema, r.table_name) AS table_name,
-       r.time_column,
-       r.time_type,
-       r.older_than,
-       r.status_column,
-       r.statuses,
-       r.filter_column,
-       r.filter_values,
-       r.batch_size,
-       r.mode,
-       r.run_interval,
-       coalesce(r.time_zone, current_setting('TimeZone')) AS time_zone,
-       r.lease_ttl,
-       r.strategy,
-       (SELECT count(*) FROM retention_unit u WHERE u.policy = r.name) AS open_units,
-       lp.started_at AS last_started_at,
-       lp.finished_at AS last_finished_at,
-       lp.outcome AS last_outcome,
-       lp.owner AS last_owner,
-       lp.strategy AS last_strategy,
-       lp.rows_deleted AS last_rows_deleted,
-       lp.batches AS last_batches,
-       lp.elapsed AS last_elapsed,
-       lp.error AS last_error,
+SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
+       r.time_column, r.time_type, r.older_than, r.status_column, r.statuses, r.filter_column, r.filter_values,
+       r.batch_size, r.mode, r.run_interval, coalesce(r.time_zone, current_setting('TimeZone')) AS time_zone,
+       r.lease_ttl, r.strategy, (SELECT count(*) FROM retention_unit u WHERE u.policy = r.name) AS open_units,
+       lp.started_at AS last_started_at, lp.finished_at AS last_finished_at, lp.outcome AS last_outcome,
+       lp.owner AS last_owner, lp.strategy AS last_strategy, lp.rows_deleted AS last_rows_deleted,
+       lp.batches AS last_batches, lp.elapsed AS last_elapsed, lp.error AS last_error,
        r.owner -- every run deletes as this role: maintenance needs GRANT <owner> TO <its role>
   FROM retention_policy r
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
 
--- retention_due lists the policies that are due, oldest first: what
--- maintain() runs. A policy is due when its interval has passed since its
--- last pass began (or it never ran), and at once when its last pass left
--- work behind: it stopped on its budget ('budget'), lost its lease
--- ('lease_lost'), skipped units a transaction held locked ('deferred'), or
--- its session died mid-pass (still 'running' with the session gone:
--- abandoned, e.g. a runner stopped by SIGTERM or kill -9). A pass that ended
--- in an error waits for the interval (a persistent error would otherwise
--- repeat every pass). Policies that keep rows forever are never due.
--- retention_due() reads the database clock; the p_now overload pins it,
--- for tests (S_owner only: no role but the owner passes a clock).
+-- retention_due lists the policies that are due, oldest first: its interval
+-- passed since its last pass began, or at once when that pass left work
+-- behind (budget, lease_lost, deferred, detached tables, or abandoned); an
+-- error waits for the interval. The p_now overload is for tests (S_owner).
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE

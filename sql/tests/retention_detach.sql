@@ -3,7 +3,7 @@
 -- statement itself cannot run in a transaction block: the Go tests run it
 -- (retention_detach_test.go).
 BEGIN;
-SELECT plan(50);
+SELECT plan(54);
 
 CREATE SCHEMA rd;
 CREATE TABLE rd.events (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
@@ -27,7 +27,7 @@ SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('', '2026-01-09 
 SELECT throws_ok($$SELECT * FROM pgsweep.retention_detach_claim('tap', 'infinity')$$, '22023', NULL,
     'claim: a clock that is not near the database''s is refused');
 SELECT throws_ok($$SELECT pgsweep.retention_detach_done(NULL, 1)$$, '22023', NULL, 'done: a NULL owner is refused');
-SELECT is((SELECT count(*) FROM pgsweep.retention_detaching), 0::bigint, 'bad input claimed nothing');
+SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE owner IS NOT NULL), 0::bigint, 'bad input claimed nothing');
 
 -- claims: the two expired leaves of events, none of logs (DEFAULT)
 CREATE TEMP TABLE c1 AS SELECT * FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00');
@@ -57,6 +57,8 @@ SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('other', '2026-01
     'another runner gets nothing while the claims hold');
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')), 2::bigint,
     'the holder gets them again');
+SELECT is((SELECT array_agg(leaf_name ORDER BY leaf_name) FROM pgsweep.retention_unit WHERE owner = 'tap'),
+    ARRAY['events_d1', 'events_d2'], 'the claims are drop units of the policy''s sweep: one plan for the runner and the pass');
 
 -- the pass leaves claimed leaves to the runner
 CREATE FUNCTION pg_temp.run(p_name text, p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
@@ -102,24 +104,28 @@ DO $$ BEGIN EXECUTE format('DROP TABLE rd.%I', 'pgsweep_detached_c' || (SELECT o
 SELECT is((pgsweep.retention_detach_done('tap', (SELECT oid FROM d1)))::text, '(dropped,)', 'then recorded as dropped');
 SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
     'and counted once');
-SELECT is((SELECT count(*) FROM pgsweep.retention_detaching WHERE leaf = (SELECT oid FROM d1)), 0::bigint, 'its claim is gone');
+SELECT is((SELECT count(*) FROM pgsweep.retention_unit WHERE leaf = (SELECT oid FROM d1)), 0::bigint, 'its claim is gone');
 
+-- a claim made by hand: a drop unit of the policy's sweep, held by tap
+CREATE FUNCTION pg_temp.claim(p_leaf regclass, p_name text) RETURNS void LANGUAGE sql AS $$
+    DELETE FROM pgsweep.retention_unit WHERE policy = 'events' AND leaf_name = p_name;
+    INSERT INTO pgsweep.retention_unit (policy, sweep_id, unit_no, leaf_schema, leaf_name, kind, leaf, owner, expires_at)
+    SELECT 'events', max(s.id), 1000 + (SELECT count(*) FROM pgsweep.retention_unit)::int, 'rd', p_name, 'drop', p_leaf, 'tap',
+           now() + interval '30 seconds'
+      FROM pgsweep.retention_sweep s WHERE s.policy = 'events';
+$$;
 -- a claimed leaf that someone else detached (a DBA keeping the table): not
 -- counted, never dropped, the claim closed
-INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
-VALUES ('rd.events_d2'::regclass, 'events', 'rd.events'::regclass, 'rd', 'events_d2',
-        (SELECT relowner FROM pg_class WHERE oid = 'rd.events_d2'::regclass), 'tap', now(), now() + interval '30 seconds');
+SELECT pg_temp.claim('rd.events_d2', 'events_d2');
 ALTER TABLE rd.events DETACH PARTITION rd.events_d2;
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00') WHERE leaf = 'rd.events_d2'::regclass),
     0::bigint, 'a table someone else detached is not claimed for DROP');
 SELECT ok(to_regclass('rd.events_d2') IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_detaching WHERE leaf = 'rd.events_d2'::regclass),
+          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE leaf = 'rd.events_d2'::regclass),
     'it is left in place, its claim closed');
 SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
     'and not counted');
-INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
-VALUES ('rd.events_d2'::regclass, 'events', 'rd.events'::regclass, 'rd', 'events_d2',
-        (SELECT relowner FROM pg_class WHERE oid = 'rd.events_d2'::regclass), 'tap', now(), now() + interval '30 seconds');
+SELECT pg_temp.claim('rd.events_d2', 'events_d2');
 SELECT is((pgsweep.retention_detach_done('tap', 'rd.events_d2'::regclass)).state, 'taken',
     'recorded after its DETACH failed: taken, not counted');
 SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy = 'detach_concurrently'), 24::numeric,
@@ -129,9 +135,7 @@ SELECT is((SELECT sum(rows_deleted) FROM pgsweep.retention_passes WHERE strategy
 -- it): its DROP would fail every call; left in place, the claim closed
 CREATE TABLE rd.events_d3 PARTITION OF rd.events FOR VALUES FROM ('2026-01-03 00:00+00') TO ('2026-01-04 00:00+00');
 CREATE TEMP TABLE d3 AS SELECT 'rd.events_d3'::regclass::oid AS oid;
-INSERT INTO pgsweep.retention_detaching (leaf, policy, parent, leaf_schema, leaf_name, leaf_owner, owner, began_at, expires_at)
-VALUES ((SELECT oid FROM d3), 'events', 'rd.events'::regclass, 'rd', 'events_d3',
-        (SELECT relowner FROM pg_class WHERE oid = (SELECT oid FROM d3)), 'tap', now(), now() + interval '30 seconds');
+SELECT pg_temp.claim((SELECT oid FROM d3)::regclass, 'events_d3');
 ALTER TABLE rd.events DETACH PARTITION rd.events_d3;
 DO $$ BEGIN EXECUTE format('ALTER TABLE rd.events_d3 RENAME TO %I', 'pgsweep_detached_c' || (SELECT oid FROM d3)); END $$;
 SELECT is((pgsweep.retention_detach_done('tap', (SELECT oid FROM d3)))::text, '(detached,0)',
@@ -140,7 +144,7 @@ DO $$ BEGIN EXECUTE format('CREATE VIEW rd.keep AS SELECT * FROM rd.%I', 'pgswee
 SELECT is((SELECT count(*) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00') WHERE leaf = (SELECT oid FROM d3)),
     0::bigint, 'a view on it: not claimed for DROP');
 SELECT ok(EXISTS (SELECT 1 FROM pg_class WHERE oid = (SELECT oid FROM d3))
-          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_detaching WHERE leaf = (SELECT oid FROM d3)),
+          AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE leaf = (SELECT oid FROM d3)),
     'it is left in place, its claim closed');
 
 -- a pass that planned leaves before a runner detached them: one renamed
@@ -182,7 +186,7 @@ SELECT is((SELECT array_agg(leaf_name || ' ' || action ORDER BY leaf_name) FROM 
 SELECT is((SELECT reason FROM c2 WHERE action = 'skip'),
     format('partition rd.own_o1 is owned by rd_other, not by the policy''s owner %s: the runner acts only on its tables', current_user),
     'the reason names the table and both roles');
-SELECT ok(NOT EXISTS (SELECT 1 FROM pgsweep.retention_detaching WHERE leaf = 'rd.own_o1'::regclass)
+SELECT ok(NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE leaf = 'rd.own_o1'::regclass AND owner IS NOT NULL)
           AND (SELECT act_as IS NULL AND rename_to IS NULL FROM c2 WHERE action = 'skip'),
     'a skip is not a claim and names no role to act as');
 ALTER TABLE rd.own OWNER TO rd_other;
@@ -190,6 +194,20 @@ ALTER TABLE rd.own_o1 OWNER TO current_user;
 SELECT is((SELECT array_agg(action || ' ' || split_part(reason, ' ', 1)) FROM pgsweep.retention_detach_claim('tap', '2026-01-09 12:00+00')
             WHERE policy = 'own' AND leaf = 'rd.own_o1'::regclass), ARRAY['skip parent'],
     'a parent owned by another role: its leaves are skipped too');
+
+-- a claim whose runner died, on a leaf still attached: the pass takes the
+-- unit over once the claim expires, not before
+CREATE TABLE rd.tk (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE rd.tk_1 PARTITION OF rd.tk FOR VALUES FROM ('2026-01-01 00:00+00') TO ('2026-01-02 00:00+00');
+SELECT pgsweep.retention_register('tk', 'rd.tk', 'at', '1 day');
+SELECT is((SELECT array_agg(action) FROM pgsweep.retention_detach_claim('dead', '2026-01-09 12:00+00') WHERE policy = 'tk'),
+    ARRAY['detach'], 'a runner claims the leaf');
+SELECT pg_temp.run('tk', '2026-01-09 12:00+00');
+SELECT ok(to_regclass('rd.tk_1') IS NOT NULL, 'a pass leaves it while the claim holds');
+UPDATE pgsweep.retention_unit SET expires_at = now() - interval '1 second' WHERE owner = 'dead';
+SELECT pg_temp.run('tk', '2026-01-09 12:00+00');
+SELECT ok(to_regclass('rd.tk_1') IS NULL AND NOT EXISTS (SELECT 1 FROM pgsweep.retention_unit WHERE owner = 'dead'),
+    'the claim expired: the pass detaches the leaf itself');
 
 -- the rows come from the catalog, never from the caller or a scan
 SELECT is(pgsweep._retention_detach_estimate('rd.events_d9'::regclass), 0::bigint, 'no statistics yet: 0');
