@@ -129,7 +129,7 @@ func value[T any](t *testing.T, b *browser, a chromedp.Action[T]) T {
 // (kept with go test -artifacts).
 func (b *browser) screenshot(t *testing.T, name string) {
 	t.Helper()
-	png := value(t, b, chromedp.FullScreenshot(90))
+	png := value(t, b, chromedp.FullScreenshot(100)) // 100: PNG (lower is JPEG)
 	if len(png) == 0 {
 		t.Fatalf("screenshot %s is empty", name)
 	}
