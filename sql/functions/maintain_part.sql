@@ -1,4 +1,4 @@
--- The parts of a maintain pass. Each part ('recovery', 'retention') runs under
+-- The parts of a maintain pass. Each part ('recovery', 'stats', 'retention') runs under
 --   * the lease 'maintain:<part>' (the truth: holder, fencing token, expiry by
 --     the database clock; TTL from the setting maintain_lease_ttl, renewed
 --     after every step), and
@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION _maintain_parts()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT ARRAY['recovery', 'retention'] $$;
+AS $$ SELECT ARRAY['recovery', 'stats', 'retention'] $$;
 
 -- _maintain_part_check raises 22023 naming p_part unless it is one of the
 -- parts (the name rule first: the message echoes it).
@@ -60,7 +60,8 @@ RETURNS interval
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT setting_interval(CASE p_part WHEN 'recovery' THEN 'recovery_interval' ELSE 'retention_check_interval' END)
+    SELECT setting_interval(CASE p_part WHEN 'recovery' THEN 'recovery_interval' WHEN 'stats' THEN 'stats_interval'
+                                        ELSE 'retention_check_interval' END)
 $$;
 
 -- A part is due when it never finished a run, when its last run stopped with

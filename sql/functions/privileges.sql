@@ -97,7 +97,7 @@ AS $$
         'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
-        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_stats', 'maintain_step_failed',
         'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
         'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
         'maintain_fail_owner', -- the runner: a pass whose session is gone
@@ -105,7 +105,8 @@ AS $$
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
-        'lease_rows', 'setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'stats_latest', 'stats_history']) r -- the queue snapshots (stats.sql): counts, never payloads
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
