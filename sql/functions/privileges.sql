@@ -57,7 +57,9 @@ AS $$
         -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
         'cron_schedule', 'cron_unschedule', 'cron_job',
         -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
-        'maintain_step_traffic']::text[]
+        'maintain_step_traffic',
+        -- the server's health with the caller's eyes (pg_monitor shows other roles' sessions: health.sql)
+        'health']::text[]
 $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
@@ -106,7 +108,8 @@ AS $$
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
         'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
-        'stats_latest', 'stats_history']) r -- the queue snapshots (stats.sql): counts, never payloads
+        'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
+        'health', 'health_install']) r -- the findings (health.sql): no payload, header or query text
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
