@@ -399,7 +399,8 @@ AS $$
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
         'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
-        'health', 'health_install']) r -- the findings (health.sql): no payload, header or query text
+        'health', 'health_install', -- the findings (health.sql): no payload, header or query text
+        'browse_messages']) r -- a queue's messages by state (browse.sql): payloads only with the browse right
 $$;
 -- pgsweep:end functions/privileges.sql
 
@@ -649,6 +650,96 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/health.sql
+
+-- pgsweep:changed functions/browse.sql
+CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50)
+RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
+               holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
+               key text, payload jsonb, headers jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_scan int := 10000;
+    v_browse boolean;
+    v_rows int := 0;
+    v_read int := 0;
+    v_last bigint;
+    r record;
+BEGIN
+    PERFORM _queue_get(p_queue);
+    PERFORM _check_text('p_state', p_state, 20);
+    IF NOT p_state = ANY (ARRAY['pending', 'scheduled', 'in_flight', 'failed', 'dead', 'processed']) THEN
+        RAISE EXCEPTION 'p_state must be one of pending, scheduled, in_flight, failed, dead, processed, got %',
+            quote_literal(p_state) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM _check_int('p_after', p_after, 0, 9223372036854775807);
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    v_browse := _queue_allowed(p_queue, 'browse');
+
+    IF p_state = 'dead' THEN
+        RETURN QUERY
+        SELECT d.id, d.id, 'dead'::text, d.lane, d.attempts, d.created_at, d.dead_at, NULL::text, false, d.last_error,
+               pg_column_size(d.payload), pg_column_size(d.headers),
+               CASE WHEN v_browse THEN d.key END, CASE WHEN v_browse THEN d.payload END, CASE WHEN v_browse THEN d.headers END
+          FROM message_dead d
+         WHERE d.queue = p_queue AND d.id > p_after
+         ORDER BY d.id
+         LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF p_state = 'processed' THEN
+        RETURN QUERY
+        SELECT p.id, p.id, 'processed'::text, NULL::text, p.attempts, p.created_at, p.processed_at, NULL::text, false, NULL::text,
+               pg_column_size(p.payload), pg_column_size(p.headers),
+               CASE WHEN v_browse THEN p.key END, CASE WHEN v_browse THEN p.payload END, CASE WHEN v_browse THEN p.headers END
+          FROM message_processed p
+         WHERE p.queue = p_queue AND p.id > p_after
+         ORDER BY p.id
+         LIMIT p_limit;
+        RETURN;
+    END IF;
+
+    FOR r IN SELECT m.id, m.status, m.lane, m.attempt, m.created_at, m.visible_at, m.parked_until, m.owner, m.last_error,
+                    pg_column_size(m.payload) AS payload_bytes, pg_column_size(m.headers) AS headers_bytes,
+                    CASE WHEN v_browse THEN m.key END AS key, CASE WHEN v_browse THEN m.payload END AS payload,
+                    CASE WHEN v_browse THEN m.headers END AS headers
+               FROM message m
+              WHERE m.queue = p_queue AND m.id > p_after
+              ORDER BY m.id
+              LIMIT v_scan LOOP
+        v_read := v_read + 1;
+        v_last := r.id;
+        state := CASE WHEN r.status = 'processing' THEN 'in_flight'
+                      WHEN r.status = 'failed' THEN 'failed'
+                      WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
+                      ELSE 'pending' END;
+        CONTINUE WHEN state <> p_state;
+        id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
+        at := CASE state WHEN 'scheduled' THEN r.parked_until
+                         WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL
+                                                  ELSE greatest(r.created_at, r.visible_at, r.parked_until) END
+                         ELSE r.visible_at END;
+        holder := CASE WHEN state = 'in_flight' THEN r.owner END;
+        waiting_in_lane := r.parked_until IS NOT DISTINCT FROM 'infinity';
+        last_error := r.last_error;
+        payload_bytes := r.payload_bytes; headers_bytes := r.headers_bytes;
+        key := r.key; payload := r.payload; headers := r.headers;
+        RETURN NEXT;
+        v_rows := v_rows + 1;
+        EXIT WHEN v_rows >= p_limit;
+    END LOOP;
+    IF v_rows < p_limit AND v_read = v_scan THEN
+        -- the scan stopped before the page filled: say where to go on
+        id := NULL; cursor := v_last; state := p_state; lane := NULL; attempts := NULL; created_at := NULL; at := NULL;
+        holder := NULL; waiting_in_lane := NULL; last_error := NULL; payload_bytes := NULL; headers_bytes := NULL;
+        key := NULL; payload := NULL; headers := NULL;
+        RETURN NEXT;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/browse.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

@@ -109,7 +109,8 @@ AS $$
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
         'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
-        'health', 'health_install']) r -- the findings (health.sql): no payload, header or query text
+        'health', 'health_install', -- the findings (health.sql): no payload, header or query text
+        'browse_messages']) r -- a queue's messages by state (browse.sql): payloads only with the browse right
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
