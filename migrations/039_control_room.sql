@@ -11,10 +11,13 @@ ALTER TABLE maintain_state DROP CONSTRAINT maintain_state_part_check;
 ALTER TABLE maintain_state ADD CONSTRAINT maintain_state_part_check CHECK (part IN ('recovery', 'stats', 'retention'));
 INSERT INTO maintain_state (part) VALUES ('stats') ON CONFLICT (part) DO NOTHING;
 
--- one row per queue per snapshot; the counters cover [since, taken_at)
+-- one row per queue per snapshot, written and read by maintenance and the
+-- monitor's functions on the coordinator: named maintain_* so that
+-- citus_distribute leaves it a plain local table (citus.sql, _citus_tables),
+-- like the maintenance history. The counters cover [since, taken_at)
 -- (NULL in a queue's first snapshot); failures_live and retries_live are
 -- the sums the next snapshot's counters grow from (stats.sql)
-CREATE TABLE queue_snapshot (
+CREATE TABLE maintain_snapshot (
     queue          text NOT NULL,
     taken_at       timestamptz NOT NULL,
     since          timestamptz,
@@ -36,7 +39,7 @@ CREATE TABLE queue_snapshot (
     retries_live   bigint NOT NULL,
     PRIMARY KEY (queue, taken_at)
 );
-CREATE INDEX queue_snapshot_taken ON queue_snapshot (taken_at);
+CREATE INDEX maintain_snapshot_taken ON maintain_snapshot (taken_at);
 
 INSERT INTO setting (name, value, kind, default_value, min_value, max_value, infinite_ok, description) VALUES
     ('stats_interval', '10 seconds', 'interval', '10 seconds', '1 second', '1 hour', false,
@@ -72,13 +75,13 @@ INSERT INTO setting (name, value, kind, default_value, min_value, max_value, inf
 ON CONFLICT (name) DO NOTHING;
 
 -- pgsweep:changed functions/stats.sql
-CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz, p_prev queue_snapshot)
-RETURNS queue_snapshot
+CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz, p_prev maintain_snapshot)
+RETURNS maintain_snapshot
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v queue_snapshot;
+    v maintain_snapshot;
     v_since timestamptz := p_prev.taken_at;
     v_oldest timestamptz;
     v_live_old bigint;
@@ -158,21 +161,21 @@ DECLARE
     v_queues bigint := 0;
     v_trimmed bigint;
     q record;
-    v_prev queue_snapshot;
+    v_prev maintain_snapshot;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     FOR q IN SELECT qu.name, qu.kind FROM queue qu ORDER BY qu.name LOOP
-        SELECT * INTO v_prev FROM queue_snapshot s WHERE s.queue = q.name ORDER BY s.taken_at DESC LIMIT 1;
+        SELECT * INTO v_prev FROM maintain_snapshot s WHERE s.queue = q.name ORDER BY s.taken_at DESC LIMIT 1;
         IF NOT FOUND THEN
             v_prev := NULL;
         ELSIF v_prev.taken_at >= v_now THEN
             CONTINUE; -- taken already (a pinned clock, or a second session)
         END IF;
-        INSERT INTO queue_snapshot SELECT (_stats_snapshot_queue(q.name, q.kind, v_now, v_prev)).*;
+        INSERT INTO maintain_snapshot SELECT (_stats_snapshot_queue(q.name, q.kind, v_now, v_prev)).*;
         v_queues := v_queues + 1;
     END LOOP;
-    DELETE FROM queue_snapshot
-     WHERE (queue, taken_at) IN (SELECT s.queue, s.taken_at FROM queue_snapshot s
+    DELETE FROM maintain_snapshot
+     WHERE (queue, taken_at) IN (SELECT s.queue, s.taken_at FROM maintain_snapshot s
                                   WHERE s.taken_at < v_now - setting_interval('stats_retention')
                                   ORDER BY s.taken_at LIMIT p_trim);
     GET DIAGNOSTICS v_trimmed = ROW_COUNT;
@@ -210,7 +213,7 @@ AS $$
            s.oldest_due_age, s.lanes, s.blocked_lanes,
            s.sent, s.completed, s.failures, s.dead_lettered, s.retried
       FROM queue q
-      LEFT JOIN LATERAL (SELECT * FROM queue_snapshot x WHERE x.queue = q.name
+      LEFT JOIN LATERAL (SELECT * FROM maintain_snapshot x WHERE x.queue = q.name
                           ORDER BY x.taken_at DESC LIMIT 1) s ON true
      ORDER BY q.name
 $$;
@@ -239,7 +242,7 @@ BEGIN
     SELECT s.taken_at, s.since, s.pending, s.due, s.in_flight, s.failed, s.dead, s.processed,
            s.oldest_due_age, s.lanes, s.blocked_lanes,
            s.sent, s.completed, s.failures, s.dead_lettered, s.retried
-      FROM queue_snapshot s
+      FROM maintain_snapshot s
      WHERE s.queue = p_queue AND s.taken_at >= p_from AND s.taken_at < p_to
      ORDER BY s.taken_at;
 END
@@ -440,7 +443,7 @@ BEGIN
             RETURN NEXT;
         END IF;
         SELECT coalesce(sum(s.dead_lettered), 0) INTO v_n
-          FROM queue_snapshot s WHERE s.queue = r.queue AND s.taken_at > v_now - v_window;
+          FROM maintain_snapshot s WHERE s.queue = r.queue AND s.taken_at > v_now - v_window;
         IF v_n >= v_dead_letters THEN
             severity := 'warning'; kind := 'dead_letters_growing'; object := format('queue %s', r.queue);
             detail := format('%s message(s) dead-lettered in the last %s (%s dead letters)', v_n, _interval_text(v_window), r.dead);

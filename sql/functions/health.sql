@@ -55,7 +55,7 @@ BEGIN
             RETURN NEXT;
         END IF;
         SELECT coalesce(sum(s.dead_lettered), 0) INTO v_n
-          FROM queue_snapshot s WHERE s.queue = r.queue AND s.taken_at > v_now - v_window;
+          FROM maintain_snapshot s WHERE s.queue = r.queue AND s.taken_at > v_now - v_window;
         IF v_n >= v_dead_letters THEN
             severity := 'warning'; kind := 'dead_letters_growing'; object := format('queue %s', r.queue);
             detail := format('%s message(s) dead-lettered in the last %s (%s dead letters)', v_n, _interval_text(v_window), r.dead);

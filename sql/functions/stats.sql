@@ -1,9 +1,12 @@
 -- Queue snapshots (issue 24, DESIGN.md "Observability"): the maintenance
 -- part 'stats' (maintain_part.sql) takes one row per queue every
--- stats_interval into queue_snapshot, and trims the rows older than
+-- stats_interval into maintain_snapshot, and trims the rows older than
 -- stats_retention. Pages and charts read the snapshots (stats_latest: one
 -- index probe per queue; stats_history: one index range), so their cost does
 -- not grow with the messages; queue_stats stays the exact live count.
+-- The table is named maintain_* so that citus_distribute leaves it a local
+-- table of the coordinator, where maintain() and the pages run (citus.sql);
+-- every statement on a message table below still filters by one queue.
 --
 -- What a snapshot costs. The gauges (pending, due, in flight, failed, dead,
 -- processed, oldest due age, lanes, blocked lanes) are counted the way
@@ -44,13 +47,13 @@
 
 -- _stats_snapshot_queue takes queue p_queue's snapshot at p_now (one row);
 -- p_prev is its latest snapshot (NULL: none).
-CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz, p_prev queue_snapshot)
-RETURNS queue_snapshot
+CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz, p_prev maintain_snapshot)
+RETURNS maintain_snapshot
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v queue_snapshot;
+    v maintain_snapshot;
     v_since timestamptz := p_prev.taken_at;
     v_oldest timestamptz;
     v_live_old bigint;
@@ -134,21 +137,21 @@ DECLARE
     v_queues bigint := 0;
     v_trimmed bigint;
     q record;
-    v_prev queue_snapshot;
+    v_prev maintain_snapshot;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     FOR q IN SELECT qu.name, qu.kind FROM queue qu ORDER BY qu.name LOOP
-        SELECT * INTO v_prev FROM queue_snapshot s WHERE s.queue = q.name ORDER BY s.taken_at DESC LIMIT 1;
+        SELECT * INTO v_prev FROM maintain_snapshot s WHERE s.queue = q.name ORDER BY s.taken_at DESC LIMIT 1;
         IF NOT FOUND THEN
             v_prev := NULL;
         ELSIF v_prev.taken_at >= v_now THEN
             CONTINUE; -- taken already (a pinned clock, or a second session)
         END IF;
-        INSERT INTO queue_snapshot SELECT (_stats_snapshot_queue(q.name, q.kind, v_now, v_prev)).*;
+        INSERT INTO maintain_snapshot SELECT (_stats_snapshot_queue(q.name, q.kind, v_now, v_prev)).*;
         v_queues := v_queues + 1;
     END LOOP;
-    DELETE FROM queue_snapshot
-     WHERE (queue, taken_at) IN (SELECT s.queue, s.taken_at FROM queue_snapshot s
+    DELETE FROM maintain_snapshot
+     WHERE (queue, taken_at) IN (SELECT s.queue, s.taken_at FROM maintain_snapshot s
                                   WHERE s.taken_at < v_now - setting_interval('stats_retention')
                                   ORDER BY s.taken_at LIMIT p_trim);
     GET DIAGNOSTICS v_trimmed = ROW_COUNT;
@@ -192,7 +195,7 @@ AS $$
            s.oldest_due_age, s.lanes, s.blocked_lanes,
            s.sent, s.completed, s.failures, s.dead_lettered, s.retried
       FROM queue q
-      LEFT JOIN LATERAL (SELECT * FROM queue_snapshot x WHERE x.queue = q.name
+      LEFT JOIN LATERAL (SELECT * FROM maintain_snapshot x WHERE x.queue = q.name
                           ORDER BY x.taken_at DESC LIMIT 1) s ON true
      ORDER BY q.name
 $$;
@@ -224,7 +227,7 @@ BEGIN
     SELECT s.taken_at, s.since, s.pending, s.due, s.in_flight, s.failed, s.dead, s.processed,
            s.oldest_due_age, s.lanes, s.blocked_lanes,
            s.sent, s.completed, s.failures, s.dead_lettered, s.retried
-      FROM queue_snapshot s
+      FROM maintain_snapshot s
      WHERE s.queue = p_queue AND s.taken_at >= p_from AND s.taken_at < p_to
      ORDER BY s.taken_at;
 END

@@ -6,7 +6,7 @@ BEGIN;
 SELECT plan(20);
 
 SELECT pgsweep.setting_reset(name) FROM pgsweep.setting;
-DELETE FROM pgsweep.queue_snapshot;
+DELETE FROM pgsweep.maintain_snapshot;
 DELETE FROM pgsweep.maintain_pass;
 UPDATE pgsweep.maintain_state SET last_status = NULL;
 DELETE FROM pgsweep.retention_policy;
@@ -40,7 +40,7 @@ SELECT results_eq($$SELECT severity, object, detail FROM pgsweep.health_install(
     $$VALUES ('warning'::text, 'part recovery'::text, 'its last run failed: recovery exploded'::text)$$, 'maintenance_failing names the part and its error');
 
 -- queues, from their latest snapshot: hq behind with a blocked lane, 3 dead letters lately
-INSERT INTO pgsweep.queue_snapshot (queue, taken_at, pending, due, in_flight, failed, dead, processed, oldest_due_age, lanes, blocked_lanes,
+INSERT INTO pgsweep.maintain_snapshot (queue, taken_at, pending, due, in_flight, failed, dead, processed, oldest_due_age, lanes, blocked_lanes,
                                     dead_lettered, failures_live, retries_live) VALUES
     ('hq', clock_timestamp() - interval '2 hours', 0, 0, 0, 0, 0, 0, NULL, 0, 0, 50, 0, 0),
     ('hq', clock_timestamp() - interval '20 seconds', 5, 4, 1, 0, 2, 0, interval '10 minutes', 3, 1, 2, 0, 0),

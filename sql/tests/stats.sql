@@ -6,7 +6,7 @@ BEGIN;
 SELECT plan(30);
 
 SELECT pgsweep.setting_reset(name) FROM pgsweep.setting;
-DELETE FROM pgsweep.queue_snapshot;
+DELETE FROM pgsweep.maintain_snapshot;
 SELECT pgsweep.queue_create('st_in', 'inbox');
 SELECT pgsweep.queue_create('st_out', 'outbox');
 
@@ -50,13 +50,13 @@ SELECT is(pgsweep._stats_snapshot('2026-01-01 00:00:10+00'), '{"queues": 2, "tri
 SELECT results_eq(
     $$SELECT since, pending, due, in_flight, failed, dead, processed, oldest_due_age, lanes, blocked_lanes,
              sent, completed, failures, dead_lettered, retried
-        FROM pgsweep.queue_snapshot WHERE queue = 'st_in'$$,
+        FROM pgsweep.maintain_snapshot WHERE queue = 'st_in'$$,
     $$VALUES (NULL::timestamptz, 3::bigint, 2::bigint, 1::bigint, 1::bigint, 1::bigint, 2::bigint, interval '9 seconds',
               2::bigint, 1::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint)$$,
     'the gauges equal queue_counts'' (due: pending or failed, visible, not behind a lane head); a first snapshot has no counters');
 SELECT results_eq(
     $$SELECT pending, processing, failed, processed, dead, lanes, blocked_lanes FROM pgsweep.queue_counts('st_in', '2026-01-01 00:00:10+00')$$,
-    $$SELECT pending, in_flight, failed, processed, dead, lanes, blocked_lanes FROM pgsweep.queue_snapshot WHERE queue = 'st_in'$$,
+    $$SELECT pending, in_flight, failed, processed, dead, lanes, blocked_lanes FROM pgsweep.maintain_snapshot WHERE queue = 'st_in'$$,
     'the same numbers as the exact live count');
 SELECT is(pgsweep._stats_snapshot('2026-01-01 00:00:10+00'), '{"queues": 0, "trimmed": 0}'::jsonb,
     'a second snapshot at the same time takes nothing');
@@ -85,12 +85,12 @@ INSERT INTO pgsweep.message (queue, id, payload, status, attempt, visible_at, cr
 
 SELECT is(pgsweep._stats_snapshot('2026-01-01 00:00:20+00'), '{"queues": 2, "trimmed": 0}'::jsonb, 'the next snapshot');
 SELECT results_eq(
-    $$SELECT since, sent, completed, failures, dead_lettered, retried FROM pgsweep.queue_snapshot
+    $$SELECT since, sent, completed, failures, dead_lettered, retried FROM pgsweep.maintain_snapshot
        WHERE queue = 'st_in' AND taken_at = '2026-01-01 00:00:20+00'$$,
     $$VALUES ('2026-01-01 00:00:10+00'::timestamptz, 3::bigint, 2::bigint, 2::bigint, 1::bigint, 1::bigint)$$,
     'inbox counters: sent 3 (1006, 1007, 1008), completed 2 (1001, 1007), failures 2 (1003, 1008), dead-lettered 1, retried 1 (1004)');
 SELECT results_eq(
-    $$SELECT sent, completed, failures, dead_lettered, retried, pending, in_flight, dead FROM pgsweep.queue_snapshot
+    $$SELECT sent, completed, failures, dead_lettered, retried, pending, in_flight, dead FROM pgsweep.maintain_snapshot
        WHERE queue = 'st_out' AND taken_at = '2026-01-01 00:00:20+00'$$,
     $$VALUES (1::bigint, 1::bigint, 1::bigint, 1::bigint, 0::bigint, 2::bigint, 0::bigint, 1::bigint)$$,
     'outbox counters: sent 1 (2004), completed 1 (2001: live before, gone now, not dead), failures 1, dead-lettered 1');
@@ -121,13 +121,13 @@ SELECT throws_ok($$SELECT * FROM pgsweep.stats_history('st_in', '-infinity', '20
     '22023', NULL, 'a time beyond 10 years of the clock is refused');
 
 -- retention: rows older than stats_retention go, oldest first, at most p_trim per run
-INSERT INTO pgsweep.queue_snapshot (queue, taken_at, pending, due, in_flight, failed, dead, processed, lanes, blocked_lanes, failures_live, retries_live)
+INSERT INTO pgsweep.maintain_snapshot (queue, taken_at, pending, due, in_flight, failed, dead, processed, lanes, blocked_lanes, failures_live, retries_live)
 SELECT 'st_out', '2025-12-20 00:00:00+00'::timestamptz + i * interval '1 minute', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
   FROM generate_series(1, 5) i;
 SELECT is(pgsweep._stats_snapshot('2026-01-01 00:00:30+00', 3), '{"queues": 3, "trimmed": 3}'::jsonb,
     'a run trims at most p_trim expired rows');
 SELECT is(pgsweep._stats_snapshot('2026-01-01 00:00:40+00'), '{"queues": 3, "trimmed": 2}'::jsonb, 'the next run the rest');
-SELECT is((SELECT min(taken_at) FROM pgsweep.queue_snapshot), '2026-01-01 00:00:10+00'::timestamptz, 'only expired rows went');
+SELECT is((SELECT min(taken_at) FROM pgsweep.maintain_snapshot), '2026-01-01 00:00:10+00'::timestamptz, 'only expired rows went');
 
 -- the maintenance step belongs to a pass of this session
 SELECT throws_ok($$SELECT pgsweep.maintain_step_stats(-1)$$, '42501', NULL, 'maintain_step_stats: no such run');
