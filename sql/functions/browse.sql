@@ -44,6 +44,8 @@ DECLARE
     v_browse boolean;
     v_rows int := 0;
     v_read int := 0;
+    v_got int;
+    v_chunk int := 200;
     v_last bigint;
     r record;
 BEGIN
@@ -80,41 +82,52 @@ BEGIN
         RETURN;
     END IF;
 
-    FOR r IN SELECT m.id, m.status, m.lane, m.attempt, m.created_at, m.visible_at, m.parked_until, m.owner, m.last_error,
-                    pg_column_size(m.payload) AS payload_bytes, pg_column_size(m.headers) AS headers_bytes,
-                    CASE WHEN v_browse THEN m.key END AS key, CASE WHEN v_browse THEN m.payload END AS payload,
-                    CASE WHEN v_browse THEN m.headers END AS headers
-               FROM message m
-              WHERE m.queue = p_queue AND m.id > p_after
-              ORDER BY m.id
-              LIMIT v_scan LOOP
-        v_read := v_read + 1;
-        v_last := r.id;
-        state := CASE WHEN r.status = 'processing' THEN 'in_flight'
-                      WHEN r.status = 'failed' THEN 'failed'
-                      WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
-                      ELSE 'pending' END;
-        CONTINUE WHEN state <> p_state;
-        id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
-        at := CASE state WHEN 'scheduled' THEN r.parked_until
-                         WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL
-                                                  ELSE greatest(r.created_at, r.visible_at, r.parked_until) END
-                         ELSE r.visible_at END;
-        holder := CASE WHEN state = 'in_flight' THEN r.owner END;
-        waiting_in_lane := r.parked_until IS NOT DISTINCT FROM 'infinity';
-        last_error := r.last_error;
-        payload_bytes := r.payload_bytes; headers_bytes := r.headers_bytes;
-        key := r.key; payload := r.payload; headers := r.headers;
-        RETURN NEXT;
-        v_rows := v_rows + 1;
-        EXIT WHEN v_rows >= p_limit;
+    -- in chunks with a small LIMIT, so that each is an index scan in id
+    -- order that stops early (one query LIMIT v_scan would be planned to
+    -- read the whole queue)
+    v_last := p_after;
+    <<chunks>>
+    LOOP
+        v_got := 0;
+        FOR r IN SELECT m.id, m.status, m.lane, m.attempt, m.created_at, m.visible_at, m.parked_until, m.owner, m.last_error,
+                        pg_column_size(m.payload) AS payload_bytes, pg_column_size(m.headers) AS headers_bytes,
+                        CASE WHEN v_browse THEN m.key END AS key, CASE WHEN v_browse THEN m.payload END AS payload,
+                        CASE WHEN v_browse THEN m.headers END AS headers
+                   FROM message m
+                  WHERE m.queue = p_queue AND m.id > v_last
+                  ORDER BY m.id
+                  LIMIT v_chunk LOOP
+            v_got := v_got + 1;
+            v_read := v_read + 1;
+            v_last := r.id;
+            state := CASE WHEN r.status = 'processing' THEN 'in_flight'
+                          WHEN r.status = 'failed' THEN 'failed'
+                          WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
+                          ELSE 'pending' END;
+            CONTINUE WHEN state <> p_state;
+            id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
+            at := CASE state WHEN 'scheduled' THEN r.parked_until
+                             WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL
+                                                      ELSE greatest(r.created_at, r.visible_at, r.parked_until) END
+                             ELSE r.visible_at END;
+            holder := CASE WHEN state = 'in_flight' THEN r.owner END;
+            waiting_in_lane := r.parked_until IS NOT DISTINCT FROM 'infinity';
+            last_error := r.last_error;
+            payload_bytes := r.payload_bytes; headers_bytes := r.headers_bytes;
+            key := r.key; payload := r.payload; headers := r.headers;
+            RETURN NEXT;
+            v_rows := v_rows + 1;
+            EXIT chunks WHEN v_rows >= p_limit;
+        END LOOP;
+        EXIT chunks WHEN v_got < v_chunk; -- the end of the queue
+        IF v_read >= v_scan THEN
+            -- the scan stopped before the page filled: say where to go on
+            id := NULL; cursor := v_last; state := p_state; lane := NULL; attempts := NULL; created_at := NULL; at := NULL;
+            holder := NULL; waiting_in_lane := NULL; last_error := NULL; payload_bytes := NULL; headers_bytes := NULL;
+            key := NULL; payload := NULL; headers := NULL;
+            RETURN NEXT;
+            EXIT chunks;
+        END IF;
     END LOOP;
-    IF v_rows < p_limit AND v_read = v_scan THEN
-        -- the scan stopped before the page filled: say where to go on
-        id := NULL; cursor := v_last; state := p_state; lane := NULL; attempts := NULL; created_at := NULL; at := NULL;
-        holder := NULL; waiting_in_lane := NULL; last_error := NULL; payload_bytes := NULL; headers_bytes := NULL;
-        key := NULL; payload := NULL; headers := NULL;
-        RETURN NEXT;
-    END IF;
 END
 $$;

@@ -55,13 +55,22 @@ AS $$
            AND objid = (_maintain_lock_key(p_part) & 4294967295)::oid)
 $$;
 
+-- _maintain_interval: the time a part waits after its last run. The
+-- snapshots (stats.sql) count every queue's rows, so stats waits at least
+-- ten times its last run's duration too: it never takes more than about a
+-- tenth of the time, however many messages there are.
 CREATE OR REPLACE FUNCTION _maintain_interval(p_part text)
 RETURNS interval
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT setting_interval(CASE p_part WHEN 'recovery' THEN 'recovery_interval' WHEN 'stats' THEN 'stats_interval'
-                                        ELSE 'retention_check_interval' END)
+    SELECT CASE p_part
+           WHEN 'recovery' THEN setting_interval('recovery_interval')
+           WHEN 'stats' THEN greatest(setting_interval('stats_interval'),
+                                      (SELECT (r.finished_at - r.started_at) * 10 FROM maintain_run r
+                                        WHERE r.part = 'stats' AND r.finished_at IS NOT NULL
+                                        ORDER BY r.id DESC LIMIT 1))
+           ELSE setting_interval('retention_check_interval') END
 $$;
 
 -- A part is due when it never finished a run, when its last run stopped with

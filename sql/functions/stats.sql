@@ -138,6 +138,7 @@ DECLARE
     v_trimmed bigint;
     q record;
     v_prev maintain_snapshot;
+    v_row maintain_snapshot;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     FOR q IN SELECT qu.name, qu.kind FROM queue qu ORDER BY qu.name LOOP
@@ -147,7 +148,8 @@ BEGIN
         ELSIF v_prev.taken_at >= v_now THEN
             CONTINUE; -- taken already (a pinned clock, or a second session)
         END IF;
-        INSERT INTO maintain_snapshot SELECT (_stats_snapshot_queue(q.name, q.kind, v_now, v_prev)).*;
+        v_row := _stats_snapshot_queue(q.name, q.kind, v_now, v_prev); -- once: (f()).* would call it per column
+        INSERT INTO maintain_snapshot SELECT (v_row).*;
         v_queues := v_queues + 1;
     END LOOP;
     DELETE FROM maintain_snapshot

@@ -3,7 +3,7 @@
 -- monitor's two functions. Rows are written directly with fixed times and
 -- snapshots are taken at pinned times (p_now), so nothing depends on the clock.
 BEGIN;
-SELECT plan(30);
+SELECT plan(31);
 
 SELECT pgsweep.setting_reset(name) FROM pgsweep.setting;
 DELETE FROM pgsweep.maintain_snapshot;
@@ -16,6 +16,14 @@ SELECT is((SELECT count(*)::int FROM pgsweep.maintain_state WHERE part = 'stats'
 SELECT is(pgsweep.setting_get('stats_interval'), '10 seconds', 'stats_interval defaults to 10 seconds');
 SELECT is(pgsweep.setting_get('stats_retention'), '7 days', 'stats_retention defaults to 7 days');
 SELECT is(pgsweep._maintain_interval('stats'), interval '10 seconds', 'the part runs every stats_interval');
+DELETE FROM pgsweep.maintain_pass;
+INSERT INTO pgsweep.maintain_pass (owner, started_at, finished_at, budget) VALUES ('a', '2026-01-01 00:00:00+00', '2026-01-01 00:00:10+00', '30 seconds');
+INSERT INTO pgsweep.maintain_run (pass_id, part, owner, token, status, started_at, finished_at) VALUES
+    ((SELECT max(id) FROM pgsweep.maintain_pass), 'stats', 'a', 1, 'done', '2026-01-01 00:00:00+00', '2026-01-01 00:00:03+00'),
+    ((SELECT max(id) FROM pgsweep.maintain_pass), 'recovery', 'a', 1, 'done', '2026-01-01 00:00:00+00', '2026-01-01 00:00:09+00');
+SELECT is(pgsweep._maintain_interval('stats'), interval '30 seconds',
+    'after a snapshot that took 3 seconds, the part waits 10 times that (it takes at most a tenth of the time)');
+DELETE FROM pgsweep.maintain_pass;
 SELECT throws_ok($$SELECT pgsweep.setting_set('stats_interval', '0 seconds')$$, '22023',
     'stats_interval must be between 1 second and 1 hour, got 0 seconds', 'stats_interval: at least 1 second');
 SELECT throws_ok($$SELECT pgsweep.setting_set('stats_retention', '10 minutes')$$, '22023', NULL, 'stats_retention: at least 1 hour');
