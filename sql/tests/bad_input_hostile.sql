@@ -165,6 +165,8 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('lane_skip(text,text)', 'admin', 'p_lane', $$SELECT pgsweep.lane_skip('hq', %L)$$, 'name', '{}'),
     ('lane_stats(text,integer)', 'monitor', 'p_queue', $$SELECT pgsweep.lane_stats(%L, 10)$$, 'name', '{}'),
     ('stats_history(text,timestamp with time zone,timestamp with time zone)', 'monitor', 'p_queue', $$SELECT * FROM pgsweep.stats_history(%L, now(), now())$$, 'name', '{}'),
+    ('browse_messages(text,text,bigint,integer)', 'monitor', 'p_queue', $$SELECT * FROM pgsweep.browse_messages(%L, 'dead')$$, 'name', '{}'),
+    ('browse_messages(text,text,bigint,integer)', 'monitor', 'p_state', $$SELECT * FROM pgsweep.browse_messages('hq', %L)$$, 'name', '{}'),
     ('lease_release_owner(text)', 'admin', 'p_owner', $$SELECT pgsweep.lease_release_owner(%L)$$, 'name', '{}'),
     -- admin: settings
     ('setting_set(text,text)', 'admin', 'p_name', $$SELECT pgsweep.setting_set(%L, '1')$$, 'name', '{}'),
@@ -270,6 +272,9 @@ INSERT INTO one VALUES
     ('stats_history(text,timestamp with time zone,timestamp with time zone)', 'monitor', 'p_from', $$SELECT * FROM pgsweep.stats_history('hq', now() + interval '1 hour', now())$$, 'p_from after p_to'),
     ('stats_history(text,timestamp with time zone,timestamp with time zone)', 'monitor', 'p_from', $$SELECT * FROM pgsweep.stats_history('hq', '-infinity', now())$$, 'p_from -infinity'),
     ('stats_history(text,timestamp with time zone,timestamp with time zone)', 'monitor', 'p_to', $$SELECT * FROM pgsweep.stats_history('hq', now(), NULL)$$, 'p_to NULL'),
+    ('browse_messages(text,text,bigint,integer)', 'monitor', 'p_after', $$SELECT * FROM pgsweep.browse_messages('hq', 'dead', -1)$$, 'a negative cursor'),
+    ('browse_messages(text,text,bigint,integer)', 'monitor', 'p_limit', $$SELECT * FROM pgsweep.browse_messages('hq', 'dead', 0, 200000)$$, 'a limit of 200,000'),
+    ('browse_messages(text,text,bigint,integer)', 'monitor', 'p_limit', $$SELECT * FROM pgsweep.browse_messages('hq', 'dead', 0, 0)$$, 'a limit of 0'),
     ('retention_register(text,text,text,interval,text,text[],integer,text,interval)', 'admin', 'p_table',
      $$SELECT pgsweep.retention_register('bih.events', E'bih.events\n', 'at', '1 day')$$, 'a table name with a newline'),
     ('retention_register(text,text,text,interval,text,text[],integer,text,interval)', 'admin', 'p_table',
