@@ -244,6 +244,25 @@ BEGIN
         COMMIT;
     END IF;
 
+    -- stats: one step, the queue snapshots (stats.sql), every stats_interval.
+    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'stats');
+    COMMIT;
+    IF v_run IS NOT NULL THEN
+        v_failed := false;
+        BEGIN
+            v_more := {{ .schema | default "pgsweep" }}.maintain_step_stats(v_run);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+            v_failed := true;
+        END;
+        IF v_failed THEN
+            PERFORM {{ .schema | default "pgsweep" }}.maintain_step_failed(v_run, v_msg, v_state);
+        END IF;
+        COMMIT;
+        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
+        COMMIT;
+    END IF;
+
     -- retention: one call that commits per batch itself (see maintain_retention.sql).
     v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'retention');
     COMMIT;

@@ -1,4 +1,4 @@
--- The parts of a maintain pass. Each part ('recovery', 'retention') runs under
+-- The parts of a maintain pass. Each part ('recovery', 'stats', 'retention') runs under
 --   * the lease 'maintain:<part>' (the truth: holder, fencing token, expiry by
 --     the database clock; TTL from the setting maintain_lease_ttl, renewed
 --     after every step), and
@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION _maintain_parts()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT ARRAY['recovery', 'retention'] $$;
+AS $$ SELECT ARRAY['recovery', 'stats', 'retention'] $$;
 
 -- _maintain_part_check raises 22023 naming p_part unless it is one of the
 -- parts (the name rule first: the message echoes it).
@@ -55,12 +55,22 @@ AS $$
            AND objid = (_maintain_lock_key(p_part) & 4294967295)::oid)
 $$;
 
+-- _maintain_interval: the time a part waits after its last run. The
+-- snapshots (stats.sql) count every queue's rows, so stats waits at least
+-- ten times its last run's duration too: it never takes more than about a
+-- tenth of the time, however many messages there are.
 CREATE OR REPLACE FUNCTION _maintain_interval(p_part text)
 RETURNS interval
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT setting_interval(CASE p_part WHEN 'recovery' THEN 'recovery_interval' ELSE 'retention_check_interval' END)
+    SELECT CASE p_part
+           WHEN 'recovery' THEN setting_interval('recovery_interval')
+           WHEN 'stats' THEN greatest(setting_interval('stats_interval'),
+                                      (SELECT (r.finished_at - r.started_at) * 10 FROM maintain_run r
+                                        WHERE r.part = 'stats' AND r.finished_at IS NOT NULL
+                                        ORDER BY r.id DESC LIMIT 1))
+           ELSE setting_interval('retention_check_interval') END
 $$;
 
 -- A part is due when it never finished a run, when its last run stopped with

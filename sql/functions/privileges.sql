@@ -57,7 +57,9 @@ AS $$
         -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
         'cron_schedule', 'cron_unschedule', 'cron_job',
         -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
-        'maintain_step_traffic']::text[]
+        'maintain_step_traffic',
+        -- the server's health with the caller's eyes (pg_monitor shows other roles' sessions: health.sql)
+        'health']::text[]
 $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
@@ -97,7 +99,7 @@ AS $$
         'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
-        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_failed',
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_stats', 'maintain_step_failed',
         'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
         'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
         'maintain_fail_owner', -- the runner: a pass whose session is gone
@@ -105,7 +107,10 @@ AS $$
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
-        'lease_rows', 'setting_rows', 'queue_rows']) r -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
+        'health', 'health_install', -- the findings (health.sql): no payload, header or query text
+        'browse_messages']) r -- a queue's messages by state (browse.sql): payloads only with the browse right
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).

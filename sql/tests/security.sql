@@ -9,7 +9,7 @@
 -- security_cron_test.go.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(72);
+SELECT plan(81);
 
 -- as_role (SQLSTATE or 'ok') and as_role_val (the first column).
 \ir include/as_role.sql
@@ -163,6 +163,27 @@ SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.setting'), '4
 SELECT is(pg_temp.as_role('sectap_monitor', 'SELECT * FROM pgsweep.queue'), '42501', 'monitor cannot SELECT queue');
 SELECT is(pg_temp.as_role('sectap_worker', 'SELECT * FROM pgsweep.lease_rows()'), '42501', 'worker cannot call lease_rows');
 SELECT is(pg_temp.as_role('sectap_nobody', 'SELECT * FROM pgsweep.queue_rows()'), '42501', 'a role without a grant cannot call queue_rows');
+
+-- the control room (stats.sql, health.sql, browse.sql): the monitor sees
+-- ids, sizes, states, ages and errors, never a payload, a header or a key
+SELECT pgsweep.send('sectap', '{"card": "secret-4111"}', '{"auth": "secret-hdr"}', 'secret-key');
+SELECT pgsweep._stats_snapshot(NULL);
+SELECT is(pg_temp.as_role_val('sectap_monitor', $$SELECT count(*)::text || ' ' || bool_and(payload IS NULL AND headers IS NULL AND key IS NULL AND payload_bytes > 0)::text
+                                                   FROM pgsweep.browse_messages('sectap', 'pending')$$), '1 true',
+    'monitor browses the pending message: sizes, no payload, headers or key');
+SELECT unalike(pg_temp.as_role_val('sectap_monitor', $$SELECT coalesce(string_agg(b::text, ' '), '') FROM pgsweep.browse_messages('sectap', 'pending') b$$),
+    '%secret%', 'nothing secret in any column the monitor gets from browse_messages');
+SELECT alike(pg_temp.as_role_val('sectap_admin', $$SELECT string_agg(b::text, ' ') FROM pgsweep.browse_messages('sectap', 'pending') b$$),
+    '%secret-4111%secret-hdr%', 'admin (the browse right by default) gets the payload and headers');
+SELECT unalike(pg_temp.as_role_val('sectap_monitor', $$SELECT coalesce(string_agg(s::text, ' '), '') FROM pgsweep.stats_latest() s$$),
+    '%secret%', 'stats_latest carries no payload');
+SELECT unalike(pg_temp.as_role_val('sectap_monitor', $$SELECT coalesce(string_agg(s::text, ' '), '') FROM pgsweep.stats_history('sectap', now() - interval '1 day', now() + interval '1 day') s$$),
+    '%secret%', 'stats_history carries no payload');
+SELECT unalike(pg_temp.as_role_val('sectap_monitor', $$SELECT coalesce(string_agg(h::text, ' '), '') FROM pgsweep.health() h$$),
+    '%secret%', 'health carries no payload');
+SELECT is(pg_temp.as_role('sectap_worker', $$SELECT * FROM pgsweep.browse_messages('sectap', 'pending')$$), '42501', 'worker cannot browse');
+SELECT is(pg_temp.as_role('sectap_worker', 'SELECT * FROM pgsweep.health()'), '42501', 'worker cannot call health');
+SELECT is(pg_temp.as_role('sectap_nobody', 'SELECT * FROM pgsweep.stats_latest()'), '42501', 'a role without a grant cannot call stats_latest');
 
 -- admin
 SELECT is(pg_temp.as_role('sectap_admin', $$SELECT pgsweep.queue_create('sectap_admin')$$), 'ok', 'admin creates a queue');

@@ -1,0 +1,112 @@
+package pgsweep
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Browsing a queue's messages (sql/functions/browse.sql): the monitor role
+// pages through one state of a queue, keyset-paginated by id. Payloads,
+// headers and keys come back only to a caller that holds the queue's
+// browse right (QueueGrant; by default <schema>_admin); everyone else sees
+// ids, states, attempts, times, lanes, errors and sizes.
+
+// Browse states, the values of BrowseMessages' state argument.
+const (
+	BrowsePending   = "pending"   // waiting for a claim (due, or behind its lane's head)
+	BrowseScheduled = "scheduled" // sent for later
+	BrowseInFlight  = "in_flight" // leased
+	BrowseFailed    = "failed"    // waiting for a retry
+	BrowseDead      = "dead"      // dead letters
+	BrowseProcessed = "processed" // inbox messages kept for de-duplication
+)
+
+// BrowsedMessage is one message as BrowseMessages shows it.
+type BrowsedMessage struct {
+	ID        int64     `json:"id"`
+	State     string    `json:"state"`
+	Lane      string    `json:"lane,omitempty"`
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	// At is the state's time: when a pending message became due (zero while
+	// it waits in its lane), a scheduled one's delivery time, an in-flight
+	// one's lease expiry, a failed one's retry time, when a dead letter died
+	// or an inbox message was processed.
+	At time.Time `json:"at"`
+	// Holder is the lease's owner of an in-flight message.
+	Holder        string `json:"holder,omitempty"`
+	WaitingInLane bool   `json:"waiting_in_lane"`
+	LastError     string `json:"last_error,omitempty"`
+	// PayloadBytes and HeadersBytes are the stored sizes (compressed, when
+	// PostgreSQL compressed them).
+	PayloadBytes int `json:"payload_bytes"`
+	HeadersBytes int `json:"headers_bytes"`
+	// Key, Payload and Headers are set only for a caller with the queue's
+	// browse right.
+	Key     string          `json:"key,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Headers json.RawMessage `json:"headers,omitempty"`
+}
+
+// BrowsePage is one page of BrowseMessages.
+type BrowsePage struct {
+	Messages []BrowsedMessage
+	// Next is the after argument of the next page.
+	Next int64
+	// End says there is no next page.
+	End bool
+}
+
+// BrowseMessages returns up to limit (1..1000) messages of queue in state
+// (Browse*) whose id is greater than after (0 for the first page), oldest id
+// first. A page of the live states reads at most 10,000 rows: it may hold
+// fewer than limit messages and not be the last (End false); go on from
+// Next.
+func (c *Client) BrowseMessages(ctx context.Context, queue, state string, after int64, limit int) (BrowsePage, error) {
+	rows, err := c.db.Query(ctx, "SELECT id, cursor, coalesce(lane, ''), coalesce(attempts, 0), created_at, at, "+
+		"coalesce(holder, ''), coalesce(waiting_in_lane, false), coalesce(last_error, ''), coalesce(payload_bytes, 0), "+
+		"coalesce(headers_bytes, 0), coalesce(key, ''), payload, headers FROM "+c.fn("browse_messages")+"($1, $2, $3, $4)",
+		queue, state, after, limit)
+	if err != nil {
+		return BrowsePage{}, wrapErr("browse_messages", err)
+	}
+	defer rows.Close()
+	page := BrowsePage{Next: after}
+	marker := false
+	for rows.Next() {
+		var m BrowsedMessage
+		var id *int64
+		var cursor int64
+		var created, at *time.Time
+		var payload, headers []byte
+		if err := rows.Scan(&id, &cursor, &m.Lane, &m.Attempts, &created, &at, &m.Holder, &m.WaitingInLane, &m.LastError,
+			&m.PayloadBytes, &m.HeadersBytes, &m.Key, &payload, &headers); err != nil {
+			return BrowsePage{}, wrapErr("browse_messages", err)
+		}
+		page.Next = cursor
+		if id == nil { // the scan stopped before the page filled
+			marker = true
+			continue
+		}
+		m.ID, m.State = *id, state
+		if created != nil {
+			m.CreatedAt = *created
+		}
+		if at != nil {
+			m.At = *at
+		}
+		if payload != nil {
+			m.Payload = json.RawMessage(payload)
+		}
+		if headers != nil {
+			m.Headers = json.RawMessage(headers)
+		}
+		page.Messages = append(page.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return BrowsePage{}, wrapErr("browse_messages", err)
+	}
+	page.End = !marker && len(page.Messages) < limit
+	return page, nil
+}

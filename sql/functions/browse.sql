@@ -1,0 +1,133 @@
+-- browse_messages (monitor): a queue's messages in one state, a page at a
+-- time, oldest id first, with keyset pagination (p_after: the last id of
+-- the previous page; 0 for the first page). A page is stable under
+-- concurrent claims: it never repeats or skips an id that stays in the
+-- state (ids only grow; a message that changes state between two calls is
+-- simply in the other state's pages).
+--
+-- States:
+--   pending    waiting for a claim: due now, or waiting in its lane behind
+--              the lane's head (waiting_in_lane); "at" is when it became due
+--   scheduled  sent for later (send's deliver_at); "at" is that time
+--   in_flight  leased: holder is the lease's owner, "at" the lease's expiry
+--   failed     waiting for its retry: last_error, "at" the retry time
+--   dead       a dead letter: last_error, "at" when it died
+--   processed  an inbox message kept for de-duplication: "at" when it was processed
+--
+-- Who sees what: ids, states, attempts, times, lanes, errors and sizes for
+-- anyone who may call it (the monitor role); the payload, the headers and
+-- the key only for a caller that holds the queue's browse right
+-- (queue_rights.sql: by default S_admin), NULL for the others. The payload
+-- is not even read for them: sizes are pg_column_size, which reads the
+-- stored length, not the value.
+--
+-- Cost. dead and processed walk their table's primary key (queue, id) from
+-- p_after: O(page). The four states of table message share its primary key
+-- and no index says a row's state (one would cost every verb an index
+-- update), so a call reads at most p_limit matching rows and at most
+-- browse_scan rows (10000) in all: a state that is rare among many
+-- messages (a few in flight among millions pending) can fill a page only
+-- partly. Then the last row returned has id NULL and, in cursor, the last
+-- id read: call again with p_after = cursor to go on. Every other row's
+-- cursor is its id; a page with fewer than p_limit rows and no such row is
+-- the last.
+CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50)
+RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
+               holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
+               key text, payload jsonb, headers jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_scan int := 10000;
+    v_browse boolean;
+    v_rows int := 0;
+    v_read int := 0;
+    v_got int;
+    v_chunk int := 200;
+    v_last bigint;
+    r record;
+BEGIN
+    PERFORM _queue_get(p_queue);
+    PERFORM _check_text('p_state', p_state, 20);
+    IF NOT p_state = ANY (ARRAY['pending', 'scheduled', 'in_flight', 'failed', 'dead', 'processed']) THEN
+        RAISE EXCEPTION 'p_state must be one of pending, scheduled, in_flight, failed, dead, processed, got %',
+            quote_literal(p_state) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM _check_int('p_after', p_after, 0, 9223372036854775807);
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    v_browse := _queue_allowed(p_queue, 'browse');
+
+    IF p_state = 'dead' THEN
+        RETURN QUERY
+        SELECT d.id, d.id, 'dead'::text, d.lane, d.attempts, d.created_at, d.dead_at, NULL::text, false, d.last_error,
+               pg_column_size(d.payload), pg_column_size(d.headers),
+               CASE WHEN v_browse THEN d.key END, CASE WHEN v_browse THEN d.payload END, CASE WHEN v_browse THEN d.headers END
+          FROM message_dead d
+         WHERE d.queue = p_queue AND d.id > p_after
+         ORDER BY d.id
+         LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF p_state = 'processed' THEN
+        RETURN QUERY
+        SELECT p.id, p.id, 'processed'::text, NULL::text, p.attempts, p.created_at, p.processed_at, NULL::text, false, NULL::text,
+               pg_column_size(p.payload), pg_column_size(p.headers),
+               CASE WHEN v_browse THEN p.key END, CASE WHEN v_browse THEN p.payload END, CASE WHEN v_browse THEN p.headers END
+          FROM message_processed p
+         WHERE p.queue = p_queue AND p.id > p_after
+         ORDER BY p.id
+         LIMIT p_limit;
+        RETURN;
+    END IF;
+
+    -- in chunks with a small LIMIT, so that each is an index scan in id
+    -- order that stops early (one query LIMIT v_scan would be planned to
+    -- read the whole queue)
+    v_last := p_after;
+    <<chunks>>
+    LOOP
+        v_got := 0;
+        FOR r IN SELECT m.id, m.status, m.lane, m.attempt, m.created_at, m.visible_at, m.parked_until, m.owner, m.last_error,
+                        pg_column_size(m.payload) AS payload_bytes, pg_column_size(m.headers) AS headers_bytes,
+                        CASE WHEN v_browse THEN m.key END AS key, CASE WHEN v_browse THEN m.payload END AS payload,
+                        CASE WHEN v_browse THEN m.headers END AS headers
+                   FROM message m
+                  WHERE m.queue = p_queue AND m.id > v_last
+                  ORDER BY m.id
+                  LIMIT v_chunk LOOP
+            v_got := v_got + 1;
+            v_read := v_read + 1;
+            v_last := r.id;
+            state := CASE WHEN r.status = 'processing' THEN 'in_flight'
+                          WHEN r.status = 'failed' THEN 'failed'
+                          WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
+                          ELSE 'pending' END;
+            CONTINUE WHEN state <> p_state;
+            id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
+            at := CASE state WHEN 'scheduled' THEN r.parked_until
+                             WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL
+                                                      ELSE greatest(r.created_at, r.visible_at, r.parked_until) END
+                             ELSE r.visible_at END;
+            holder := CASE WHEN state = 'in_flight' THEN r.owner END;
+            waiting_in_lane := r.parked_until IS NOT DISTINCT FROM 'infinity';
+            last_error := r.last_error;
+            payload_bytes := r.payload_bytes; headers_bytes := r.headers_bytes;
+            key := r.key; payload := r.payload; headers := r.headers;
+            RETURN NEXT;
+            v_rows := v_rows + 1;
+            EXIT chunks WHEN v_rows >= p_limit;
+        END LOOP;
+        EXIT chunks WHEN v_got < v_chunk; -- the end of the queue
+        IF v_read >= v_scan THEN
+            -- the scan stopped before the page filled: say where to go on
+            id := NULL; cursor := v_last; state := p_state; lane := NULL; attempts := NULL; created_at := NULL; at := NULL;
+            holder := NULL; waiting_in_lane := NULL; last_error := NULL; payload_bytes := NULL; headers_bytes := NULL;
+            key := NULL; payload := NULL; headers := NULL;
+            RETURN NEXT;
+            EXIT chunks;
+        END IF;
+    END LOOP;
+END
+$$;
