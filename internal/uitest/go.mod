@@ -8,7 +8,7 @@ replace github.com/pgsweep/pgsweep => ../..
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
-	github.com/jackc/pgx/v5 v5.13.0
+	github.com/jackc/pgx/v5 v5.10.0
 	github.com/pgsweep/pgsweep v0.0.0-00010101000000-000000000000
 )
 
