@@ -10,11 +10,26 @@ import (
 
 // funcs are the templates' helpers; html/template escapes what they return.
 var funcs = template.FuncMap{
-	"path":     url.PathEscape,
-	"age":      age,
-	"duration": duration,
-	"when":     when,
-	"count":    count,
+	"path":      url.PathEscape,
+	"age":       age,
+	"duration":  duration,
+	"when":      when,
+	"count":     count,
+	"ago":       func(t time.Time) string { return age(time.Since(t)) + " ago" },
+	"perSecond": perSecond,
+}
+
+// perSecond writes n events between since and until as a rate.
+func perSecond(n int64, since, until time.Time) string {
+	secs := until.Sub(since).Seconds()
+	if since.IsZero() || secs <= 0 {
+		return "–"
+	}
+	r := float64(n) / secs
+	if r >= 10 || r == 0 {
+		return fmt.Sprintf("%.0f", r)
+	}
+	return fmt.Sprintf("%.1f", r)
 }
 
 // age writes d as people write an age: 0s, 42s, 3m12s, 5h07m, 3d04h.

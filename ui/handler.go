@@ -82,7 +82,7 @@ func NewHandler(pool *pgxpool.Pool, o Options) (http.Handler, error) {
 
 func (h *handler) routes() {
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
-	h.mux.HandleFunc("GET /{$}", list(h, "overview", "Queues", h.c.QueueStats))
+	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /queues/{queue}", h.queue)
 	h.mux.HandleFunc("GET /maintenance", list(h, "maintenance", "Maintenance", func(ctx context.Context) ([]pgsweep.MaintenancePass, error) {
 		return h.c.MaintenancePasses(ctx, 50)

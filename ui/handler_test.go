@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -266,5 +268,50 @@ func TestVendoredFilesMatchTheirChecksums(t *testing.T) {
 	}
 	if n != 5 {
 		t.Fatalf("VENDOR lists %d files, want 5 (htmx and uPlot with their licenses)", n)
+	}
+}
+
+// The overview shows the install's health findings on top and each queue's
+// latest snapshot: before maintenance ever ran, the finding that it does
+// not run and no figures; after one pass, the snapshot's figures. The
+// queue page lists a state's messages by keyset pages and refuses a bad
+// cursor.
+func TestOverviewAndQueuePageReadSnapshotsHealthAndBrowse(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	ids := make([]int64, 3)
+	for i := range ids {
+		id, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Payload: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	srv := serve(t, db.Pool, db.Schema, ui.Options{})
+	_, body := get(t, srv.URL+"/pgsweep/")
+	if !strings.Contains(body, "maintenance_not_running") || !strings.Contains(body, "no snapshot yet") {
+		t.Fatalf("before any pass: want the maintenance_not_running finding and no figures\n%s", body)
+	}
+	if err := db.Client.Maintain(ctx, "ui-test", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, body = get(t, srv.URL+"/pgsweep/")
+	if strings.Contains(body, "no snapshot yet") || !regexp.MustCompile(`<td class="n">3</td>\s*<td class="n">3</td>`).MatchString(body) {
+		t.Fatalf("after a pass: want the snapshot's 3 pending, 3 due\n%s", body)
+	}
+	_, body = get(t, srv.URL+"/pgsweep/queues/orders?state=pending")
+	for _, id := range ids {
+		if !strings.Contains(body, fmt.Sprintf(`<td class="n">%d</td>`, id)) {
+			t.Fatalf("pending page lacks message %d\n%s", id, body)
+		}
+	}
+	_, body = get(t, srv.URL+fmt.Sprintf("/pgsweep/queues/orders?state=pending&after=%d", ids[1]))
+	if strings.Contains(body, fmt.Sprintf(`<td class="n">%d</td>`, ids[0])) || !strings.Contains(body, fmt.Sprintf(`<td class="n">%d</td>`, ids[2])) {
+		t.Fatalf("the page after id %d must hold %d only\n%s", ids[1], ids[2], body)
+	}
+	for _, q := range []string{"?after=x", "?after=-1", "?state=nosuch"} {
+		if status, _ := get(t, srv.URL+"/pgsweep/queues/orders"+q); status != http.StatusBadRequest {
+			t.Errorf("queue page %s: %d, want 400", q, status)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
+	"time"
 	"strings"
 
 	"github.com/pgsweep/pgsweep"
@@ -76,22 +78,57 @@ func list[T any](h *handler, name, title string, read func(ctx context.Context) 
 	}
 }
 
+// overviewData is the overview's: the health findings, then every queue's
+// latest snapshot (O(queues), whatever the number of messages).
+type overviewData struct {
+	Findings []pgsweep.Finding
+	Queues   []pgsweep.QueueSnapshot
+}
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.timeout(r)
+	defer cancel()
+	var d overviewData
+	var err error
+	if d.Findings, err = h.c.Health(ctx); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if d.Queues, err = h.c.StatsLatest(ctx); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "overview", "Queues", nav("overview"), d)
+}
+
 // queueData is the queue page's.
 type queueData struct {
-	Stats pgsweep.QueueStats
-	Lanes []pgsweep.LaneStats
+	Stats  pgsweep.QueueSnapshot
+	Chart  chartData
+	State  string // the messages shown: a pgsweep.Browse* state
+	States []string
+	Page   pgsweep.BrowsePage
+	After  int64
+	Lanes  []pgsweep.LaneStats
 }
+
+// chartWindow is how far back the queue page's charts go.
+const chartWindow = time.Hour
+
+// browseStates are the states a queue page lists messages in.
+var browseStates = []string{pgsweep.BrowsePending, pgsweep.BrowseScheduled, pgsweep.BrowseInFlight,
+	pgsweep.BrowseFailed, pgsweep.BrowseDead, pgsweep.BrowseProcessed}
 
 func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.timeout(r)
 	defer cancel()
 	name := r.PathValue("queue")
-	qs, err := h.c.QueueStats(ctx)
+	qs, err := h.c.StatsLatest(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	d := queueData{}
+	d := queueData{State: r.URL.Query().Get("state"), States: browseStates}
 	found := false
 	for _, q := range qs {
 		if q.Queue == name {
@@ -101,6 +138,27 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	if !found {
 		w.WriteHeader(http.StatusNotFound)
 		h.render(w, r, "error", "Not found", "", "no queue named "+name)
+		return
+	}
+	if d.State == "" {
+		d.State = pgsweep.BrowsePending
+	}
+	if a := r.URL.Query().Get("after"); a != "" {
+		if d.After, err = strconv.ParseInt(a, 10, 64); err != nil || d.After < 0 {
+			w.WriteHeader(http.StatusBadRequest)
+			h.render(w, r, "error", "Bad request", "", "after must be a message id (0 or more), got "+a)
+			return
+		}
+	}
+	now := time.Now()
+	history, err := h.c.StatsHistory(ctx, name, now.Add(-chartWindow), now)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	d.Chart = chartOf(history)
+	if d.Page, err = h.c.BrowseMessages(ctx, name, d.State, d.After, 50); err != nil {
+		h.fail(w, r, err)
 		return
 	}
 	if d.Lanes, err = h.c.LaneStats(ctx, name, 50); err != nil {

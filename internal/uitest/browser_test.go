@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgsweep/pgsweep"
@@ -216,5 +217,38 @@ func TestRefreshShowsWhatChanged(t *testing.T) {
 	}
 	if ps := b.take(); len(ps) > 0 {
 		t.Errorf("refresh: %s", strings.Join(ps, "; "))
+	}
+}
+
+// The queue page's charts draw the history: two canvases (messages,
+// throughput) with ink on them, also after a refresh swapped the page.
+func TestQueueChartsDraw(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	db.MustExec(t, `INSERT INTO `+s+`.maintain_snapshot (queue, taken_at, since, pending, due, in_flight, failed, dead,
+		processed, lanes, blocked_lanes, sent, completed, failures, dead_lettered, retried, failures_live, retries_live)
+		SELECT 'orders', now() - make_interval(mins => k), now() - make_interval(mins => k + 1), 10 * k, 10 * k, k, k % 3, k % 2,
+		       0, 0, 0, 60 * k, 50 * k, 0, 0, 0, 0, 0
+		  FROM generate_series(1, 20) k`)
+	root := serve(t, db.Pool, db.Schema, ui.Options{Refresh: 2 * time.Second})
+	b := newBrowser(t)
+	inked := `Array.from(document.querySelectorAll(".chart canvas")).map(function (c) {
+		var d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+		for (var i = 3; i < d.length; i += 4) { if (d[i] !== 0) return true; }
+		return false;
+	})`
+	b.do(t, chromedp.Navigate(root+"queues/orders"), chromedp.WaitVisible(chromedp.CSS("#chart-rate canvas")))
+	if got := value(t, b, chromedp.Evaluate[[]bool](inked)); len(got) != 2 || !got[0] || !got[1] {
+		t.Fatalf("canvases with ink: %v, want two", got)
+	}
+	b.screenshot(t, "queue-charts")
+	// after a refresh (2 s) the page was swapped; the charts are drawn again
+	b.do(t, chromedp.Evaluate[chromedp.Void](`document.getElementById("chart-depth").dataset.old = "1"`),
+		chromedp.WaitNotPresent(chromedp.CSS(`#chart-depth[data-old]`)), chromedp.WaitVisible(chromedp.CSS("#chart-rate canvas")))
+	if got := value(t, b, chromedp.Evaluate[[]bool](inked)); len(got) != 2 || !got[0] || !got[1] {
+		t.Fatalf("after a refresh, canvases with ink: %v, want two", got)
+	}
+	if ps := b.take(); len(ps) > 0 {
+		t.Errorf("charts: %s", strings.Join(ps, "; "))
 	}
 }

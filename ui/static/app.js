@@ -29,4 +29,33 @@
     schedule();
   });
   schedule();
+
+  // Charts: the queue page carries its history as JSON (#chart-data); uPlot
+  // draws it on load and after every refresh.
+  var charts = [];
+  function series(label, stroke) {
+    return { label: label, stroke: stroke, width: 1.5 };
+  }
+  function draw() {
+    charts.forEach(function (c) { c.destroy(); });
+    charts = [];
+    var el = document.getElementById("chart-data");
+    if (!el) return;
+    var d = JSON.parse(el.textContent);
+    var opts = function (target, ss) {
+      return {
+        width: Math.max(280, target.clientWidth), height: 200,
+        series: [{}].concat(ss), axes: [{}, { size: 60 }], legend: { live: false }
+      };
+    };
+    var depth = document.getElementById("chart-depth");
+    charts.push(new uPlot(opts(depth, [series("pending", "#2457a6"), series("in flight", "#2a9d8f"),
+      series("failed", "#e9a23b"), series("dead", "#a4262c")]),
+      [d.t, d.pending, d.in_flight, d.failed, d.dead], depth));
+    var rate = document.getElementById("chart-rate");
+    charts.push(new uPlot(opts(rate, [series("sent", "#2457a6"), series("completed", "#2a9d8f")]),
+      [d.t, d.sent_per_s, d.completed_per_s], rate));
+  }
+  document.body.addEventListener("htmx:afterSettle", draw);
+  draw();
 })();
