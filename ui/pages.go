@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -145,8 +144,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	if a := r.URL.Query().Get("after"); a != "" {
 		if d.After, err = strconv.ParseInt(a, 10, 64); err != nil || d.After < 0 {
-			w.WriteHeader(http.StatusBadRequest)
-			h.render(w, r, "error", "Bad request", "", "after must be a message id (0 or more), got "+a)
+			h.badRequest(w, r, "after must be a message id (0 or more), got "+a)
 			return
 		}
 	}
@@ -166,37 +164,6 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, "queue", name, nav("queue"), d)
-}
-
-// queueAction runs a queue's verb (pause, resume) and shows the queue
-// again. The database decides whether the role may.
-func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
-	if h.o.ReadOnly {
-		http.Error(w, "the dashboard is read-only", http.StatusForbidden)
-		return
-	}
-	ctx, cancel := h.timeout(r)
-	defer cancel()
-	name := r.PathValue("queue")
-	var err error
-	switch r.PathValue("action") {
-	case "pause":
-		_, err = h.c.QueuePause(ctx, name)
-	case "resume":
-		_, err = h.c.QueueResume(ctx, name)
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	// Back to the queue's page, relative to this request's URL: the
-	// browser resolves it under whatever prefix the handler is mounted at
-	// (http.Redirect would make it absolute from the stripped path).
-	w.Header().Set("Location", "../"+url.PathEscape(name))
-	w.WriteHeader(http.StatusSeeOther)
 }
 
 // nav is the menu entry a page belongs to.
