@@ -187,9 +187,13 @@ func nonZero(t *testing.T, in *Install, what string, sql string, args ...any) fu
 // the built-in policy of an inbox queue (processed rows past
 // processed_retention, a distributed table swept with the queue's filter).
 func TestCitusMaintain(t *testing.T) {
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	s := in.Q()
+	t.Cleanup(func() { // the settings it changes below, for the install's next test
+		in.Exec(t, "SELECT "+s+".setting_reset('recovery_interval')")
+		in.Exec(t, "SELECT "+s+".setting_reset('retention_check_interval')")
+	})
 	queues := in.QueuePerWorker(t, "maint")
 	for _, q := range queues {
 		if err := in.Client.QueueCreate(ctx, q, pgsweep.Inbox, 5); err != nil {

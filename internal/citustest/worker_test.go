@@ -43,7 +43,7 @@ func TestCitusWorkerCrashesAndRecovery(t *testing.T) {
 		crashRate   = 1.0 / 300
 		restartRate = 1.0 / 300
 	)
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	c := in.Client
 	q := in.QueuePerWorker(t, "stress")[1]
@@ -151,6 +151,9 @@ func TestCitusWorkerCrashesAndRecovery(t *testing.T) {
 		}()
 	}
 
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watchStall(watchCtx, t, in, q, 15*time.Second)
 	recovered := 0
 	pgtest.Eventually(t, 3*time.Minute, func() error {
 		select {
