@@ -24,8 +24,6 @@ package citustest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -279,6 +277,10 @@ var shared struct {
 	err    error
 }
 
+// SharedSchema is the schema of the shared install (Shared): pgsweep, the
+// schema the pgTAP files name (TestCitusPgTAP runs them on it).
+const SharedSchema = "pgsweep"
+
 // Shared returns the distributed install the package's tests share, making
 // it the first time (an install and citus_distribute take about 25 s, most
 // of a short test's time). A test on it works on queues, tables and policies
@@ -294,19 +296,24 @@ func Shared(t testing.TB) *Install {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.in == nil && shared.err == nil {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		shared.schema = "t_citus_shared_" + hex.EncodeToString(b[:])
-		in, err := install(c, shared.schema, 4, -1)
+		shared.schema = SharedSchema
+		// A test cluster's own: what an interrupted run left goes first.
+		err := uninstall(c.URL, shared.schema)
+		var in *Install
+		if err == nil || errors.Is(err, pgsweep.ErrNotInstalled) {
+			in, err = install(c, shared.schema, 4, -1)
+		}
 		if err == nil {
-			shared.in = in // CloseShared closes its pool even when distributing fails
 			_, err = in.distribute(context.Background())
 		}
 		if err != nil {
-			shared.in, shared.err = nil, fmt.Errorf("the shared install %s: %w", shared.schema, err)
+			// CloseShared still uninstalls what was made.
+			shared.err = fmt.Errorf("the shared install %s: %w", shared.schema, err)
 			if in != nil {
 				in.Pool.Close()
 			}
+		} else {
+			shared.in = in
 		}
 	}
 	if shared.err != nil {

@@ -66,6 +66,9 @@ func TestCitusLeadership(t *testing.T) {
 	t.Run("never two holders", func(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
+		// The runners stop when the subtest ends, also when it fails early:
+		// left running, they would take the tokens the next subtest counts.
+		t.Cleanup(func() { cancel(); wg.Wait() })
 		for _, owner := range []string{"runner-a", "runner-b"} {
 			r := in.runner(t, owner, runner.Options{Interval: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, Budget: 5 * time.Second})
 			wg.Add(1)

@@ -39,7 +39,16 @@ func TestCitusWorkerCrashesAndRecovery(t *testing.T) {
 		messages    = 4000
 		slots       = 8
 		maxAttempts = 10
-		lease       = time.Second
+		// The lease also bounds each claim call (the Worker cuts a claim
+		// after one lease), and a cut call closes its session: on Citus
+		// the next claim then starts cold (a new coordinator backend, a new
+		// connection to the worker, claim() compiled afresh there), which
+		// on a loaded machine outlasted a 1 s lease and was cut again, and
+		// so on: the Worker never claimed from a warm session again (CI's
+		// "not drained" runs: about six claims cut a second on the
+		// coordinator, no lock waits). 5 s leaves that cold path room; the
+		// single-server TestWorkerStress keeps 1 s.
+		lease       = 5 * time.Second
 		crashRate   = 1.0 / 300
 		restartRate = 1.0 / 300
 	)
