@@ -7,9 +7,13 @@
 // install upgrades (docs/operations.md, "Scaling out with Citus").
 //
 // The tests carry the build tag citus: `make test-citus` (go test -tags
-// citus ./internal/citustest/) runs them, `make test` does not. Each test
-// installs into a schema of its own and uninstalls at the end; the cluster
-// is shared, so they run one at a time.
+// citus ./internal/citustest/) runs them, `make test` does not. Most tests
+// share one distributed install (Shared: an install and citus_distribute
+// take about 25 s), each on queues and tables of its own; a test that
+// changes the install itself (a migration, citus_distribute, replaced
+// functions or views, a shard move, an uninstall) installs into a schema of
+// its own (New) and uninstalls at the end. The cluster is shared, so they
+// run one at a time.
 //
 // The cluster is, in order: TEST_CITUS_URL (the coordinator's URL); the one
 // `make citus` started (its DSN is in .pgsweep/citus/dsn); or, when Citus is
@@ -216,36 +220,125 @@ func NewUndistributed(t testing.TB, maxConns int32, version int32) *Install {
 	t.Helper()
 	c := Get(t)
 	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { Uninstall(t, c.URL, schema) })
+	in, err := install(c, schema, maxConns, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Pool.Close)
+	return in
+}
+
+// install migrates schema on the coordinator to version (-1: the latest),
+// lets its owner role log in and opens a pool of maxConns (0: pgx's
+// default) on it.
+func install(c *Cluster, schema string, maxConns int32, version int32) (*Install, error) {
 	// A bound for a loaded machine, never a measurement: an install sends
 	// thousands of statements to the workers one at a time (about 15 s on
 	// an idle machine, several times that when CI runs make test beside it).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	conn := pgtest.Conn(t, c.URL)
-	t.Cleanup(func() { Uninstall(t, c.URL, schema) })
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the coordinator: %w", err)
+	}
+	defer conn.Close(context.Background())
 	if _, err := pgsweep.MigrateTo(ctx, conn, schema, version); err != nil {
-		t.Fatalf("migrate %s on the coordinator: %v", schema, err)
+		return nil, fmt.Errorf("migrate %s on the coordinator: %w", schema, err)
 	}
 	if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{schema + "_owner"}.Sanitize()+" LOGIN"); err != nil {
-		t.Fatalf("let %s_owner log in: %v", schema, err)
+		return nil, fmt.Errorf("let %s_owner log in: %w", schema, err)
 	}
 	cfg, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(pool.Close)
 	client, err := pgsweep.NewClient(pool, &pgsweep.ClientOptions{Schema: schema})
 	if err != nil {
-		t.Fatal(err)
+		pool.Close()
+		return nil, err
 	}
-	return &Install{Cluster: c, Schema: schema, Pool: pool, Client: client}
+	return &Install{Cluster: c, Schema: schema, Pool: pool, Client: client}, nil
+}
+
+// The package's shared distributed install (Shared): made by the first test
+// that asks for it, uninstalled by CloseShared when the tests are done.
+var shared struct {
+	mu     sync.Mutex
+	in     *Install
+	schema string
+	err    error
+}
+
+// SharedSchema is the schema of the shared install (Shared): pgsweep, the
+// schema the pgTAP files name (TestCitusPgTAP runs them on it).
+const SharedSchema = "pgsweep"
+
+// Shared returns the distributed install the package's tests share, making
+// it the first time (an install and citus_distribute take about 25 s, most
+// of a short test's time). A test on it works on queues, tables and policies
+// of its own names (QueuePerWorker with a prefix of its own), asserts only on
+// those, and puts back any setting it changes (t.Cleanup): the next test
+// finds the install as the one before left it. A test that changes the
+// install itself (its functions or views, a migration, citus_distribute,
+// an uninstall, a shard move) or asserts on every queue or row of it makes
+// its own with New. CloseShared (TestMain) uninstalls it.
+func Shared(t testing.TB) *Install {
+	t.Helper()
+	c := Get(t)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.in == nil && shared.err == nil {
+		shared.schema = SharedSchema
+		// A test cluster's own: what an interrupted run left goes first.
+		err := uninstall(c.URL, shared.schema)
+		var in *Install
+		if err == nil || errors.Is(err, pgsweep.ErrNotInstalled) {
+			in, err = install(c, shared.schema, 4, -1)
+		}
+		if err == nil {
+			_, err = in.distribute(context.Background())
+		}
+		if err != nil {
+			// CloseShared still uninstalls what was made.
+			shared.err = fmt.Errorf("the shared install %s: %w", shared.schema, err)
+			if in != nil {
+				in.Pool.Close()
+			}
+		} else {
+			shared.in = in
+		}
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.in
+}
+
+// CloseShared uninstalls the shared install, if a test made one (or tried
+// to). TestMain calls it after the tests.
+func CloseShared() error {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.schema == "" {
+		return nil
+	}
+	if shared.in != nil {
+		shared.in.Pool.Close()
+	}
+	err := uninstall(clusterVal.URL, shared.schema)
+	if errors.Is(err, pgsweep.ErrNotInstalled) {
+		err = nil
+	}
+	shared.in, shared.schema = nil, ""
+	return err
 }
 
 // Uninstall removes a test's install with pgsweep.Uninstall, in a
@@ -256,31 +349,32 @@ func NewUndistributed(t testing.TB, maxConns int32, version int32) *Install {
 // Falls back to pgtest.DropSchema.
 func Uninstall(t testing.TB, url, schema string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := func() error {
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"); err != nil {
-			return err
-		}
-		if _, err := pgsweep.Uninstall(ctx, tx, schema, pgsweep.UninstallOptions{Force: true}); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
-	}()
-	if err != nil && !errors.Is(err, pgsweep.ErrNotInstalled) {
+	if err := uninstall(url, schema); err != nil && !errors.Is(err, pgsweep.ErrNotInstalled) {
 		t.Logf("uninstall %s: %v; dropping it by name", schema, err)
 		pgtest.DropSchema(t, url, schema)
 	}
+}
+
+func uninstall(url, schema string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"); err != nil {
+		return err
+	}
+	if _, err := pgsweep.Uninstall(ctx, tx, schema, pgsweep.UninstallOptions{Force: true}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // DistributeRow is one row of citus_distribute()'s result.

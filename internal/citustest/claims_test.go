@@ -53,7 +53,7 @@ func resetStatements(t *testing.T, nodes ...Node) {
 // call itself going to that worker.
 func TestCitusClaimsOnTwoWorkers(t *testing.T) {
 	const perQueue, claimers, batch = 3000, 16, 10
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	queues := in.QueuePerWorker(t, "claims")
 	sent := map[string]map[int64]bool{}
@@ -208,7 +208,7 @@ func TestCitusClaimsOnTwoWorkers(t *testing.T) {
 // Every delegated verb, by name, ran on the queue's worker: a compact proof
 // over the calls a Worker makes, from the workers' own statistics.
 func TestCitusWorkerVerbsRunOnTheQueuesWorker(t *testing.T) {
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	queues := in.QueuePerWorker(t, "wv")
 	for _, q := range queues {

@@ -38,6 +38,9 @@ const fkCount = `SELECT count(*) FROM pg_constraint con JOIN pg_class c ON c.oid
 // node, the queue verbs delegated by p_queue; a second call changes nothing.
 func TestCitusDistribute(t *testing.T) {
 	in := NewUndistributed(t, 4, -1)
+	// The refusals first: they change nothing, so the install the rest of
+	// the test distributes is still a fresh one (one install for both).
+	t.Run("refusals", func(t *testing.T) { checkDistributeRefusals(t, in) })
 	ctx := context.Background()
 	c := in.Client
 	if err := c.QueueCreate(ctx, "orders", pgsweep.Outbox, 3); err != nil {
@@ -285,11 +288,11 @@ func TestCitusDistributeWithoutCitus(t *testing.T) {
 	}
 }
 
-// A NOLOGIN owner role cannot work on Citus: refused with 55000 naming
-// ALTER ROLE … LOGIN, nothing distributed. Roles without the admin role may
-// not call it at all.
-func TestCitusDistributeRefusals(t *testing.T) {
-	in := NewUndistributed(t, 2, -1)
+// checkDistributeRefusals, on an undistributed install (TestCitusDistribute's,
+// before it distributes it): a NOLOGIN owner role cannot work on Citus:
+// refused with 55000 naming ALTER ROLE … LOGIN, nothing distributed. Roles
+// without the admin role may not call it at all.
+func checkDistributeRefusals(t *testing.T, in *Install) {
 	ctx := context.Background()
 	owner := pgx.Identifier{in.Schema + "_owner"}.Sanitize()
 	in.Exec(t, "ALTER ROLE "+owner+" NOLOGIN")

@@ -66,6 +66,9 @@ func TestCitusLeadership(t *testing.T) {
 	t.Run("never two holders", func(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
+		// The runners stop when the subtest ends, also when it fails early:
+		// left running, they would take the tokens the next subtest counts.
+		t.Cleanup(func() { cancel(); wg.Wait() })
 		for _, owner := range []string{"runner-a", "runner-b"} {
 			r := in.runner(t, owner, runner.Options{Interval: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, Budget: 5 * time.Second})
 			wg.Add(1)
@@ -187,9 +190,13 @@ func nonZero(t *testing.T, in *Install, what string, sql string, args ...any) fu
 // the built-in policy of an inbox queue (processed rows past
 // processed_retention, a distributed table swept with the queue's filter).
 func TestCitusMaintain(t *testing.T) {
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	s := in.Q()
+	t.Cleanup(func() { // the settings it changes below, for the install's next test
+		in.Exec(t, "SELECT "+s+".setting_reset('recovery_interval')")
+		in.Exec(t, "SELECT "+s+".setting_reset('retention_check_interval')")
+	})
 	queues := in.QueuePerWorker(t, "maint")
 	for _, q := range queues {
 		if err := in.Client.QueueCreate(ctx, q, pgsweep.Inbox, 5); err != nil {

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
@@ -36,33 +34,21 @@ var pgtapOthers = []string{"backoff_jitter.sql", "bad_input.sql", "claim_cursor.
 // The pgTAP suite's lease, maintenance and settings files pass on the
 // coordinator after citus_distribute(), run as the install's owner role in
 // Citus's sequential mode (pgtap/run.sh's files use schema pgsweep: the
-// test installs and distributes it, and uninstalls it at the end).
+// package's shared install, Shared).
 func TestCitusPgTAP(t *testing.T) {
-	c := Get(t)
 	if _, err := exec.LookPath("pg_prove"); err != nil {
 		t.Fatal("pg_prove not found (Debian: apt-get install libtap-parser-sourcehandler-pgtap-perl)")
 	}
-	ctx := context.Background()
-	conn := pgtest.Conn(t, c.URL)
-	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pgtap"); err != nil {
+	// The shared install is schema pgsweep, distributed, its owner may log
+	// in; every pgTAP file runs in a transaction it rolls back.
+	in := Shared(t)
+	if in.Schema != "pgsweep" {
+		t.Fatalf("the pgTAP files name schema pgsweep; the shared install is %s", in.Schema)
+	}
+	c := in.Cluster
+	if _, err := pgtest.Conn(t, c.URL).Exec(context.Background(), "CREATE EXTENSION IF NOT EXISTS pgtap"); err != nil {
 		t.Fatalf("pgtap on the cluster: %v", err)
 	}
-	t.Cleanup(func() { Uninstall(t, c.URL, "pgsweep") })
-	if _, err := pgsweep.Migrate(ctx, conn, "pgsweep"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "ALTER ROLE pgsweep_owner LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT count(*) FROM pgsweep.citus_distribute()"); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, c.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	in := &Install{Cluster: c, Schema: "pgsweep", Pool: pool}
 
 	u, err := url.Parse(c.URL)
 	if err != nil {

@@ -196,7 +196,7 @@ func checkCapOutcome(t *testing.T, in *Install, name, truth, log string) (delete
 // batch size, and a pass plans at least one unit per shard.
 func TestCitusRetentionCAP(t *testing.T) {
 	const rows, cleaners, batch = 40_000, 8, 1000
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	shards := func(tbl string) int64 {
 		return in.Int(t, "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = $1::regclass", in.Schema+"."+tbl)
@@ -323,7 +323,7 @@ func TestCitusRetentionCAP(t *testing.T) {
 // batch size that makes several batches a shard.
 func TestCitusRetentionOneShardAStatement(t *testing.T) {
 	const rows, batch = 8_000, 200
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	tr := in.NewTraced(t)
 	c, _ := pgsweep.NewClient(tr.Conn, &pgsweep.ClientOptions{Schema: in.Schema})
@@ -408,7 +408,7 @@ func TestCitusRetentionOneShardAStatement(t *testing.T) {
 // and the next pass, after the lock is gone, sweeps the rest.
 func TestCitusRetentionLockedRowDefers(t *testing.T) {
 	const rows, batch = 8_000, 200
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	name, truth, eligible := capTable(t, in, "locked", rows)
 	if err := in.Client.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "cap.locked", Table: name,

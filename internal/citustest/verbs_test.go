@@ -48,7 +48,7 @@ func describeCmds(cmds []RemoteCommand) string {
 // backend of the node that runs it. The fix is to wrap the value, e.g.
 // coalesce(v_due[least(m.attempt, v_k)], v_now), which is the same value.
 func TestCitusSQLHasNoCrashingUpdates(t *testing.T) {
-	in := NewUndistributed(t, 2, -1)
+	in := Shared(t)
 	if bad := in.CrashingUpdates(t); len(bad) > 0 {
 		t.Errorf("these UPDATEs crash Citus 13.2.2 (a bare array element as a SET value; wrap it, e.g. in coalesce()):\n\t%s",
 			strings.Join(bad, "\n\t"))
@@ -66,7 +66,7 @@ func TestCitusSQLHasNoCrashingUpdates(t *testing.T) {
 // release, dead_requeue: a worker cannot PREPARE a transaction that ran
 // NOTIFY).
 func TestCitusVerbs(t *testing.T) {
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	tr := in.NewTraced(t)
 	queues := in.QueuePerWorker(t, "verbs")
@@ -226,9 +226,17 @@ func TestCitusVerbs(t *testing.T) {
 
 	// Not pushed down, and correct: the views over every queue, and leases
 	// (reference tables, on the coordinator).
+	// The install is shared: queue_stats holds a row for every queue of it,
+	// these two among them.
 	stats, err := in.Client.QueueStats(ctx)
-	if err != nil || len(stats) != 2 {
-		t.Fatalf("queue_stats: %+v %v", stats, err)
+	mine := 0
+	for _, st := range stats {
+		if st.Queue == out || st.Queue == inbox {
+			mine++
+		}
+	}
+	if err != nil || mine != 2 || int64(len(stats)) != in.Int(t, "SELECT count(*) FROM "+in.Rel("queue")) {
+		t.Fatalf("queue_stats: %+v %v; want a row for every queue, %s and %s among them", stats, err, out, inbox)
 	}
 	tok, ok, err := in.Client.LeaseAcquire(ctx, "verbs", "a", time.Minute)
 	if err != nil || !ok || tok == 0 {
@@ -249,7 +257,7 @@ func TestCitusVerbs(t *testing.T) {
 // onto the worker, send's NOTIFY would make the commit fail: PostgreSQL
 // cannot PREPARE a transaction that ran NOTIFY.)
 func TestCitusSendInApplicationTransaction(t *testing.T) {
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	q := in.QueuePerWorker(t, "outbox")[0]
 	if err := in.Client.QueueCreate(ctx, q, pgsweep.Outbox, 5); err != nil {
@@ -341,7 +349,7 @@ func TestCitusSendInApplicationTransaction(t *testing.T) {
 // PollInterval for these). A send inside a transaction block runs on the
 // coordinator and notifies there (TestCitusSendInApplicationTransaction).
 func TestCitusNotifyIsPerNode(t *testing.T) {
-	in := New(t, 2)
+	in := Shared(t)
 	ctx := context.Background()
 	q := in.QueuePerWorker(t, "notify")[0]
 	if err := in.Client.QueueCreate(ctx, q, pgsweep.Outbox, 5); err != nil {

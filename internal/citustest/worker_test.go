@@ -39,11 +39,20 @@ func TestCitusWorkerCrashesAndRecovery(t *testing.T) {
 		messages    = 4000
 		slots       = 8
 		maxAttempts = 10
-		lease       = time.Second
+		// The lease also bounds each claim call (the Worker cuts a claim
+		// after one lease), and a cut call closes its session: on Citus
+		// the next claim then starts cold (a new coordinator backend, a new
+		// connection to the worker, claim() compiled afresh there), which
+		// on a loaded machine outlasted a 1 s lease and was cut again, and
+		// so on: the Worker never claimed from a warm session again (CI's
+		// "not drained" runs: about six claims cut a second on the
+		// coordinator, no lock waits). 5 s leaves that cold path room; the
+		// single-server TestWorkerStress keeps 1 s.
+		lease       = 5 * time.Second
 		crashRate   = 1.0 / 300
 		restartRate = 1.0 / 300
 	)
-	in := New(t, 4)
+	in := Shared(t)
 	ctx := context.Background()
 	c := in.Client
 	q := in.QueuePerWorker(t, "stress")[1]
@@ -151,6 +160,9 @@ func TestCitusWorkerCrashesAndRecovery(t *testing.T) {
 		}()
 	}
 
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watchStall(watchCtx, t, in, q, 15*time.Second)
 	recovered := 0
 	pgtest.Eventually(t, 3*time.Minute, func() error {
 		select {
