@@ -40,6 +40,9 @@ type loop struct {
 	// flushBackoff is the wait before retrying a failed flush: 50ms
 	// doubling to 5s, whatever PollInterval is (results wait in memory).
 	flushBackoff consumer.Backoff
+	// claimWait is how long the next claim may take: the lease, longer
+	// after claims were cut at their deadline (claimCut).
+	claimWait time.Duration
 
 	// watched is what the watchdog checks: the held jobs without a result.
 	watchMu sync.Mutex
@@ -99,6 +102,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		store:        w.client.consumerStore(o.Queue),
 		pipeline:     w.client.canPipeline(),
 		flushBackoff: consumer.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second},
+		claimWait:    leaseWait(o.Lease),
 		watched:      map[*job]struct{}{},
 	}
 	defer close(l.done)
@@ -308,11 +312,15 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 // handlers whose leases expire.
 const flushTimeout = time.Minute
 
-// leaseCall returns a context for a claim, renewal or release (at least a
-// second: a Lease the SQL refuses must reach the SQL).
+// leaseCall returns a context for a renewal or release (claims: claimWait).
 func (l *loop) leaseCall() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(l.base, max(l.o.Lease, time.Second))
+	return context.WithTimeout(l.base, leaseWait(l.o.Lease))
 }
+
+// leaseWait is how long a call serving leases of lease may take: one lease
+// (by then the leases it serves are gone anyway), at least a second (a
+// Lease the SQL refuses must reach the SQL).
+func leaseWait(lease time.Duration) time.Duration { return max(lease, time.Second) }
 
 // watchdog cancels the context of every handler whose lease expired (by the
 // local estimate, see job.expires), also while the loop waits on the
