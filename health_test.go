@@ -200,7 +200,7 @@ func TestHealthReplicationSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		if level != "logical" {
-			t.Skipf("wal_level is %s on this cluster: a logical slot (catalog_xmin) cannot be made; set wal_level = logical (scripts/db.sh) to run this", level)
+			pgtest.NeedCluster(t, "wal_level is "+level+" on this cluster: a logical slot (catalog_xmin) cannot be made; set wal_level = logical (scripts/db.sh) to run this")
 		}
 		lslot := randomName("pgsweep_health_l_")
 		if _, err := su.Exec(ctx, "SELECT pg_catalog.pg_create_logical_replication_slot($1, 'test_decoding')", lslot); err != nil {
@@ -231,7 +231,7 @@ func TestHealthPreparedTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	if max == 0 {
-		t.Skip("max_prepared_transactions = 0 on this cluster: PREPARE TRANSACTION is refused; set it (scripts/db.sh, .ci/run) to run this test")
+		pgtest.NeedCluster(t, "max_prepared_transactions = 0 on this cluster: PREPARE TRANSACTION is refused; set it (scripts/db.sh) to run this test")
 	}
 	gid := randomName("pgsweep health ")
 	if _, err := su.Exec(ctx, "BEGIN; SELECT pg_catalog.txid_current(); PREPARE TRANSACTION '"+gid+"'"); err != nil {

@@ -136,6 +136,10 @@ synchronous_commit = off
 full_page_writes = off
 max_locks_per_transaction = 256
 max_worker_processes = 32
+# health()'s tests make a prepared transaction and a logical replication slot
+max_prepared_transactions = 10
+wal_level = logical
+max_replication_slots = 10
 log_min_messages = warning
 log_lock_waits = on
 deadlock_timeout = 100ms

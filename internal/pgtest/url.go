@@ -114,3 +114,14 @@ func WithDatabase(u, db string) (string, error) {
 	}
 	return u + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(db) + "'", nil
 }
+
+// NeedCluster ends a test whose cluster lacks what it needs (a setting, an
+// extension): a skip on a developer's cluster, a failure in CI, which must
+// provide it (scripts/db.sh sets it up).
+func NeedCluster(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("the test cluster lacks what this test needs (CI=%s must provide it): %s", os.Getenv("CI"), why)
+	}
+	t.Skip(why)
+}
