@@ -1,4 +1,4 @@
--- pgsweep 0.39: control room.
+-- pgsweep 0.40: control room.
 --
 -- The control room's SQL layer (issue 24): queue snapshots taken by the
 -- maintenance part 'stats' every stats_interval and kept stats_retention
@@ -341,10 +341,13 @@ SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_part
            WHEN 'recovery' THEN setting_interval('recovery_interval')
+           -- at most an hour: one slow run (a lock wait, an I/O stall) must
+           -- not silence the snapshots, and the findings read from them,
+           -- for ten times as long
            WHEN 'stats' THEN greatest(setting_interval('stats_interval'),
-                                      (SELECT (r.finished_at - r.started_at) * 10 FROM maintain_run r
-                                        WHERE r.part = 'stats' AND r.finished_at IS NOT NULL
-                                        ORDER BY r.id DESC LIMIT 1))
+                                      least(coalesce((SELECT (r.finished_at - r.started_at) * 10 FROM maintain_run r
+                                                       WHERE r.part = 'stats' AND r.finished_at IS NOT NULL
+                                                       ORDER BY r.id DESC LIMIT 1), interval '0'), interval '1 hour'))
            ELSE setting_interval('retention_check_interval') END
 $$;
 -- pgsweep:end functions/maintain_part.sql
@@ -502,11 +505,15 @@ BEGIN
             SELECT c.oid FROM pg_catalog.pg_class c
              WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace AND c.relkind = 'r'
             UNION
-            SELECT coalesce(pt.relid, rt.oid)
+            -- found through the catalogs, which need no privilege: a name
+            -- lookup (to_regclass) needs USAGE on the table's schema, which
+            -- the owner need not have (retention deletes as the policy's
+            -- owner), and would fail health() for everyone
+            SELECT coalesce(pt.relid, rc.oid)
               FROM retention_policy rp
-             CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', rp.table_schema, rp.table_name))::oid AS oid) rt
-              LEFT JOIN LATERAL pg_catalog.pg_partition_tree(rt.oid) pt ON pt.isleaf -- a plain table has no tree
-             WHERE rt.oid IS NOT NULL)
+              JOIN pg_catalog.pg_namespace rn ON rn.nspname = rp.table_schema
+              JOIN pg_catalog.pg_class rc ON rc.relnamespace = rn.oid AND rc.relname = rp.table_name
+              LEFT JOIN LATERAL pg_catalog.pg_partition_tree(rc.oid) pt ON pt.isleaf) -- a plain table has no tree
         SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS tab, s.n_dead_tup, s.n_live_tup, s.last_vacuum, s.last_autovacuum,
                EXISTS (SELECT 1 FROM pg_catalog.unnest(c.reloptions) o
                         WHERE pg_catalog.split_part(o, '=', 1) = 'autovacuum_enabled'

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +43,13 @@ type Options struct {
 	Refresh time.Duration
 	// Logger receives the handler's errors (default slog.Default()).
 	Logger *slog.Logger
+	// AllowedHosts, when set, are the only Host headers (host or host:port)
+	// the handler answers; others get 421. A dashboard reachable at a
+	// loopback address should set them: a web page whose name an attacker
+	// re-points to 127.0.0.1 (DNS rebinding) is same-origin to the
+	// browser, so the cross-origin check alone lets it read the pages and
+	// post the actions. pgsweep ui sets them from --addr.
+	AllowedHosts []string
 }
 
 // handler serves the pages.
@@ -74,6 +82,9 @@ func NewHandler(pool *pgxpool.Pool, o Options) (http.Handler, error) {
 	var out http.Handler = h.mux
 	out = http.NewCrossOriginProtection().Handler(out)
 	out = securityHeaders(out)
+	if len(o.AllowedHosts) > 0 {
+		out = allowHosts(o.AllowedHosts, out)
+	}
 	if o.BasicAuth != nil {
 		out = basicAuth(o.BasicAuth, out)
 	}
@@ -99,6 +110,21 @@ func securityHeaders(next http.Handler) http.Handler {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// allowHosts answers only requests whose Host is one of hosts.
+func allowHosts(hosts []string, next http.Handler) http.Handler {
+	ok := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		ok[strings.ToLower(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ok[strings.ToLower(r.Host)] {
+			http.Error(w, "unknown host: the dashboard answers only its own names (ui.Options.AllowedHosts, pgsweep ui --host)", http.StatusMisdirectedRequest)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -121,13 +121,24 @@ func TestPagesLoadUnderAPrefixAndEscapeEverything(t *testing.T) {
 	if _, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Lane: hostile, Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
+	// names that a careless template or link would misread: a scheme-like
+	// prefix, a slash
+	for _, q := range []string{"billing:eu", "http:q1", "a/b"} {
+		if err := db.Client.QueueCreate(ctx, q, pgsweep.Outbox, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv := serve(t, db.Pool, db.Schema, ui.Options{})
 	seen := map[string]bool{}
-	pages := []string{"/pgsweep/", "/pgsweep/queues/orders", "/pgsweep/maintenance", "/pgsweep/leases", "/pgsweep/retention"}
+	pages := []string{"/pgsweep/", "/pgsweep/queues/orders", "/pgsweep/maintenance", "/pgsweep/leases", "/pgsweep/retention",
+		"/pgsweep/queues/billing:eu", "/pgsweep/queues/http:q1", "/pgsweep/queues/a%2Fb"}
 	for _, p := range pages {
 		status, body := get(t, srv.URL+p)
 		if status != http.StatusOK {
 			t.Fatalf("GET %s: %d\n%s", p, status, body)
+		}
+		if strings.Contains(body, "ZgotmplZ") {
+			t.Fatalf("GET %s: html/template refused a value as unsafe (ZgotmplZ): a link or action is broken\n%s", p, body)
 		}
 		if strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") {
 			t.Fatalf("GET %s renders hostile text as markup:\n%s", p, body)
@@ -241,6 +252,19 @@ func TestBasicAuthAndHeaders(t *testing.T) {
 		t.Fatalf("with credentials: %d", res.StatusCode)
 	}
 	csp := res.Header.Get("Content-Security-Policy")
+	hosts := serve(t, db.Pool, db.Schema, ui.Options{AllowedHosts: []string{"dash.example:443"}})
+	for host, want := range map[string]int{"dash.example:443": http.StatusOK, "DASH.example:443": http.StatusOK, "evil.example:443": http.StatusMisdirectedRequest} {
+		req, _ := http.NewRequest(http.MethodGet, hosts.URL+"/pgsweep/", nil)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
 	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") || res.Header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Fatalf("headers: CSP %q, nosniff %q", csp, res.Header.Get("X-Content-Type-Options"))
 	}

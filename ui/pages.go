@@ -56,7 +56,8 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // base is the relative path from r's page to the dashboard's root, so that
 // links work under any prefix the handler is mounted at.
 func base(r *http.Request) string {
-	depth := strings.Count(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	// the escaped path: a queue named a/b is one segment (a%2Fb)
+	depth := strings.Count(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
 	if depth == 0 {
 		return "./"
 	}

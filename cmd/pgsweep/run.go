@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -78,12 +79,12 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	if *httpAddr != "" {
-		a, stop, err := startHTTP(*httpAddr, runner.Handler(r), logger)
+		ln, err := net.Listen("tcp", *httpAddr)
 		if err != nil {
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		defer stop()
-		logger.Info("serving /metrics and /healthz", "addr", a.String())
+		defer serveHTTP(ln, runner.Handler(r), logger)()
+		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
 	}
 	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM): the pass in
 	// flight was awaited and the leases released, so the exit code is 0.

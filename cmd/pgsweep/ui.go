@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/pgsweep/pgsweep/ui"
@@ -16,9 +18,11 @@ import (
 
 func runUI(ctx context.Context, args []string, out io.Writer) error {
 	fs, db := newDBFlagSet("ui")
-	addr := fs.String("addr", "127.0.0.1:8080", "serve the dashboard on this address (another host than 127.0.0.1 exposes it: use --basic-auth-file)")
+	addr := fs.String("addr", "127.0.0.1:8080", "serve the dashboard on this address (a non-loopback address needs --basic-auth-file)")
 	readOnly := fs.Bool("read-only", false, "show no action, whatever the database role may do")
-	authFile := fs.String("basic-auth-file", "", "require HTTP basic auth: a file of user:password lines")
+	authFile := fs.String("basic-auth-file", "", "require HTTP basic auth: a file of user:password lines (put TLS in front of it)")
+	var hosts stringList
+	fs.Var(&hosts, "host", "a name (host or host:port) the dashboard is reached by, besides the loopback names; repeat for several")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -33,24 +37,45 @@ func runUI(ctx context.Context, args []string, out io.Writer) error {
 		}
 		o.BasicAuth = check
 	}
+	host, _, err := net.SplitHostPort(*addr)
+	if err != nil {
+		return fmt.Errorf("%w: --addr: %v", errUsage, err)
+	}
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && o.BasicAuth == nil {
+		return fmt.Errorf("%w: --addr %s is reachable from other machines: give --basic-auth-file (and put TLS in front), or bind to 127.0.0.1", errUsage, *addr)
+	}
 	pool, err := db.pool(ctx, 4)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	h, err := ui.NewHandler(pool, o)
-	if err != nil {
-		return err
-	}
-	a, stop, err := startHTTP(*addr, h, o.Logger)
+	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	defer stop()
-	fmt.Fprintf(out, "pgsweep ui: serving the dashboard of schema %s on http://%s/\n", db.schema, a)
+	// Only the names it is reached by: a page whose name an attacker points
+	// at 127.0.0.1 (DNS rebinding) is refused, not served same-origin.
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	o.AllowedHosts = append([]string{net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("localhost", port), net.JoinHostPort("::1", port)}, hosts...)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() { // the name or address it was given
+		o.AllowedHosts = append(o.AllowedHosts, net.JoinHostPort(host, port))
+	}
+	h, err := ui.NewHandler(pool, o)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer serveHTTP(ln, h, o.Logger)()
+	fmt.Fprintf(out, "pgsweep ui: serving the dashboard of schema %s on http://%s/\n", db.schema, ln.Addr())
 	<-ctx.Done()
 	return nil
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // readBasicAuth reads user:password lines (blank lines and # comments
 // aside) and returns the check of a request's credentials, in constant

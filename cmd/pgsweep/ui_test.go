@@ -59,6 +59,18 @@ func TestUICommand(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "orders") {
 		t.Fatalf("with credentials: %d\n%s", res.StatusCode, body)
 	}
+	// DNS rebinding: the same server under another name is refused
+	req, _ = http.NewRequest(http.MethodGet, url, nil)
+	req.Host = "evil.example:80"
+	req.SetBasicAuth("ops", "s3cret")
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("another Host: %d, want 421", res.StatusCode)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d after the context ended, want 0", code)
@@ -73,6 +85,8 @@ func TestUICommand(t *testing.T) {
 		{"ui", "--basic-auth-file", empty, "--database-url", db.URL},
 		{"ui", "--basic-auth-file", filepath.Join(t.TempDir(), "missing"), "--database-url", db.URL},
 		{"ui", "extra-arg"},
+		{"ui", "--addr", "0.0.0.0:0", "--database-url", db.URL}, // reachable from elsewhere without auth
+		{"ui", "--addr", "no-port", "--database-url", db.URL},
 	} {
 		if _, errOut, code := runCLI(t, args...); code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 with a message", args, code, errOut)

@@ -66,10 +66,13 @@ SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_part
            WHEN 'recovery' THEN setting_interval('recovery_interval')
+           -- at most an hour: one slow run (a lock wait, an I/O stall) must
+           -- not silence the snapshots, and the findings read from them,
+           -- for ten times as long
            WHEN 'stats' THEN greatest(setting_interval('stats_interval'),
-                                      (SELECT (r.finished_at - r.started_at) * 10 FROM maintain_run r
-                                        WHERE r.part = 'stats' AND r.finished_at IS NOT NULL
-                                        ORDER BY r.id DESC LIMIT 1))
+                                      least(coalesce((SELECT (r.finished_at - r.started_at) * 10 FROM maintain_run r
+                                                       WHERE r.part = 'stats' AND r.finished_at IS NOT NULL
+                                                       ORDER BY r.id DESC LIMIT 1), interval '0'), interval '1 hour'))
            ELSE setting_interval('retention_check_interval') END
 $$;
 

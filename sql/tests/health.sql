@@ -3,7 +3,7 @@
 -- (sessions, prepared transactions, slots, lock waits) need other sessions:
 -- health_test.go creates each for real. And who may call what.
 BEGIN;
-SELECT plan(20);
+SELECT plan(22);
 
 SELECT pgsweep.setting_reset(name) FROM pgsweep.setting;
 DELETE FROM pgsweep.maintain_snapshot;
@@ -80,6 +80,19 @@ ALTER TABLE public.health_events SET (autovacuum_enabled = false);
 SELECT results_eq($$SELECT object, advice FROM pgsweep.health_install() WHERE kind = 'autovacuum_disabled'$$,
     $$VALUES ('table public.health_events'::text, 'ALTER TABLE public.health_events RESET (autovacuum_enabled)'::text)$$,
     'autovacuum_disabled on a registered table');
+
+-- a policy's table in a schema the owner role cannot use (retention
+-- deletes as the policy's owner, so the install's owner needs no USAGE
+-- there): health_install finds it through the catalogs, and does not fail
+CREATE ROLE health_app NOLOGIN;
+CREATE SCHEMA health_private AUTHORIZATION health_app;
+CREATE TABLE health_private.events (id bigint PRIMARY KEY, at timestamptz NOT NULL) WITH (autovacuum_enabled = false);
+ALTER TABLE health_private.events OWNER TO health_app;
+SELECT pgsweep.retention_register('hpriv', 'health_private.events'::regclass, 'at', '1 day');
+REVOKE ALL ON SCHEMA health_private FROM PUBLIC;
+SELECT lives_ok($$SELECT * FROM pgsweep.health_install()$$, 'a policy table in a schema the owner cannot use: health_install still answers');
+SELECT is((SELECT count(*)::int FROM pgsweep.health_install() WHERE kind = 'autovacuum_disabled' AND object = 'table health_private.events'), 1,
+    'and reports that table');
 
 -- who may call what
 SELECT ok(has_function_privilege('pgsweep_monitor', 'pgsweep.health()', 'EXECUTE')
