@@ -75,14 +75,15 @@ INSERT INTO setting (name, value, kind, default_value, min_value, max_value, inf
 ON CONFLICT (name) DO NOTHING;
 
 -- pgsweep:changed functions/stats.sql
-CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz, p_prev maintain_snapshot)
-RETURNS maintain_snapshot
+CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz)
+RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    p_prev maintain_snapshot; -- the latest snapshot (all NULL: none)
     v maintain_snapshot;
-    v_since timestamptz := p_prev.taken_at;
+    v_since timestamptz;
     v_oldest timestamptz;
     v_live_old bigint;
     v_sent bigint;
@@ -93,6 +94,11 @@ DECLARE
     v_f bigint;
     v_r bigint;
 BEGIN
+    SELECT * INTO p_prev FROM maintain_snapshot s WHERE s.queue = p_queue ORDER BY s.taken_at DESC LIMIT 1;
+    IF p_prev.taken_at >= p_now THEN
+        RETURN false;
+    END IF;
+    v_since := p_prev.taken_at;
     v.queue := p_queue;
     v.taken_at := p_now;
     v.since := v_since;
@@ -147,7 +153,8 @@ BEGIN
     END IF;
     v.failures := greatest(v.failures_live + v_moved_fail - p_prev.failures_live, 0);
     v.retried := greatest(v.retries_live + v_moved_retry - p_prev.retries_live, 0);
-    RETURN v;
+    INSERT INTO maintain_snapshot SELECT (v).*;
+    RETURN true;
 END
 $$;
 
@@ -161,20 +168,12 @@ DECLARE
     v_queues bigint := 0;
     v_trimmed bigint;
     q record;
-    v_prev maintain_snapshot;
-    v_row maintain_snapshot;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     FOR q IN SELECT qu.name, qu.kind FROM queue qu ORDER BY qu.name LOOP
-        SELECT * INTO v_prev FROM maintain_snapshot s WHERE s.queue = q.name ORDER BY s.taken_at DESC LIMIT 1;
-        IF NOT FOUND THEN
-            v_prev := NULL;
-        ELSIF v_prev.taken_at >= v_now THEN
-            CONTINUE; -- taken already (a pinned clock, or a second session)
+        IF _stats_snapshot_queue(q.name, q.kind, v_now) THEN
+            v_queues := v_queues + 1;
         END IF;
-        v_row := _stats_snapshot_queue(q.name, q.kind, v_now, v_prev); -- once: (f()).* would call it per column
-        INSERT INTO maintain_snapshot SELECT (v_row).*;
-        v_queues := v_queues + 1;
     END LOOP;
     DELETE FROM maintain_snapshot
      WHERE (queue, taken_at) IN (SELECT s.queue, s.taken_at FROM maintain_snapshot s
@@ -770,6 +769,34 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/browse.sql
+
+-- pgsweep:changed functions/citus.sql
+CREATE OR REPLACE FUNCTION _citus_delegated(OUT routine regprocedure, OUT arg_index int, OUT force boolean)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p.oid::pg_catalog.regprocedure, a.n::int - 1,
+           p.prosrc !~ '\mpg_notify\M'
+      FROM pg_catalog.pg_proc p
+     CROSS JOIN LATERAL pg_catalog.unnest(p.proargnames) WITH ORDINALITY a(name, n)
+     WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+       AND p.prokind = 'f'
+       AND a.name = 'p_queue'
+       AND a.n <= p.pronargs
+       AND (p.proargmodes IS NULL OR p.proargmodes[a.n] IN ('i', 'b'))
+       AND p.proargtypes[a.n - 1] = 'pg_catalog.text'::pg_catalog.regtype
+       AND p.proname <> '_queue_get'
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'reference'
+                          AND p.prosrc ~* ('\m(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+' || t.table_name || '\M'))
+       -- a routine that reads a coordinator-only table (stats_history reads
+       -- maintain_snapshot) runs where that table is, not on a worker
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'local' AND p.prosrc ~ ('\m' || t.table_name || '\M'))
+     ORDER BY 1
+$$;
+-- pgsweep:end functions/citus.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

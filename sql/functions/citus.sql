@@ -187,6 +187,10 @@ AS $$
        AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
                         WHERE t.placement = 'reference'
                           AND p.prosrc ~* ('\m(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+' || t.table_name || '\M'))
+       -- a routine that reads a coordinator-only table (stats_history reads
+       -- maintain_snapshot) runs where that table is, not on a worker
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'local' AND p.prosrc ~ ('\m' || t.table_name || '\M'))
      ORDER BY 1
 $$;
 

@@ -45,16 +45,21 @@
 -- 10 s and 7 days: 60,480 rows per queue, about 10 MB); each run deletes at
 -- most 10,000 expired rows, oldest first.
 
--- _stats_snapshot_queue takes queue p_queue's snapshot at p_now (one row);
--- p_prev is its latest snapshot (NULL: none).
-CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz, p_prev maintain_snapshot)
-RETURNS maintain_snapshot
+-- _stats_snapshot_queue takes queue p_queue's snapshot at p_now (one row)
+-- from the counts and its latest snapshot, and returns true; false when
+-- that one is not older than p_now (taken already: a pinned clock, or a
+-- second session). No row type of maintain_snapshot in its signature:
+-- Citus refuses to distribute any function whose arguments have the type of
+-- a table it does not manage (citus_distribute leaves maintain_* local).
+CREATE OR REPLACE FUNCTION _stats_snapshot_queue(p_queue text, p_kind text, p_now timestamptz)
+RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    p_prev maintain_snapshot; -- the latest snapshot (all NULL: none)
     v maintain_snapshot;
-    v_since timestamptz := p_prev.taken_at;
+    v_since timestamptz;
     v_oldest timestamptz;
     v_live_old bigint;
     v_sent bigint;
@@ -65,6 +70,11 @@ DECLARE
     v_f bigint;
     v_r bigint;
 BEGIN
+    SELECT * INTO p_prev FROM maintain_snapshot s WHERE s.queue = p_queue ORDER BY s.taken_at DESC LIMIT 1;
+    IF p_prev.taken_at >= p_now THEN
+        RETURN false;
+    END IF;
+    v_since := p_prev.taken_at;
     v.queue := p_queue;
     v.taken_at := p_now;
     v.since := v_since;
@@ -119,7 +129,8 @@ BEGIN
     END IF;
     v.failures := greatest(v.failures_live + v_moved_fail - p_prev.failures_live, 0);
     v.retried := greatest(v.retries_live + v_moved_retry - p_prev.retries_live, 0);
-    RETURN v;
+    INSERT INTO maintain_snapshot SELECT (v).*;
+    RETURN true;
 END
 $$;
 
@@ -137,20 +148,12 @@ DECLARE
     v_queues bigint := 0;
     v_trimmed bigint;
     q record;
-    v_prev maintain_snapshot;
-    v_row maintain_snapshot;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     FOR q IN SELECT qu.name, qu.kind FROM queue qu ORDER BY qu.name LOOP
-        SELECT * INTO v_prev FROM maintain_snapshot s WHERE s.queue = q.name ORDER BY s.taken_at DESC LIMIT 1;
-        IF NOT FOUND THEN
-            v_prev := NULL;
-        ELSIF v_prev.taken_at >= v_now THEN
-            CONTINUE; -- taken already (a pinned clock, or a second session)
+        IF _stats_snapshot_queue(q.name, q.kind, v_now) THEN
+            v_queues := v_queues + 1;
         END IF;
-        v_row := _stats_snapshot_queue(q.name, q.kind, v_now, v_prev); -- once: (f()).* would call it per column
-        INSERT INTO maintain_snapshot SELECT (v_row).*;
-        v_queues := v_queues + 1;
     END LOOP;
     DELETE FROM maintain_snapshot
      WHERE (queue, taken_at) IN (SELECT s.queue, s.taken_at FROM maintain_snapshot s
