@@ -125,7 +125,8 @@ BEGIN
       FROM lane l WHERE l.queue = p_queue;
 
     IF v_since IS NULL THEN
-        RETURN v; -- the first snapshot: no interval, no counters
+        INSERT INTO maintain_snapshot SELECT (v).*;
+        RETURN true; -- the first snapshot: no interval, no counters
     END IF;
 
     -- rows that moved in the interval (message_processed_retention and
