@@ -169,6 +169,9 @@ func TestCitusUpgrade(t *testing.T) {
 		if tbl == "setting" && after[tbl] >= n { // later migrations add settings (0.34: six)
 			continue
 		}
+		if tbl == "maintain_state" && after[tbl] == n+1 { // 0.40 adds the maintenance part stats
+			continue
+		}
 		if after[tbl] != n {
 			t.Errorf("%s: %d rows before the upgrade, %d after", tbl, n, after[tbl])
 		}
