@@ -7,14 +7,13 @@ import "github.com/pgsweep/pgsweep"
 // block (html/template encodes it; the CSP runs no inline script) and
 // app.js draws it.
 type chartData struct {
-	Times     []int64   `json:"t"`
-	Pending   []int64   `json:"pending"`
-	InFlight  []int64   `json:"in_flight"`
-	Failed    []int64   `json:"failed"`
-	Dead      []int64   `json:"dead"`
-	SentPerS  []float64 `json:"sent_per_s"`
-	DonePerS  []float64 `json:"completed_per_s"`
-	Snapshots int       `json:"-"`
+	Times    []int64   `json:"t"`
+	Pending  []int64   `json:"pending"`
+	InFlight []int64   `json:"in_flight"`
+	Failed   []int64   `json:"failed"`
+	Dead     []int64   `json:"dead"`
+	SentPerS []float64 `json:"sent_per_s"`
+	DonePerS []float64 `json:"completed_per_s"`
 }
 
 // chartOf turns snapshots (oldest first) into the chart's columns; the
@@ -37,7 +36,6 @@ func chartOf(ss []pgsweep.QueueSnapshot) chartData {
 		c.SentPerS = append(c.SentPerS, rate(s.Sent, secs))
 		c.DonePerS = append(c.DonePerS, rate(s.Completed, secs))
 	}
-	c.Snapshots = len(c.Times)
 	return c
 }
 
