@@ -234,6 +234,11 @@ func TestRetentionDetachConcurrentlyPending(t *testing.T) {
 	if err := long.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The 200 ms timeout served to make the first DETACH give up. FINALIZE
+	// waits for every transaction that locked the parent or the leaf, and
+	// autovacuum may analyze the freshly filled leaf just now (CI failed on
+	// that once): the holder's call gets a timeout a runner would use.
+	e.exec(`SELECT %[1]s.setting_set('retention_lock_timeout', '30 seconds')`)
 	d, err = e.client.RetentionDetachConcurrently(ctx, "runner-a", nil)
 	if err != nil || len(d.Errors) > 0 || d.Detached != 1 || d.Rows != 100 {
 		t.Fatalf("after the long transaction: %+v %v, want the leaf finalized, 100 rows", d, err)
