@@ -29,6 +29,19 @@ type Finding struct {
 	Advice string `json:"advice"`
 }
 
+// FindingKinds are the kinds health() reports (a test checks this list
+// against sql/functions/health.sql). A kind whose findings exceed the
+// health_max_per_kind setting ends with one finding of that kind whose
+// Object is "N more".
+var FindingKinds = []string{
+	// the server (health_server: the caller's eyes)
+	"long_transaction", "idle_in_transaction", "prepared_transaction", "replication_slot", "lock_wait",
+	"autovacuum_disabled", "cron_failing", "health_limited",
+	// the install (health_install)
+	"queue_behind", "blocked_lanes", "dead_letters_growing", "maintenance_not_running", "maintenance_failing",
+	"retention_failing", "retention_behind", "dead_tuples", "index_bloat",
+}
+
 var severityRank = map[string]int{"critical": 0, "warning": 1, "info": 2}
 
 // Health returns every finding, the most severe first (then in the order

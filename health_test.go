@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +339,128 @@ func TestHealthMonitor(t *testing.T) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 		t.Fatalf("a worker's Health: %v, want 42501", err)
+	}
+}
+
+// TestHealthFindingKindsMatchTheSQL: FindingKinds (the Prometheus gauges'
+// labels) lists exactly the kinds health.sql reports.
+func TestHealthFindingKindsMatchTheSQL(t *testing.T) {
+	src, err := os.ReadFile("sql/functions/health.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSQL := map[string]bool{}
+	for _, m := range regexp.MustCompile(`kind := '([a-z_]+)'`).FindAllStringSubmatch(string(src), -1) {
+		inSQL[m[1]] = true
+	}
+	inGo := map[string]bool{}
+	for _, k := range pgsweep.FindingKinds {
+		if inGo[k] {
+			t.Errorf("FindingKinds lists %q twice", k)
+		}
+		inGo[k] = true
+		if !inSQL[k] {
+			t.Errorf("FindingKinds lists %q, which health.sql never reports", k)
+		}
+	}
+	for k := range inSQL {
+		if !inGo[k] {
+			t.Errorf("health.sql reports %q, which FindingKinds lacks", k)
+		}
+	}
+}
+
+// TestHealthIndexBloat: a queue's primary key emptied by deletes and a
+// VACUUM keeps its pages: index_bloat names it, and REINDEX ends it.
+func TestHealthIndexBloat(t *testing.T) {
+	db := healthDB(t)
+	ctx := context.Background()
+	c := db.Client
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	db.MustExec(t, "SELECT "+s+".setting_set('health_index_bloat_mb', '0')")
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	db.MustExec(t, "SELECT "+s+".send_batch('q', array_agg('{}'::jsonb)) FROM generate_series(1, 5000)")
+	db.MustExec(t, "SELECT "+s+".send_batch('q', array_agg('{}'::jsonb)) FROM generate_series(1, 5000)")
+	var pkey string
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_catalog.format('%I.%I', n.nspname, i.relname) FROM pg_catalog.pg_index x
+		JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid JOIN pg_catalog.pg_namespace n ON n.oid = i.relnamespace
+		WHERE x.indrelid = $1::regclass AND x.indisprimary`, db.Schema+".message").Scan(&pkey); err != nil {
+		t.Fatal(err)
+	}
+	db.MustExec(t, "VACUUM "+s+".message")
+	if f, found := findingOf(t, c, "index_bloat", "index "+pkey); found {
+		t.Fatalf("a full index is not bloated: %+v", f)
+	}
+	db.MustExec(t, "DELETE FROM "+s+".message")
+	var f pgsweep.Finding
+	// VACUUM removes the entries once no other session still sees them
+	// (another test's transaction may, for a moment): vacuum until it has
+	pgtest.Eventually(t, 30*time.Second, func() error {
+		db.MustExec(t, "VACUUM "+s+".message")
+		var found bool
+		if f, found = findingOf(t, c, "index_bloat", "index "+pkey); !found {
+			return errors.New("no index_bloat finding after the deletes")
+		}
+		return nil
+	})
+	if f.Severity != "warning" || !strings.Contains(f.Detail, "% is free space") || f.Advice != "REINDEX INDEX CONCURRENTLY "+pkey+
+		" gives the space back without blocking the queue. If it returns, vacuum falls behind: see the dead_tuples and xmin findings." {
+		t.Fatalf("finding %+v", f)
+	}
+	// the same index under the default size floor (100 MB): not reported
+	db.MustExec(t, "SELECT "+s+".setting_reset('health_index_bloat_mb')")
+	if f, found := findingOf(t, c, "index_bloat", "index "+pkey); found {
+		t.Fatalf("an index under health_index_bloat_mb: %+v", f)
+	}
+	db.MustExec(t, "SELECT "+s+".setting_set('health_index_bloat_mb', '0')")
+	db.MustExec(t, "REINDEX INDEX "+pkey)
+	if f, found := findingOf(t, c, "index_bloat", "index "+pkey); found {
+		t.Fatalf("after REINDEX: %+v", f)
+	}
+}
+
+// TestHealthCronFailing: the pg_cron job that runs maintain() is a
+// cron_failing finding when its last run failed (the row pg_cron writes)
+// and when it is inactive; a run that succeeded after a failure clears it.
+func TestHealthCronFailing(t *testing.T) {
+	db := healthDB(t)
+	ctx := context.Background()
+	c := db.Client
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	if _, err := db.Pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_cron"); err != nil {
+		pgtest.NeedCluster(t, "pg_cron is not installable in the test database: "+err.Error())
+	}
+	var id int64
+	if err := db.Pool.QueryRow(ctx, "SELECT cron.schedule("+s+".cron_job_name(), '0 0 1 1 *', 'SELECT 1')").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.MustExec(t, "SELECT cron.unschedule($1::bigint)", id) })
+	object := fmt.Sprintf("cron job %d", id)
+	if f, found := findingOf(t, c, "cron_failing", object); found {
+		t.Fatalf("a job that never ran: %+v", f)
+	}
+	run := func(status, message string) {
+		db.MustExec(t, `INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, command, status, return_message, start_time, end_time)
+			VALUES ($1, nextval('cron.runid_seq'), 1, current_database(), current_user, 'SELECT 1', $2, $3, now(), now())`, id, status, message)
+	}
+	run("failed", "ERROR:  permission denied for procedure maintain")
+	f, found := findingOf(t, c, "cron_failing", object)
+	if !found || f.Severity != "critical" || !strings.Contains(f.Detail, "failed: ERROR:  permission denied for procedure maintain") {
+		t.Fatalf("after a failed run: %+v %v", f, found)
+	}
+	run("succeeded", "CALL")
+	if f, found := findingOf(t, c, "cron_failing", object); found {
+		t.Fatalf("after a run that succeeded: %+v", f)
+	}
+	db.MustExec(t, "SELECT cron.alter_job($1::bigint, active := false)", id)
+	f, found = findingOf(t, c, "cron_failing", object)
+	if !found || !strings.Contains(f.Detail, "is inactive") {
+		t.Fatalf("an inactive job: %+v %v", f, found)
+	}
+	// pg_cron shows a job only to the role that scheduled it: the monitor sees nothing
+	if f, found := findingOf(t, roleClient(t, db, "monitor"), "cron_failing", object); found {
+		t.Fatalf("the monitor sees another role's job: %+v", f)
 	}
 }

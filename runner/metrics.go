@@ -24,6 +24,9 @@ type Metrics struct {
 	deadLettered    prometheus.Counter
 	queueDepth      *prometheus.GaugeVec
 	oldestPending   *prometheus.GaugeVec
+	snapshotAt      *prometheus.GaugeVec
+	findings        *prometheus.GaugeVec
+	severities      *prometheus.GaugeVec
 	lastSuccess     prometheus.Gauge
 	consecutiveFail prometheus.Gauge
 	detached        *prometheus.CounterVec
@@ -58,11 +61,20 @@ func NewMetrics() *Metrics {
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgsweep_recovery_dead_lettered_total", Help: "Messages recovery moved to the dead letters (no attempts left)."}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "pgsweep_queue_depth", Help: "Messages per queue and state, from queue_stats, read after each pass."},
+			Name: "pgsweep_queue_depth", Help: "Messages per queue and state (pending, due, processing, failed, processed, dead), from the queue's latest snapshot (stats_latest), read after each pass."},
 			[]string{"queue", "kind", "state"}),
 		oldestPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "pgsweep_queue_oldest_pending_age_seconds", Help: "Age of the oldest pending message per queue, from queue_stats."},
+			Name: "pgsweep_queue_oldest_pending_age_seconds", Help: "Age of the oldest due message per queue, from its latest snapshot."},
 			[]string{"queue"}),
+		snapshotAt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgsweep_queue_snapshot_timestamp_seconds", Help: "Unix time of the queue's latest snapshot (the figures above are as of then)."},
+			[]string{"queue"}),
+		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgsweep_health_findings", Help: "Findings of health() per kind, read after each pass (docs/dashboard.md lists the kinds and what to do)."},
+			[]string{"kind"}),
+		severities: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgsweep_health_findings_by_severity", Help: "Findings of health() per severity: critical, warning, info."},
+			[]string{"severity"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pgsweep_runner_last_success_timestamp_seconds", Help: "Unix time of the last successful pass."}),
 		consecutiveFail: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -73,7 +85,7 @@ func NewMetrics() *Metrics {
 			[]string{"result"}),
 	}
 	r.MustRegister(m.passes, m.passErrors, m.passDuration, m.partRuns, m.leasesAcquired, m.leasesLost,
-		m.rowsDeleted, m.rowsRecovered, m.claimsExpired, m.deadLettered, m.queueDepth, m.oldestPending,
+		m.rowsDeleted, m.rowsRecovered, m.claimsExpired, m.deadLettered, m.queueDepth, m.oldestPending, m.snapshotAt, m.findings, m.severities,
 		m.lastSuccess, m.consecutiveFail, m.detached,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -99,17 +111,41 @@ func (m *Metrics) observePass(p *Pass) {
 	}
 }
 
-// setQueues replaces the queue gauges with stats (queues that disappeared
-// disappear from the metrics too).
-func (m *Metrics) setQueues(stats []QueueStats) {
+// setSnapshots replaces the queue gauges with the queues' latest snapshots
+// (queues that disappeared disappear from the metrics too; a queue without
+// a snapshot yet has none).
+func (m *Metrics) setSnapshots(snaps []pgsweep.QueueSnapshot) {
 	m.queueDepth.Reset()
 	m.oldestPending.Reset()
-	for _, q := range stats {
-		for state, n := range map[string]int64{"pending": q.Pending, "processing": q.Processing, "failed": q.Failed,
-			"processed": q.Processed, "dead": q.Dead} {
-			m.queueDepth.WithLabelValues(q.Queue, string(q.Kind), state).Set(float64(n))
+	m.snapshotAt.Reset()
+	for _, q := range snaps {
+		if q.TakenAt.IsZero() {
+			continue
 		}
-		m.oldestPending.WithLabelValues(q.Queue).Set(q.OldestPendingAge.Seconds())
+		for state, n := range map[string]int64{"pending": q.Pending, "due": q.Due, "processing": q.InFlight, "failed": q.Failed,
+			"processed": q.Processed, "dead": q.Dead} {
+			m.queueDepth.WithLabelValues(q.Queue, q.Kind, state).Set(float64(n))
+		}
+		m.oldestPending.WithLabelValues(q.Queue).Set(q.OldestDueAge.Seconds())
+		m.snapshotAt.WithLabelValues(q.Queue).Set(float64(q.TakenAt.UnixMilli()) / 1000)
+	}
+}
+
+// setFindings replaces the health gauges. Every known kind and severity
+// is set, to 0 when absent, so that an alert on one sees it clear instead
+// of going stale.
+func (m *Metrics) setFindings(fs []pgsweep.Finding) {
+	m.findings.Reset()
+	m.severities.Reset()
+	for _, k := range pgsweep.FindingKinds {
+		m.findings.WithLabelValues(k).Set(0)
+	}
+	for _, s := range []string{"critical", "warning", "info"} {
+		m.severities.WithLabelValues(s).Set(0)
+	}
+	for _, f := range fs {
+		m.findings.WithLabelValues(f.Kind).Inc()
+		m.severities.WithLabelValues(f.Severity).Inc()
 	}
 }
 

@@ -75,7 +75,7 @@ type Runner struct {
 	lastSuccess  time.Time
 	lastErr      error
 	interval     time.Duration // the last interval used, for health
-	warnedStats  bool
+	warnedGauges map[string]bool // gauge sources found missing and warned about once
 	passBackend  backend        // the backend of the latest pass's connection (zero: unknown)
 	pending      *pendingRecord // history rows of an ended pass that still have to be closed
 	inPass       bool           // a pass is in flight
@@ -406,21 +406,7 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	if s, err = r.readSettings(ctx, conn); err != nil {
 		return nil, s, err
 	}
-	stats, err := ReadQueueStats(ctx, r.sql(conn))
-	switch {
-	case errors.Is(err, ErrNoQueueStats):
-		r.mu.Lock()
-		warn := !r.warnedStats
-		r.warnedStats = true
-		r.mu.Unlock()
-		if warn {
-			r.log.Warn("queue metrics unavailable", "reason", err.Error())
-		}
-	case err != nil:
-		return nil, s, err
-	default:
-		r.metrics.setQueues(stats)
-	}
+	r.readGauges(ctx, conn)
 	return p, s, nil
 }
 

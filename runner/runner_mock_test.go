@@ -102,7 +102,8 @@ func (h *harness) expectPass(interval, jitter time.Duration, counts string, stat
 	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(n\) FROM pg_catalog\.unnest\(\$1::pg_catalog\.text\[\]\)`).
 		WithArgs([]string{"runner_interval", "runner_jitter"}).
 		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval).AddRow(jitter))
-	h.mock.ExpectQuery(`FROM "pgsweep"\.queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01", Message: `relation "pgsweep.queue_stats" does not exist`})
+	h.mock.ExpectQuery(`FROM "pgsweep"\.stats_latest\(\)`).WillReturnError(&pgconn.PgError{Code: "42883", Message: `function pgsweep.stats_latest() does not exist`})
+	h.mock.ExpectQuery(`FROM "pgsweep"\.health\(\)`).WillReturnError(&pgconn.PgError{Code: "42883", Message: `function pgsweep.health() does not exist`})
 	h.mock.ExpectClose()
 }
 
@@ -338,46 +339,46 @@ func TestPassCountsBecomeMetrics(t *testing.T) {
 	}
 }
 
-func TestQueueStatsParsing(t *testing.T) {
-	mock, err := pgxmock.NewConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mock.ExpectQuery(`SELECT queue, kind, pending, processing, failed, processed, dead, coalesce\(extract\(epoch FROM oldest_pending_age\), 0\)::pg_catalog\.float8, paused, lanes, blocked_lanes FROM "pgsweep"\.queue_stats ORDER BY queue`).
-		WillReturnRows(pgxmock.NewRows([]string{"queue", "kind", "pending", "processing", "failed", "processed", "dead", "oldest_pending_age", "paused", "lanes", "blocked_lanes"}).
-			AddRow("orders", "outbox", int64(10), int64(2), int64(1), int64(0), int64(3), float64(90), true, int64(4), int64(1)).
-			AddRow("payments", "inbox", int64(0), int64(0), int64(0), int64(500), int64(0), float64(0), false, int64(0), int64(0)))
-	stats, err := ReadQueueStats(context.Background(), mockClient(t, mock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []QueueStats{
-		{Queue: "orders", Kind: "outbox", Pending: 10, Processing: 2, Failed: 1, Dead: 3, OldestPendingAge: 90 * time.Second,
-			Paused: true, Lanes: 4, BlockedLanes: 1},
-		{Queue: "payments", Kind: "inbox", Processed: 500},
-	}
-	if len(stats) != 2 || stats[0] != want[0] || stats[1] != want[1] {
-		t.Fatalf("stats %+v, want %+v", stats, want)
-	}
+// TestGaugesFromSnapshotsAndFindings: the queue gauges come from the
+// latest snapshots (a queue without one has none), the health gauges count
+// findings per kind and severity, every known one present (0 when absent).
+func TestGaugesFromSnapshotsAndFindings(t *testing.T) {
 	m := NewMetrics()
-	m.setQueues(stats)
-	if got := gaugeValue(t, m, "pgsweep_queue_depth", map[string]string{"queue": "orders", "state": "pending"}); got != 10 {
-		t.Errorf("depth{orders,pending} = %v", got)
+	at := time.Unix(1700000000, 0)
+	m.setSnapshots([]pgsweep.QueueSnapshot{
+		{Queue: "orders", Kind: "outbox", TakenAt: at, Pending: 10, Due: 7, InFlight: 2, Failed: 1, Dead: 3, OldestDueAge: 90 * time.Second},
+		{Queue: "fresh", Kind: "inbox"}, // no snapshot yet
+	})
+	for state, want := range map[string]float64{"pending": 10, "due": 7, "processing": 2, "failed": 1, "dead": 3, "processed": 0} {
+		if got := gaugeValue(t, m, "pgsweep_queue_depth", map[string]string{"queue": "orders", "kind": "outbox", "state": state}); got != want {
+			t.Errorf("depth{orders,%s} = %v, want %v", state, got, want)
+		}
 	}
 	if got := gaugeValue(t, m, "pgsweep_queue_oldest_pending_age_seconds", map[string]string{"queue": "orders"}); got != 90 {
 		t.Errorf("oldest{orders} = %v", got)
 	}
+	if got := gaugeValue(t, m, "pgsweep_queue_snapshot_timestamp_seconds", map[string]string{"queue": "orders"}); got != 1700000000 {
+		t.Errorf("snapshot time{orders} = %v", got)
+	}
+	if metricValue(t, m, "pgsweep_queue_depth", map[string]string{"queue": "fresh", "state": "pending"}) != nil {
+		t.Error("a queue without a snapshot has depth gauges")
+	}
 
-	mock.ExpectQuery(`queue_stats`).WillReturnError(&pgconn.PgError{Code: "42P01"})
-	if _, err := ReadQueueStats(context.Background(), mockClient(t, mock)); !errors.Is(err, ErrNoQueueStats) {
-		t.Fatalf("got %v, want ErrNoQueueStats", err)
+	m.setFindings([]pgsweep.Finding{{Severity: "critical", Kind: "maintenance_not_running"},
+		{Severity: "warning", Kind: "queue_behind"}, {Severity: "warning", Kind: "queue_behind"}})
+	for kind, want := range map[string]float64{"maintenance_not_running": 1, "queue_behind": 2, "index_bloat": 0} {
+		if got := gaugeValue(t, m, "pgsweep_health_findings", map[string]string{"kind": kind}); got != want {
+			t.Errorf("findings{%s} = %v, want %v", kind, got, want)
+		}
 	}
-	mock.ExpectQuery(`queue_stats`).WillReturnError(errors.New("conn reset"))
-	if _, err := ReadQueueStats(context.Background(), mockClient(t, mock)); err == nil || errors.Is(err, ErrNoQueueStats) {
-		t.Fatalf("got %v, want the connection error", err)
+	for sev, want := range map[string]float64{"critical": 1, "warning": 2, "info": 0} {
+		if got := gaugeValue(t, m, "pgsweep_health_findings_by_severity", map[string]string{"severity": sev}); got != want {
+			t.Errorf("by severity{%s} = %v, want %v", sev, got, want)
+		}
 	}
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Fatal(err)
+	m.setFindings(nil) // the problems went: every gauge back to 0
+	if got := gaugeValue(t, m, "pgsweep_health_findings", map[string]string{"kind": "queue_behind"}); got != 0 {
+		t.Errorf("findings{queue_behind} after they went = %v", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 func runRun(ctx context.Context, args []string, out io.Writer) error {
 	fs, db := newDBFlagSet("run")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9188", "serve /metrics and /healthz on this address (empty: no HTTP server)")
+	withUI := fs.Bool("ui", false, "serve the dashboard under /ui/ on --http-addr too (docs/dashboard.md; a non-loopback --http-addr then needs --basic-auth-file)")
+	uf := addUIFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	verbose := fs.Bool("verbose", false, "log every pass, also those that did nothing")
 	interval := fs.Duration("interval", 0, "pause between passes (default: the runner_interval setting, read after every pass)")
@@ -34,6 +37,14 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if err := db.validate(); err != nil {
 		return err
+	}
+	if *withUI {
+		if *httpAddr == "" {
+			return fmt.Errorf("%w: --ui serves the dashboard on --http-addr, which is empty", errUsage)
+		}
+		if err := uf.check("--http-addr", *httpAddr); err != nil {
+			return err
+		}
 	}
 	if *checkInterval < 0 || *checkInterval > 24*time.Hour {
 		return fmt.Errorf("%w: --connection-check-interval must be between 0 (the server's setting) and 24h, got %v", errUsage, *checkInterval)
@@ -83,8 +94,28 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		defer serveHTTP(ln, runner.Handler(r), logger)()
-		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+		var h http.Handler = runner.Handler(r)
+		if *withUI {
+			pool, err := db.pool(ctx, 4)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer pool.Close()
+			dash, err := uf.handler(pool, db.schema, *httpAddr, ln, logger)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", h)
+			mux.Handle("/healthz", h)
+			mux.Handle("/ui/", http.StripPrefix("/ui", dash))
+			mux.Handle("GET /{$}", http.RedirectHandler("ui/", http.StatusFound))
+			h = mux
+		}
+		defer serveHTTP(ln, h, logger)()
+		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String(), "dashboard", *withUI)
 	}
 	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM): the pass in
 	// flight was awaited and the leases released, so the exit code is 0.

@@ -195,8 +195,10 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 	}
 }
 
-// The real binary: serves /healthz and /metrics, and on SIGTERM in the middle
-// of a pass awaits it, releases its leases at once and exits 0.
+// The real binary: serves /healthz, /metrics (with the queue and health
+// gauges) and, with --ui, the dashboard under /ui/; on SIGTERM in the
+// middle of a pass it awaits the pass, releases its leases at once and
+// exits 0.
 func TestRunBinarySIGTERM(t *testing.T) {
 	db := pgtest.New(t, 2)
 	s := pgx.Identifier{db.Schema}.Sanitize()
@@ -221,7 +223,7 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	addr := freeAddr(t)
 	var logs pgtest.SyncBuffer
 	cmd := exec.Command(bin, "run", "--schema", db.Schema, "--owner", "sigterm-test", "--http-addr", addr,
-		"--interval", "100ms", "--log-format", "json")
+		"--interval", "100ms", "--log-format", "json", "--ui")
 	cmd.Env = append(os.Environ(), "PGSWEEP_DATABASE_URL="+db.URL)
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -241,10 +243,17 @@ func TestRunBinarySIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"pgsweep_maintain_passes_total", "pgsweep_maintain_pass_duration_seconds_bucket",
-		`pgsweep_maintain_leases_acquired_total{part="recovery"}`, "pgsweep_runner_last_success_timestamp_seconds", "process_resident_memory_bytes"} {
+		`pgsweep_maintain_leases_acquired_total{part="recovery"}`, "pgsweep_runner_last_success_timestamp_seconds", "process_resident_memory_bytes",
+		`pgsweep_health_findings{kind="queue_behind"} 0`, `pgsweep_health_findings_by_severity{severity="critical"} `} {
 		if !strings.Contains(metrics, name) {
-			t.Fatalf("/metrics lacks %s", name)
+			t.Fatalf("/metrics lacks %s:\n%s", name, metrics)
 		}
+	}
+	if code, body, err := get("http://" + addr + "/ui/"); err != nil || code != http.StatusOK || !strings.Contains(body, "<title>Queues · pgsweep</title>") {
+		t.Fatalf("GET /ui/: %d %v\n%s", code, err, body)
+	}
+	if code, body, err := get("http://" + addr + "/ui/maintenance"); err != nil || code != http.StatusOK || !strings.Contains(body, "sigterm-test") {
+		t.Fatalf("GET /ui/maintenance: the runner's own passes: %d %v\n%s", code, err, body)
 	}
 	if rss, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
 		for _, line := range strings.Split(string(rss), "\n") {
@@ -317,10 +326,31 @@ func TestStatusShowsQueuesAndRetentionPolicies(t *testing.T) {
 	if strings.Contains(out, "TIME_ZONE") {
 		t.Fatalf("text status shows every retention column, want the known few:\n%s", out)
 	}
-	out, _, code = runCLI(t, "status", "--json", "--database-url", db.URL, "--schema", db.Schema)
+	// findings first; a queue without a snapshot says so
+	if h, q := strings.Index(out, "maintenance_not_running"), strings.Index(out, "orders"); h < 0 || q < h ||
+		!strings.Contains(out, "no snapshot yet") {
+		t.Fatalf("status: want the findings first, then orders without a snapshot:\n%s", out)
+	}
+	out, _, code = runCLI(t, "status", "--json", "--exact", "--database-url", db.URL, "--schema", db.Schema)
 	var rep statusReport
 	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Retention == nil ||
-		len(rep.Retention.Rows) != 1 || len(rep.Queues) != 1 || rep.Queues[0].Pending != 1 {
-		t.Fatalf("status --json (code %d, %v): %s", code, err, out)
+		len(rep.Retention.Rows) != 1 || len(rep.Queues) != 1 || !rep.Queues[0].TakenAt.IsZero() ||
+		len(rep.Exact) != 1 || rep.Exact[0].Pending != 1 {
+		t.Fatalf("status --json --exact (code %d, %v): %s", code, err, out)
+	}
+	// a pass takes the snapshot: status reads it (and the finding goes)
+	if _, err := db.Pool.Exec(ctx, "CALL "+s+".maintain('status-test', '10 seconds')"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = runCLI(t, "status", "--json", "--database-url", db.URL, "--schema", db.Schema)
+	rep = statusReport{}
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || len(rep.Queues) != 1 || rep.Queues[0].Pending != 1 ||
+		rep.Queues[0].TakenAt.IsZero() || rep.Exact != nil {
+		t.Fatalf("status --json after a pass (code %d, %v): %s", code, err, out)
+	}
+	for _, f := range rep.Findings {
+		if f.Kind == "maintenance_not_running" {
+			t.Fatalf("after a pass: %+v", f)
+		}
 	}
 }

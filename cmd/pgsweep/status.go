@@ -18,27 +18,36 @@ import (
 )
 
 // statusReport is what `pgsweep status` shows; --json prints it as is.
+// It reads what the dashboard reads: health() and the queues' latest
+// snapshots (stats_latest: O(queues), whatever the messages); --exact adds
+// queue_stats, the live count (a scan of every message).
 type statusReport struct {
 	Schema    string                    `json:"schema"`
-	Queues    []runner.QueueStats       `json:"queues"`
+	Findings  []pgsweep.Finding         `json:"findings"`
+	Queues    []pgsweep.QueueSnapshot   `json:"queues"`
+	Exact     []runner.QueueStats       `json:"exact,omitempty"`
 	Leases    []pgsweep.Lease           `json:"leases"`
 	Retention *genericTable             `json:"retention_policies"`
 	Passes    []pgsweep.MaintenancePass `json:"recent_passes"`
 	Cron      *pgsweep.CronJob          `json:"cron_job"`
 	Missing   map[string]string         `json:"missing,omitempty"` // part → why it is not shown
+	now       time.Time                 // when it was read (the snapshots' ages)
 }
 
 // genericTable holds a view whose columns this binary need not know (the
-// retention_policies view belongs to the retention engine).
+// retention_policies view belongs to the retention engine). Rows are as
+// PostgreSQL writes the values (for scripts); Human as people read them.
 type genericTable struct {
 	Columns []string   `json:"columns"`
 	Rows    [][]string `json:"rows"`
+	Human   [][]string `json:"-"`
 }
 
 func runStatus(ctx context.Context, args []string, out io.Writer) error {
 	fs, db := newDBFlagSet("status")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	passes := fs.Int("passes", 10, "how many recent maintenance passes to show")
+	exact := fs.Bool("exact", false, "also count every queue's messages now (queue_stats: reads every message; the default reads the latest snapshots)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -50,7 +59,7 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rep, err := collectStatus(ctx, conn, db.schema, *passes)
+	rep, err := collectStatus(ctx, conn, db.schema, *passes, *exact)
 	if err != nil {
 		return err
 	}
@@ -68,8 +77,8 @@ func isUndefined(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883")
 }
 
-func collectStatus(ctx context.Context, conn *pgx.Conn, schema string, nPasses int) (*statusReport, error) {
-	rep := &statusReport{Schema: schema, Missing: map[string]string{}}
+func collectStatus(ctx context.Context, conn *pgx.Conn, schema string, nPasses int, exact bool) (*statusReport, error) {
+	rep := &statusReport{Schema: schema, Missing: map[string]string{}, now: time.Now()}
 	q := pgx.Identifier{schema}.Sanitize()
 	var err error
 
@@ -77,11 +86,23 @@ func collectStatus(ctx context.Context, conn *pgx.Conn, schema string, nPasses i
 	if err != nil {
 		return nil, err
 	}
-	rep.Queues, err = runner.ReadQueueStats(ctx, client)
-	if errors.Is(err, runner.ErrNoQueueStats) {
-		rep.Missing["queues"] = err.Error()
+	if rep.Findings, err = client.Health(ctx); isUndefined(err) {
+		rep.Missing["findings"] = "health() does not exist in this schema (installs before 0.40)"
 	} else if err != nil {
 		return nil, err
+	}
+	if rep.Queues, err = client.StatsLatest(ctx); isUndefined(err) {
+		rep.Missing["queues"] = "stats_latest() does not exist in this schema (installs before 0.40): --exact counts the messages"
+	} else if err != nil {
+		return nil, err
+	}
+	if exact {
+		rep.Exact, err = runner.ReadQueueStats(ctx, client)
+		if errors.Is(err, runner.ErrNoQueueStats) {
+			rep.Missing["exact"] = err.Error()
+		} else if err != nil {
+			return nil, err
+		}
 	}
 
 	if rep.Leases, err = client.Leases(ctx); err != nil {
@@ -123,11 +144,16 @@ func readGeneric(ctx context.Context, conn *pgx.Conn, sql string) (*genericTable
 		if err != nil {
 			return nil, err
 		}
-		row := make([]string, len(vals))
+		row, human := make([]string, len(vals)), make([]string, len(vals))
 		for i, v := range vals {
 			row[i] = formatValue(v)
+			human[i] = row[i]
+			if iv, ok := v.(pgtype.Interval); ok {
+				human[i] = humanInterval(iv)
+			}
 		}
 		t.Rows = append(t.Rows, row)
+		t.Human = append(t.Human, human)
 	}
 	return t, rows.Err()
 }
@@ -207,16 +233,56 @@ func printStatus(out io.Writer, rep *statusReport) {
 	section := func(title string) { fmt.Fprintf(tw, "\n== %s\n", title) }
 	fmt.Fprintf(tw, "pgsweep status of schema %s\n", rep.Schema)
 
-	section("queues")
-	if why, ok := rep.Missing["queues"]; ok {
+	section("health")
+	switch why, missing := rep.Missing["findings"]; {
+	case missing:
 		fmt.Fprintf(tw, "(%s)\n", why)
-	} else if len(rep.Queues) == 0 {
+	case len(rep.Findings) == 0:
+		fmt.Fprintln(tw, "(no findings)")
+	default:
+		fmt.Fprintln(tw, "SEVERITY\tKIND\tOBJECT\tDETAIL")
+		for _, f := range rep.Findings {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Severity, f.Kind, f.Object, f.Detail)
+			fmt.Fprintf(tw, "\t\t\t→ %s\n", f.Advice)
+		}
+	}
+
+	section("queues (latest snapshots)")
+	switch why, missing := rep.Missing["queues"]; {
+	case missing:
+		fmt.Fprintf(tw, "(%s)\n", why)
+	case len(rep.Queues) == 0:
 		fmt.Fprintln(tw, "(no queues)")
-	} else {
-		fmt.Fprintln(tw, "QUEUE\tKIND\tPENDING\tPROCESSING\tFAILED\tPROCESSED\tDEAD\tOLDEST PENDING")
+	default:
+		fmt.Fprintln(tw, "QUEUE\tKIND\tPENDING\tDUE\tIN FLIGHT\tFAILED\tDEAD\tPROCESSED\tOLDEST DUE\tLANES\tBLOCKED\tAS OF")
+		none := 0
 		for _, q := range rep.Queues {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, q.Kind, q.Pending, q.Processing, q.Failed, q.Processed, q.Dead,
-				q.OldestPendingAge.Round(time.Second))
+			kind := q.Kind
+			if q.Paused {
+				kind += " (paused)"
+			}
+			if q.TakenAt.IsZero() {
+				none++
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\tno snapshot yet\n", q.Queue, kind)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s ago\n", q.Queue, kind, q.Pending, q.Due, q.InFlight,
+				q.Failed, q.Dead, q.Processed, humanDuration(q.OldestDueAge), q.Lanes, q.BlockedLanes, humanDuration(rep.now.Sub(q.TakenAt)))
+		}
+		if none > 0 {
+			fmt.Fprintln(tw, "(a snapshot is taken by maintain()'s stats part every stats_interval; --exact counts the messages now)")
+		}
+	}
+	if rep.Exact != nil || rep.Missing["exact"] != "" {
+		section("queues (exact, now)")
+		if why, ok := rep.Missing["exact"]; ok {
+			fmt.Fprintf(tw, "(%s)\n", why)
+		} else {
+			fmt.Fprintln(tw, "QUEUE\tKIND\tPENDING\tPROCESSING\tFAILED\tPROCESSED\tDEAD\tOLDEST PENDING")
+			for _, q := range rep.Exact {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, q.Kind, q.Pending, q.Processing, q.Failed, q.Processed, q.Dead,
+					humanDuration(q.OldestPendingAge))
+			}
 		}
 	}
 
@@ -247,7 +313,7 @@ func printStatus(out io.Writer, rep *statusReport) {
 			head[i] = strings.ToUpper(t.Columns[c])
 		}
 		fmt.Fprintln(tw, strings.Join(head, "\t"))
-		for _, r := range t.Rows {
+		for _, r := range t.Human {
 			vals := make([]string, len(cols))
 			for i, c := range cols {
 				vals[i] = r[c]
@@ -271,7 +337,7 @@ func printStatus(out io.Writer, rep *statusReport) {
 		for _, p := range rep.Passes {
 			d := "running"
 			if p.Duration != nil {
-				d = p.Duration.Round(time.Millisecond).String()
+				d = humanDuration(*p.Duration)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Owner, p.StartedAt.UTC().Format("15:04:05Z"), d,
 				dash(p.Recovery), dash(p.Retention), string(p.Counts), p.Error)

@@ -55,8 +55,8 @@ func TestFormatIntervalAsPostgreSQL(t *testing.T) {
 }
 
 // `pgsweep status` shows a retention policy's intervals (older_than,
-// run_interval) as PostgreSQL does, in text and in JSON; it once printed
-// them as Go structs ({60000000 0 0 true}).
+// run_interval) as people write them in text (1m 30s), as PostgreSQL does
+// in JSON (00:01:30); it once printed them as Go structs ({60000000 0 0 true}).
 func TestStatusPrintsIntervals(t *testing.T) {
 	db := pgtest.New(t, 2)
 	s := pgx.Identifier{db.Schema}.Sanitize()
@@ -77,8 +77,8 @@ func TestStatusPrintsIntervals(t *testing.T) {
 			line = l
 		}
 	}
-	if !strings.Contains(line, "00:01:30") || strings.Contains(out, "true}") {
-		t.Fatalf("the policy's run_interval is not shown as 00:01:30:\n%s", out)
+	if !strings.Contains(line, "1m 30s") || strings.Contains(out, "true}") {
+		t.Fatalf("the policy's run_interval is not shown as 1m 30s:\n%s", out)
 	}
 
 	out, errOut, code = runCLI(t, append([]string{"status", "--json"}, conn...)...)

@@ -3,10 +3,10 @@
 -- (docs/dashboard.md lists every kind and what to do about it). The
 -- thresholds are settings (health_*).
 --
--- Two halves, because PostgreSQL shows another role's session (its state,
+-- Two halves, which health() puts together (capping each kind), because PostgreSQL shows another role's session (its state,
 -- when its transaction began, what it waits for) only to a superuser or a
 -- member of pg_read_all_stats (pg_monitor), and the owner role is neither:
---   * health() is SECURITY INVOKER (privileges.sql, _invoker_routines): it
+--   * health_server() is SECURITY INVOKER (privileges.sql, _invoker_routines): it
 --     reads the server's side -- sessions holding the xmin horizon back,
 --     prepared transactions, replication slots, lock waits, autovacuum off --
 --     with the caller's eyes, and adds an 'info' finding when those eyes
@@ -33,6 +33,8 @@ DECLARE
     v_dead_min bigint := setting_int('health_dead_tuples');
     v_dead_pct bigint := setting_int('health_dead_tuples_percent');
     v_late interval := setting_interval('runner_interval') * setting_int('health_maintain_intervals');
+    v_bloat_pct bigint := setting_int('health_index_bloat_percent');
+    v_bloat_bytes bigint := setting_int('health_index_bloat_mb') * 1048576;
     v_last timestamptz;
     v_n bigint;
     r record;
@@ -140,14 +142,59 @@ BEGIN
             RETURN NEXT;
         END IF;
     END LOOP;
+
+    -- btree indexes of the same tables: their size against what their
+    -- entries need (an estimate from the statistics: reltuples, and each key
+    -- column's average width where the owner may read it, else its type's
+    -- length, else 32 bytes). A queue's indexes bloat when vacuum falls
+    -- behind: pages emptied by deletes are reused only for the same key range.
+    FOR r IN
+        WITH t AS (
+            SELECT c.oid FROM pg_catalog.pg_class c
+             WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace AND c.relkind = 'r'
+            UNION
+            SELECT coalesce(pt.relid, rc.oid)
+              FROM retention_policy rp
+              JOIN pg_catalog.pg_namespace rn ON rn.nspname = rp.table_schema
+              JOIN pg_catalog.pg_class rc ON rc.relnamespace = rn.oid AND rc.relname = rp.table_name
+              LEFT JOIN LATERAL pg_catalog.pg_partition_tree(rc.oid) pt ON pt.isleaf), i AS (
+            SELECT ic.oid, pg_catalog.format('%I.%I', n.nspname, ic.relname) AS idx, ic.relpages, ic.reltuples,
+                   (SELECT pg_catalog.sum(coalesce(st.avg_width, nullif(ty.typlen, -1), 32))
+                      FROM pg_catalog.unnest(x.indkey) k(attnum)
+                      LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+                      LEFT JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+                      LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.attname = a.attname
+                            AND st.tablename = (SELECT tc.relname FROM pg_catalog.pg_class tc WHERE tc.oid = x.indrelid)) AS width
+              FROM t
+              JOIN pg_catalog.pg_index x ON x.indrelid = t.oid
+              JOIN pg_catalog.pg_class ic ON ic.oid = x.indexrelid
+              JOIN pg_catalog.pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
+              JOIN pg_catalog.pg_namespace n ON n.oid = ic.relnamespace
+             WHERE ic.reltuples >= 0)
+        SELECT i.idx, i.relpages::bigint * pg_catalog.current_setting('block_size')::bigint AS bytes,
+               -- entries: 8-byte header and 4-byte line pointer, the key padded to 8; pages 90% full; the meta page
+               1 + pg_catalog.ceil(i.reltuples * (12 + (i.width + 7) / 8 * 8)
+                                   / (0.9 * (pg_catalog.current_setting('block_size')::int - 40)))::bigint AS need_pages,
+               i.relpages
+          FROM i
+         WHERE i.relpages::bigint * pg_catalog.current_setting('block_size')::bigint >= v_bloat_bytes
+         ORDER BY 1
+    LOOP
+        IF r.relpages > r.need_pages AND (r.relpages - r.need_pages) * 100 >= v_bloat_pct * r.relpages THEN
+            severity := 'warning'; kind := 'index_bloat'; object := format('index %s', r.idx);
+            detail := format('%s, of which about %s%% is free space (an estimate from the statistics: %s pages hold what about %s would)',
+                             pg_catalog.pg_size_pretty(r.bytes), (r.relpages - r.need_pages) * 100 / r.relpages, r.relpages, r.need_pages);
+            advice := format('REINDEX INDEX CONCURRENTLY %s gives the space back without blocking the queue. If it returns, vacuum falls behind: see the dead_tuples and xmin findings.', r.idx);
+            RETURN NEXT;
+        END IF;
+    END LOOP;
 END
 $$;
 
--- health (monitor): every finding: the server's (sessions, prepared
--- transactions, slots, lock waits, autovacuum), then the install's
--- (health_install). ORDER BY what you need; the Go client sorts the most
--- severe first.
-CREATE OR REPLACE FUNCTION health()
+-- health_server (monitor): the server's half of health(): sessions,
+-- prepared transactions, slots, lock waits, autovacuum, and the pg_cron
+-- job's last run, with the caller's eyes.
+CREATE OR REPLACE FUNCTION health_server()
 RETURNS TABLE (severity text, kind text, object text, detail text, advice text)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -262,13 +309,69 @@ BEGIN
         RETURN NEXT;
     END IF;
 
+    -- the pg_cron job that runs maintain(): its last run failed, or it is
+    -- inactive. pg_cron shows a job and its runs only to the role that
+    -- scheduled it (and superusers), and its schema only to roles granted
+    -- USAGE on it: other callers see nothing here.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron')
+       AND pg_catalog.has_schema_privilege('cron', 'USAGE')
+       AND pg_catalog.has_table_privilege('cron.job', 'SELECT') AND pg_catalog.has_table_privilege('cron.job_run_details', 'SELECT') THEN
+        FOR r IN EXECUTE 'SELECT j.jobid, j.active, j.username, d.status, d.return_message, d.start_time
+                            FROM cron.job j
+                            LEFT JOIN LATERAL (SELECT x.status, x.return_message, x.start_time FROM cron.job_run_details x
+                                                WHERE x.jobid OPERATOR(pg_catalog.=) j.jobid AND x.status OPERATOR(pg_catalog.=) ANY (ARRAY[''succeeded'', ''failed''])
+                                                ORDER BY x.runid DESC LIMIT 1) d ON true
+                           WHERE j.jobname OPERATOR(pg_catalog.=) $1 ORDER BY j.jobid' USING cron_job_name() LOOP
+            IF NOT r.active OR r.status = 'failed' THEN
+                severity := 'critical'; kind := 'cron_failing'; object := pg_catalog.format('cron job %s', r.jobid);
+                detail := CASE WHEN NOT r.active THEN pg_catalog.format('the job that runs maintain() (user %s) is inactive', r.username)
+                               ELSE pg_catalog.format('its last run (%s, as %s) failed: %s', r.start_time, r.username, coalesce(r.return_message, 'no message')) END;
+                advice := CASE WHEN NOT r.active THEN 'SELECT cron.alter_job(job_id := ' || r.jobid || ', active := true), or schedule it again with cron_schedule.'
+                               ELSE 'The message says why (a role without the admin grant, a dropped schema, a statement timeout); cron.job_run_details keeps every run. Fix it and watch the next run.' END;
+                RETURN NEXT;
+            END IF;
+        END LOOP;
+    END IF;
+
     IF NOT v_sees_all THEN
         severity := 'info'; kind := 'health_limited'; object := pg_catalog.format('role %s', current_user);
         detail := 'this role sees only its own sessions: long transactions, idle-in-transaction sessions and lock waits of other roles are not reported';
         advice := pg_catalog.format('GRANT pg_monitor TO %I (or pg_read_all_stats), as a superuser.', current_user);
         RETURN NEXT;
     END IF;
-
-    RETURN QUERY SELECT h.severity, h.kind, h.object, h.detail, h.advice FROM health_install() h;
 END
+$$;
+
+-- health (monitor): every finding: the server's (health_server), then the
+-- install's (health_install), at most health_max_per_kind of each kind (a
+-- thousand idle sessions or partitions would bury the rest): the rows left
+-- out of a kind become one row of that kind, object 'N more', with the
+-- most severe severity among them. ORDER BY what you need; the Go client
+-- sorts the most severe first. It runs as its caller (it calls
+-- health_server, which must).
+CREATE OR REPLACE FUNCTION health()
+RETURNS TABLE (severity text, kind text, object text, detail text, advice text)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    WITH f AS (
+        SELECT a.severity, a.kind, a.object, a.detail, a.advice, a.part, a.n,
+               pg_catalog.row_number() OVER (PARTITION BY a.kind ORDER BY a.part, a.n) AS rn
+          FROM (SELECT h.*, 1 AS part FROM health_server() WITH ORDINALITY AS h(severity, kind, object, detail, advice, n)
+                UNION ALL
+                SELECT h.*, 2 FROM health_install() WITH ORDINALITY AS h(severity, kind, object, detail, advice, n)) a
+    ), cap AS (
+        SELECT s.value::bigint AS n FROM settings s WHERE s.name = 'health_max_per_kind'
+    )
+    SELECT x.severity, x.kind, x.object, x.detail, x.advice
+      FROM (SELECT f.severity, f.kind, f.object, f.detail, f.advice, f.part, f.n FROM f, cap WHERE f.rn <= cap.n
+            UNION ALL
+            SELECT CASE pg_catalog.min(CASE f.severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)
+                        WHEN 0 THEN 'critical' WHEN 1 THEN 'warning' ELSE 'info' END,
+                   f.kind, pg_catalog.format('%s more', pg_catalog.count(*)),
+                   pg_catalog.format('%s more finding(s) of this kind are not shown (health_max_per_kind = %s)', pg_catalog.count(*), pg_catalog.min(cap.n)),
+                   'Deal with the ones shown first, or raise health_max_per_kind to see them all.',
+                   pg_catalog.max(f.part), pg_catalog.max(f.n)
+              FROM f, cap WHERE f.rn > cap.n GROUP BY f.kind) x
+     ORDER BY x.part, x.n
 $$;

@@ -59,7 +59,7 @@ AS $$
         -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
         'maintain_step_traffic',
         -- the server's health with the caller's eyes (pg_monitor shows other roles' sessions: health.sql)
-        'health']::text[]
+        'health', 'health_server']::text[]
 $$;
 
 -- The grant matrix: which role may execute which routine. Routines not
@@ -109,7 +109,8 @@ AS $$
     SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'version',
         'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
-        'health', 'health_install', -- the findings (health.sql): no payload, header or query text
+        'health', 'health_server', 'health_install', -- the findings (health.sql): no payload, header or query text
+        'cron_job_name', -- the name health_server looks for in pg_cron's jobs (cron.sql)
         'browse_messages']) r -- a queue's messages by state (browse.sql): payloads only with the browse right
 $$;
 

@@ -3,7 +3,7 @@
 -- (sessions, prepared transactions, slots, lock waits) need other sessions:
 -- health_test.go creates each for real. And who may call what.
 BEGIN;
-SELECT plan(22);
+SELECT plan(26);
 
 SELECT pgsweep.setting_reset(name) FROM pgsweep.setting;
 DELETE FROM pgsweep.maintain_snapshot;
@@ -94,13 +94,30 @@ SELECT lives_ok($$SELECT * FROM pgsweep.health_install()$$, 'a policy table in a
 SELECT is((SELECT count(*)::int FROM pgsweep.health_install() WHERE kind = 'autovacuum_disabled' AND object = 'table health_private.events'), 1,
     'and reports that table');
 
+-- health() caps each kind at health_max_per_kind: 25 queues behind
+-- become 3 rows and one row '22 more' of the same kind
+INSERT INTO pgsweep.queue (name, kind) SELECT 'cap' || g, 'outbox' FROM generate_series(1, 25) g;
+INSERT INTO pgsweep.maintain_snapshot (queue, taken_at, pending, due, in_flight, failed, dead, processed, oldest_due_age, lanes, blocked_lanes,
+                                    failures_live, retries_live)
+SELECT 'cap' || g, clock_timestamp() - interval '5 seconds', 1, 1, 0, 0, 0, 0, interval '1 hour', 0, 0, 0, 0 FROM generate_series(1, 25) g;
+SELECT pgsweep.setting_set('health_max_per_kind', '3');
+SELECT is((SELECT count(*)::int FROM pgsweep.health_install() WHERE kind = 'queue_behind'), 26, 'health_install: every queue behind (hq and cap1..25)');
+SELECT results_eq($$SELECT severity, object FROM pgsweep.health() WHERE kind = 'queue_behind'$$,
+    $$VALUES ('warning'::text, 'queue cap1'::text), ('warning', 'queue cap10'), ('warning', 'queue cap11'), ('warning', '23 more')$$,
+    'health(): the first health_max_per_kind of a kind, then one row for the rest');
+SELECT is((SELECT detail FROM pgsweep.health() WHERE kind = 'queue_behind' AND object = '23 more'),
+    '23 more finding(s) of this kind are not shown (health_max_per_kind = 3)', 'that row says so');
+SELECT is((SELECT count(*)::int FROM pgsweep.health() WHERE kind = 'retention_failing'), 1, 'other kinds are not capped by it');
+SELECT pgsweep.setting_reset('health_max_per_kind');
+
 -- who may call what
 SELECT ok(has_function_privilege('pgsweep_monitor', 'pgsweep.health()', 'EXECUTE')
-      AND has_function_privilege('pgsweep_monitor', 'pgsweep.health_install()', 'EXECUTE'), 'the monitor may call health and health_install');
+      AND has_function_privilege('pgsweep_monitor', 'pgsweep.health_server()', 'EXECUTE')
+      AND has_function_privilege('pgsweep_monitor', 'pgsweep.health_install()', 'EXECUTE'), 'the monitor may call health, health_server and health_install');
 SELECT ok(NOT has_function_privilege('pgsweep_worker', 'pgsweep.health()', 'EXECUTE'), 'a worker may not');
-SELECT is((SELECT string_agg(proname || ' ' || prosecdef, ', ' ORDER BY proname) FROM pg_proc WHERE pronamespace = 'pgsweep'::regnamespace AND proname IN ('health', 'health_install')),
-    'health false, health_install true',
-    'health runs as its caller (the server''s sessions with its eyes), health_install as the owner');
+SELECT is((SELECT string_agg(proname || ' ' || prosecdef, ', ' ORDER BY proname) FROM pg_proc WHERE pronamespace = 'pgsweep'::regnamespace AND proname IN ('health', 'health_server', 'health_install')),
+    'health false, health_install true, health_server false',
+    'health and health_server run as their caller (the server''s sessions with its eyes), health_install as the owner');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -15,14 +15,16 @@ SELECT set_eq(
           'stats_interval', 'stats_retention', -- the queue snapshots (stats.sql)
           'health_transaction_age', 'health_idle_in_transaction_age', 'health_prepared_age', 'health_slot_xmin_xids',
           'health_lock_wait', 'health_due_age', 'health_window', 'health_dead_letters', 'health_dead_tuples',
-          'health_dead_tuples_percent', 'health_maintain_intervals'], -- health()'s thresholds (health.sql)
+          'health_dead_tuples_percent', 'health_maintain_intervals',
+          'health_index_bloat_percent', 'health_index_bloat_mb', 'health_max_per_kind'], -- health()'s thresholds (health.sql)
     'the documented settings exist');
 SELECT results_eq(
     $$SELECT name, default_value FROM pgsweep.settings ORDER BY name$$,
     $$VALUES ('dead_letter_retention', '30 days'),
              ('health_dead_letters', '1'), ('health_dead_tuples', '100000'), ('health_dead_tuples_percent', '20'),
-             ('health_due_age', '5 minutes'), ('health_idle_in_transaction_age', '1 minute'), ('health_lock_wait', '10 seconds'),
-             ('health_maintain_intervals', '30'), ('health_prepared_age', '5 minutes'), ('health_slot_xmin_xids', '10000000'),
+             ('health_due_age', '5 minutes'), ('health_idle_in_transaction_age', '1 minute'),
+             ('health_index_bloat_mb', '100'), ('health_index_bloat_percent', '50'), ('health_lock_wait', '10 seconds'),
+             ('health_maintain_intervals', '30'), ('health_max_per_kind', '20'), ('health_prepared_age', '5 minutes'), ('health_slot_xmin_xids', '10000000'),
              ('health_transaction_age', '5 minutes'), ('health_window', '15 minutes'),
              ('history_max_rows', '10000'), ('history_retention', '7 days'),
              ('inbox_processed_retention', '7 days'), ('maintain_lease_ttl', '1 minute'),
@@ -70,7 +72,7 @@ SELECT throws_ok($$SELECT pgsweep.setting_set('recovery_batch_size', '10001')$$,
 SELECT throws_ok($$SELECT pgsweep.setting_set('history_max_rows', 'many')$$, '22023',
     'history_max_rows must be an integer between 10 and 10000000, got ''many''', 'unparseable integer');
 SELECT throws_ok($$SELECT pgsweep.setting_set('nope', '1')$$, '22023',
-    'p_name must be one of dead_letter_retention, health_dead_letters, health_dead_tuples, health_dead_tuples_percent, health_due_age, health_idle_in_transaction_age, health_lock_wait, health_maintain_intervals, health_prepared_age, health_slot_xmin_xids, health_transaction_age, health_window, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, max_batch, max_error_bytes, max_headers_bytes, max_key_bytes, max_payload_bytes, queue_default_grants, recovery_batch_size, recovery_interval, retention_check_interval, retention_duty_cycle, retention_lock_timeout, runner_interval, runner_jitter, stats_interval, stats_retention, got ''nope''',
+    'p_name must be one of dead_letter_retention, health_dead_letters, health_dead_tuples, health_dead_tuples_percent, health_due_age, health_idle_in_transaction_age, health_index_bloat_mb, health_index_bloat_percent, health_lock_wait, health_maintain_intervals, health_max_per_kind, health_prepared_age, health_slot_xmin_xids, health_transaction_age, health_window, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, max_batch, max_error_bytes, max_headers_bytes, max_key_bytes, max_payload_bytes, queue_default_grants, recovery_batch_size, recovery_interval, retention_check_interval, retention_duty_cycle, retention_lock_timeout, runner_interval, runner_jitter, stats_interval, stats_retention, got ''nope''',
     'unknown setting');
 SELECT throws_ok($$SELECT pgsweep.setting_get(NULL)$$, '22023', NULL, 'setting_get(NULL)');
 SELECT throws_ok($$SELECT pgsweep.setting_reset('nope')$$, '22023', NULL, 'setting_reset of an unknown setting');
