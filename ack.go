@@ -32,6 +32,14 @@ func (c *Client) RequeueDead(ctx context.Context, queue string, ids []int64, del
 	return c.ids(ctx, "dead_requeue", "SELECT "+c.fn("dead_requeue")+"($1, $2, $3)", queue, ids, at)
 }
 
+// DeleteDead removes dead letters of queue for good and returns the ids it
+// deleted (ids that are not dead letters of the queue are ignored). A letter
+// that stopped its lane goes and the lane moves on, as with LaneSkip; an
+// inbox letter's key goes with it. It needs the queue's manage right.
+func (c *Client) DeleteDead(ctx context.Context, queue string, ids []int64) ([]int64, error) {
+	return c.ids(ctx, "dead_delete", "SELECT "+c.fn("dead_delete")+"($1, $2)", queue, ids)
+}
+
 // fail is Fail with the retry delay as an optional value: nil means the
 // queue's backoff, a value (also 0: at once) is used as is: the SQL says
 // which delays it accepts. errText is made valid for a PostgreSQL text value.

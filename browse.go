@@ -64,10 +64,23 @@ type BrowsePage struct {
 // fewer than limit messages and not be the last (End false); go on from
 // Next.
 func (c *Client) BrowseMessages(ctx context.Context, queue, state string, after int64, limit int) (BrowsePage, error) {
+	return c.BrowseMatching(ctx, queue, state, "", after, limit)
+}
+
+// BrowseMatching is BrowseMessages keeping only the messages whose last
+// error contains errorContains (case-sensitive, 1..1000 characters; ""
+// keeps every message): the dead letters of one cause. Such a page reads
+// at most 10,000 rows, dead letters included.
+func (c *Client) BrowseMatching(ctx context.Context, queue, state, errorContains string, after int64, limit int) (BrowsePage, error) {
+	var filter *string
+	if errorContains != "" {
+		filter = &errorContains
+	}
 	rows, err := c.db.Query(ctx, "SELECT id, cursor, coalesce(lane, ''), coalesce(attempts, 0), created_at, at, "+
 		"coalesce(holder, ''), coalesce(waiting_in_lane, false), coalesce(last_error, ''), coalesce(payload_bytes, 0), "+
-		"coalesce(headers_bytes, 0), coalesce(key, ''), payload, headers FROM "+c.fn("browse_messages")+"($1, $2, $3, $4)",
-		queue, state, after, limit)
+		"coalesce(headers_bytes, 0), coalesce(key, ''), payload, headers FROM "+c.fn("browse_messages")+
+		"($1, $2, $3::pg_catalog.int8, $4::pg_catalog.int4, $5::pg_catalog.text)",
+		queue, state, after, limit, filter)
 	if err != nil {
 		return BrowsePage{}, wrapErr("browse_messages", err)
 	}

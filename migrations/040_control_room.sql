@@ -390,7 +390,7 @@ AS $$
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
-        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'queue_create', 'queue_configure', 'dead_requeue', 'dead_delete', 'queue_recover', 'lease_release_owner',
         'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
         'queue_grant', 'queue_revoke', 'queue_rights', -- per-queue rights (queue_rights.sql)
         'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
@@ -773,7 +773,8 @@ $$;
 -- pgsweep:end functions/health.sql
 
 -- pgsweep:changed functions/browse.sql
-CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50)
+CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50,
+                                           p_error text DEFAULT NULL)
 RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
                holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
                key text, payload jsonb, headers jsonb)
@@ -799,6 +800,9 @@ BEGIN
     END IF;
     PERFORM _check_int('p_after', p_after, 0, 9223372036854775807);
     PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    IF p_error IS NOT NULL THEN
+        PERFORM _check_int('length of p_error', length(p_error), 1, 1000);
+    END IF;
     v_browse := _queue_allowed(p_queue, 'browse');
 
     IF p_state = 'dead' THEN
@@ -806,10 +810,23 @@ BEGIN
         SELECT d.id, d.id, 'dead'::text, d.lane, d.attempts, d.created_at, d.dead_at, NULL::text, false, d.last_error,
                pg_column_size(d.payload), pg_column_size(d.headers),
                CASE WHEN v_browse THEN d.key END, CASE WHEN v_browse THEN d.payload END, CASE WHEN v_browse THEN d.headers END
-          FROM message_dead d
-         WHERE d.queue = p_queue AND d.id > p_after
+          FROM (SELECT * FROM message_dead x
+                 WHERE x.queue = p_queue AND x.id > p_after
+                 ORDER BY x.id
+                 LIMIT CASE WHEN p_error IS NULL THEN p_limit ELSE v_scan END) d
+         WHERE p_error IS NULL OR strpos(d.last_error, p_error) > 0
          ORDER BY d.id
          LIMIT p_limit;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        IF p_error IS NOT NULL AND v_rows < p_limit THEN
+            SELECT count(*), max(s.id) INTO v_read, v_last
+              FROM (SELECT x.id FROM message_dead x WHERE x.queue = p_queue AND x.id > p_after ORDER BY x.id LIMIT v_scan) s;
+            IF v_read >= v_scan THEN
+                -- the scan stopped before the page filled: say where to go on
+                RETURN QUERY SELECT NULL::bigint, v_last, p_state, NULL::text, NULL::int, NULL::timestamptz, NULL::timestamptz,
+                                    NULL::text, NULL::boolean, NULL::text, NULL::int, NULL::int, NULL::text, NULL::jsonb, NULL::jsonb;
+            END IF;
+        END IF;
         RETURN;
     END IF;
     IF p_state = 'processed' THEN
@@ -818,7 +835,7 @@ BEGIN
                pg_column_size(p.payload), pg_column_size(p.headers),
                CASE WHEN v_browse THEN p.key END, CASE WHEN v_browse THEN p.payload END, CASE WHEN v_browse THEN p.headers END
           FROM message_processed p
-         WHERE p.queue = p_queue AND p.id > p_after
+         WHERE p.queue = p_queue AND p.id > p_after AND p_error IS NULL -- processed messages have no error
          ORDER BY p.id
          LIMIT p_limit;
         RETURN;
@@ -846,7 +863,7 @@ BEGIN
                           WHEN r.status = 'failed' THEN 'failed'
                           WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
                           ELSE 'pending' END;
-            CONTINUE WHEN state <> p_state;
+            CONTINUE WHEN state <> p_state OR p_error IS NOT NULL AND coalesce(strpos(r.last_error, p_error), 0) = 0;
             id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
             at := CASE state WHEN 'scheduled' THEN r.parked_until
                              WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL
@@ -902,6 +919,37 @@ AS $$
      ORDER BY 1
 $$;
 -- pgsweep:end functions/citus.sql
+
+-- pgsweep:changed functions/dead.sql
+CREATE OR REPLACE FUNCTION dead_delete(p_queue text, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+    v_lane text;
+    v_moved bigint := 0;
+BEGIN
+    PERFORM _check_ids(p_ids);
+    PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
+    WITH d AS (
+        DELETE FROM message_dead x WHERE x.queue = p_queue AND x.id = ANY (p_ids) RETURNING x.id
+    )
+    SELECT array_agg(d.id ORDER BY d.id) INTO v_ids FROM d;
+    -- the lanes they stopped, locked in name order (lane.sql)
+    FOR v_lane IN SELECT l.name FROM lane l WHERE l.queue = p_queue AND l.blocked_id = ANY (v_ids) ORDER BY l.name FOR UPDATE LOOP
+        UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = v_lane;
+        v_moved := v_moved + _lane_next(p_queue, ARRAY[v_lane], clock_timestamp(), true);
+    END LOOP;
+    IF v_moved > 0 THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;
+-- pgsweep:end functions/dead.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,10 +13,12 @@ import (
 )
 
 // queueAction runs one of a queue's verbs from a form and shows the queue
-// again: pause, resume; requeue the selected dead letters (dead_requeue);
-// cancel the selected pending messages (message_cancel); skip a lane's
-// dead letter (lane_skip). The database decides whether the role may, and
-// checks every argument.
+// again: pause, resume; requeue or delete the selected dead letters
+// (dead_requeue, dead_delete), or all those whose error contains the
+// form's text (requeue-matching, delete-matching); cancel the selected
+// pending messages (message_cancel); skip a lane's dead letter
+// (lane_skip). The database decides whether the role may, and checks every
+// argument.
 func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	if h.o.ReadOnly {
 		http.Error(w, "the dashboard is read-only", http.StatusForbidden)
@@ -35,19 +38,38 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 		_, err = h.c.QueuePause(ctx, name)
 	case "resume":
 		_, err = h.c.QueueResume(ctx, name)
-	case "requeue", "cancel":
+	case "requeue", "delete", "cancel":
 		ids, ferr := formIDs(r)
 		if ferr != nil {
 			h.badRequest(w, r, ferr.Error())
 			return
 		}
-		if r.PathValue("action") == "requeue" {
-			back = "?state=" + pgsweep.BrowseDead
-			_, err = h.c.RequeueDead(ctx, name, ids, time.Time{})
-		} else {
+		var done []int64
+		switch r.PathValue("action") {
+		case "requeue":
+			done, err = h.c.RequeueDead(ctx, name, ids, time.Time{})
+			back = deadPage(r.PostForm.Get("error"), "requeued", int64(len(done)), false)
+		case "delete":
+			done, err = h.c.DeleteDead(ctx, name, ids)
+			back = deadPage(r.PostForm.Get("error"), "deleted", int64(len(done)), false)
+		default:
 			back = "?state=" + pgsweep.BrowsePending
 			_, err = h.c.CancelMessages(ctx, name, ids)
 		}
+	case "requeue-matching", "delete-matching":
+		match := r.PostForm.Get("error")
+		if match == "" {
+			h.badRequest(w, r, "error: give the text the dead letters' errors contain")
+			return
+		}
+		var n int64
+		var more bool
+		verb := "requeued"
+		if r.PathValue("action") == "delete-matching" {
+			verb = "deleted"
+		}
+		n, more, err = h.allMatching(ctx, name, match, verb == "deleted")
+		back = deadPage(match, verb, n, more)
 	case "skip":
 		_, err = h.c.LaneSkip(ctx, name, r.PostForm.Get("lane"))
 	default:
@@ -63,6 +85,61 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	// (http.Redirect would make it absolute from the stripped path).
 	w.Header().Set("Location", "../"+url.PathEscape(name)+back)
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// allMatching requeues (or deletes) every dead letter of queue whose error
+// contains match, a page of 1000 at a time, until none is left or the
+// request's time is up (more: some may be left; the page says so).
+func (h *handler) allMatching(ctx context.Context, queue, match string, del bool) (n int64, more bool, err error) {
+	var after int64
+	for {
+		if ctx.Err() != nil {
+			return n, true, nil
+		}
+		page, err := h.c.BrowseMatching(ctx, queue, pgsweep.BrowseDead, match, after, 1000)
+		if err != nil {
+			if ctx.Err() != nil && n > 0 {
+				return n, true, nil
+			}
+			return n, false, err
+		}
+		ids := make([]int64, len(page.Messages))
+		for i, m := range page.Messages {
+			ids[i] = m.ID
+		}
+		if len(ids) > 0 {
+			var done []int64
+			if del {
+				done, err = h.c.DeleteDead(ctx, queue, ids)
+			} else {
+				done, err = h.c.RequeueDead(ctx, queue, ids, time.Time{})
+			}
+			if err != nil {
+				if ctx.Err() != nil { // out of time: that page was rolled back
+					return n, true, nil
+				}
+				return n, false, err
+			}
+			n += int64(len(done))
+		}
+		if page.End {
+			return n, false, nil
+		}
+		after = page.Next
+	}
+}
+
+// deadPage is the query of the dead letters' page after an action: the
+// filter kept, and what was done.
+func deadPage(match, verb string, n int64, more bool) string {
+	q := url.Values{"state": {pgsweep.BrowseDead}, "done": {fmt.Sprintf("%s %d", verb, n)}}
+	if match != "" {
+		q.Set("error", match)
+	}
+	if more {
+		q.Set("more", "1")
+	}
+	return "?" + q.Encode()
 }
 
 // formIDs reads the selected message ids (the form's id values).

@@ -110,7 +110,7 @@ var href = regexp.MustCompile(`(?:href|src|action)="([^"]*)"`)
 
 // formAction is a link that only a POST answers (checked for its place, not
 // fetched).
-var formAction = regexp.MustCompile(`/(pause|resume|requeue|cancel|skip)$`)
+var formAction = regexp.MustCompile(`/(pause|resume|requeue|delete|requeue-matching|delete-matching|cancel|skip)$`)
 
 // Every page loads under a path prefix, every link and file it names
 // resolves (relative links only), and attacker-controlled text renders as

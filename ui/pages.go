@@ -109,6 +109,9 @@ type queueData struct {
 	States []string
 	Page   pgsweep.BrowsePage
 	After  int64
+	Error  string // the filter: messages whose last error contains it
+	Done   string // what the last action did ("requeued 3")
+	More   bool   // an action on all matching stopped on its time: some may be left
 	Lanes  []pgsweep.LaneStats
 }
 
@@ -128,7 +131,8 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	d := queueData{State: r.URL.Query().Get("state"), States: browseStates}
+	d := queueData{State: r.URL.Query().Get("state"), States: browseStates, Error: r.URL.Query().Get("error"),
+		Done: r.URL.Query().Get("done"), More: r.URL.Query().Get("more") != ""}
 	found := false
 	for _, q := range qs {
 		if q.Queue == name {
@@ -156,7 +160,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Chart = chartOf(history)
-	if d.Page, err = h.c.BrowseMessages(ctx, name, d.State, d.After, 50); err != nil {
+	if d.Page, err = h.c.BrowseMatching(ctx, name, d.State, d.Error, d.After, 50); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -14,6 +14,11 @@
 --   dead       a dead letter: last_error, "at" when it died
 --   processed  an inbox message kept for de-duplication: "at" when it was processed
 --
+-- p_error (NULL: every message) keeps the messages whose last error
+-- contains it (case-sensitive; at most 1000 characters): the dead letters
+-- of one cause, to requeue or delete them together. A message without an
+-- error never matches.
+--
 -- Who sees what: ids, states, attempts, times, lanes, errors and sizes for
 -- anyone who may call it (the monitor role); the payload, the headers and
 -- the key only for a caller that holds the queue's browse right
@@ -22,7 +27,7 @@
 -- stored length, not the value.
 --
 -- Cost. dead and processed walk their table's primary key (queue, id) from
--- p_after: O(page). The four states of table message share its primary key
+-- p_after: O(page); with p_error, at most browse_scan rows, as below. The four states of table message share its primary key
 -- and no index says a row's state (one would cost every verb an index
 -- update), so a call reads at most p_limit matching rows and at most
 -- browse_scan rows (10000) in all: a state that is rare among many
@@ -31,7 +36,8 @@
 -- id read: call again with p_after = cursor to go on. Every other row's
 -- cursor is its id; a page with fewer than p_limit rows and no such row is
 -- the last.
-CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50)
+CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50,
+                                           p_error text DEFAULT NULL)
 RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
                holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
                key text, payload jsonb, headers jsonb)
@@ -57,6 +63,9 @@ BEGIN
     END IF;
     PERFORM _check_int('p_after', p_after, 0, 9223372036854775807);
     PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    IF p_error IS NOT NULL THEN
+        PERFORM _check_int('length of p_error', length(p_error), 1, 1000);
+    END IF;
     v_browse := _queue_allowed(p_queue, 'browse');
 
     IF p_state = 'dead' THEN
@@ -64,10 +73,23 @@ BEGIN
         SELECT d.id, d.id, 'dead'::text, d.lane, d.attempts, d.created_at, d.dead_at, NULL::text, false, d.last_error,
                pg_column_size(d.payload), pg_column_size(d.headers),
                CASE WHEN v_browse THEN d.key END, CASE WHEN v_browse THEN d.payload END, CASE WHEN v_browse THEN d.headers END
-          FROM message_dead d
-         WHERE d.queue = p_queue AND d.id > p_after
+          FROM (SELECT * FROM message_dead x
+                 WHERE x.queue = p_queue AND x.id > p_after
+                 ORDER BY x.id
+                 LIMIT CASE WHEN p_error IS NULL THEN p_limit ELSE v_scan END) d
+         WHERE p_error IS NULL OR strpos(d.last_error, p_error) > 0
          ORDER BY d.id
          LIMIT p_limit;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        IF p_error IS NOT NULL AND v_rows < p_limit THEN
+            SELECT count(*), max(s.id) INTO v_read, v_last
+              FROM (SELECT x.id FROM message_dead x WHERE x.queue = p_queue AND x.id > p_after ORDER BY x.id LIMIT v_scan) s;
+            IF v_read >= v_scan THEN
+                -- the scan stopped before the page filled: say where to go on
+                RETURN QUERY SELECT NULL::bigint, v_last, p_state, NULL::text, NULL::int, NULL::timestamptz, NULL::timestamptz,
+                                    NULL::text, NULL::boolean, NULL::text, NULL::int, NULL::int, NULL::text, NULL::jsonb, NULL::jsonb;
+            END IF;
+        END IF;
         RETURN;
     END IF;
     IF p_state = 'processed' THEN
@@ -76,7 +98,7 @@ BEGIN
                pg_column_size(p.payload), pg_column_size(p.headers),
                CASE WHEN v_browse THEN p.key END, CASE WHEN v_browse THEN p.payload END, CASE WHEN v_browse THEN p.headers END
           FROM message_processed p
-         WHERE p.queue = p_queue AND p.id > p_after
+         WHERE p.queue = p_queue AND p.id > p_after AND p_error IS NULL -- processed messages have no error
          ORDER BY p.id
          LIMIT p_limit;
         RETURN;
@@ -104,7 +126,7 @@ BEGIN
                           WHEN r.status = 'failed' THEN 'failed'
                           WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
                           ELSE 'pending' END;
-            CONTINUE WHEN state <> p_state;
+            CONTINUE WHEN state <> p_state OR p_error IS NOT NULL AND coalesce(strpos(r.last_error, p_error), 0) = 0;
             id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
             at := CASE state WHEN 'scheduled' THEN r.parked_until
                              WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL

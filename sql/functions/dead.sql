@@ -89,3 +89,38 @@ BEGIN
     RETURN QUERY SELECT u FROM unnest(v_ids) u;
 END
 $$;
+
+-- dead_delete (admin; the queue's manage right): removes dead letters for
+-- good. A letter that stops its lane (lane_dead 'block') goes, and the lane
+-- moves on to its next message, as lane_skip does. An inbox letter's key
+-- goes with it: a later send with that key is a new message. Returns the
+-- ids deleted; ids that are not dead letters of the queue are ignored, so
+-- a repeated call is harmless.
+CREATE OR REPLACE FUNCTION dead_delete(p_queue text, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+    v_lane text;
+    v_moved bigint := 0;
+BEGIN
+    PERFORM _check_ids(p_ids);
+    PERFORM _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
+    WITH d AS (
+        DELETE FROM message_dead x WHERE x.queue = p_queue AND x.id = ANY (p_ids) RETURNING x.id
+    )
+    SELECT array_agg(d.id ORDER BY d.id) INTO v_ids FROM d;
+    -- the lanes they stopped, locked in name order (lane.sql)
+    FOR v_lane IN SELECT l.name FROM lane l WHERE l.queue = p_queue AND l.blocked_id = ANY (v_ids) ORDER BY l.name FOR UPDATE LOOP
+        UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = v_lane;
+        v_moved := v_moved + _lane_next(p_queue, ARRAY[v_lane], clock_timestamp(), true);
+    END LOOP;
+    IF v_moved > 0 THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;

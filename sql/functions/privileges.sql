@@ -81,7 +81,7 @@ AS $$
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
     UNION ALL
     SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
-        'queue_create', 'queue_configure', 'dead_requeue', 'queue_recover', 'lease_release_owner',
+        'queue_create', 'queue_configure', 'dead_requeue', 'dead_delete', 'queue_recover', 'lease_release_owner',
         'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
         'queue_grant', 'queue_revoke', 'queue_rights', -- per-queue rights (queue_rights.sql)
         'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',

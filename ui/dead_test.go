@@ -1,0 +1,155 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/ui"
+)
+
+// postForm sends a same-origin form POST and returns the status and the
+// Location of the redirect (or the body).
+func postForm(t *testing.T, url string, form neturl.Values) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if loc := res.Header.Get("Location"); loc != "" {
+		return res.StatusCode, loc
+	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(b)
+}
+
+// deadLetters makes n dead letters of queue (max_attempts 1) failed with errText.
+func deadLetters(t *testing.T, c *pgsweep.Client, queue string, n int, errText, lane string) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	for range n {
+		if _, _, err := c.Send(ctx, queue, pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: lane}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := c.Claim(ctx, queue, "w", n, time.Minute)
+	if err != nil || len(ds) != n {
+		t.Fatalf("claim: %d of %d, %v", len(ds), n, err)
+	}
+	ids := make([]int64, n)
+	for i, d := range ds {
+		ids[i] = d.ID
+		if _, err := c.Fail(ctx, queue, d.Token, []int64{d.ID}, errText, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// The dead letters' page: filter by error text, requeue all matching,
+// delete the selection, delete all matching; a monitor's forged POST is
+// refused by PostgreSQL and changes nothing.
+func TestDeadLettersFilterRequeueAndDelete(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	c := db.Client
+	timeouts := deadLetters(t, c, "orders", 3, "timeout talking to payments", "")
+	bad := deadLetters(t, c, "orders", 2, "bad payload: "+hostile, "")
+	dead := func() int {
+		p, err := c.BrowseMessages(ctx, "orders", pgsweep.BrowseDead, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.Messages)
+	}
+	admin, _ := asRole(t, db, "admin")
+	srv := serve(t, admin, db.Schema, ui.Options{})
+	base := srv.URL + "/pgsweep/queues/orders"
+
+	status, body := get(t, base+"?state=dead&error="+neturl.QueryEscape("timeout"))
+	if status != http.StatusOK || strings.Count(body, `name="id"`) != 3 || !strings.Contains(body, "Requeue all matching") ||
+		strings.Contains(body, "<script>alert(1)") {
+		t.Fatalf("filtered page: %d, %d rows\n%s", status, strings.Count(body, `name="id"`), body)
+	}
+	status, loc := postForm(t, base+"/requeue-matching", neturl.Values{"error": {"timeout"}})
+	if status != http.StatusSeeOther || !strings.Contains(loc, "done=requeued+3") || dead() != 2 {
+		t.Fatalf("requeue all matching: %d %q, %d dead left; want 3 requeued, 2 left", status, loc, dead())
+	}
+	if p, err := c.BrowseMessages(ctx, "orders", pgsweep.BrowsePending, 0, 100); err != nil || len(p.Messages) != 3 || p.Messages[0].ID != timeouts[0] {
+		t.Fatalf("pending after the requeue: %+v %v", p, err)
+	}
+	from, _ := neturl.Parse(base + "/requeue-matching")
+	rel, err := neturl.Parse(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, from.ResolveReference(rel).String()); !strings.Contains(body, "Done: requeued 3 message(s)") ||
+		!strings.Contains(body, `value="timeout"`) {
+		t.Fatalf("the page after the action does not say what was done:\n%s", body)
+	}
+
+	monitor, _ := asRole(t, db, "monitor")
+	msrv := serve(t, monitor, db.Schema, ui.Options{})
+	if status, _ := postForm(t, msrv.URL+"/pgsweep/queues/orders/delete-matching", neturl.Values{"error": {"bad"}}); status != http.StatusForbidden || dead() != 2 {
+		t.Fatalf("monitor's delete-matching: %d, %d dead; want 403 and nothing changed", status, dead())
+	}
+	if status, _ := postForm(t, base+"/delete-matching", neturl.Values{"error": {""}}); status != http.StatusBadRequest || dead() != 2 {
+		t.Fatalf("delete-matching without a text: %d, %d dead; want 400 and nothing changed", status, dead())
+	}
+	if status, loc := postForm(t, base+"/delete", neturl.Values{"id": {itoa(bad[0])}}); status != http.StatusSeeOther ||
+		!strings.Contains(loc, "done=deleted+1") || dead() != 1 {
+		t.Fatalf("delete the selection: %d %q, %d dead", status, loc, dead())
+	}
+	if status, loc := postForm(t, base+"/delete-matching", neturl.Values{"error": {"bad payload"}}); status != http.StatusSeeOther ||
+		!strings.Contains(loc, "done=deleted+1") || dead() != 0 {
+		t.Fatalf("delete all matching: %d %q, %d dead", status, loc, dead())
+	}
+}
+
+// DeleteDead of the letter that stops its lane (lane_dead block): the
+// letter goes and the lane's next message is claimable.
+func TestDeleteDeadMovesABlockedLaneOn(t *testing.T) {
+	db := pgtest.NewQueue(t, 2, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	c := db.Client
+	if err := c.QueueConfigure(ctx, "orders", map[string]any{"lane_dead": "block"}); err != nil {
+		t.Fatal(err)
+	}
+	first := deadLetters(t, c, "orders", 1, "fatal", "L")
+	if _, _, err := c.Send(ctx, "orders", pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: "L"}); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := c.Claim(ctx, "orders", "w", 10, time.Minute); err != nil || len(ds) != 0 {
+		t.Fatalf("a blocked lane: claimed %d, %v", len(ds), err)
+	}
+	if got, err := c.DeleteDead(ctx, "orders", append(first, 999999)); err != nil || len(got) != 1 || got[0] != first[0] {
+		t.Fatalf("DeleteDead: %v %v, want only the dead letter", got, err)
+	}
+	if ds, err := c.Claim(ctx, "orders", "w", 10, time.Minute); err != nil || len(ds) != 1 {
+		t.Fatalf("after the delete: claimed %d, %v; want the lane's next message", len(ds), err)
+	}
+	if got, err := c.DeleteDead(ctx, "orders", first); err != nil || len(got) != 0 {
+		t.Fatalf("a second DeleteDead: %v %v, want nothing", got, err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
