@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Browsing a queue's messages (sql/functions/browse.sql): the monitor role
@@ -76,9 +78,7 @@ func (c *Client) BrowseMatching(ctx context.Context, queue, state, errorContains
 	if errorContains != "" {
 		filter = &errorContains
 	}
-	rows, err := c.db.Query(ctx, "SELECT id, cursor, coalesce(lane, ''), coalesce(attempts, 0), created_at, at, "+
-		"coalesce(holder, ''), coalesce(waiting_in_lane, false), coalesce(last_error, ''), coalesce(payload_bytes, 0), "+
-		"coalesce(headers_bytes, 0), coalesce(key, ''), payload, headers FROM "+c.fn("browse_messages")+
+	rows, err := c.db.Query(ctx, "SELECT "+browseColumns+" FROM "+c.fn("browse_messages")+
 		"($1, $2, $3::pg_catalog.int8, $4::pg_catalog.int4, $5::pg_catalog.text)",
 		queue, state, after, limit, filter)
 	if err != nil {
@@ -88,32 +88,14 @@ func (c *Client) BrowseMatching(ctx context.Context, queue, state, errorContains
 	page := BrowsePage{Next: after}
 	marker := false
 	for rows.Next() {
-		var m BrowsedMessage
-		var id *int64
-		var cursor int64
-		var created, at *time.Time
-		var payload, headers []byte
-		if err := rows.Scan(&id, &cursor, &m.Lane, &m.Attempts, &created, &at, &m.Holder, &m.WaitingInLane, &m.LastError,
-			&m.PayloadBytes, &m.HeadersBytes, &m.Key, &payload, &headers); err != nil {
+		m, cursor, ok, err := scanBrowsed(rows)
+		if err != nil {
 			return BrowsePage{}, wrapErr("browse_messages", err)
 		}
 		page.Next = cursor
-		if id == nil { // the scan stopped before the page filled
+		if !ok { // the scan stopped before the page filled
 			marker = true
 			continue
-		}
-		m.ID, m.State = *id, state
-		if created != nil {
-			m.CreatedAt = *created
-		}
-		if at != nil {
-			m.At = *at
-		}
-		if payload != nil {
-			m.Payload = json.RawMessage(payload)
-		}
-		if headers != nil {
-			m.Headers = json.RawMessage(headers)
 		}
 		page.Messages = append(page.Messages, m)
 	}
@@ -122,4 +104,56 @@ func (c *Client) BrowseMatching(ctx context.Context, queue, state, errorContains
 	}
 	page.End = !marker && len(page.Messages) < limit
 	return page, nil
+}
+
+// BrowseMessage returns one message of queue by id, in whichever state it
+// is (found false when the queue holds no message with that id: never
+// sent, completed, or removed by retention). Payload, headers and key as
+// for BrowseMessages.
+func (c *Client) BrowseMessage(ctx context.Context, queue string, id int64) (m BrowsedMessage, found bool, err error) {
+	rows, err := c.db.Query(ctx, "SELECT "+browseColumns+" FROM "+c.fn("browse_message")+"($1, $2::pg_catalog.int8)", queue, id)
+	if err != nil {
+		return m, false, wrapErr("browse_message", err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		m, _, found, err = scanBrowsed(rows)
+		if err != nil {
+			return m, false, wrapErr("browse_message", err)
+		}
+	}
+	return m, found, wrapErr("browse_message", rows.Err())
+}
+
+const browseColumns = "id, cursor, state, coalesce(lane, ''), coalesce(attempts, 0), created_at, at, " +
+	"coalesce(holder, ''), coalesce(waiting_in_lane, false), coalesce(last_error, ''), coalesce(payload_bytes, 0), " +
+	"coalesce(headers_bytes, 0), coalesce(key, ''), payload, headers"
+
+// scanBrowsed reads one row of browseColumns; ok is false for the row that
+// only says where a stopped scan goes on (no id).
+func scanBrowsed(rows pgx.Rows) (m BrowsedMessage, cursor int64, ok bool, err error) {
+	var id *int64
+	var created, at *time.Time
+	var payload, headers []byte
+	if err := rows.Scan(&id, &cursor, &m.State, &m.Lane, &m.Attempts, &created, &at, &m.Holder, &m.WaitingInLane, &m.LastError,
+		&m.PayloadBytes, &m.HeadersBytes, &m.Key, &payload, &headers); err != nil {
+		return m, 0, false, err
+	}
+	if id == nil {
+		return m, cursor, false, nil
+	}
+	m.ID = *id
+	if created != nil {
+		m.CreatedAt = *created
+	}
+	if at != nil {
+		m.At = *at
+	}
+	if payload != nil {
+		m.Payload = json.RawMessage(payload)
+	}
+	if headers != nil {
+		m.Headers = json.RawMessage(headers)
+	}
+	return m, cursor, true, nil
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
@@ -123,6 +125,16 @@ func TestBrowseStates(t *testing.T) {
 		if got := ids(dead); !slices.Equal(got, []int64{m3}) || dead[0].LastError != "bad" {
 			t.Fatalf("%s: dead %+v", who.name, dead)
 		}
+		// one by id: the same row, in whichever state
+		for _, want := range slices.Concat(pending, sched, fl, failed, dead) {
+			got, found, err := who.c.BrowseMessage(ctx, "b", want.ID)
+			if err != nil || !found || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: BrowseMessage(%d) = %+v, %v, %v; want %+v", who.name, want.ID, got, found, err, want)
+			}
+		}
+		if got, found, err := who.c.BrowseMessage(ctx, "b", id6+1000); err != nil || found {
+			t.Fatalf("%s: BrowseMessage of no message: %+v, %v, %v", who.name, got, found, err)
+		}
 		if who.browse {
 			if string(dead[0].Payload) != `{"secret": "s3"}` || dead[0].Key != "k3" || string(fl[0].Headers) != `{"h": "v1"}` {
 				t.Fatalf("%s: dead %+v in flight %+v: want the payload, key and headers as sent", who.name, dead[0], fl[0])
@@ -157,6 +169,17 @@ func TestBrowseStates(t *testing.T) {
 		if _, err := mon.BrowseMessages(ctx, bad.queue, bad.state, bad.after, bad.limit); !errors.Is(err, pgsweep.ErrInvalidArgument) {
 			t.Errorf("%+v: %v, want ErrInvalidArgument", bad, err)
 		}
+	}
+	for _, bad := range []struct {
+		queue string
+		id    int64
+	}{{"b", 0}, {"b", -1}, {"nope", 1}} {
+		if _, _, err := mon.BrowseMessage(ctx, bad.queue, bad.id); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+			t.Errorf("BrowseMessage %+v: %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	if _, err := mon.BrowseMatching(ctx, "b", pgsweep.BrowseDead, strings.Repeat("x", 1001), 0, 10); !errors.Is(err, pgsweep.ErrInvalidArgument) {
+		t.Errorf("BrowseMatching with 1001 characters: %v, want ErrInvalidArgument", err)
 	}
 }
 
@@ -257,5 +280,27 @@ func TestBrowseScanLimit(t *testing.T) {
 	p, err = c.BrowseMessages(ctx, "s", pgsweep.BrowseFailed, p.Next, 10)
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].ID != last || !p.End || p.Messages[0].LastError != "x" {
 		t.Fatalf("second page %+v, %v: want the failed message and the end", p, err)
+	}
+}
+
+// TestBrowseDeadMatchingScanLimit: dead letters filtered by error text read
+// at most 10,000 rows a page: a match after them comes on the next page.
+func TestBrowseDeadMatchingScanLimit(t *testing.T) {
+	db := pgtest.NewQueue(t, 2, "s", pgsweep.Outbox, 3)
+	ctx := context.Background()
+	c := db.Client
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	db.MustExec(t, "INSERT INTO "+s+".message_dead (queue, id, payload, headers, attempts, last_error, created_at, dead_at) "+
+		"SELECT 's', g, '{}', '{}', 3, CASE WHEN g = 10005 THEN 'the needle' ELSE 'hay' END, now(), now() FROM generate_series(1, 10010) g")
+	p, err := c.BrowseMatching(ctx, "s", pgsweep.BrowseDead, "needle", 0, 10)
+	if err != nil || len(p.Messages) != 0 || p.End || p.Next != 10000 {
+		t.Fatalf("first page %+v, %v: want no message, not the end, the cursor at 10000", p, err)
+	}
+	p, err = c.BrowseMatching(ctx, "s", pgsweep.BrowseDead, "needle", p.Next, 10)
+	if err != nil || len(p.Messages) != 1 || p.Messages[0].ID != 10005 || !p.End {
+		t.Fatalf("second page %+v, %v: want the needle and the end", p, err)
+	}
+	if p, err := c.BrowseMatching(ctx, "s", pgsweep.BrowseDead, "hay", 0, 10); err != nil || len(p.Messages) != 10 || p.Next != 10 || p.End {
+		t.Fatalf("a common match: %+v, %v: want a full page", p, err)
 	}
 }

@@ -153,3 +153,50 @@ func TestDeleteDeadMovesABlockedLaneOn(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A message's page: its payload pretty-printed and escaped for a role with
+// the browse right, hidden from the monitor; the actions its state allows;
+// 404 for an id the queue does not hold, 400 for one that is not an id.
+func TestMessagePage(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	c := db.Client
+	id, _, err := c.Send(ctx, "orders", pgsweep.Message{Payload: json.RawMessage(`{"note":` + strconv.Quote(hostile) + `,"n":1}`),
+		Headers: map[string]string{"h": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := asRole(t, db, "admin")
+	srv := serve(t, admin, db.Schema, ui.Options{})
+	page := srv.URL + "/pgsweep/queues/orders/messages/" + itoa(id)
+	status, body := get(t, page)
+	if status != http.StatusOK || !strings.Contains(body, "\n  &#34;n&#34;: 1") || strings.Contains(body, "<script>alert(1)") ||
+		!strings.Contains(body, `&lt;script&gt;alert(1)&lt;/script&gt;`) || !strings.Contains(body, `action="../cancel"`) {
+		t.Fatalf("admin's message page: %d\n%s", status, body)
+	}
+	monitor, _ := asRole(t, db, "monitor")
+	msrv := serve(t, monitor, db.Schema, ui.Options{ReadOnly: true})
+	status, body = get(t, msrv.URL+"/pgsweep/queues/orders/messages/"+itoa(id))
+	if status != http.StatusOK || strings.Contains(body, "alert") || !strings.Contains(body, "needs the queue's browse right") ||
+		strings.Contains(body, "<form") {
+		t.Fatalf("monitor's message page: %d\n%s", status, body)
+	}
+	if status, _ := get(t, srv.URL+"/pgsweep/queues/orders/messages/"+itoa(id+100)); status != http.StatusNotFound {
+		t.Fatalf("an id the queue does not hold: %d, want 404", status)
+	}
+	if status, _ := get(t, srv.URL+"/pgsweep/queues/orders/messages/x"); status != http.StatusBadRequest {
+		t.Fatalf("an id that is not one: %d, want 400", status)
+	}
+	// dead: requeue and delete from its page
+	dead := deadLetters(t, c, "orders", 1, "boom", "")
+	if _, body := get(t, srv.URL+"/pgsweep/queues/orders/messages/"+itoa(dead[0])); !strings.Contains(body, `formaction="../delete"`) ||
+		!strings.Contains(body, "boom") {
+		t.Fatalf("a dead letter's page:\n%s", body)
+	}
+	if status, _ := postForm(t, srv.URL+"/pgsweep/queues/orders/delete", neturl.Values{"id": {itoa(dead[0])}}); status != http.StatusSeeOther {
+		t.Fatalf("delete from its page: %d", status)
+	}
+	if _, found, err := c.BrowseMessage(ctx, "orders", dead[0]); err != nil || found {
+		t.Fatalf("after the delete: found %v, %v", found, err)
+	}
+}

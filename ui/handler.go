@@ -95,6 +95,7 @@ func (h *handler) routes() {
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /queues/{queue}", h.queue)
+	h.mux.HandleFunc("GET /queues/{queue}/messages/{id}", h.message)
 	h.mux.HandleFunc("GET /maintenance", list(h, "maintenance", "Maintenance", func(ctx context.Context) ([]pgsweep.MaintenancePass, error) {
 		return h.c.MaintenancePasses(ctx, 50)
 	}))

@@ -332,12 +332,12 @@ func TestOverviewAndQueuePageReadSnapshotsHealthAndBrowse(t *testing.T) {
 	}
 	_, body = get(t, srv.URL+"/pgsweep/queues/orders?state=pending")
 	for _, id := range ids {
-		if !strings.Contains(body, fmt.Sprintf(`<td class="n">%d</td>`, id)) {
+		if !strings.Contains(body, fmt.Sprintf(`/messages/%d">%d</a></td>`, id, id)) {
 			t.Fatalf("pending page lacks message %d\n%s", id, body)
 		}
 	}
 	_, body = get(t, srv.URL+fmt.Sprintf("/pgsweep/queues/orders?state=pending&after=%d", ids[1]))
-	if strings.Contains(body, fmt.Sprintf(`<td class="n">%d</td>`, ids[0])) || !strings.Contains(body, fmt.Sprintf(`<td class="n">%d</td>`, ids[2])) {
+	if strings.Contains(body, fmt.Sprintf(`/messages/%d"`, ids[0])) || !strings.Contains(body, fmt.Sprintf(`/messages/%d"`, ids[2])) {
 		t.Fatalf("the page after id %d must hold %d only\n%s", ids[1], ids[2], body)
 	}
 	for _, q := range []string{"?after=x", "?after=-1", "?state=nosuch"} {

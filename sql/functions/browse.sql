@@ -1,3 +1,27 @@
+-- _browse_state and _browse_at: a live message's state as the browse
+-- functions name it, and the time that state is about (see browse_messages).
+CREATE OR REPLACE FUNCTION _browse_state(p_status text, p_parked_until timestamptz, p_now timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN p_status = 'processing' THEN 'in_flight'
+                WHEN p_status = 'failed' THEN 'failed'
+                WHEN p_parked_until > p_now AND p_parked_until <> 'infinity' THEN 'scheduled'
+                ELSE 'pending' END
+$$;
+
+CREATE OR REPLACE FUNCTION _browse_at(p_state text, p_created_at timestamptz, p_visible_at timestamptz, p_parked_until timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE p_state WHEN 'scheduled' THEN p_parked_until
+                        WHEN 'pending' THEN CASE WHEN p_parked_until = 'infinity' THEN NULL
+                                                 ELSE greatest(p_created_at, p_visible_at, p_parked_until) END
+                        ELSE p_visible_at END
+$$;
+
 -- browse_messages (monitor): a queue's messages in one state, a page at a
 -- time, oldest id first, with keyset pagination (p_after: the last id of
 -- the previous page; 0 for the first page). A page is stable under
@@ -122,16 +146,10 @@ BEGIN
             v_got := v_got + 1;
             v_read := v_read + 1;
             v_last := r.id;
-            state := CASE WHEN r.status = 'processing' THEN 'in_flight'
-                          WHEN r.status = 'failed' THEN 'failed'
-                          WHEN r.parked_until > v_now AND r.parked_until <> 'infinity' THEN 'scheduled'
-                          ELSE 'pending' END;
+            state := _browse_state(r.status, r.parked_until, v_now);
             CONTINUE WHEN state <> p_state OR p_error IS NOT NULL AND coalesce(strpos(r.last_error, p_error), 0) = 0;
             id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
-            at := CASE state WHEN 'scheduled' THEN r.parked_until
-                             WHEN 'pending' THEN CASE WHEN r.parked_until = 'infinity' THEN NULL
-                                                      ELSE greatest(r.created_at, r.visible_at, r.parked_until) END
-                             ELSE r.visible_at END;
+            at := _browse_at(state, r.created_at, r.visible_at, r.parked_until);
             holder := CASE WHEN state = 'in_flight' THEN r.owner END;
             waiting_in_lane := r.parked_until IS NOT DISTINCT FROM 'infinity';
             last_error := r.last_error;
@@ -151,5 +169,46 @@ BEGIN
             EXIT chunks;
         END IF;
     END LOOP;
+END
+$$;
+
+-- browse_message (monitor): one message of a queue by id, in whichever
+-- state it is, with the columns of browse_messages (cursor is the id); no
+-- row when the queue holds no message with that id. Three primary-key
+-- probes. Payload, headers and key as for browse_messages: only with the
+-- queue's browse right.
+CREATE OR REPLACE FUNCTION browse_message(p_queue text, p_id bigint)
+RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
+               holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
+               key text, payload jsonb, headers jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_browse boolean;
+BEGIN
+    PERFORM _queue_get(p_queue);
+    PERFORM _check_int('p_id', p_id, 1, 9223372036854775807);
+    v_browse := _queue_allowed(p_queue, 'browse');
+    RETURN QUERY
+    SELECT m.id, m.id, x.state, m.lane, m.attempt, m.created_at, _browse_at(x.state, m.created_at, m.visible_at, m.parked_until),
+           CASE WHEN x.state = 'in_flight' THEN m.owner END, m.parked_until IS NOT DISTINCT FROM 'infinity', m.last_error,
+           pg_column_size(m.payload), pg_column_size(m.headers),
+           CASE WHEN v_browse THEN m.key END, CASE WHEN v_browse THEN m.payload END, CASE WHEN v_browse THEN m.headers END
+      FROM message m, LATERAL (SELECT _browse_state(m.status, m.parked_until, v_now) AS state) x
+     WHERE m.queue = p_queue AND m.id = p_id
+    UNION ALL
+    SELECT d.id, d.id, 'dead', d.lane, d.attempts, d.created_at, d.dead_at, NULL, false, d.last_error,
+           pg_column_size(d.payload), pg_column_size(d.headers),
+           CASE WHEN v_browse THEN d.key END, CASE WHEN v_browse THEN d.payload END, CASE WHEN v_browse THEN d.headers END
+      FROM message_dead d
+     WHERE d.queue = p_queue AND d.id = p_id
+    UNION ALL
+    SELECT p.id, p.id, 'processed', NULL, p.attempts, p.created_at, p.processed_at, NULL, false, NULL,
+           pg_column_size(p.payload), pg_column_size(p.headers),
+           CASE WHEN v_browse THEN p.key END, CASE WHEN v_browse THEN p.payload END, CASE WHEN v_browse THEN p.headers END
+      FROM message_processed p
+     WHERE p.queue = p_queue AND p.id = p_id;
 END
 $$;
