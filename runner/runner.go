@@ -74,12 +74,12 @@ type Runner struct {
 	lastAttempt  time.Time
 	lastSuccess  time.Time
 	lastErr      error
-	interval     time.Duration // the last interval used, for health
+	interval     time.Duration   // the last interval used, for health
 	warnedGauges map[string]bool // gauge sources found missing and warned about once
-	passBackend  backend        // the backend of the latest pass's connection (zero: unknown)
-	pending      *pendingRecord // history rows of an ended pass that still have to be closed
-	inPass       bool           // a pass is in flight
-	lastProgress time.Time      // when the pass in flight was last seen to commit a step
+	passBackend  backend         // the backend of the latest pass's connection (zero: unknown)
+	pending      *pendingRecord  // history rows of an ended pass that still have to be closed
+	inPass       bool            // a pass is in flight
+	lastProgress time.Time       // when the pass in flight was last seen to commit a step
 
 	// progressEvery is how often a pass in flight is checked for progress
 	// (committed steps), on a second connection opened only for passes that
