@@ -795,6 +795,26 @@ AS $$
                         ELSE p_visible_at END
 $$;
 
+CREATE OR REPLACE FUNCTION _browse_live(p_queue text, p_from bigint, p_to bigint, p_state text, p_error text,
+                                        p_browse boolean, p_now timestamptz, p_limit int)
+RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
+               holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
+               key text, payload jsonb, headers jsonb)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT m.id, m.id, x.state, m.lane, m.attempt, m.created_at, _browse_at(x.state, m.created_at, m.visible_at, m.parked_until),
+           CASE WHEN x.state = 'in_flight' THEN m.owner END, m.parked_until IS NOT DISTINCT FROM 'infinity', m.last_error,
+           pg_column_size(m.payload), pg_column_size(m.headers),
+           CASE WHEN p_browse THEN m.key END, CASE WHEN p_browse THEN m.payload END, CASE WHEN p_browse THEN m.headers END
+      FROM message m, LATERAL (SELECT _browse_state(m.status, m.parked_until, p_now) AS state) x
+     WHERE m.queue = p_queue AND m.id > p_from AND m.id <= p_to
+       AND (p_state IS NULL OR x.state = p_state)
+       AND (p_error IS NULL OR strpos(m.last_error, p_error) > 0)
+     ORDER BY m.id
+     LIMIT p_limit
+$$;
+
 CREATE OR REPLACE FUNCTION browse_messages(p_queue text, p_state text, p_after bigint DEFAULT 0, p_limit int DEFAULT 50,
                                            p_error text DEFAULT NULL)
 RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
@@ -810,9 +830,10 @@ DECLARE
     v_rows int := 0;
     v_read int := 0;
     v_got int;
-    v_chunk int := 200;
+    v_n int;
+    v_chunk int := 1000;
     v_last bigint;
-    r record;
+    v_end bigint;
 BEGIN
     PERFORM _queue_get(p_queue);
     PERFORM _check_text('p_state', p_state, 20);
@@ -863,44 +884,26 @@ BEGIN
         RETURN;
     END IF;
 
-    -- in chunks with a small LIMIT, so that each is an index scan in id
-    -- order that stops early (one query LIMIT v_scan would be planned to
-    -- read the whole queue)
+    -- in chunks of v_chunk ids: how far a chunk reaches is an index-only
+    -- range of the primary key that stops early (one query LIMIT v_scan
+    -- would be planned to read the whole queue); its rows in the state are
+    -- then one statement
     v_last := p_after;
     <<chunks>>
     LOOP
-        v_got := 0;
-        FOR r IN SELECT m.id, m.status, m.lane, m.attempt, m.created_at, m.visible_at, m.parked_until, m.owner, m.last_error,
-                        pg_column_size(m.payload) AS payload_bytes, pg_column_size(m.headers) AS headers_bytes,
-                        CASE WHEN v_browse THEN m.key END AS key, CASE WHEN v_browse THEN m.payload END AS payload,
-                        CASE WHEN v_browse THEN m.headers END AS headers
-                   FROM message m
-                  WHERE m.queue = p_queue AND m.id > v_last
-                  ORDER BY m.id
-                  LIMIT v_chunk LOOP
-            v_got := v_got + 1;
-            v_read := v_read + 1;
-            v_last := r.id;
-            state := _browse_state(r.status, r.parked_until, v_now);
-            CONTINUE WHEN state <> p_state OR p_error IS NOT NULL AND coalesce(strpos(r.last_error, p_error), 0) = 0;
-            id := r.id; cursor := r.id; lane := r.lane; attempts := r.attempt; created_at := r.created_at;
-            at := _browse_at(state, r.created_at, r.visible_at, r.parked_until);
-            holder := CASE WHEN state = 'in_flight' THEN r.owner END;
-            waiting_in_lane := r.parked_until IS NOT DISTINCT FROM 'infinity';
-            last_error := r.last_error;
-            payload_bytes := r.payload_bytes; headers_bytes := r.headers_bytes;
-            key := r.key; payload := r.payload; headers := r.headers;
-            RETURN NEXT;
-            v_rows := v_rows + 1;
-            EXIT chunks WHEN v_rows >= p_limit;
-        END LOOP;
-        EXIT chunks WHEN v_got < v_chunk; -- the end of the queue
+        SELECT count(*), max(c.id) INTO v_got, v_end
+          FROM (SELECT m.id FROM message m WHERE m.queue = p_queue AND m.id > v_last ORDER BY m.id LIMIT v_chunk) c;
+        EXIT chunks WHEN v_got = 0;
+        RETURN QUERY SELECT * FROM _browse_live(p_queue, v_last, v_end, p_state, p_error, v_browse, v_now, p_limit - v_rows);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_rows := v_rows + v_n;
+        v_read := v_read + v_got;
+        v_last := v_end;
+        EXIT chunks WHEN v_rows >= p_limit OR v_got < v_chunk; -- a full page, or the end of the queue
         IF v_read >= v_scan THEN
             -- the scan stopped before the page filled: say where to go on
-            id := NULL; cursor := v_last; state := p_state; lane := NULL; attempts := NULL; created_at := NULL; at := NULL;
-            holder := NULL; waiting_in_lane := NULL; last_error := NULL; payload_bytes := NULL; headers_bytes := NULL;
-            key := NULL; payload := NULL; headers := NULL;
-            RETURN NEXT;
+            RETURN QUERY SELECT NULL::bigint, v_last, p_state, NULL::text, NULL::int, NULL::timestamptz, NULL::timestamptz,
+                                NULL::text, NULL::boolean, NULL::text, NULL::int, NULL::int, NULL::text, NULL::jsonb, NULL::jsonb;
             EXIT chunks;
         END IF;
     END LOOP;
@@ -921,25 +924,13 @@ BEGIN
     PERFORM _queue_get(p_queue);
     PERFORM _check_int('p_id', p_id, 1, 9223372036854775807);
     v_browse := _queue_allowed(p_queue, 'browse');
-    RETURN QUERY
-    SELECT m.id, m.id, x.state, m.lane, m.attempt, m.created_at, _browse_at(x.state, m.created_at, m.visible_at, m.parked_until),
-           CASE WHEN x.state = 'in_flight' THEN m.owner END, m.parked_until IS NOT DISTINCT FROM 'infinity', m.last_error,
-           pg_column_size(m.payload), pg_column_size(m.headers),
-           CASE WHEN v_browse THEN m.key END, CASE WHEN v_browse THEN m.payload END, CASE WHEN v_browse THEN m.headers END
-      FROM message m, LATERAL (SELECT _browse_state(m.status, m.parked_until, v_now) AS state) x
-     WHERE m.queue = p_queue AND m.id = p_id
-    UNION ALL
-    SELECT d.id, d.id, 'dead', d.lane, d.attempts, d.created_at, d.dead_at, NULL, false, d.last_error,
-           pg_column_size(d.payload), pg_column_size(d.headers),
-           CASE WHEN v_browse THEN d.key END, CASE WHEN v_browse THEN d.payload END, CASE WHEN v_browse THEN d.headers END
-      FROM message_dead d
-     WHERE d.queue = p_queue AND d.id = p_id
-    UNION ALL
-    SELECT p.id, p.id, 'processed', NULL, p.attempts, p.created_at, p.processed_at, NULL, false, NULL,
-           pg_column_size(p.payload), pg_column_size(p.headers),
-           CASE WHEN v_browse THEN p.key END, CASE WHEN v_browse THEN p.payload END, CASE WHEN v_browse THEN p.headers END
-      FROM message_processed p
-     WHERE p.queue = p_queue AND p.id = p_id;
+    RETURN QUERY SELECT * FROM _browse_live(p_queue, p_id - 1, p_id, NULL, NULL, v_browse, v_now, 1);
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT * FROM browse_messages(p_queue, 'dead', p_id - 1, 1) b WHERE b.id = p_id;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT * FROM browse_messages(p_queue, 'processed', p_id - 1, 1) b WHERE b.id = p_id;
+    END IF;
 END
 $$;
 -- pgsweep:end functions/browse.sql

@@ -33,6 +33,7 @@ var benchCommands = map[string]command{
 	"relay": {"the relay to a broker: burn-down vs claim + complete, commit-to-ack latency with and without direct dispatch",
 		benchWorkload("relay", bench.Relay)},
 	"mixed": {"claim latency of live traffic with and without a retention drain running", benchWorkload("mixed", bench.Mixed)},
+	"ui":    {"the dashboard at scale: each page's server time and buffers read, and the snapshot's cost", benchWorkload("ui", bench.UI)},
 }
 
 // benchOptions is a workload's options: they register their own flags.
