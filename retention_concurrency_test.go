@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,41 +152,22 @@ func cleanerConn(t *testing.T, db *pgtest.DB) *pgsweep.Client {
 	return c
 }
 
-type runResult struct {
-	pass pgsweep.RetentionPass
-	ran  bool
-	err  error
-}
-
 // runCleaners starts k cleaners at the same instant and waits for them.
-func runCleaners(t *testing.T, db *pgtest.DB, k int, policy string) []runResult {
+func runCleaners(t *testing.T, db *pgtest.DB, k int, policy string) []pgtest.RetentionResult {
 	t.Helper()
 	clients := make([]*pgsweep.Client, k)
 	for i := range clients {
 		clients[i] = cleanerConn(t, db)
 	}
-	res := make([]runResult, k)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range k {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			p, ran, err := clients[i].RetentionRun(context.Background(), policy, fmt.Sprintf("cleaner-%d", i), 2*time.Minute)
-			res[i] = runResult{p, ran, err}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	res := pgtest.RetentionRace(clients, policy)
 	for i, r := range res {
 		var pgErr *pgconn.PgError
-		if errors.As(r.err, &pgErr) && pgErr.Code == "40P01" {
-			t.Errorf("cleaner %d: deadlock: %v", i, r.err)
-		} else if errors.As(r.err, &pgErr) && pgErr.Code == "55P03" {
-			t.Errorf("cleaner %d: waited over 100ms for a lock: %v", i, r.err)
-		} else if r.err != nil {
-			t.Errorf("cleaner %d: %v", i, r.err)
+		if errors.As(r.Err, &pgErr) && pgErr.Code == "40P01" {
+			t.Errorf("cleaner %d: deadlock: %v", i, r.Err)
+		} else if errors.As(r.Err, &pgErr) && pgErr.Code == "55P03" {
+			t.Errorf("cleaner %d: waited over 100ms for a lock: %v", i, r.Err)
+		} else if r.Err != nil {
+			t.Errorf("cleaner %d: %v", i, r.Err)
 		}
 	}
 	return res
@@ -229,16 +209,16 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 		var sum int64
 		working := 0
 		for _, r := range res {
-			if !r.ran {
+			if !r.Ran {
 				t.Errorf("a parallel cleaner did not run: %+v", r)
 				continue
 			}
-			sum += r.pass.RowsDeleted
-			if r.pass.Batches > 0 {
+			sum += r.Pass.RowsDeleted
+			if r.Pass.Batches > 0 {
 				working++
 			}
-			if r.pass.Strategy != "" && r.pass.Strategy != pgsweep.RetentionTIDRange {
-				t.Errorf("dense backlog walked by %s", r.pass.Strategy)
+			if r.Pass.Strategy != "" && r.Pass.Strategy != pgsweep.RetentionTIDRange {
+				t.Errorf("dense backlog walked by %s", r.Pass.Strategy)
 			}
 		}
 		if sum != deleted {
@@ -275,7 +255,7 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 
 		ran := 0
 		for _, r := range res {
-			if r.ran {
+			if r.Ran {
 				ran++
 			}
 		}
