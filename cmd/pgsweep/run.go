@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,9 +14,7 @@ import (
 // pg_cron. Run as many replicas as you like; they coordinate in the database.
 func runRun(ctx context.Context, args []string, out io.Writer) error {
 	fs, db := newDBFlagSet("run")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9188", "serve /metrics and /healthz on this address (empty: no HTTP server)")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	verbose := fs.Bool("verbose", false, "log every pass, also those that did nothing")
+	svc := addServiceFlags(fs, "127.0.0.1:9188", "log every pass, also those that did nothing")
 	interval := fs.Duration("interval", 0, "pause between passes (default: the runner_interval setting, read after every pass)")
 	jitter := fs.Duration("jitter", 0, "random +/- spread of the pause (default: the runner_jitter setting; negative: none)")
 	budget := fs.Duration("budget", 30*time.Second, "time budget of one pass, 1s to 1h")
@@ -38,11 +33,7 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	if *checkInterval < 0 || *checkInterval > 24*time.Hour {
 		return fmt.Errorf("%w: --connection-check-interval must be between 0 (the server's setting) and 24h, got %v", errUsage, *checkInterval)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	logger, err := newLogger(os.Stderr, *logFormat, level)
+	logger, err := svc.logger()
 	if err != nil {
 		return err
 	}
@@ -78,14 +69,11 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		return nil
 	}
 
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http-addr: %w", err)
-		}
-		defer serveHTTP(ln, runner.Handler(r), logger)()
-		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+	stop, err := svc.serve(runner.Handler(r), logger)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM): the pass in
 	// flight was awaited and the leases released, so the exit code is 0.
 	return r.Run(ctx)
