@@ -278,7 +278,7 @@ func TestCitusDistributeWithoutCitus(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{db.Schema + "_admin"}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(ctx, "SELECT * FROM "+pgx.Identifier{db.Schema}.Sanitize()+".citus_distribute()")
+	_, err = tx.Exec(ctx, "SELECT * FROM "+db.Q()+".citus_distribute()")
 	if e := pgtest.PgError(err); e.Code != "55000" || !strings.Contains(e.Message, "Citus extension") ||
 		!strings.Contains(e.Hint, "CREATE EXTENSION citus") || !strings.Contains(e.Hint, "citus_add_node") {
 		t.Fatalf("citus_distribute without Citus: %v (hint %q); want 55000 naming the Citus extension and what to do", err, e.Hint)

@@ -14,7 +14,6 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
@@ -207,7 +206,7 @@ func TestRefreshShowsWhatChanged(t *testing.T) {
 // throughput) with ink on them, also after a refresh swapped the page.
 func TestQueueChartsDraw(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	db.MustExec(t, `INSERT INTO `+s+`.maintain_snapshot (queue, taken_at, since, pending, due, in_flight, failed, dead,
 		processed, lanes, blocked_lanes, sent, completed, failures, dead_lettered, retried, failures_live, retries_live)
 		SELECT 'orders', now() - make_interval(mins => k), now() - make_interval(mins => k + 1), 10 * k, 10 * k, k, k % 3, k % 2,
