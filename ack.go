@@ -67,9 +67,11 @@ func cleanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 }
 
-// consumerStore is the Worker's way to send results (internal/consumer):
-// the verbs of queue.
-func (c *Client) consumerStore(queue string) consumer.Store[Token] {
+// ConsumerStore records the outcomes of queue's messages with the Client's
+// verbs: the store of pgsweep's own consumers, the Worker and the relay
+// (internal/consumer). A Fail without a fixed delay takes the queue's
+// backoff. Applications call Complete, Fail, DeadLetter and Release.
+func (c *Client) ConsumerStore(queue string) consumer.Store[Token] {
 	return consumer.Store[Token]{
 		Complete: func(ctx context.Context, tok Token, ids []int64) ([]int64, error) {
 			return c.Complete(ctx, queue, tok, ids)

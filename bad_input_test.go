@@ -58,9 +58,7 @@ func stateSum(t *testing.T, ctx context.Context, conn *pgx.Conn, schema string) 
 // and the setting, and nothing is stored; a cap raised with setting_set lets
 // the same value through.
 func TestInputCapsThroughClient(t *testing.T) {
-	db := pgtest.New(t, 4)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.Start(t, 4)
 	conn := pgtest.Conn(t, db.URL)
 	if err := c.QueueCreate(ctx, "q", "outbox", 3); err != nil {
 		t.Fatal(err)
@@ -103,7 +101,7 @@ func TestInputCapsThroughClient(t *testing.T) {
 		t.Fatalf("refused calls changed the schema's tables or sequences")
 	}
 
-	if _, err := conn.Exec(ctx, "SELECT "+pgx.Identifier{db.Schema, "setting_set"}.Sanitize()+"('max_payload_bytes', '4194304')"); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT "+db.Rel("setting_set")+"('max_payload_bytes', '4194304')"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := c.Send(ctx, "q", pgsweep.Message{Payload: big}); err != nil {
@@ -130,7 +128,7 @@ func TestHostileRetentionRun(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SET ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	call := "CALL " + pgx.Identifier{db.Schema, "retention_run"}.Sanitize() +
+	call := "CALL " + db.Rel("retention_run") +
 		"($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text::pg_catalog.interval)"
 
 	names := map[string]string{

@@ -38,9 +38,7 @@ func browseAll(t *testing.T, c *pgsweep.Client, queue, state string) []pgsweep.B
 // payload, headers and key only for a caller with the queue's browse right
 // (the superuser, an admin until browse is revoked), never for the monitor.
 func TestBrowseStates(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "b", pgsweep.Outbox, 3)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 4, "b", pgsweep.Outbox, 3)
 	send := func(m pgsweep.Message) int64 {
 		t.Helper()
 		id, _, err := c.Send(ctx, "b", m)
@@ -187,9 +185,7 @@ func TestBrowseStates(t *testing.T) {
 // claims take some between pages never repeats an id or goes back, and
 // shows every message that stayed pending.
 func TestBrowsePagesUnderClaims(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "p", pgsweep.Outbox, 3)
-	ctx := context.Background()
-	c := db.Client
+	ctx, _, c := pgtest.StartQueue(t, 4, "p", pgsweep.Outbox, 3)
 	var ms []pgsweep.Message
 	for i := 0; i < 20; i++ {
 		ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`{}`)})
@@ -242,9 +238,7 @@ func TestBrowsePagesUnderClaims(t *testing.T) {
 // 10,000 rows read, says where it stopped (not the end), and the next page
 // goes on from there.
 func TestBrowseScanLimit(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "s", pgsweep.Outbox, 3)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 4, "s", pgsweep.Outbox, 3)
 	if _, _, err := c.Send(ctx, "s", pgsweep.Message{Payload: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,6 @@
 package pgsweep_test
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -16,28 +13,12 @@ import (
 // holds its lock, claims from the cursor and rescans still return rows (a
 // lock wait would hit lock_timeout and fail), and they only skip moving it.
 func TestClaimNeverWaitsForTheCursor(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
-	ctx := context.Background()
-	c := db.Client
-	ms := make([]pgsweep.Message, 10)
-	for i := range ms {
-		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprint(i))}
-	}
-	if _, err := c.SendBatch(ctx, "q", ms); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db, c := pgtest.Start(t, 4)
+	seedQueue(t, db, 5, 10)
 	if got, err := c.Claim(ctx, "q", "first", 2, time.Minute); err != nil || len(got) != 2 {
 		t.Fatalf("first claim: %v %v", got, err)
 	}
-	cursor := func() int64 {
-		t.Helper()
-		var id int64
-		q := "SELECT id FROM " + pgx.Identifier{db.Schema, "claim_cursor"}.Sanitize() + " WHERE queue = 'q'"
-		if err := db.Pool.QueryRow(ctx, q).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	cursor := func() int64 { return db.Int(t, "SELECT id FROM "+db.Rel("claim_cursor")+" WHERE queue = 'q'") }
 	before := cursor()
 
 	holder, err := db.Pool.Begin(ctx)
@@ -45,7 +26,7 @@ func TestClaimNeverWaitsForTheCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Rollback(ctx)
-	if _, err := holder.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{db.Schema, "claim_cursor"}.Sanitize()+" WHERE queue = 'q' FOR UPDATE"); err != nil {
+	if _, err := holder.Exec(ctx, "SELECT 1 FROM "+db.Rel("claim_cursor")+" WHERE queue = 'q' FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -66,7 +47,7 @@ func TestClaimNeverWaitsForTheCursor(t *testing.T) {
 		t.Fatalf("claim from the cursor while its row is locked: %v %v", got, err)
 	}
 	// A rescan (the clock a minute on) takes the same path and must not wait either.
-	rows, err := conn.Query(ctx, "SELECT id FROM "+pgx.Identifier{db.Schema, "claim"}.Sanitize()+"('q', 'third', 2, '1 minute', now() + interval '1 minute')")
+	rows, err := conn.Query(ctx, "SELECT id FROM "+db.Rel("claim")+"('q', 'third', 2, '1 minute', now() + interval '1 minute')")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,15 +73,14 @@ func TestClaimNeverWaitsForTheCursor(t *testing.T) {
 // queue is created with its cursor, so a claim whose transaction is still
 // open (holding the row it moved) does not block a second one.
 func TestFirstClaimsOfANewQueueDoNotWait(t *testing.T) {
-	db := pgtest.New(t, 4)
-	ctx := context.Background()
+	ctx, db, c := pgtest.Start(t, 4)
 	seedQueue(t, db, 5, 10)
 	first, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Rollback(ctx)
-	if got, err := db.Client.WithDB(first).Claim(ctx, "q", "first", 2, time.Minute); err != nil || len(got) != 2 {
+	if got, err := c.WithDB(first).Claim(ctx, "q", "first", 2, time.Minute); err != nil || len(got) != 2 {
 		t.Fatalf("first claim: %v %v", got, err)
 	}
 	second, err := db.Pool.Begin(ctx)
@@ -111,7 +91,7 @@ func TestFirstClaimsOfANewQueueDoNotWait(t *testing.T) {
 	if _, err := second.Exec(ctx, "SET LOCAL lock_timeout = '500ms'"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.Client.WithDB(second).Claim(ctx, "q", "second", 2, time.Minute)
+	got, err := c.WithDB(second).Claim(ctx, "q", "second", 2, time.Minute)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("second claim while the first is open (a wait would hit lock_timeout): %v %v", got, err)
 	}

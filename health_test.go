@@ -25,7 +25,7 @@ import (
 func healthDB(t *testing.T) *pgtest.DB {
 	t.Helper()
 	db := pgtest.New(t, 4)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	for _, name := range []string{"health_transaction_age", "health_idle_in_transaction_age", "health_prepared_age", "health_lock_wait", "health_due_age"} {
 		db.MustExec(t, "SELECT "+s+".setting_set($1, '0 seconds')", name)
 	}
@@ -263,7 +263,7 @@ func TestHealthInstall(t *testing.T) {
 	db := healthDB(t)
 	ctx := context.Background()
 	c := db.Client
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	f := waitFinding(t, c, "maintenance_not_running", "maintain", true)
 	if f.Severity != "critical" {
 		t.Fatalf("finding %+v", f)

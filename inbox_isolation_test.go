@@ -58,9 +58,7 @@ import (
 // Each runs under REPEATABLE READ and under SERIALIZABLE, and each ends with
 // exactly one record of the key (live, processed or dead).
 func TestInboxSendIsolation(t *testing.T) {
-	db := pgtest.New(t, 4)
-	ctx := context.Background()
-	worker := db.Client
+	ctx, db, worker := pgtest.Start(t, 4)
 	a := pgtest.Conn(t, db.URL) // the sender
 	b := pgtest.Conn(t, db.URL) // b_begin … b_commit of the in-flight complete
 	var aPID uint32

@@ -1,14 +1,12 @@
 package pgsweep_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -21,9 +19,8 @@ import (
 // owners never held a live lease at once.
 func TestLeaseContention(t *testing.T) {
 	pgtest.SkipIfShort(t, "contention test takes several seconds")
-	db := pgtest.New(t, 0)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, _ := pgtest.Start(t, 0)
+	s := db.Q()
 	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %[1]s.lease_log (seq bigserial PRIMARY KEY, owner text, token bigint,
 		                              acquired_at timestamptz, expires_at timestamptz);

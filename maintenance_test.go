@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -17,9 +16,7 @@ import (
 // failure on it, the runner's settings, and the session helpers a runner uses
 // to wait for the backend of a pass it gave up on.
 func TestClientMaintenance(t *testing.T) {
-	db := pgtest.New(t, 4)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.Start(t, 4)
 
 	if _, found, err := c.LatestMaintenancePass(ctx, "m1"); err != nil || found {
 		t.Fatalf("latest pass of an owner with none: found %v, err %v", found, err)
@@ -49,7 +46,7 @@ func TestClientMaintenance(t *testing.T) {
 	}
 
 	// a pass left unfinished (its runner died) is closed by MaintainFailOwner
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{db.Schema}.Sanitize()+
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO "+db.Q()+
 		".maintain_pass (owner, started_at, budget) VALUES ('m2', now(), '10 seconds')"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,11 @@
 package pgsweep_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -21,10 +19,8 @@ import (
 // accepted once and broke built-in retention for every queue; now it is
 // refused (sql/tests/bad_input.sql has the messages).
 func TestLongestQueueName(t *testing.T) {
-	db := pgtest.New(t, 2)
-	ctx := context.Background()
-	c := db.Client
-	schema := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, c := pgtest.Start(t, 2)
+	schema := db.Q()
 	long := strings.Repeat("q", 171) + "Z"
 	if err := c.QueueCreate(ctx, strings.Repeat("q", 178), pgsweep.Inbox, 1); sqlState(err) != "22023" {
 		t.Fatalf("queue_create of 178 characters: %v, want 22023", err)

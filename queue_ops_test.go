@@ -1,7 +1,6 @@
 package pgsweep_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -19,9 +17,7 @@ import (
 // a blocked lane skipped, QueueStats and LaneStats; a bad lane name is an
 // ErrInvalidArgument.
 func TestClientLanes(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "o", pgsweep.Outbox, 1)
-	ctx := context.Background()
-	c := db.Client
+	ctx, _, c := pgtest.StartQueue(t, 4, "o", pgsweep.Outbox, 1)
 	msg := func(p, lane string) pgsweep.Message {
 		return pgsweep.Message{Payload: json.RawMessage(`"` + p + `"`), Lane: lane}
 	}
@@ -117,9 +113,7 @@ func TestClientLanes(t *testing.T) {
 
 // Pause and resume, cancel, purge and drop from the Go client.
 func TestClientQueueOps(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 3)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 4, "q", pgsweep.Outbox, 3)
 	send := func(p string, at time.Time) int64 {
 		id, _, err := c.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`"` + p + `"`), DeliverAt: at})
 		if err != nil {
@@ -157,8 +151,7 @@ func TestClientQueueOps(t *testing.T) {
 	}
 	_ = due
 	_, err = c.QueueDrop(ctx, "q", false)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55006" {
+	if pgtest.PgError(err).Code != "55006" {
 		t.Fatalf("QueueDrop with a message in flight: %v, want SQLSTATE 55006", err)
 	}
 	if count(t, db, "queue", "name = 'q'") != 1 {

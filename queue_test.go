@@ -9,19 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
 
+// count counts the rows of the install's table (an alias may follow its
+// name) that match where.
 func count(t *testing.T, db *pgtest.DB, table, where string) int {
 	t.Helper()
-	var n int
-	q := fmt.Sprintf("SELECT count(*) FROM %s.%s WHERE %s", pgx.Identifier{db.Schema}.Sanitize(), table, where)
-	if err := db.Pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return int(db.Int(t, "SELECT count(*) FROM "+db.Q()+"."+table+" WHERE "+where))
 }
 
 func ids(ds []pgsweep.Delivery) []int64 {
@@ -44,9 +40,7 @@ func tok(ds []pgsweep.Delivery) pgsweep.Token {
 // Sending inside the application's transaction: the message exists only if
 // the transaction commits.
 func TestSendInsideTransaction(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 5)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 4, "orders", pgsweep.Outbox, 5)
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +91,7 @@ func TestSendInsideTransaction(t *testing.T) {
 }
 
 func TestSendBatchAndScheduled(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "in", pgsweep.Inbox, 3)
-	ctx := context.Background()
-	c := db.Client
+	ctx, _, c := pgtest.StartQueue(t, 4, "in", pgsweep.Inbox, 3)
 	got, err := c.SendBatch(ctx, "in", []pgsweep.Message{
 		{Payload: json.RawMessage(`1`), Key: "a"},
 		{Payload: json.RawMessage(`2`), Key: "a"},
@@ -134,9 +126,7 @@ func TestSendBatchAndScheduled(t *testing.T) {
 func TestStaleTokenActsOnNothing(t *testing.T) {
 	for _, newOwner := range []string{"new", "old"} {
 		t.Run("takeover by "+newOwner, func(t *testing.T) {
-			db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
-			ctx := context.Background()
-			c := db.Client
+			ctx, db, c := pgtest.StartQueue(t, 4, "q", pgsweep.Outbox, 5)
 			if _, err := c.SendBatch(ctx, "q", []pgsweep.Message{{Payload: json.RawMessage(`1`)}, {Payload: json.RawMessage(`2`)}}); err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +135,7 @@ func TestStaleTokenActsOnNothing(t *testing.T) {
 				t.Fatalf("claim: %+v %v (want two deliveries with one token)", old, err)
 			}
 			// Let the lease lapse without waiting: move it into the past.
-			db.MustExec(t, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", pgx.Identifier{db.Schema}.Sanitize()))
+			db.MustExec(t, fmt.Sprintf("UPDATE %s.message SET visible_at = now() - interval '1 second'", db.Q()))
 			taken, err := c.Claim(ctx, "q", newOwner, 10, time.Minute)
 			if err != nil || !slices.Equal(ids(taken), ids(old)) || taken[0].Attempt != 2 || tok(taken) == tok(old) {
 				t.Fatalf("takeover: %+v %v", taken, err)
@@ -180,9 +170,7 @@ func TestStaleTokenActsOnNothing(t *testing.T) {
 }
 
 func TestQueueClientInvalidArguments(t *testing.T) {
-	db := pgtest.NewQueue(t, 2, "q", pgsweep.Outbox, 5)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 2, "q", pgsweep.Outbox, 5)
 	if _, _, err := c.Send(ctx, "q", pgsweep.Message{Payload: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,9 +216,7 @@ func TestQueueClientInvalidArguments(t *testing.T) {
 // next batch (with a new token) in one transaction; another token's ids are
 // not completed.
 func TestCompleteAndClaim(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "q", pgsweep.Outbox, 5)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 4, "q", pgsweep.Outbox, 5)
 	sendN(t, c, "q", 5)
 	first, err := c.Claim(ctx, "q", "w", 2, time.Minute)
 	if err != nil || len(first) != 2 {
@@ -258,9 +244,7 @@ func TestCompleteAndClaim(t *testing.T) {
 // A dead inbox message holds its key against redeliveries; RequeueDead sends
 // it back with a fresh set of attempts, and a second call finds nothing.
 func TestRequeueDead(t *testing.T) {
-	db := pgtest.NewQueue(t, 2, "in", pgsweep.Inbox, 1)
-	ctx := context.Background()
-	c := db.Client
+	ctx, _, c := pgtest.StartQueue(t, 2, "in", pgsweep.Inbox, 1)
 	msg := pgsweep.Message{Payload: json.RawMessage(`{"n":1}`), Key: "m-1"}
 	id, ok, err := c.Send(ctx, "in", msg)
 	if err != nil || !ok {

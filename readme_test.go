@@ -105,7 +105,7 @@ func readmePsql(t *testing.T) string {
 // (and are dropped with it). It fails the test on the first error.
 func readmeRun(t *testing.T, psql string, db *pgtest.DB, sql string) string {
 	t.Helper()
-	schema := pgx.Identifier{db.Schema}.Sanitize()
+	schema := db.Q()
 	sql = strings.ReplaceAll(sql, "pgsweep.", schema+".")
 	sql = strings.ReplaceAll(sql, "pgsweep_messages", pgx.Identifier{db.Schema + "_messages"}.Sanitize())
 
@@ -137,7 +137,7 @@ func readmeQueueStats(t *testing.T, db *pgtest.DB, queue string) readmeStats {
 	t.Helper()
 	var s readmeStats
 	err := db.Pool.QueryRow(context.Background(),
-		"SELECT pending, processing, failed, processed, dead FROM "+pgx.Identifier{db.Schema, "queue_stats"}.Sanitize()+
+		"SELECT pending, processing, failed, processed, dead FROM "+db.Rel("queue_stats")+
 			" WHERE queue = $1", queue).Scan(&s.pending, &s.processing, &s.failed, &s.processed, &s.dead)
 	if err != nil {
 		t.Fatalf("queue_stats %s: %v", queue, err)
@@ -150,7 +150,7 @@ func readmeQueueStats(t *testing.T, db *pgtest.DB, queue string) readmeStats {
 func readmeInt(t *testing.T, db *pgtest.DB, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	sql = strings.ReplaceAll(sql, "pgsweep.", pgx.Identifier{db.Schema}.Sanitize()+".")
+	sql = strings.ReplaceAll(sql, "pgsweep.", db.Q()+".")
 	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}

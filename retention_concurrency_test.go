@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,8 +26,8 @@ const capEligible = `"ExpiresAt" < localtimestamp - interval '1 hour' AND "Statu
 func fillCAP(t *testing.T, db *pgtest.DB, tbl string, n int) (truth string, eligible int64) {
 	t.Helper()
 	ctx := context.Background()
-	truth = pgx.Identifier{db.Schema, tbl + "_truth"}.Sanitize()
-	name := pgx.Identifier{db.Schema, tbl}.Sanitize()
+	truth = db.Rel(tbl + "_truth")
+	name := db.Rel(tbl)
 	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		INSERT INTO %[1]s
 		SELECT i, 'v1', 'sample.topic.' || (i %% 50), rpad(md5(i::text), 120, 'x'), i %% 3,
@@ -61,8 +60,8 @@ type requeuer struct {
 
 func startRequeuer(t *testing.T, db *pgtest.DB, tbl string, n int) *requeuer {
 	t.Helper()
-	name := pgx.Identifier{db.Schema, tbl}.Sanitize()
-	log := pgx.Identifier{db.Schema, tbl + "_requeued"}.Sanitize()
+	name := db.Rel(tbl)
+	log := db.Rel(tbl + "_requeued")
 	if _, err := db.Pool.Exec(context.Background(), `CREATE TABLE `+log+` ("Id" bigint)`); err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +113,8 @@ func (r *requeuer) finish(t *testing.T) {
 // eligible row is gone and every other row is still there.
 func checkOutcome(t *testing.T, db *pgtest.DB, tbl, truth string) (deleted int64) {
 	t.Helper()
-	name := pgx.Identifier{db.Schema, tbl}.Sanitize()
-	log := pgx.Identifier{db.Schema, tbl + "_requeued"}.Sanitize()
+	name := db.Rel(tbl)
+	log := db.Rel(tbl + "_requeued")
 	wrong := countRows(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s t
 		WHERE (NOT t.eligible OR t."Id" IN (SELECT "Id" FROM %s))
 		  AND NOT EXISTS (SELECT 1 FROM %s p WHERE p."Id" = t."Id")`, truth, log, name))
@@ -153,41 +152,22 @@ func cleanerConn(t *testing.T, db *pgtest.DB) *pgsweep.Client {
 	return c
 }
 
-type runResult struct {
-	pass pgsweep.RetentionPass
-	ran  bool
-	err  error
-}
-
 // runCleaners starts k cleaners at the same instant and waits for them.
-func runCleaners(t *testing.T, db *pgtest.DB, k int, policy string) []runResult {
+func runCleaners(t *testing.T, db *pgtest.DB, k int, policy string) []pgtest.RetentionResult {
 	t.Helper()
 	clients := make([]*pgsweep.Client, k)
 	for i := range clients {
 		clients[i] = cleanerConn(t, db)
 	}
-	res := make([]runResult, k)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range k {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			p, ran, err := clients[i].RetentionRun(context.Background(), policy, fmt.Sprintf("cleaner-%d", i), 2*time.Minute)
-			res[i] = runResult{p, ran, err}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	res := pgtest.RetentionRace(clients, policy)
 	for i, r := range res {
 		var pgErr *pgconn.PgError
-		if errors.As(r.err, &pgErr) && pgErr.Code == "40P01" {
-			t.Errorf("cleaner %d: deadlock: %v", i, r.err)
-		} else if errors.As(r.err, &pgErr) && pgErr.Code == "55P03" {
-			t.Errorf("cleaner %d: waited over 100ms for a lock: %v", i, r.err)
-		} else if r.err != nil {
-			t.Errorf("cleaner %d: %v", i, r.err)
+		if errors.As(r.Err, &pgErr) && pgErr.Code == "40P01" {
+			t.Errorf("cleaner %d: deadlock: %v", i, r.Err)
+		} else if errors.As(r.Err, &pgErr) && pgErr.Code == "55P03" {
+			t.Errorf("cleaner %d: waited over 100ms for a lock: %v", i, r.Err)
+		} else if r.Err != nil {
+			t.Errorf("cleaner %d: %v", i, r.Err)
 		}
 	}
 	return res
@@ -207,7 +187,7 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 	// (it sets lock_timeout itself, over the session's), then defers the unit
 	// and leaves its rows: at 100 ms, a wait over 100 ms shows as eligible rows
 	// left (checkOutcome) or an exclusive pass not 'drained'.
-	if _, err := db.Pool.Exec(ctx, "SELECT "+pgx.Identifier{db.Schema}.Sanitize()+".setting_set('retention_lock_timeout', '100 milliseconds')"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "SELECT "+db.Q()+".setting_set('retention_lock_timeout', '100 milliseconds')"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -229,16 +209,16 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 		var sum int64
 		working := 0
 		for _, r := range res {
-			if !r.ran {
+			if !r.Ran {
 				t.Errorf("a parallel cleaner did not run: %+v", r)
 				continue
 			}
-			sum += r.pass.RowsDeleted
-			if r.pass.Batches > 0 {
+			sum += r.Pass.RowsDeleted
+			if r.Pass.Batches > 0 {
 				working++
 			}
-			if r.pass.Strategy != "" && r.pass.Strategy != pgsweep.RetentionTIDRange {
-				t.Errorf("dense backlog walked by %s", r.pass.Strategy)
+			if r.Pass.Strategy != "" && r.Pass.Strategy != pgsweep.RetentionTIDRange {
+				t.Errorf("dense backlog walked by %s", r.Pass.Strategy)
 			}
 		}
 		if sum != deleted {
@@ -275,7 +255,7 @@ func TestRetentionEightCleanersUnderRequeue(t *testing.T) {
 
 		ran := 0
 		for _, r := range res {
-			if r.ran {
+			if r.Ran {
 				ran++
 			}
 		}
@@ -322,7 +302,7 @@ func TestRetentionExclusiveCrashTakeover(t *testing.T) {
 	ctx := context.Background()
 	tbl := capTable(t, db, "published")
 	truth, eligible := fillCAP(t, db, "published", 20_000)
-	if _, err := db.Pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{db.Schema, "published_requeued"}.Sanitize()+` ("Id" bigint)`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE `+db.Rel("published_requeued")+` ("Id" bigint)`); err != nil {
 		t.Fatal(err)
 	}
 	c := db.Client
@@ -334,7 +314,7 @@ func TestRetentionExclusiveCrashTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Slow every batch down so that the cleaner is killed inside one.
-	slow := pgx.Identifier{db.Schema, "slow"}.Sanitize()
+	slow := db.Rel("slow")
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.01); RETURN NULL; END $$;
 		CREATE TRIGGER slow AFTER DELETE ON %[2]s FOR EACH STATEMENT EXECUTE FUNCTION %[1]s();`, slow, tbl)); err != nil {

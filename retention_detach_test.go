@@ -24,7 +24,7 @@ type detachEnv struct {
 func newDetachEnv(t *testing.T) *detachEnv {
 	t.Helper()
 	db := pgtest.New(t, 8)
-	e := &detachEnv{t: t, db: db, s: pgx.Identifier{db.Schema}.Sanitize()}
+	e := &detachEnv{t: t, db: db, s: db.Q()}
 	c, err := pgsweep.NewClient(db.Pool, &pgsweep.ClientOptions{Schema: db.Schema})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package pgsweep_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -38,9 +37,8 @@ func TestRetentionPartitionsUnderLiveTraffic(t *testing.T) {
 }
 
 func partitionRun(t *testing.T, mode string, concurrent bool) {
-	db := pgtest.New(t, 24)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, _ := pgtest.Start(t, 24)
+	s := db.Q()
 	const lockTimeout = 200 * time.Millisecond
 	// Days -9..0 and +1, and a default; cutoff now - 3 days + 12 hours apart
 	// from midnight, so day -3 is cut through (swept), days -9..-4 wholly

@@ -20,7 +20,7 @@ import (
 // index.
 func capTable(t *testing.T, db *pgtest.DB, tbl string) string {
 	t.Helper()
-	name := pgx.Identifier{db.Schema, tbl}.Sanitize()
+	name := db.Rel(tbl)
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 		CREATE TABLE %[1]s ("Id" bigint PRIMARY KEY, "Version" varchar(20), "Name" varchar(200) NOT NULL,
 			"Content" text, "Retries" int, "Added" timestamp NOT NULL, "ExpiresAt" timestamp NULL,
@@ -178,7 +178,7 @@ func TestRetentionRegisterWarnsWithoutIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	tbl := capTable(t, db, "published")
-	bare := pgx.Identifier{db.Schema, "bare"}.Sanitize()
+	bare := db.Rel("bare")
 	if _, err := conn.Exec(ctx, `CREATE TABLE `+bare+` (id bigint, at timestamptz)`); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,11 @@
 package pgsweep_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -17,10 +15,8 @@ import (
 // counters of the interval; the monitor reads them with StatsLatest and
 // StatsHistory, and their gauges equal the exact live count (QueueStats).
 func TestStatsSnapshotsByMaintain(t *testing.T) {
-	db := pgtest.NewQueue(t, 4, "o", pgsweep.Outbox, 3)
-	ctx := context.Background()
-	c := db.Client
-	stats := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, c := pgtest.StartQueue(t, 4, "o", pgsweep.Outbox, 3)
+	stats := db.Q()
 	db.MustExec(t, "SELECT "+stats+".setting_set('stats_interval', '1 hour')")
 	due := func() { // the part is due again without waiting an hour
 		db.MustExec(t, "UPDATE "+stats+".maintain_state SET last_finished_at = NULL WHERE part = 'stats'")

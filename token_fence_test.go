@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -41,10 +40,8 @@ func TestTokenFenceUnderConcurrency(t *testing.T) {
 		lease    = time.Second
 		owner    = "same-owner" // every claimer: the label cannot fence anything
 	)
-	db := pgtest.New(t, 2)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
-	c := db.Client
+	ctx, db, c := pgtest.Start(t, 2)
+	s := db.Q()
 	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 1000); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestDatabaseVersion(t *testing.T) {
 		t.Fatalf("fresh install: %+v %s %v", v, v.Status(), err)
 	}
 	var fn string
-	if err := db.Pool.QueryRow(ctx, "SELECT "+pgx.Identifier{db.Schema}.Sanitize()+".version()").Scan(&fn); err != nil || fn != pgsweep.Version {
+	if err := db.Pool.QueryRow(ctx, "SELECT "+db.Q()+".version()").Scan(&fn); err != nil || fn != pgsweep.Version {
 		t.Fatalf("%s.version() = %q, %v; want %s", db.Schema, fn, err, pgsweep.Version)
 	}
 

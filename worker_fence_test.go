@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -48,7 +47,7 @@ func TestWorkerFencesItsOwnReclaim(t *testing.T) {
 	<-first
 	// The lease expires (an hour-long lease is renewed every 20 minutes, so
 	// no renewal interferes); the worker's next poll claims the row again.
-	db.MustExec(t, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET visible_at = now() - interval '1 second'")
+	db.MustExec(t, "UPDATE "+db.Q()+".message SET visible_at = now() - interval '1 second'")
 	for _, ch := range []chan struct{}{second, firstCancelled} {
 		select {
 		case <-ch:
@@ -215,7 +214,7 @@ func TestWorkerFailureEdges(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	var text string
 	if err := db.Pool.QueryRow(ctx, "SELECT last_error FROM "+s+".message WHERE payload = '\"bad text\"'").Scan(&text); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -46,10 +45,8 @@ func TestWorkerLanesKeepOrderUnderCrashesAndExpiries(t *testing.T) {
 		crashRate = 1.0 / 250
 		stallRate = 1.0 / 250
 	)
-	db := pgtest.New(t, 12)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
-	c := db.Client
+	ctx, db, c := pgtest.Start(t, 12)
+	s := db.Q()
 	if err := c.QueueCreate(ctx, "lanes", pgsweep.Inbox, 1000); err != nil {
 		t.Fatal(err)
 	}

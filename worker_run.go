@@ -99,7 +99,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		held:         map[int64]*job{},
 		pool:         handlerPool{wake: make(chan struct{}, o.Concurrency), notify: make(chan struct{}, 1)},
 		done:         make(chan struct{}),
-		store:        w.client.consumerStore(o.Queue),
+		store:        w.client.ConsumerStore(o.Queue),
 		pipeline:     w.client.canPipeline(),
 		flushBackoff: consumer.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second},
 		claimWait:    leaseWait(o.Lease),

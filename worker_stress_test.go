@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -42,10 +41,8 @@ func TestWorkerStress(t *testing.T) {
 		crashRate   = 1.0 / 4000
 		restartRate = 1.0 / 4000
 	)
-	db := pgtest.New(t, 4)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
-	c := db.Client
+	ctx, db, c := pgtest.Start(t, 4)
+	s := db.Q()
 	if err := c.QueueCreate(ctx, "stress", pgsweep.Inbox, maxAttempts); err != nil {
 		t.Fatal(err)
 	}

@@ -301,7 +301,7 @@ func TestWorkerLeaseLost(t *testing.T) {
 		func(w *pgsweep.Worker) { lost = &pgsweep.WorkerSignals(w).LeaseLost })
 	<-started
 	// Another owner takes the row over (as a claim after expiry would).
-	db.MustExec(t, "UPDATE "+pgx.Identifier{db.Schema}.Sanitize()+".message SET owner = 'thief', token = gen_random_uuid(), attempt = attempt + 1")
+	db.MustExec(t, "UPDATE "+db.Q()+".message SET owner = 'thief', token = gen_random_uuid(), attempt = attempt + 1")
 	select {
 	case <-cancelled:
 	case <-time.After(20 * time.Second):

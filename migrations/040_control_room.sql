@@ -198,13 +198,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_run.part <> 'stats' OR v_run.status <> 'running' THEN
-        RETURN false;
-    END IF;
-    RETURN _maintain_part_step(p_run, _stats_snapshot(NULL), NULL, v_run.deadline, NULL);
+    RETURN _maintain_step(p_run, 'stats');
 END
 $$;
 
@@ -258,6 +253,36 @@ $$;
 -- pgsweep:end functions/stats.sql
 
 -- pgsweep:changed functions/maintain.sql
+CREATE OR REPLACE FUNCTION _maintain_step(p_run bigint, p_part text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run maintain_run := _maintain_run_check(p_run);
+BEGIN
+    IF v_run.part <> p_part OR v_run.status <> 'running' THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_part_step(p_run,
+                               CASE p_part
+                                   WHEN 'recovery' THEN _maintain_recovery(v_run.owner, v_run.deadline)
+                                   WHEN 'stats' THEN _stats_snapshot(NULL)
+                               END,
+                               NULL, v_run.deadline, NULL);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION maintain_step_recovery(p_run bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN _maintain_step(p_run, 'recovery');
+END
+$$;
+
 CREATE OR REPLACE PROCEDURE maintain(p_owner text DEFAULT NULL, p_budget interval DEFAULT '30 seconds')
 LANGUAGE plpgsql
 AS $$
@@ -975,8 +1000,7 @@ DECLARE
     v_moved bigint := 0;
 BEGIN
     PERFORM _check_ids(p_ids);
-    PERFORM _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_manage(p_queue);
     WITH d AS (
         DELETE FROM message_dead x WHERE x.queue = p_queue AND x.id = ANY (p_ids) RETURNING x.id
     )
@@ -993,6 +1017,266 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/dead.sql
+
+-- pgsweep:changed functions/claim_ids.sql
+CREATE OR REPLACE FUNCTION dead_letter(p_queue text, p_token uuid, p_ids bigint[], p_error text)
+RETURNS SETOF bigint
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$ SELECT dead_letter(p_queue, p_token, p_ids, p_error, NULL::timestamptz) $$;
+-- pgsweep:end functions/claim_ids.sql
+
+-- pgsweep:changed functions/lease.sql
+CREATE OR REPLACE FUNCTION _lease_unreserved(p_verb text, p_name text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_why text := _lease_reserved(p_name);
+BEGIN
+    IF v_why IS NOT NULL THEN
+        RAISE EXCEPTION '%: lease % is reserved for pgsweep itself (%); no role may take, renew or release it',
+            p_verb, pg_catalog.quote_literal(p_name), v_why
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Name your leases outside maintain:, retention: and pgsweep:.';
+    END IF;
+    RETURN p_name;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _lease_check(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_lease lease;
+    v_now timestamptz;
+BEGIN
+    PERFORM _lease_check(p_name, p_owner, p_ttl, p_now);
+
+    LOOP
+        -- Read the clock only once the row is locked: a contender that
+        -- waited for the lock must not act on a time from before the wait,
+        -- or its tenure could appear to start before the previous one ended.
+        SELECT * INTO v_lease FROM lease WHERE name = p_name FOR UPDATE;
+        v_now := coalesce(p_now, clock_timestamp());
+        IF NOT FOUND THEN
+            INSERT INTO lease (name, owner, token, acquired_at, expires_at)
+            VALUES (p_name, p_owner, 1, v_now, v_now + p_ttl)
+            ON CONFLICT (name) DO NOTHING;
+            IF FOUND THEN
+                RETURN 1;
+            END IF;
+            CONTINUE; -- a concurrent first acquire won the insert: lock its row
+        END IF;
+
+        IF v_lease.owner = p_owner AND v_lease.expires_at > v_now THEN
+            UPDATE lease SET expires_at = v_now + p_ttl WHERE name = p_name;
+            RETURN v_lease.token;
+        END IF;
+        IF v_lease.owner IS NULL OR v_lease.expires_at <= v_now THEN
+            UPDATE lease
+               SET owner = p_owner, token = v_lease.token + 1, acquired_at = v_now, expires_at = v_now + p_ttl
+             WHERE name = p_name;
+            RETURN v_lease.token + 1;
+        END IF;
+        RETURN NULL;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM _lease_check(p_name, p_owner, p_ttl, p_now);
+
+    PERFORM 1 FROM lease l WHERE l.name = p_name AND l.owner = p_owner FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp()); -- after the lock, as _lease_acquire
+    UPDATE lease l SET expires_at = v_now + p_ttl
+     WHERE l.name = p_name AND l.owner = p_owner AND l.expires_at > v_now;
+    RETURN FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _lease_acquire(_lease_unreserved('lease_acquire', p_name), p_owner, p_ttl, p_now) $$;
+
+CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _lease_renew(_lease_unreserved('lease_renew', p_name), p_owner, p_ttl, p_now) $$;
+
+CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _lease_release(_lease_unreserved('lease_release', p_name), p_owner, p_now) $$;
+-- pgsweep:end functions/lease.sql
+
+-- pgsweep:changed functions/queue_ops.sql
+CREATE OR REPLACE FUNCTION _queue_manage(p_name text)
+RETURNS queue
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_name);
+BEGIN
+    PERFORM _queue_require(p_name, 'manage');
+    RETURN v_q;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_pause(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _queue_manage(p_queue);
+    UPDATE queue q SET paused = true, updated_at = v_now WHERE q.name = p_queue AND NOT q.paused;
+    RETURN FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_resume(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _queue_manage(p_queue);
+    UPDATE queue q SET paused = false, updated_at = v_now WHERE q.name = p_queue AND q.paused;
+    IF FOUND THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION message_cancel(p_queue text, p_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_ids bigint[];
+    v_lanes text[];
+BEGIN
+    PERFORM _check_ids(p_ids);
+    v_q := _queue_manage(p_queue);
+    PERFORM _lanes_lock(p_queue, ARRAY(SELECT DISTINCT m.lane FROM message m
+                                         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.lane IS NOT NULL));
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.status = 'pending'
+        RETURNING m.id, m.lane, m.parked_until
+    )
+    SELECT array_agg(d.id),
+           array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL AND d.parked_until IS DISTINCT FROM 'infinity') -- heads
+      INTO v_ids, v_lanes FROM d;
+    PERFORM _lane_after(p_queue, v_lanes, NULL, false, clock_timestamp());
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_purge(p_queue text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n bigint;
+    v_lanes text[];
+BEGIN
+    PERFORM _queue_manage(p_queue);
+    PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name FOR UPDATE;
+    WITH d AS (
+        DELETE FROM message m WHERE m.queue = p_queue AND m.status = 'pending'
+        RETURNING m.lane, m.parked_until
+    )
+    SELECT count(*), array_agg(DISTINCT d.lane) FILTER (WHERE d.lane IS NOT NULL AND d.parked_until IS DISTINCT FROM 'infinity') -- heads
+      INTO v_n, v_lanes FROM d;
+    PERFORM _lane_after(p_queue, v_lanes, NULL, false, clock_timestamp());
+    RETURN v_n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION queue_drop(p_queue text, p_force boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_n bigint;
+    v_live bigint;
+BEGIN
+    IF p_force IS NULL THEN
+        RAISE EXCEPTION 'p_force must be true or false, got NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM _queue_manage(p_queue);
+    PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
+    v_now := clock_timestamp();
+    DELETE FROM lane l WHERE l.queue = p_queue;
+    -- Delete first, then look: the DELETE waits for claims in progress and
+    -- sees what they committed, so no lease slips in between check and act.
+    WITH d AS (
+        DELETE FROM message m WHERE m.queue = p_queue
+        RETURNING m.status, m.visible_at
+    )
+    SELECT count(*), count(*) FILTER (WHERE d.status = 'processing' AND d.visible_at > v_now) INTO v_n, v_live FROM d;
+    IF v_live > 0 AND NOT p_force THEN
+        RAISE EXCEPTION 'queue "%" has % message(s) in flight; stop its workers first, or drop it anyway with p_force', p_queue, v_live
+            USING ERRCODE = 'object_in_use',
+                  HINT = format('SELECT queue_drop(%L, p_force => true) drops it with them; their workers'' calls then fail (unknown queue)', p_queue);
+    END IF;
+    DELETE FROM message_processed p WHERE p.queue = p_queue;
+    DELETE FROM message_dead d WHERE d.queue = p_queue;
+    DELETE FROM claim_cursor c WHERE c.queue = p_queue;
+    DELETE FROM queue_recovery r WHERE r.queue = p_queue;
+    DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
+    DELETE FROM queue q WHERE q.name = p_queue;
+    PERFORM retention_unregister(p.name) FROM retention_policy p
+      WHERE p.name IN ('pgsweep.processed:' || p_queue, 'pgsweep.dead:' || p_queue);
+    RETURN v_n;
+END
+$$;
+-- pgsweep:end functions/queue_ops.sql
+
+-- the public lease functions pass the name through _lease_unreserved now (lease.sql)
+DROP FUNCTION _lease_reserved_refuse(text, text);
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

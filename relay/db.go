@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/pgsweep/pgsweep"
-	"github.com/pgsweep/pgsweep/internal/consumer"
 )
 
 // held is a message the relay holds a claim on.
@@ -50,30 +49,4 @@ func heldOf(ds []pgsweep.Delivery) []held {
 			Payload: d.Payload, Headers: d.Headers, Attempt: d.Attempt, CreatedAt: d.CreatedAt}}
 	}
 	return out
-}
-
-// storeOf records the relay's outcomes with the queue's verbs
-// (internal/consumer; a failure always takes the queue's backoff).
-func storeOf(c *pgsweep.Client, queue string) consumer.Store[pgsweep.Token] {
-	return consumer.Store[pgsweep.Token]{
-		Complete: func(ctx context.Context, tok pgsweep.Token, ids []int64) ([]int64, error) {
-			return c.Complete(ctx, queue, tok, ids)
-		},
-		Fail: func(ctx context.Context, tok pgsweep.Token, ids []int64, text string, _ *time.Duration) (int, int, error) {
-			res, err := c.Fail(ctx, queue, tok, ids, text, 0)
-			dead := 0
-			for _, f := range res {
-				if f.Dead {
-					dead++
-				}
-			}
-			return len(res), dead, err
-		},
-		DeadLetter: func(ctx context.Context, tok pgsweep.Token, ids []int64, text string) ([]int64, error) {
-			return c.DeadLetter(ctx, queue, tok, ids, text)
-		},
-		Release: func(ctx context.Context, tok pgsweep.Token, ids []int64) ([]int64, error) {
-			return c.Release(ctx, queue, tok, ids)
-		},
-	}
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -107,14 +106,14 @@ func TestLanesOneInFlightInOrder(t *testing.T) {
 	}
 	var status string
 	var attempt int
-	if err := db.Pool.QueryRow(ctx, "SELECT status, attempt FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+
+	if err := db.Pool.QueryRow(ctx, "SELECT status, attempt FROM "+db.Rel("message")+
 		" WHERE queue = 'q' AND id = $1", ids[8]).Scan(&status, &attempt); err != nil {
 		t.Fatal(err)
 	}
 	if status != "pending" || attempt != 0 {
 		t.Errorf("lane c's second message: %s, attempt %d; want given back (pending, attempt 0)", status, attempt)
 	}
-	if err := db.Pool.QueryRow(ctx, "SELECT status, attempt FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+
+	if err := db.Pool.QueryRow(ctx, "SELECT status, attempt FROM "+db.Rel("message")+
 		" WHERE queue = 'q' AND id = $1", ids[4]).Scan(&status, &attempt); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +121,7 @@ func TestLanesOneInFlightInOrder(t *testing.T) {
 		t.Errorf("lane c's failed message: %s, attempt %d; want failed after attempt 1", status, attempt)
 	}
 	var left int
-	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+" WHERE queue = 'q'").Scan(&left); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Rel("message")+" WHERE queue = 'q'").Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	if left != 2 {

@@ -196,7 +196,7 @@ func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, e
 	}
 	r := &Relay{
 		d:          &db{client: c, queue: queue, owner: opts.Owner, lease: opts.Lease},
-		store:      storeOf(c, queue),
+		store:      c.ConsumerStore(queue),
 		pool:       pool,
 		t:          t,
 		o:          opts,

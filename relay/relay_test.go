@@ -126,7 +126,7 @@ func start(t *testing.T, r *relay.Relay) (stop func()) {
 func queueEmpty(t *testing.T, db *pgtest.DB, queue string) func() error {
 	return func() error {
 		var n int
-		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+" WHERE queue = $1", queue).Scan(&n); err != nil {
+		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Rel("message")+" WHERE queue = $1", queue).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n != 0 {
@@ -413,7 +413,7 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 	ctx := context.Background()
 	u, read := stream(t)
 	// pgsweep's own cap (max_payload_bytes, 1 MiB by default) is raised so that the broker is the one to refuse
-	if _, err := db.Pool.Exec(ctx, "SELECT "+pgx.Identifier{db.Schema, "setting_set"}.Sanitize()+"('max_payload_bytes'::pg_catalog.text, '4194304'::pg_catalog.text)"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "SELECT "+db.Rel("setting_set")+"('max_payload_bytes'::pg_catalog.text, '4194304'::pg_catalog.text)"); err != nil {
 		t.Fatal(err)
 	}
 	big := `"` + strings.Repeat("x", 2<<20) + `"` // nats-server's max_payload is 1 MiB
@@ -431,7 +431,7 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 	}
 	var attempts int
 	var lastErr string
-	if err := db.Pool.QueryRow(ctx, "SELECT attempts, last_error FROM "+pgx.Identifier{db.Schema, "message_dead"}.Sanitize()+
+	if err := db.Pool.QueryRow(ctx, "SELECT attempts, last_error FROM "+db.Rel("message_dead")+
 		" WHERE queue = 'q' AND id = $1", ids[1]).Scan(&attempts, &lastErr); err != nil {
 		t.Fatalf("the large message is not a dead letter: %v", err)
 	}
@@ -516,7 +516,7 @@ func TestShutdownReleasesWhatWasNotPublished(t *testing.T) {
 	}
 	var pending, attempts int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE status = 'pending' AND token IS NULL), sum(attempt) FROM "+
-		pgx.Identifier{db.Schema, "message"}.Sanitize()+" WHERE queue = 'q'").Scan(&pending, &attempts); err != nil {
+		db.Rel("message")+" WHERE queue = 'q'").Scan(&pending, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if pending != 10 || attempts != 0 {
@@ -571,7 +571,7 @@ func TestAMQPPublishesAndUnroutableFails(t *testing.T) {
 		return nil
 	})
 	var lastErr string
-	if err := db.Pool.QueryRow(ctx, "SELECT last_error FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+" WHERE queue = 'q' AND id = $1",
+	if err := db.Pool.QueryRow(ctx, "SELECT last_error FROM "+db.Rel("message")+" WHERE queue = 'q' AND id = $1",
 		ids[1]).Scan(&lastErr); err != nil {
 		t.Fatal(err)
 	}

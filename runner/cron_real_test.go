@@ -17,9 +17,8 @@ import (
 // be the one named by cron.database_name, and waits at most 75 seconds for a
 // run that succeeded and left a finished pass by owner pg_cron.
 func TestCronRealRun(t *testing.T) {
-	db := pgtest.New(t, 2)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, _ := pgtest.Start(t, 2)
+	s := db.Q()
 	if _, err := db.Pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_cron"); err != nil {
 		t.Fatalf("pg_cron must be installable in this database (cron.database_name): %v", err)
 	}

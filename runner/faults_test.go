@@ -159,8 +159,8 @@ func TestConnectorRetriesWithoutARefusedCheckInterval(t *testing.T) {
 // after their (here 10 minute) TTL.
 func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 	db := pgtest.New(t, 3)
-	installStandIns(t, db, "victim", 30)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	pgtest.InstallStandIns(t, db.Pool, db.Schema, "victim", 30)
+	s := db.Q()
 	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
 	r := newRunner(t, db, "victim", Options{})
 	done := make(chan error, 1)
@@ -183,16 +183,16 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 		t.Fatal("the pass did not return after its backend was terminated")
 	}
 	const lost = "the pass's connection was lost: terminating connection due to administrator command (SQLSTATE 57P01)"
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintenance_passes WHERE owner = 'victim' AND (finished_at IS NULL OR error <> $1)", lost); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintenance_passes WHERE owner = 'victim' AND (finished_at IS NULL OR error <> $1)", lost); n != 0 {
 		t.Fatalf("%d passes of the victim left unfinished or without the error", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintenance_runs WHERE owner = 'victim' AND (finished_at IS NULL OR status <> 'failed' OR error <> $1)", lost); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintenance_runs WHERE owner = 'victim' AND (finished_at IS NULL OR status <> 'failed' OR error <> $1)", lost); n != 0 {
 		t.Fatalf("%d runs of the victim left unfinished or not failed with the error", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintenance_runs WHERE owner = 'victim'"); n != 1 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintenance_runs WHERE owner = 'victim'"); n != 1 {
 		t.Fatalf("%d runs of the victim, want its one recovery run", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE owner = 'victim'"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".leases WHERE owner = 'victim'"); n != 0 {
 		t.Fatal("the victim's lease was not released")
 	}
 	if h := r.Health(); h.Healthy || !strings.Contains(h.LastError, "57P01") || h.PassInFlight {
@@ -204,7 +204,7 @@ func TestTerminatedPassIsRecordedOnAFreshConnection(t *testing.T) {
 // no pass succeeded since; once it stops making progress it is not.
 func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 	db := pgtest.New(t, 3)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	db.MustExec(t, fmt.Sprintf(`
 		CREATE TABLE %[1]s.gate (stuck boolean NOT NULL);
 		INSERT INTO %[1]s.gate VALUES (false);

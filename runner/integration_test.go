@@ -18,27 +18,6 @@ import (
 // coordination machinery (leases, advisory locks, history) is exercised as it
 // will be by the real bodies.
 
-func count(t *testing.T, db *pgtest.DB, sql string, args ...any) int64 {
-	t.Helper()
-	var n int64
-	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-// installStandIns replaces both part bodies: each logs its start and end in
-// <schema>.activity; recovery sleeps recoverySleep (seconds) per step for
-// owners matching slowOwner, a few milliseconds otherwise, and asks for more
-// steps at random; retention commits in the middle like retention_run will.
-func installStandIns(t *testing.T, db *pgtest.DB, slowOwner string, slowSleep float64) {
-	t.Helper()
-	s := pgx.Identifier{db.Schema}.Sanitize()
-	db.MustExec(t, pgtest.StandInsSQL(s, pgx.Identifier{db.Schema + "_owner"}.Sanitize(), slowOwner, slowSleep))
-	db.MustExec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
-	db.MustExec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
-}
-
 func newRunner(t *testing.T, db *pgtest.DB, owner string, opts Options) *Runner {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(db.URL)
@@ -56,16 +35,12 @@ func newRunner(t *testing.T, db *pgtest.DB, owner string, opts Options) *Runner 
 
 // overlaps counts pairs of runs of the same part whose [start, end) overlap
 // (docs/operations.md's proof query; an abandoned run ends when it is taken over).
-const overlapsSQL = `SELECT count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
-	ON a.part = b.part AND a.id < b.id
-	AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')`
-
 // Five runners and a pg_cron-style caller hammer one database: from the
 // history and from the parts' own log, no part ever ran twice at once.
 func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 	db := pgtest.New(t, 10)
-	installStandIns(t, db, "none", 0)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	pgtest.InstallStandIns(t, db.Pool, db.Schema, "none", 0)
+	s := db.Q()
 	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 seconds')")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,18 +66,8 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 	}()
 	// Run until both parts ran often enough, by enough owners, with enough
 	// contention to prove something (at most 30 s).
-	enough := func() bool {
-		for _, part := range []string{"recovery", "retention"} {
-			runs := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
-			owners := count(t, db, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
-			busy := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
-			if runs < 20 || owners < 4 || busy < 20 {
-				return false
-			}
-		}
-		return true
-	}
-	pgtest.Eventually(t, 30*time.Second, pgtest.Until("enough contended runs", enough))
+	want := pgtest.Contention{Runs: 20, Owners: 4, Busy: 20}
+	pgtest.Eventually(t, 30*time.Second, pgtest.Contended(t, db.Pool, s, want))
 	cancel()
 	wg.Wait()
 	select {
@@ -111,39 +76,31 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 	default:
 	}
 
-	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+	if n := pgtest.Overlaps(t, db.Pool, s, "maintain_run"); n != 0 {
 		t.Fatalf("history: %d pairs of runs of one part overlapped", n)
 	}
-	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "activity")); n != 0 {
+	if n := pgtest.Overlaps(t, db.Pool, s, "activity"); n != 0 {
 		t.Fatalf("activity log: %d pairs of part bodies overlapped", n)
 	}
 	// The test proves something only if the parts were contended.
-	for _, part := range []string{"recovery", "retention"} {
-		runs := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
-		owners := count(t, db, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
-		busy := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
-		t.Logf("%s: %d runs by %d owners, %d busy skips", part, runs, owners, busy)
-		if runs < 20 || owners < 4 || busy < 20 {
-			t.Fatalf("%s: %d runs, %d owners, %d busy skips: not enough contention to prove anything", part, runs, owners, busy)
-		}
-	}
+	pgtest.CheckContended(t, db.Pool, s, want)
 	// Every run finished; only runs cut short by the runners' stop may have
 	// failed, and they say so.
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE status <> 'done' AND (status <> 'failed' OR error <> 'the runner stopped during this pass')"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE status <> 'done' AND (status <> 'failed' OR error <> 'the runner stopped during this pass')"); n != 0 {
 		var detail string
 		_ = db.Pool.QueryRow(context.Background(), "SELECT string_agg(format('%s run %s by %s: %s %s', part, id, owner, status, error), '; ') FROM "+s+
 			".maintain_run WHERE status <> 'done' AND (status <> 'failed' OR error <> 'the runner stopped during this pass')").Scan(&detail)
 		t.Fatalf("%d runs did not finish cleanly: %s", n, detail)
 	}
-	if n := count(t, db, `SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY part ORDER BY started_at) AS prev
+	if n := db.Int(t, `SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY part ORDER BY started_at) AS prev
 		FROM `+s+`.maintain_run) x WHERE token <= prev`); n != 0 {
 		t.Fatalf("%d runs did not get a higher fencing token than the run before them", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".activity a WHERE NOT EXISTS (SELECT 1 FROM "+s+
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".activity a WHERE NOT EXISTS (SELECT 1 FROM "+s+
 		".maintain_run r WHERE r.part = a.part AND r.owner = a.owner AND a.started_at >= r.started_at AND a.finished_at <= coalesce(r.finished_at, 'infinity'))"); n != 0 {
 		t.Fatalf("%d part bodies ran outside a recorded run of their owner", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE live"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".leases WHERE live"); n != 0 {
 		t.Fatalf("%d leases still live after every runner stopped", n)
 	}
 }
@@ -151,7 +108,7 @@ func TestFiveRunnersAndCronNeverOverlap(t *testing.T) {
 // nonZero is the condition that sql (a count) is non-zero, for
 // pgtest.Eventually; what says what the test waits for.
 func nonZero(t *testing.T, db *pgtest.DB, what string, sql string, args ...any) func() error {
-	return pgtest.Until(what, func() bool { return count(t, db, sql, args...) != 0 })
+	return pgtest.Until(what, func() bool { return db.Int(t, sql, args...) != 0 })
 }
 
 // A caller whose backend is terminated mid-pass and who cannot record it (a
@@ -161,8 +118,8 @@ func nonZero(t *testing.T, db *pgtest.DB, what string, sql string, args ...any) 
 // token and the dead run is marked abandoned.
 func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 	db := pgtest.New(t, 4)
-	installStandIns(t, db, "victim", 30)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	pgtest.InstallStandIns(t, db.Pool, db.Schema, "victim", 30)
+	s := db.Q()
 	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
 
 	cfg, err := pgx.ParseConfig(db.URL)
@@ -181,12 +138,7 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 		victimDone <- err
 	}()
 	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the victim to run recovery", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'"))
-	var victimToken int64
-	var expires time.Time
-	if err := db.Pool.QueryRow(context.Background(), "SELECT token, expires_at FROM "+s+".lease WHERE name = 'maintain:recovery' AND owner = 'victim'").
-		Scan(&victimToken, &expires); err != nil {
-		t.Fatal(err)
-	}
+	victimToken, expires := pgtest.RecoveryLease(t, db.Pool, s, "victim")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -202,40 +154,19 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 		WHERE datname = current_database() AND application_name = 'pgsweep run victim'`).Scan(&pid); err != nil {
 		t.Fatalf("find the victim's backend: %v", err)
 	}
-	var killed time.Time
-	var ok bool
-	if err := db.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1), clock_timestamp()", pid).Scan(&ok, &killed); err != nil || !ok {
-		t.Fatalf("terminate the victim's backend %d: %v %v", pid, ok, err)
-	}
+	killed := pgtest.Terminate(t, db.Pool, pid)
 	if err := <-victimDone; err == nil {
 		t.Fatal("the victim's pass succeeded although its backend was terminated")
 	}
 	// each of the heir's passes is a moment to look
 	heir.signals.PassDone.WaitUntil(t, "the heir to take over", func(error) bool {
-		return count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'") != 0
+		return db.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND part = 'recovery' AND status = 'done'") != 0
 	})
 	cancel()
 	<-heirDone
 
-	var heirStart time.Time
-	var heirToken int64
-	if err := db.Pool.QueryRow(context.Background(), "SELECT started_at, token FROM "+s+
-		".maintain_run WHERE owner = 'heir' AND part = 'recovery' ORDER BY id LIMIT 1").Scan(&heirStart, &heirToken); err != nil {
-		t.Fatal(err)
-	}
-	if heirStart.Before(expires) {
-		t.Fatalf("the heir started recovery at %v, before the victim's lease expired at %v", heirStart, expires)
-	}
-	if heirToken != victimToken+1 {
-		t.Fatalf("heir token %d, want %d", heirToken, victimToken+1)
-	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE owner = 'heir' AND parts ->> 'recovery' = 'busy' AND started_at > $1", killed); n == 0 {
-		t.Fatal("the heir never found recovery busy between the kill and the TTL: the test proved nothing")
-	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'abandoned'"); n != 1 {
-		t.Fatal("the victim's run was not marked abandoned")
-	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND status <> 'done' AND error IS DISTINCT FROM 'the runner stopped during this pass'"); n != 0 {
+	pgtest.CheckTakeover(t, db.Pool, s, victimToken, killed, expires)
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'heir' AND status <> 'done' AND error IS DISTINCT FROM 'the runner stopped during this pass'"); n != 0 {
 		t.Fatalf("%d heir runs did not finish", n)
 	}
 }
@@ -244,8 +175,8 @@ func TestTerminatedRunnerIsTakenOverAfterTTL(t *testing.T) {
 // the part right away instead of after the (here 10 minute) TTL.
 func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 	db := pgtest.New(t, 4)
-	installStandIns(t, db, "stopper", 30)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	pgtest.InstallStandIns(t, db.Pool, db.Schema, "stopper", 30)
+	s := db.Q()
 	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '10 minutes')")
 	r := newRunner(t, db, "stopper", Options{})
 	done := make(chan error, 1)
@@ -255,7 +186,7 @@ func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run returned %v after Stop, want nil", err)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE owner = 'stopper'"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".leases WHERE owner = 'stopper'"); n != 0 {
 		t.Fatalf("%d leases still held by the stopped runner", n)
 	}
 	// The cancelled backend may need a moment to end and drop its advisory
@@ -280,8 +211,8 @@ func TestStoppedRunnerReleasesLeasesAtOnce(t *testing.T) {
 // pg_stat_activity; during a pass exactly one connection does.
 func TestIdleRunnerHoldsNoConnection(t *testing.T) {
 	db := pgtest.New(t, 2)
-	installStandIns(t, db, "idle", 1)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	pgtest.InstallStandIns(t, db.Pool, db.Schema, "idle", 1)
+	s := db.Q()
 	r := newRunner(t, db, "idle", Options{Interval: time.Hour})
 	asleep := make(chan struct{})
 	r.sleep = func(ctx context.Context, d time.Duration) error {
@@ -293,13 +224,13 @@ func TestIdleRunnerHoldsNoConnection(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	pgtest.Eventually(t, 10*time.Second, nonZero(t, db, "the pass to run", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'idle' AND status = 'running'"))
-	if n := count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'"); n != 1 {
+	if n := db.Int(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'"); n != 1 {
 		t.Fatalf("%d connections during a pass, want 1", n)
 	}
 	<-asleep
 	// The backend of a closed connection can take a moment to leave pg_stat_activity.
 	pgtest.Eventually(t, 5*time.Second, pgtest.Until("the sleeping runner to hold no connection", func() bool {
-		return count(t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'") == 0
+		return db.Int(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgsweep run idle'") == 0
 	}))
 	cancel()
 	<-done
@@ -309,7 +240,7 @@ func TestIdleRunnerHoldsNoConnection(t *testing.T) {
 // the committing retention part ends the CALL and is recorded by the runner.
 func TestFailedPartsAreRecorded(t *testing.T) {
 	db := pgtest.New(t, 2)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	db.MustExec(t, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN RAISE EXCEPTION 'recovery exploded'; END $$`, s))
 	r := newRunner(t, db, "r1", Options{})
@@ -335,7 +266,7 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 	if status != "failed" || !strings.Contains(perr, "retention exploded") {
 		t.Fatalf("run %s, pass error %q: want the runner to record the escaped error", status, perr)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".leases WHERE owner = 'r1'"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".leases WHERE owner = 'r1'"); n != 0 {
 		t.Fatal("the failed pass left its lease held")
 	}
 
@@ -348,7 +279,7 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('pg_cron', '5 seconds')"); err == nil {
 		t.Fatal("want the escaped error again")
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'pg_cron' AND part = 'retention' AND status = 'abandoned'"); n != 1 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'pg_cron' AND part = 'retention' AND status = 'abandoned'"); n != 1 {
 		t.Fatalf("%d abandoned runs, want the first pg_cron run marked abandoned by the second", n)
 	}
 }
@@ -358,7 +289,7 @@ func TestFailedPartsAreRecorded(t *testing.T) {
 // is due again at once, and retention still gets its turn.
 func TestStepsStopAtTheBudget(t *testing.T) {
 	db := pgtest.New(t, 2)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	db.MustExec(t, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 		BEGIN PERFORM pg_sleep(0.05); RETURN '{"recovered": 1, "more": true}'; END $$`, s))
@@ -380,13 +311,13 @@ func TestStepsStopAtTheBudget(t *testing.T) {
 	if retention != "done" {
 		t.Fatalf("retention %q: a recovery backlog must leave retention half the budget", retention)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_state WHERE part = 'recovery' AND backlog"); n != 1 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_state WHERE part = 'recovery' AND backlog"); n != 1 {
 		t.Fatal("the backlog was not recorded")
 	}
 	if _, err := conn.Exec(context.Background(), "CALL "+s+".maintain('budget', '1 second')"); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = 'recovery'"); n != 2 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE part = 'recovery'"); n != 2 {
 		t.Fatalf("%d recovery runs: a backlog must make the part due again despite its 1 hour interval", n)
 	}
 }
@@ -395,7 +326,7 @@ func TestStepsStopAtTheBudget(t *testing.T) {
 // history stays bounded by history_max_rows.
 func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
 	db := pgtest.New(t, 2)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	r := newRunner(t, db, "settings", Options{})
 	db.MustExec(t, "SELECT "+s+".setting_set('runner_interval', '42 seconds')")
 	db.MustExec(t, "SELECT "+s+".setting_set('history_max_rows', '10')")
@@ -408,7 +339,7 @@ func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
 			t.Fatalf("interval %v, want the 42s set by SQL", st.Interval)
 		}
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass"); n > 11 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_pass"); n > 11 {
 		t.Fatalf("%d passes kept, want at most history_max_rows (+ the pass being recorded)", n)
 	}
 }
@@ -417,8 +348,8 @@ func TestSettingsApplyOnTheNextPassAndHistoryIsBounded(t *testing.T) {
 // lease TTL, another session on this server still finds the part busy.
 func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
 	db := pgtest.New(t, 4)
-	installStandIns(t, db, "slow", 3)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	pgtest.InstallStandIns(t, db.Pool, db.Schema, "slow", 3)
+	s := db.Q()
 	db.MustExec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '1 second')")
 	slow := newRunner(t, db, "slow", Options{Budget: 4 * time.Second}) // recovery gets 2 s: one 3 s step
 	done := make(chan error, 1)
@@ -438,11 +369,11 @@ func TestExpiredLeaseDuringLongStepStillExcludes(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+	if n := pgtest.Overlaps(t, db.Pool, s, "maintain_run"); n != 0 {
 		t.Fatalf("%d overlapping runs", n)
 	}
 	// The slow runner's renewal after the step found the lease free and took a new tenure.
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'slow' AND part = 'recovery' AND status = 'done'"); n != 1 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'slow' AND part = 'recovery' AND status = 'done'"); n != 1 {
 		t.Fatal("the slow run did not finish as done")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -19,9 +18,8 @@ import (
 // every message completed exactly once, nothing else lost, eligible rows
 // gone, kept rows kept, and no part ever ran twice at once.
 func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
-	db := pgtest.New(t, 24)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, c := pgtest.Start(t, 24)
+	s := db.Q()
 	const (
 		messages = 3000
 		crashed  = 1000
@@ -52,12 +50,12 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 	for i := range ms {
 		ms[i] = pgsweep.Message{Payload: []byte(fmt.Sprintf(`{"n": %d}`, i))}
 	}
-	sent, err := db.Client.SendBatch(ctx, "jobs", ms)
+	sent, err := c.SendBatch(ctx, "jobs", ms)
 	if err != nil || len(sent) != messages {
 		t.Fatalf("send: %d %v", len(sent), err)
 	}
 	// Workers that die holding claims: a one-second lease, never completed.
-	dead, err := db.Client.Claim(ctx, "jobs", "crashed-worker", crashed, time.Second)
+	dead, err := c.Claim(ctx, "jobs", "crashed-worker", crashed, time.Second)
 	if err != nil || len(dead) != crashed {
 		t.Fatalf("claim: %d %v", len(dead), err)
 	}
@@ -97,7 +95,7 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 			defer workers.Done()
 			owner := fmt.Sprintf("live-%d", i)
 			for {
-				ds, err := db.Client.Claim(ctx, "jobs", owner, 50, 30*time.Second)
+				ds, err := c.Claim(ctx, "jobs", owner, 50, 30*time.Second)
 				if err != nil {
 					workErr <- err
 					return
@@ -109,7 +107,7 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 				for j, d := range ds {
 					ids[j] = d.ID
 				}
-				done, err := db.Client.Complete(ctx, "jobs", ds[0].Token, ids)
+				done, err := c.Complete(ctx, "jobs", ds[0].Token, ids)
 				if err != nil {
 					workErr <- err
 					return
@@ -155,27 +153,27 @@ func TestRunnersRecoverAndRetainUnderLoad(t *testing.T) {
 			t.Fatalf("message %d completed %d times", id, completed[id])
 		}
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".message"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".message"); n != 0 {
 		t.Fatalf("%d messages left in the queue", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".message_dead"); n != 0 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".message_dead"); n != 0 {
 		t.Fatalf("%d messages dead-lettered; none used its last attempt", n)
 	}
 	// Recovery recorded each crashed claim exactly once as a lost lease.
-	if n := count(t, db, "SELECT coalesce(sum((counts ->> 'lost_leases')::int), 0) FROM "+s+".maintain_run WHERE part = 'recovery'"); n != crashed {
+	if n := db.Int(t, "SELECT coalesce(sum((counts ->> 'lost_leases')::int), 0) FROM "+s+".maintain_run WHERE part = 'recovery'"); n != crashed {
 		t.Fatalf("recovery recorded %d lost leases, want exactly %d", n, crashed)
 	}
 	// Retention kept what must be kept.
-	if n := count(t, db, "SELECT count(*) FROM "+s+".published"); n != 10000 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".published"); n != 10000 {
 		t.Fatalf("%d CAP rows left, want the 10000 Scheduled ones", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".message_processed"); n != 500 {
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".message_processed"); n != 500 {
 		t.Fatalf("%d processed inbox rows left, want the 500 recent ones", n)
 	}
-	if n := count(t, db, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+	if n := pgtest.Overlaps(t, db.Pool, s, "maintain_run"); n != 0 {
 		t.Fatalf("history: %d pairs of runs of one part overlapped", n)
 	}
-	if n := count(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE error IS NOT NULL AND error NOT LIKE '%the runner stopped during this pass%'"+
+	if n := db.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE error IS NOT NULL AND error NOT LIKE '%the runner stopped during this pass%'"+
 		" AND NOT (error LIKE '%its session ended before the pass did (taken over)%' AND finished_at >= '"+stoppedAt.UTC().Format(time.RFC3339Nano)+"')"); n != 0 {
 		var e string
 		_ = db.Pool.QueryRow(ctx, "SELECT error FROM "+s+".maintain_pass WHERE error IS NOT NULL LIMIT 1").Scan(&e)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	neturl "net/url"
 	"os"
 	"regexp"
@@ -20,27 +19,13 @@ import (
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/uiserve"
 	"github.com/pgsweep/pgsweep/ui"
 )
 
 // hostile is text an attacker controls (lane keys, error texts): it must
 // render as text, never as markup.
 const hostile = `<script>alert(1)</script>"><img src=x onerror=alert(2)>`
-
-// serve mounts the dashboard under /pgsweep/ as an application would.
-func serve(t *testing.T, pool *pgxpool.Pool, schema string, o ui.Options) *httptest.Server {
-	t.Helper()
-	o.Schema = schema
-	h, err := ui.NewHandler(pool, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/pgsweep/", http.StripPrefix("/pgsweep", h))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -128,7 +113,7 @@ func TestPagesLoadUnderAPrefixAndEscapeEverything(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := serve(t, db.Pool, db.Schema, ui.Options{})
+	srv := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{})
 	seen := map[string]bool{}
 	pages := []string{"/pgsweep/", "/pgsweep/queues/orders", "/pgsweep/maintenance", "/pgsweep/leases", "/pgsweep/retention",
 		"/pgsweep/queues/billing:eu", "/pgsweep/queues/http:q1", "/pgsweep/queues/a%2Fb"}
@@ -201,7 +186,7 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 		return qs[0].Paused
 	}
 	admin, _ := asRole(t, db, "admin")
-	srv := serve(t, admin, db.Schema, ui.Options{})
+	srv := uiserve.Serve(t, admin, db.Schema, ui.Options{})
 	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "cross-site"); status != http.StatusForbidden || paused() {
 		t.Fatalf("cross-site POST: %d, paused %v; want 403 and nothing changed\n%s", status, paused(), body)
 	}
@@ -214,7 +199,7 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 	}
 
 	monitor, _ := asRole(t, db, "monitor")
-	msrv := serve(t, monitor, db.Schema, ui.Options{})
+	msrv := uiserve.Serve(t, monitor, db.Schema, ui.Options{})
 	if status, body := get(t, msrv.URL+"/pgsweep/"); status != http.StatusOK || !strings.Contains(body, "orders") {
 		t.Fatalf("monitor's overview: %d\n%s", status, body)
 	}
@@ -222,7 +207,7 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 		t.Fatalf("monitor's POST: %d, paused %v; want PostgreSQL's refusal (403) and nothing changed\n%s", status, paused(), body)
 	}
 
-	ro := serve(t, admin, db.Schema, ui.Options{ReadOnly: true})
+	ro := uiserve.Serve(t, admin, db.Schema, ui.Options{ReadOnly: true})
 	if _, body := get(t, ro.URL+"/pgsweep/queues/orders"); strings.Contains(body, "<form") {
 		t.Fatalf("read-only page shows an action:\n%s", body)
 	}
@@ -235,7 +220,7 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 // what the pages never need.
 func TestBasicAuthAndHeaders(t *testing.T) {
 	db := pgtest.New(t, 2)
-	srv := serve(t, db.Pool, db.Schema, ui.Options{BasicAuth: func(u, p string) bool { return u == "ops" && p == "s3cret" }})
+	srv := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{BasicAuth: func(u, p string) bool { return u == "ops" && p == "s3cret" }})
 	for _, p := range []string{"/pgsweep/", "/pgsweep/static/app.js"} {
 		if status, _ := get(t, srv.URL+p); status != http.StatusUnauthorized {
 			t.Fatalf("GET %s without credentials: %d, want 401", p, status)
@@ -252,7 +237,7 @@ func TestBasicAuthAndHeaders(t *testing.T) {
 		t.Fatalf("with credentials: %d", res.StatusCode)
 	}
 	csp := res.Header.Get("Content-Security-Policy")
-	hosts := serve(t, db.Pool, db.Schema, ui.Options{AllowedHosts: []string{"dash.example:443"}})
+	hosts := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{AllowedHosts: []string{"dash.example:443"}})
 	for host, want := range map[string]int{"dash.example:443": http.StatusOK, "DASH.example:443": http.StatusOK, "evil.example:443": http.StatusMisdirectedRequest} {
 		req, _ := http.NewRequest(http.MethodGet, hosts.URL+"/pgsweep/", nil)
 		req.Host = host
@@ -318,7 +303,7 @@ func TestOverviewAndQueuePageReadSnapshotsHealthAndBrowse(t *testing.T) {
 		}
 		ids[i] = id
 	}
-	srv := serve(t, db.Pool, db.Schema, ui.Options{})
+	srv := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{})
 	_, body := get(t, srv.URL+"/pgsweep/")
 	if !strings.Contains(body, "maintenance_not_running") || !strings.Contains(body, "no snapshot yet") {
 		t.Fatalf("before any pass: want the maintenance_not_running finding and no figures\n%s", body)

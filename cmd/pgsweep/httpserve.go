@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// serveHTTP serves h on ln in the background (pgsweep run's /metrics,
-// pgsweep ui's dashboard); stop shuts the server down, giving requests in
+// serveHTTP serves h on ln in the background (the /metrics of pgsweep run and
+// relay, pgsweep ui's dashboard); stop shuts the server down, giving requests in
 // flight 5 seconds.
 func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger) (stop func()) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}

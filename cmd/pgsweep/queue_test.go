@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -17,9 +16,7 @@ import (
 // changed) while a message is in flight, done with --force; stats shows the
 // queue, its lanes (blocked first) and JSON; bad usage exits 2.
 func TestQueueCommand(t *testing.T) {
-	db := pgtest.NewQueue(t, 2, "orders", pgsweep.Outbox, 1)
-	ctx := context.Background()
-	c := db.Client
+	ctx, db, c := pgtest.StartQueue(t, 2, "orders", pgsweep.Outbox, 1)
 	if err := c.QueueConfigure(ctx, "orders", map[string]any{"lane_dead": "block"}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +96,10 @@ func TestQueueCommand(t *testing.T) {
 	}
 }
 
+// countIn counts the rows of the install's table that match where.
 func countIn(t *testing.T, db *pgtest.DB, table, where string) int {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, table}.Sanitize()+" WHERE "+where).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return int(db.Int(t, "SELECT count(*) FROM "+db.Rel(table)+" WHERE "+where))
 }
 
 // pgsweep queue grant|revoke: the rights land as rows (and go again); a bad
@@ -122,7 +116,7 @@ func TestQueueCommandGrantRevoke(t *testing.T) {
 	held := func() string {
 		var s string
 		if err := db.Pool.QueryRow(ctx, "SELECT coalesce(string_agg(privilege, ',' ORDER BY privilege), '') FROM "+
-			pgx.Identifier{db.Schema, "queue_right"}.Sanitize()+" WHERE queue = 'orders' AND grantee_name = $1", monitor).Scan(&s); err != nil {
+			db.Rel("queue_right")+" WHERE queue = 'orders' AND grantee_name = $1", monitor).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		return s

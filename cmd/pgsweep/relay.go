@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,14 +27,12 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 	fs, db := newDBFlagSet("relay")
 	queue := fs.String("queue", "", "the outbox queue to publish (required)")
 	to := fs.String("to", "", "the broker: nats://HOST:PORT?subject=SUBJ[&stream=NAME] or amqp://USER:PASS@HOST:PORT/VHOST?routing_key=K[&exchange=X] (required; docs/relay.md)")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9189", "serve /metrics and /healthz on this address (empty: no HTTP server)")
 	owner := fs.String("owner", "", "label of this relay's claims (default: host-pid-random)")
 	batch := fs.Int("batch", 100, "messages per claim, 1..10000 (checked by the database's claim)")
 	lease := fs.Duration("lease", 30*time.Second, "lease of a claim, 1s..1h, checked by the database's claim (renewed while a publish takes long)")
 	poll := fs.Duration("poll-interval", time.Second, "longest pause between claims (sends wake the relay at once through NOTIFY)")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM, how long publishes in flight may still take")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	verbose := fs.Bool("verbose", false, "debug logging")
+	svc := addServiceFlags(fs, "127.0.0.1:9189", "debug logging")
 	checkInterval := fs.Duration("connection-check-interval", pgsweep.DefaultConnectionCheckInterval,
 		"client_connection_check_interval of the relay's connections (0: the server's setting)")
 	if err := parseFlags(fs, args); err != nil {
@@ -52,11 +47,7 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 	if *to == "" {
 		return fmt.Errorf("%w: --to is required (nats://… or amqp://…)", errUsage)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	logger, err := newLogger(os.Stderr, *logFormat, level)
+	logger, err := svc.logger()
 	if err != nil {
 		return err
 	}
@@ -102,24 +93,11 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http-addr: %w", err)
-		}
-		srv := &http.Server{Handler: relay.Handler(r, reg), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error("http server stopped", "error", err)
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+	stop, err := svc.serve(relay.Handler(r, reg), logger)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM) and the
 	// publishes in flight are recorded: exit 0.
 	if err := r.Run(ctx); err != nil {

@@ -152,7 +152,7 @@ func relayDB(t *testing.T, n int) (*pgtest.DB, []int64) {
 func queueLen(t *testing.T, db *pgtest.DB, queue string) int {
 	t.Helper()
 	var n int
-	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message"}.Sanitize()+
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Rel("message")+
 		" WHERE queue = $1", queue).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func queueEmpty(t *testing.T, db *pgtest.DB, queue string) func() error {
 func deadLetters(t *testing.T, db *pgtest.DB) int {
 	t.Helper()
 	var n int
-	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{db.Schema, "message_dead"}.Sanitize()).Scan(&n); err != nil {
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Rel("message_dead")).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgsweep/pgsweep/runner"
 )
 
@@ -18,11 +17,9 @@ import (
 // pg_cron. Run as many replicas as you like; they coordinate in the database.
 func runRun(ctx context.Context, args []string, out io.Writer) error {
 	fs, db := newDBFlagSet("run")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9188", "serve /metrics and /healthz on this address (empty: no HTTP server)")
+	svc := addServiceFlags(fs, "127.0.0.1:9188", "log every pass, also those that did nothing")
 	withUI := fs.Bool("ui", false, "serve the dashboard under /ui/ on --http-addr too (docs/dashboard.md; a non-loopback --http-addr then needs --basic-auth-file)")
 	uf := addUIFlags(fs)
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	verbose := fs.Bool("verbose", false, "log every pass, also those that did nothing")
 	interval := fs.Duration("interval", 0, "pause between passes (default: the runner_interval setting, read after every pass)")
 	jitter := fs.Duration("jitter", 0, "random +/- spread of the pause (default: the runner_jitter setting; negative: none)")
 	budget := fs.Duration("budget", 30*time.Second, "time budget of one pass, 1s to 1h")
@@ -39,21 +36,17 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	if *withUI {
-		if *httpAddr == "" {
+		if *svc.httpAddr == "" {
 			return fmt.Errorf("%w: --ui serves the dashboard on --http-addr, which is empty", errUsage)
 		}
-		if err := uf.check("--http-addr", *httpAddr); err != nil {
+		if err := uf.check("--http-addr", *svc.httpAddr); err != nil {
 			return err
 		}
 	}
 	if *checkInterval < 0 || *checkInterval > 24*time.Hour {
 		return fmt.Errorf("%w: --connection-check-interval must be between 0 (the server's setting) and 24h, got %v", errUsage, *checkInterval)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	logger, err := newLogger(os.Stderr, *logFormat, level)
+	logger, err := svc.logger()
 	if err != nil {
 		return err
 	}
@@ -89,34 +82,33 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		return nil
 	}
 
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http-addr: %w", err)
+	var pool *pgxpool.Pool
+	if *withUI {
+		if pool, err = db.pool(ctx, 4); err != nil {
+			return err
 		}
-		var h http.Handler = runner.Handler(r)
-		if *withUI {
-			pool, err := db.pool(ctx, 4)
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			defer pool.Close()
-			dash, err := uf.handler(pool, db.schema, *httpAddr, ln, logger)
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", h)
-			mux.Handle("/healthz", h)
-			mux.Handle("/ui/", http.StripPrefix("/ui", dash))
-			mux.Handle("GET /{$}", http.RedirectHandler("ui/", http.StatusFound))
-			h = mux
-		}
-		defer serveHTTP(ln, h, logger)()
-		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String(), "dashboard", *withUI)
+		defer pool.Close()
 	}
+	stop, err := svc.serveWith(logger, func(ln net.Listener) (http.Handler, error) {
+		h := runner.Handler(r)
+		if !*withUI {
+			return h, nil
+		}
+		dash, err := uf.handler(pool, db.schema, *svc.httpAddr, ln, logger)
+		if err != nil {
+			return nil, err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", h)
+		mux.Handle("/healthz", h)
+		mux.Handle("/ui/", http.StripPrefix("/ui", dash))
+		mux.Handle("GET /{$}", http.RedirectHandler("ui/", http.StatusFound))
+		return mux, nil
+	})
+	if err != nil {
+		return err
+	}
+	defer stop()
 	// Run returns nil once ctx is cancelled (SIGINT/SIGTERM): the pass in
 	// flight was awaited and the leases released, so the exit code is 0.
 	return r.Run(ctx)

@@ -126,7 +126,7 @@ func buildBinary(t *testing.T) string {
 // check the backend would sleep on for 5 minutes and then commit its work.
 func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 	db := pgtest.New(t, 2)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %[1]s.work (at timestamptz NOT NULL);
@@ -201,7 +201,7 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 // exits 0.
 func TestRunBinarySIGTERM(t *testing.T) {
 	db := pgtest.New(t, 2)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	ctx := context.Background()
 	// recovery blocks for a minute once the test flips slow, so SIGTERM lands mid-pass
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
@@ -306,9 +306,8 @@ func TestRunBinarySIGTERM(t *testing.T) {
 }
 
 func TestStatusShowsQueuesAndRetentionPolicies(t *testing.T) {
-	db := pgtest.New(t, 2)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, _ := pgtest.Start(t, 2)
+	s := db.Q()
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		SELECT %[1]s.queue_create('orders');
 		SELECT %[1]s.send('orders', '{"n": 1}');

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -16,9 +14,8 @@ import (
 // (uninstall_test.go at the root) cover the cron job, kept roles and the
 // psql script.
 func TestUninstallCommand(t *testing.T) {
-	db := pgtest.New(t, 1)
-	ctx := context.Background()
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	ctx, db, _ := pgtest.Start(t, 1)
+	s := db.Q()
 	if _, err := db.Pool.Exec(ctx, "SELECT "+s+".queue_create('q'); SELECT "+s+".send('q', '{}')"); err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,12 @@ package citustest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -280,11 +278,10 @@ func TestCitusDistributeWithoutCitus(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{db.Schema + "_admin"}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(ctx, "SELECT * FROM "+pgx.Identifier{db.Schema}.Sanitize()+".citus_distribute()")
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55000" || !strings.Contains(pgErr.Message, "Citus extension") ||
-		!strings.Contains(pgErr.Hint, "CREATE EXTENSION citus") || !strings.Contains(pgErr.Hint, "citus_add_node") {
-		t.Fatalf("citus_distribute without Citus: %v (hint %q); want 55000 naming the Citus extension and what to do", err, hintOf(err))
+	_, err = tx.Exec(ctx, "SELECT * FROM "+db.Q()+".citus_distribute()")
+	if e := pgtest.PgError(err); e.Code != "55000" || !strings.Contains(e.Message, "Citus extension") ||
+		!strings.Contains(e.Hint, "CREATE EXTENSION citus") || !strings.Contains(e.Hint, "citus_add_node") {
+		t.Fatalf("citus_distribute without Citus: %v (hint %q); want 55000 naming the Citus extension and what to do", err, e.Hint)
 	}
 }
 
@@ -297,9 +294,8 @@ func checkDistributeRefusals(t *testing.T, in *Install) {
 	owner := pgx.Identifier{in.Schema + "_owner"}.Sanitize()
 	in.Exec(t, "ALTER ROLE "+owner+" NOLOGIN")
 	_, err := in.distribute(ctx)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55000" || !strings.Contains(pgErr.Hint, "ALTER ROLE "+in.Schema+"_owner LOGIN") {
-		t.Fatalf("citus_distribute with a NOLOGIN owner: %v (hint %q); want 55000 and ALTER ROLE … LOGIN", err, hintOf(err))
+	if e := pgtest.PgError(err); e.Code != "55000" || !strings.Contains(e.Hint, "ALTER ROLE "+in.Schema+"_owner LOGIN") {
+		t.Fatalf("citus_distribute with a NOLOGIN owner: %v (hint %q); want 55000 and ALTER ROLE … LOGIN", err, e.Hint)
 	}
 	if n := in.Int(t, "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::regclass::text LIKE $1", in.Schema+".%"); n != 0 {
 		t.Fatalf("%d tables distributed by a refused call", n)
@@ -316,16 +312,8 @@ func checkDistributeRefusals(t *testing.T, in *Install) {
 		}
 		_, err = tx.Exec(ctx, "SELECT * FROM "+in.Q()+".citus_distribute()")
 		_ = tx.Rollback(ctx)
-		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		if pgtest.PgError(err).Code != "42501" {
 			t.Errorf("citus_distribute as %s%s: %v; want 42501", in.Schema, role, err)
 		}
 	}
-}
-
-func hintOf(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Hint
-	}
-	return ""
 }

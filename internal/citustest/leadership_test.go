@@ -16,19 +16,6 @@ import (
 	"github.com/pgsweep/pgsweep/runner"
 )
 
-// standIns replaces maintain()'s two part bodies in the install by ones that
-// take time and log what they did in <schema>.activity (a coordinator
-// table), as the runner package's integration tests do: recovery sleeps
-// slowSleep seconds per step for the owner slow, a few milliseconds
-// otherwise; retention commits in the middle.
-func standIns(t *testing.T, in *Install, slow string, slowSleep float64) {
-	t.Helper()
-	s := in.Q()
-	in.Exec(t, pgtest.StandInsSQL(s, pgx.Identifier{in.Schema + "_owner"}.Sanitize(), slow, slowSleep))
-	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
-	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
-}
-
 func (in *Install) runner(t *testing.T, owner string, opts runner.Options) *runner.Runner {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(in.URL)
@@ -45,10 +32,6 @@ func (in *Install) runner(t *testing.T, owner string, opts runner.Options) *runn
 
 // overlaps counts pairs of runs of one part whose [start, end) overlap
 // (docs/operations.md's proof query).
-const overlapsSQL = `SELECT count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
-	ON a.part = b.part AND a.id < b.id
-	AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')`
-
 // Leadership on Citus: two runners, each on its own connections to the
 // coordinator, hammer maintain(); the leases (a reference table) decide.
 // Never two holders: no two runs of one part overlap, in the history or in
@@ -60,7 +43,7 @@ func TestCitusLeadership(t *testing.T) {
 	in := New(t, 4)
 	ctx := context.Background()
 	s := in.Q()
-	standIns(t, in, "victim", 30)
+	pgtest.InstallStandIns(t, in.Pool, in.Schema, "victim", 30)
 	in.Exec(t, "SELECT "+s+".setting_set('maintain_lease_ttl', '2 seconds')")
 
 	t.Run("never two holders", func(t *testing.T) {
@@ -74,39 +57,21 @@ func TestCitusLeadership(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = r.Run(rctx) }()
 		}
-		enough := func() bool {
-			for _, part := range []string{"recovery", "retention"} {
-				runs := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
-				owners := in.Int(t, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
-				busy := in.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
-				if runs < 20 || owners < 2 || busy < 5 {
-					return false
-				}
-			}
-			return true
-		}
-		pgtest.Eventually(t, 30*time.Second, pgtest.Until("enough contended runs", enough))
+		want := pgtest.Contention{Runs: 20, Owners: 2, Busy: 5}
+		pgtest.Eventually(t, 30*time.Second, pgtest.Contended(t, in.Pool, s, want))
 		cancel()
 		wg.Wait()
-		if n := in.Int(t, fmt.Sprintf(overlapsSQL, s, "maintain_run")); n != 0 {
+		if n := pgtest.Overlaps(t, in.Pool, s, "maintain_run"); n != 0 {
 			t.Fatalf("history: %d pairs of runs of one part overlapped", n)
 		}
-		if n := in.Int(t, fmt.Sprintf(overlapsSQL, s, "activity")); n != 0 {
+		if n := pgtest.Overlaps(t, in.Pool, s, "activity"); n != 0 {
 			t.Fatalf("activity log: %d pairs of part bodies overlapped", n)
 		}
 		if n := in.Int(t, `SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY part ORDER BY started_at) AS prev
 			FROM `+s+`.maintain_run) x WHERE token <= prev`); n != 0 {
 			t.Fatalf("%d runs did not get a higher fencing token than the run before them", n)
 		}
-		for _, part := range []string{"recovery", "retention"} {
-			runs := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part)
-			owners := in.Int(t, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part)
-			busy := in.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part)
-			t.Logf("%s: %d runs by %d owners, %d busy skips", part, runs, owners, busy)
-			if runs < 20 || owners < 2 || busy < 5 {
-				t.Fatalf("%s: %d runs, %d owners, %d busy skips: not enough contention to prove anything", part, runs, owners, busy)
-			}
-		}
+		pgtest.CheckContended(t, in.Pool, s, want)
 		if n := in.Int(t, "SELECT count(*) FROM "+s+".leases WHERE live"); n != 0 {
 			t.Fatalf("%d leases still live after both runners stopped", n)
 		}
@@ -133,23 +98,14 @@ func TestCitusLeadership(t *testing.T) {
 			victimDone <- err
 		}()
 		pgtest.Eventually(t, 10*time.Second, nonZero(t, in, "the victim to run recovery", "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'running'"))
-		var victimToken int64
-		var expires time.Time
-		if err := in.Pool.QueryRow(ctx, "SELECT token, expires_at FROM "+s+".lease WHERE name = 'maintain:recovery' AND owner = 'victim'").
-			Scan(&victimToken, &expires); err != nil {
-			t.Fatal(err)
-		}
+		victimToken, expires := pgtest.RecoveryLease(t, in.Pool, s, "victim")
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		heir := in.runner(t, "heir", runner.Options{Interval: 50 * time.Millisecond, Jitter: -1})
 		heirDone := make(chan error, 1)
 		go func() { heirDone <- heir.Run(hctx) }()
 
-		var killed time.Time
-		var ok bool
-		if err := in.Pool.QueryRow(ctx, "SELECT pg_terminate_backend($1::int), clock_timestamp()", pid).Scan(&ok, &killed); err != nil || !ok {
-			t.Fatalf("terminate the victim's backend %d: %v %v", pid, ok, err)
-		}
+		killed := pgtest.Terminate(t, in.Pool, pid)
 		if err := <-victimDone; err == nil {
 			t.Fatal("the victim's pass succeeded although its backend was terminated")
 		}
@@ -157,24 +113,7 @@ func TestCitusLeadership(t *testing.T) {
 		cancel()
 		<-heirDone
 
-		var heirStart time.Time
-		var heirToken int64
-		if err := in.Pool.QueryRow(ctx, "SELECT started_at, token FROM "+s+
-			".maintain_run WHERE owner = 'heir' AND part = 'recovery' ORDER BY id LIMIT 1").Scan(&heirStart, &heirToken); err != nil {
-			t.Fatal(err)
-		}
-		if heirStart.Before(expires) {
-			t.Fatalf("the heir started recovery at %v, before the victim's lease expired at %v", heirStart, expires)
-		}
-		if heirToken != victimToken+1 {
-			t.Fatalf("heir token %d, want %d", heirToken, victimToken+1)
-		}
-		if n := in.Int(t, "SELECT count(*) FROM "+s+".maintain_pass WHERE owner = 'heir' AND parts ->> 'recovery' = 'busy' AND started_at > $1", killed); n == 0 {
-			t.Fatal("the heir never found recovery busy between the kill and the TTL: the test proved nothing")
-		}
-		if n := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'abandoned'"); n != 1 {
-			t.Fatal("the victim's run was not marked abandoned")
-		}
+		pgtest.CheckTakeover(t, in.Pool, s, victimToken, killed, expires)
 	})
 }
 

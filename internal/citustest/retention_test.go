@@ -10,13 +10,11 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 )
 
@@ -124,15 +122,9 @@ func (r *capRequeuer) finish(t *testing.T) {
 	}
 }
 
-type cleanResult struct {
-	pass pgsweep.RetentionPass
-	ran  bool
-	err  error
-}
-
 // runCapCleaners starts k cleaners at once, each on its own connection to
 // the coordinator, each one CALL retention_run.
-func runCapCleaners(t *testing.T, in *Install, k int, policy string) []cleanResult {
+func runCapCleaners(t *testing.T, in *Install, k int, policy string) []pgtest.RetentionResult {
 	t.Helper()
 	clients := make([]*pgsweep.Client, k)
 	for i := range clients {
@@ -143,26 +135,12 @@ func runCapCleaners(t *testing.T, in *Install, k int, policy string) []cleanResu
 		t.Cleanup(func() { _ = conn.Close(context.Background()) })
 		clients[i], _ = pgsweep.NewClient(conn, &pgsweep.ClientOptions{Schema: in.Schema})
 	}
-	res := make([]cleanResult, k)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range k {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			p, ran, err := clients[i].RetentionRun(context.Background(), policy, fmt.Sprintf("cleaner-%d", i), 2*time.Minute)
-			res[i] = cleanResult{p, ran, err}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	res := pgtest.RetentionRace(clients, policy)
 	for i, r := range res {
-		var pgErr *pgconn.PgError
-		if errors.As(r.err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Message == "canceling the transaction since it was involved in a distributed deadlock") {
-			t.Errorf("cleaner %d: deadlock: %v", i, r.err)
-		} else if r.err != nil {
-			t.Errorf("cleaner %d: %v", i, r.err)
+		if e := pgtest.PgError(r.Err); e.Code == "40P01" || e.Message == "canceling the transaction since it was involved in a distributed deadlock" {
+			t.Errorf("cleaner %d: deadlock: %v", i, r.Err)
+		} else if r.Err != nil {
+			t.Errorf("cleaner %d: %v", i, r.Err)
 		}
 	}
 	return res
@@ -246,9 +224,9 @@ func TestCitusRetentionCAP(t *testing.T) {
 		var sum int64
 		var passes []pgsweep.RetentionPass
 		for _, r := range res {
-			if r.ran {
-				sum += r.pass.RowsDeleted
-				passes = append(passes, r.pass)
+			if r.Ran {
+				sum += r.Pass.RowsDeleted
+				passes = append(passes, r.Pass)
 			}
 		}
 		if sum != deleted {
@@ -284,7 +262,7 @@ func TestCitusRetentionCAP(t *testing.T) {
 		}
 		ran := 0
 		for _, r := range res {
-			if r.ran {
+			if r.Ran {
 				ran++
 			}
 		}

@@ -5,14 +5,12 @@ package citustest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 )
@@ -409,12 +407,8 @@ func TestCitusUninstall(t *testing.T) {
 	}
 	defer conn.Release()
 	_, err = pgsweep.Uninstall(ctx, conn.Conn(), in.Schema, pgsweep.UninstallOptions{Force: true})
-	var pgErr *pgconn.PgError
 	if err != nil {
-		if errors.As(err, &pgErr) {
-			t.Fatalf("pgsweep.Uninstall of a distributed install: %v (SQLSTATE %s)", err, pgErr.Code)
-		}
-		t.Fatalf("pgsweep.Uninstall of a distributed install: %v", err)
+		t.Fatalf("pgsweep.Uninstall of a distributed install: %v (SQLSTATE %q)", err, pgtest.PgError(err).Code)
 	}
 	if n := in.Int(t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", in.Schema); n != 0 {
 		t.Fatal("the schema is still there")
@@ -534,8 +528,7 @@ func checkViewsForMonitor(t *testing.T, in *Install, as func(sql string, args ..
 	}
 	for _, table := range []string{"queue", "lease", "setting", "message"} {
 		_, err := as("SELECT * FROM " + in.Rel(table))
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		if pgtest.PgError(err).Code != "42501" {
 			t.Errorf("SELECT FROM %s as a monitor login: %v, want permission denied (42501)", table, err)
 		}
 	}

@@ -75,6 +75,36 @@ func NewQueue(t testing.TB, maxConns int32, queue string, kind pgsweep.QueueKind
 	return db
 }
 
+// Start is how most tests of an install begin: a fresh install (New), its
+// Client, and the context of the test's calls. The context is
+// context.Background, not t.Context: cleanups that use it run after the
+// test, when t.Context is already cancelled.
+func Start(t testing.TB, maxConns int32) (context.Context, *DB, *pgsweep.Client) {
+	t.Helper()
+	db := New(t, maxConns)
+	return context.Background(), db, db.Client
+}
+
+// StartQueue is Start on NewQueue's install: one queue created.
+func StartQueue(t testing.TB, maxConns int32, queue string, kind pgsweep.QueueKind, maxAttempts int) (context.Context, *DB, *pgsweep.Client) {
+	t.Helper()
+	db := NewQueue(t, maxConns, queue, kind, maxAttempts)
+	return context.Background(), db, db.Client
+}
+
+// Q is the install's schema, quoted.
+func (db *DB) Q() string { return pgx.Identifier{db.Schema}.Sanitize() }
+
+// Rel is a relation (or function) of the install, quoted with its schema.
+func (db *DB) Rel(name string) string { return pgx.Identifier{db.Schema, name}.Sanitize() }
+
+// Int runs a query that returns one integer on the test's pool, or ends
+// the test.
+func (db *DB) Int(t testing.TB, sql string, args ...any) int64 {
+	t.Helper()
+	return queryInt(t, db.Pool, sql, args...)
+}
+
 // MustExec runs sql (with args) on the test's pool and fails t when it fails.
 func (db *DB) MustExec(t testing.TB, sql string, args ...any) {
 	t.Helper()

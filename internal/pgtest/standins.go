@@ -1,6 +1,31 @@
 package pgtest
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgsweep/pgsweep"
+)
+
+// InstallStandIns replaces maintain()'s two part bodies in the install of
+// schema with the stand-ins of StandInsSQL (slowOwner's recovery steps
+// sleep slowSleep seconds) and makes both parts due at every pass
+// (recovery_interval and retention_check_interval 0).
+func InstallStandIns(t testing.TB, db pgsweep.DBTX, schema, slowOwner string, slowSleep float64) {
+	t.Helper()
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, sql := range []string{
+		StandInsSQL(s, pgx.Identifier{schema + "_owner"}.Sanitize(), slowOwner, slowSleep),
+		"SELECT " + s + ".setting_set('recovery_interval', '0')",
+		"SELECT " + s + ".setting_set('retention_check_interval', '0')",
+	} {
+		if _, err := db.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
 
 // StandInsSQL returns the SQL that replaces maintain()'s two part bodies in
 // the schema s (quoted) with stand-ins that take time and log what they did

@@ -53,7 +53,7 @@ func newSecDB(t *testing.T) *secDB {
 	t.Helper()
 	db := pgtest.New(t, 4)
 	sd := &secDB{t: t, db: db, tag: secRandHex(3), names: map[string]string{}, roles: map[string]string{}}
-	sd.names["@S"] = pgx.Identifier{db.Schema}.Sanitize()
+	sd.names["@S"] = db.Q()
 	sd.names["@@S"] = "'" + db.Schema + "'"
 	sd.names["@@S_owner"] = db.Schema + "_owner" // inside a literal
 	for _, k := range []string{"owner", "admin", "worker", "monitor"} {

@@ -3,8 +3,6 @@ package uitest
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,11 +14,10 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/uiserve"
 	"github.com/pgsweep/pgsweep/ui"
 )
 
@@ -139,21 +136,6 @@ func (b *browser) screenshot(t *testing.T, name string) {
 	}
 }
 
-// serve mounts the dashboard under /pgsweep/ as an application would.
-func serve(t *testing.T, pool *pgxpool.Pool, schema string, o ui.Options) string {
-	t.Helper()
-	o.Schema = schema
-	h, err := ui.NewHandler(pool, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/pgsweep/", http.StripPrefix("/pgsweep", h))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/pgsweep/"
-}
-
 // Every page loads in a real browser with no console error, no failed
 // request and no dialog (the hostile lane key stays text), and its
 // screenshot is saved; the queue page's button pauses the queue and the
@@ -164,7 +146,7 @@ func TestEveryPageLoadsCleanly(t *testing.T) {
 	if _, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Lane: hostile, Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	root := serve(t, db.Pool, db.Schema, ui.Options{})
+	root := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{}).URL + "/pgsweep/"
 	b := newBrowser(t)
 	for _, p := range []struct{ path, name, want string }{
 		{"", "overview", "orders"},
@@ -204,7 +186,7 @@ func TestEveryPageLoadsCleanly(t *testing.T) {
 func TestRefreshShowsWhatChanged(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
 	ctx := context.Background()
-	root := serve(t, db.Pool, db.Schema, ui.Options{Refresh: 2 * time.Second})
+	root := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{Refresh: 2 * time.Second}).URL + "/pgsweep/"
 	b := newBrowser(t)
 	b.do(t, chromedp.Navigate(root), chromedp.WaitVisible(chromedp.CSS("#page")))
 	if err := db.Client.QueueCreate(ctx, "fresh", pgsweep.Outbox, 1); err != nil {
@@ -224,13 +206,13 @@ func TestRefreshShowsWhatChanged(t *testing.T) {
 // throughput) with ink on them, also after a refresh swapped the page.
 func TestQueueChartsDraw(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
-	s := pgx.Identifier{db.Schema}.Sanitize()
+	s := db.Q()
 	db.MustExec(t, `INSERT INTO `+s+`.maintain_snapshot (queue, taken_at, since, pending, due, in_flight, failed, dead,
 		processed, lanes, blocked_lanes, sent, completed, failures, dead_lettered, retried, failures_live, retries_live)
 		SELECT 'orders', now() - make_interval(mins => k), now() - make_interval(mins => k + 1), 10 * k, 10 * k, k, k % 3, k % 2,
 		       0, 0, 0, 60 * k, 50 * k, 0, 0, 0, 0, 0
 		  FROM generate_series(1, 20) k`)
-	root := serve(t, db.Pool, db.Schema, ui.Options{Refresh: 2 * time.Second})
+	root := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{Refresh: 2 * time.Second}).URL + "/pgsweep/"
 	b := newBrowser(t)
 	inked := `Array.from(document.querySelectorAll(".chart canvas")).map(function (c) {
 		var d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;

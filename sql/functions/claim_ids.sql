@@ -168,13 +168,13 @@ BEGIN
 END
 $$;
 
+-- The verb: the database clock. A LANGUAGE sql wrapper, unlike the claim
+-- and ack verbs' PL/pgSQL ones (whose plans are cached; a LANGUAGE sql
+-- function's statement is planned at every call before PostgreSQL 18): a
+-- dead letter is rare, not a step of every message.
 CREATE OR REPLACE FUNCTION dead_letter(p_queue text, p_token uuid, p_ids bigint[], p_error text)
 RETURNS SETOF bigint
-LANGUAGE plpgsql
+LANGUAGE sql
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN QUERY SELECT dead_letter(p_queue, p_token, p_ids, p_error, NULL::timestamptz);
-END
-$$;
+AS $$ SELECT dead_letter(p_queue, p_token, p_ids, p_error, NULL::timestamptz) $$;

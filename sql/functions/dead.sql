@@ -107,8 +107,7 @@ DECLARE
     v_moved bigint := 0;
 BEGIN
     PERFORM _check_ids(p_ids);
-    PERFORM _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_manage(p_queue);
     WITH d AS (
         DELETE FROM message_dead x WHERE x.queue = p_queue AND x.id = ANY (p_ids) RETURNING x.id
     )

@@ -34,9 +34,10 @@ AS $$
         WHEN pg_catalog.starts_with(p_name, 'pgsweep:') THEN 'names under pgsweep: are pgsweep''s own' END
 $$;
 
--- _lease_reserved_refuse raises 42501 for a reserved name.
-CREATE OR REPLACE FUNCTION _lease_reserved_refuse(p_verb text, p_name text)
-RETURNS void
+-- _lease_unreserved returns p_name, or raises 42501 for a reserved name:
+-- the public lease functions pass the name through it.
+CREATE OR REPLACE FUNCTION _lease_unreserved(p_verb text, p_name text)
+RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
@@ -49,6 +50,22 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Name your leases outside maintain:, retention: and pgsweep:.';
     END IF;
+    RETURN p_name;
+END
+$$;
+
+-- _lease_check: the arguments of a tenure (acquire, renew), by the rules
+-- of validate.sql (22023).
+CREATE OR REPLACE FUNCTION _lease_check(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM _check_text('p_name', p_name);
+    PERFORM _check_text('p_owner', p_owner);
+    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
+    PERFORM _check_now('p_now', p_now);
 END
 $$;
 
@@ -61,10 +78,7 @@ DECLARE
     v_lease lease;
     v_now timestamptz;
 BEGIN
-    PERFORM _check_text('p_name', p_name);
-    PERFORM _check_text('p_owner', p_owner);
-    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
-    PERFORM _check_now('p_now', p_now);
+    PERFORM _lease_check(p_name, p_owner, p_ttl, p_now);
 
     LOOP
         -- Read the clock only once the row is locked: a contender that
@@ -97,25 +111,6 @@ BEGIN
 END
 $$;
 
--- lease_acquire with a pinned clock, for tests (S_owner only: no role is granted a clock).
-CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
-RETURNS bigint
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _lease_reserved_refuse('lease_acquire', p_name);
-    RETURN _lease_acquire(p_name, p_owner, p_ttl, p_now);
-END
-$$;
-
--- The verb: the database clock.
-CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval)
-RETURNS bigint
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ SELECT lease_acquire(p_name, p_owner, p_ttl, NULL::timestamptz) $$;
-
 -- A renew succeeds only while the caller's lease is live: a lapsed holder must
 -- acquire again (and may get a new token), so it learns that it lapsed.
 CREATE OR REPLACE FUNCTION _lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
@@ -124,42 +119,17 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_lease lease;
     v_now timestamptz;
 BEGIN
-    PERFORM _check_text('p_name', p_name);
-    PERFORM _check_text('p_owner', p_owner);
-    PERFORM _check_interval('p_ttl', p_ttl, interval '1 second', interval '1 hour');
-    PERFORM _check_now('p_now', p_now);
+    PERFORM _lease_check(p_name, p_owner, p_ttl, p_now);
 
-    SELECT * INTO v_lease FROM lease WHERE name = p_name AND owner = p_owner FOR UPDATE;
-    v_now := coalesce(p_now, clock_timestamp());
-    IF NOT FOUND OR v_lease.expires_at <= v_now THEN
-        RETURN false;
-    END IF;
-    UPDATE lease SET expires_at = v_now + p_ttl WHERE name = p_name;
-    RETURN true;
+    PERFORM 1 FROM lease l WHERE l.name = p_name AND l.owner = p_owner FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp()); -- after the lock, as _lease_acquire
+    UPDATE lease l SET expires_at = v_now + p_ttl
+     WHERE l.name = p_name AND l.owner = p_owner AND l.expires_at > v_now;
+    RETURN FOUND;
 END
 $$;
-
--- lease_renew with a pinned clock, for tests (S_owner only: no role is granted a clock).
-CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
-RETURNS boolean
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _lease_reserved_refuse('lease_renew', p_name);
-    RETURN _lease_renew(p_name, p_owner, p_ttl, p_now);
-END
-$$;
-
--- The verb: the database clock.
-CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval)
-RETURNS boolean
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$ SELECT lease_renew(p_name, p_owner, p_ttl, NULL::timestamptz) $$;
 
 -- Release ends the tenure at once so that another owner need not wait for the
 -- TTL. The row (and its token) stays so the next tenure's token is higher.
@@ -186,19 +156,40 @@ BEGIN
 END
 $$;
 
--- lease_release with a pinned clock, for tests (S_owner only: no role is granted a clock).
+-- The public faces of the three: first with a pinned clock, for tests
+-- (S_owner only: no role is granted a clock), then the verbs, on the
+-- database clock. Both refuse pgsweep's own leases (_lease_unreserved);
+-- maintain and retention take those through the _lease_* functions.
+CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _lease_acquire(_lease_unreserved('lease_acquire', p_name), p_owner, p_ttl, p_now) $$;
+
+CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT _lease_renew(_lease_unreserved('lease_renew', p_name), p_owner, p_ttl, p_now) $$;
+
 CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text, p_now timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
-AS $$
-BEGIN
-    PERFORM _lease_reserved_refuse('lease_release', p_name);
-    RETURN _lease_release(p_name, p_owner, p_now);
-END
-$$;
+AS $$ SELECT _lease_release(_lease_unreserved('lease_release', p_name), p_owner, p_now) $$;
 
--- The verb: the database clock.
+CREATE OR REPLACE FUNCTION lease_acquire(p_name text, p_owner text, p_ttl interval)
+RETURNS bigint
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT lease_acquire(p_name, p_owner, p_ttl, NULL::timestamptz) $$;
+
+CREATE OR REPLACE FUNCTION lease_renew(p_name text, p_owner text, p_ttl interval)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$ SELECT lease_renew(p_name, p_owner, p_ttl, NULL::timestamptz) $$;
+
 CREATE OR REPLACE FUNCTION lease_release(p_name text, p_owner text)
 RETURNS boolean
 LANGUAGE sql

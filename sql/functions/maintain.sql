@@ -128,10 +128,13 @@ BEGIN
 END
 $$;
 
--- maintain_step_recovery takes one bounded step of recovery for the run
--- p_run (maintain_recovery.sql), records it and renews the part's lease; it
--- returns whether another step is worth it.
-CREATE OR REPLACE FUNCTION maintain_step_recovery(p_run bigint)
+-- _maintain_step takes one step of the part p_part for the run p_run (this
+-- session's pass: _maintain_run_check), records it and renews the part's
+-- lease; it returns whether another step is worth it. A run that is not a
+-- running run of p_part takes no step (false). The steps: 'recovery', one
+-- bounded step of recovery (maintain_recovery.sql); 'stats', the snapshots
+-- (stats.sql), one step per run.
+CREATE OR REPLACE FUNCTION _maintain_step(p_run bigint, p_part text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -139,10 +142,27 @@ AS $$
 DECLARE
     v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_run.part <> 'recovery' OR v_run.status <> 'running' THEN
+    IF v_run.part <> p_part OR v_run.status <> 'running' THEN
         RETURN false;
     END IF;
-    RETURN _maintain_part_step(p_run, _maintain_recovery(v_run.owner, v_run.deadline), NULL, v_run.deadline, NULL);
+    RETURN _maintain_part_step(p_run,
+                               CASE p_part
+                                   WHEN 'recovery' THEN _maintain_recovery(v_run.owner, v_run.deadline)
+                                   WHEN 'stats' THEN _stats_snapshot(NULL)
+                               END,
+                               NULL, v_run.deadline, NULL);
+END
+$$;
+
+-- maintain_step_recovery takes one bounded step of recovery for the run
+-- p_run (_maintain_step).
+CREATE OR REPLACE FUNCTION maintain_step_recovery(p_run bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN _maintain_step(p_run, 'recovery');
 END
 $$;
 

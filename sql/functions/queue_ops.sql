@@ -7,6 +7,25 @@
 -- (lane.sql): the lanes are locked first, in name order, then the messages
 -- are deleted.
 
+-- _queue_manage returns the queue p_name (_queue_get: 22023 for a NULL,
+-- empty or unknown queue) when the caller holds manage on it
+-- (_queue_require: 42501 otherwise): what every operation here checks
+-- first. Its argument is not named p_queue: like _queue_get it runs where
+-- its caller runs, never delegated to a queue's node on Citus (citus.sql,
+-- _citus_delegated).
+CREATE OR REPLACE FUNCTION _queue_manage(p_name text)
+RETURNS queue
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_get(p_name);
+BEGIN
+    PERFORM _queue_require(p_name, 'manage');
+    RETURN v_q;
+END
+$$;
+
 -- queue_pause: claims of a paused queue return nothing (claim.sql checks
 -- the flag it reads anyway); sends, renewals, completions and failures go on,
 -- so work in flight finishes and new messages wait. Returns true when the
@@ -19,8 +38,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_manage(p_queue);
     UPDATE queue q SET paused = true, updated_at = v_now WHERE q.name = p_queue AND NOT q.paused;
     RETURN FOUND;
 END
@@ -36,8 +54,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_manage(p_queue);
     UPDATE queue q SET paused = false, updated_at = v_now WHERE q.name = p_queue AND q.paused;
     IF FOUND THEN
         PERFORM pg_notify(notify_channel(), p_queue);
@@ -77,8 +94,7 @@ DECLARE
     v_lanes text[];
 BEGIN
     PERFORM _check_ids(p_ids);
-    v_q := _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    v_q := _queue_manage(p_queue);
     PERFORM _lanes_lock(p_queue, ARRAY(SELECT DISTINCT m.lane FROM message m
                                          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.lane IS NOT NULL));
     WITH d AS (
@@ -108,8 +124,7 @@ DECLARE
     v_n bigint;
     v_lanes text[];
 BEGIN
-    PERFORM _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_manage(p_queue);
     PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name FOR UPDATE;
     WITH d AS (
         DELETE FROM message m WHERE m.queue = p_queue AND m.status = 'pending'
@@ -146,8 +161,7 @@ BEGIN
     IF p_force IS NULL THEN
         RAISE EXCEPTION 'p_force must be true or false, got NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM _queue_get(p_queue);
-    PERFORM _queue_require(p_queue, 'manage');
+    PERFORM _queue_manage(p_queue);
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
     DELETE FROM lane l WHERE l.queue = p_queue;

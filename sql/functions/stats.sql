@@ -169,19 +169,15 @@ $$;
 
 -- maintain_step_stats takes the snapshots for the run p_run (a run of the
 -- 'stats' part of this session's pass: 42501 otherwise), records them and
--- renews the part's lease. One step per run: it returns false.
+-- renews the part's lease (_maintain_step). One step per run: it returns
+-- false.
 CREATE OR REPLACE FUNCTION maintain_step_stats(p_run bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_run.part <> 'stats' OR v_run.status <> 'running' THEN
-        RETURN false;
-    END IF;
-    RETURN _maintain_part_step(p_run, _stats_snapshot(NULL), NULL, v_run.deadline, NULL);
+    RETURN _maintain_step(p_run, 'stats');
 END
 $$;
 
