@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/uiserve"
 	"github.com/pgsweep/pgsweep/ui"
 )
 
@@ -82,7 +83,7 @@ func TestDeadLettersFilterRequeueAndDelete(t *testing.T) {
 		return len(p.Messages)
 	}
 	admin, _ := asRole(t, db, "admin")
-	srv := serve(t, admin, db.Schema, ui.Options{})
+	srv := uiserve.Serve(t, admin, db.Schema, ui.Options{})
 	base := srv.URL + "/pgsweep/queues/orders"
 
 	status, body := get(t, base+"?state=dead&error="+neturl.QueryEscape("timeout"))
@@ -108,7 +109,7 @@ func TestDeadLettersFilterRequeueAndDelete(t *testing.T) {
 	}
 
 	monitor, _ := asRole(t, db, "monitor")
-	msrv := serve(t, monitor, db.Schema, ui.Options{})
+	msrv := uiserve.Serve(t, monitor, db.Schema, ui.Options{})
 	if status, _ := postForm(t, msrv.URL+"/pgsweep/queues/orders/delete-matching", neturl.Values{"error": {"bad"}}); status != http.StatusForbidden || dead() != 2 {
 		t.Fatalf("monitor's delete-matching: %d, %d dead; want 403 and nothing changed", status, dead())
 	}
@@ -167,7 +168,7 @@ func TestMessagePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, _ := asRole(t, db, "admin")
-	srv := serve(t, admin, db.Schema, ui.Options{})
+	srv := uiserve.Serve(t, admin, db.Schema, ui.Options{})
 	page := srv.URL + "/pgsweep/queues/orders/messages/" + itoa(id)
 	status, body := get(t, page)
 	if status != http.StatusOK || !strings.Contains(body, "\n  &#34;n&#34;: 1") || strings.Contains(body, "<script>alert(1)") ||
@@ -175,7 +176,7 @@ func TestMessagePage(t *testing.T) {
 		t.Fatalf("admin's message page: %d\n%s", status, body)
 	}
 	monitor, _ := asRole(t, db, "monitor")
-	msrv := serve(t, monitor, db.Schema, ui.Options{ReadOnly: true})
+	msrv := uiserve.Serve(t, monitor, db.Schema, ui.Options{ReadOnly: true})
 	status, body = get(t, msrv.URL+"/pgsweep/queues/orders/messages/"+itoa(id))
 	if status != http.StatusOK || strings.Contains(body, "alert") || !strings.Contains(body, "needs the queue's browse right") ||
 		strings.Contains(body, "<form") {
