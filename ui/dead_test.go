@@ -82,7 +82,7 @@ func TestDeadLettersFilterRequeueAndDelete(t *testing.T) {
 		}
 		return len(p.Messages)
 	}
-	admin, _ := asRole(t, db, "admin")
+	admin, _ := pgtest.RolePool(t, db, "admin")
 	srv := uiserve.Serve(t, admin, db.Schema, ui.Options{})
 	base := srv.URL + "/pgsweep/queues/orders"
 
@@ -108,7 +108,7 @@ func TestDeadLettersFilterRequeueAndDelete(t *testing.T) {
 		t.Fatalf("the page after the action does not say what was done:\n%s", body)
 	}
 
-	monitor, _ := asRole(t, db, "monitor")
+	monitor, _ := pgtest.RolePool(t, db, "monitor")
 	msrv := uiserve.Serve(t, monitor, db.Schema, ui.Options{})
 	if status, _ := postForm(t, msrv.URL+"/pgsweep/queues/orders/delete-matching", neturl.Values{"error": {"bad"}}); status != http.StatusForbidden || dead() != 2 {
 		t.Fatalf("monitor's delete-matching: %d, %d dead; want 403 and nothing changed", status, dead())
@@ -167,7 +167,7 @@ func TestMessagePage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, _ := asRole(t, db, "admin")
+	admin, _ := pgtest.RolePool(t, db, "admin")
 	srv := uiserve.Serve(t, admin, db.Schema, ui.Options{})
 	page := srv.URL + "/pgsweep/queues/orders/messages/" + itoa(id)
 	status, body := get(t, page)
@@ -175,7 +175,7 @@ func TestMessagePage(t *testing.T) {
 		!strings.Contains(body, `&lt;script&gt;alert(1)&lt;/script&gt;`) || !strings.Contains(body, `action="../cancel"`) {
 		t.Fatalf("admin's message page: %d\n%s", status, body)
 	}
-	monitor, _ := asRole(t, db, "monitor")
+	monitor, _ := pgtest.RolePool(t, db, "monitor")
 	msrv := uiserve.Serve(t, monitor, db.Schema, ui.Options{ReadOnly: true})
 	status, body = get(t, msrv.URL+"/pgsweep/queues/orders/messages/"+itoa(id))
 	if status != http.StatusOK || strings.Contains(body, "alert") || !strings.Contains(body, "needs the queue's browse right") ||

@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
 	"github.com/pgsweep/pgsweep/internal/uiserve"
@@ -62,33 +59,6 @@ func post(t *testing.T, url, site string) (int, string) {
 		return res.StatusCode, loc // a redirect: where to
 	}
 	return res.StatusCode, string(b)
-}
-
-// asRole returns a pool whose connections act as a new role that is a
-// member of the install's role kind (monitor, worker, admin).
-func asRole(t *testing.T, db *pgtest.DB, kind string) (*pgxpool.Pool, string) {
-	t.Helper()
-	role := db.Schema + "_ui_" + kind
-	r := pgx.Identifier{role}.Sanitize()
-	db.MustExec(t, "CREATE ROLE "+r+" NOLOGIN IN ROLE "+pgx.Identifier{db.Schema + "_" + kind}.Sanitize())
-	t.Cleanup(func() {
-		conn := pgtest.Conn(t, db.URL)
-		_, _ = conn.Exec(context.Background(), "DROP OWNED BY "+r+"; DROP ROLE "+r)
-	})
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, "SET ROLE "+r)
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, role
 }
 
 var href = regexp.MustCompile(`(?:href|src|action)="([^"]*)"`)
@@ -185,7 +155,7 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 		}
 		return qs[0].Paused
 	}
-	admin, _ := asRole(t, db, "admin")
+	admin, _ := pgtest.RolePool(t, db, "admin")
 	srv := uiserve.Serve(t, admin, db.Schema, ui.Options{})
 	if status, body := post(t, srv.URL+"/pgsweep/queues/orders/pause", "cross-site"); status != http.StatusForbidden || paused() {
 		t.Fatalf("cross-site POST: %d, paused %v; want 403 and nothing changed\n%s", status, paused(), body)
@@ -198,7 +168,7 @@ func TestActionsAreTheDatabasesToRefuse(t *testing.T) {
 		t.Fatalf("admin's resume: %d, paused %v", status, paused())
 	}
 
-	monitor, _ := asRole(t, db, "monitor")
+	monitor, _ := pgtest.RolePool(t, db, "monitor")
 	msrv := uiserve.Serve(t, monitor, db.Schema, ui.Options{})
 	if status, body := get(t, msrv.URL+"/pgsweep/"); status != http.StatusOK || !strings.Contains(body, "orders") {
 		t.Fatalf("monitor's overview: %d\n%s", status, body)

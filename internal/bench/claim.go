@@ -53,7 +53,7 @@ const claimCommand = "bench claim"
 
 // claimContenders are the contenders of bench claim, in the order they run
 // and are reported.
-var claimContenders = []string{"pop", "seed003", "pgsweep", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}
+var claimContenders = []string{"pop", "seed003", "pgsweep", "stats", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}
 
 // claimNeeds is the flag a contender needs and lacks ("": none): lanes,
 // laneworker and serial need --lanes N, heads and blocked --blocked N.
@@ -148,7 +148,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
 			if !slices.Contains(claimContenders, name) {
-				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got %q "+
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, stats, pgsweep1rt and worker, comma-separated; got %q "+
 					"(with --lanes N also lanes, laneworker and serial; with --blocked N also heads and blocked)", ErrUsage, name)
 			}
 			if need := claimNeeds(name, lanes, blocked); need != "" {
@@ -197,7 +197,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 			name string
 			run  func(context.Context) (time.Duration, error)
 		}{
-			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
+			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"stats", b.pgsweepWithStats}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
 			{"lanes", b.pgsweepLanes}, {"laneworker", b.laneWorker}, {"serial", b.serial},
 			{"heads", b.headsInFlight}, {"blocked", b.blockedBehindHeads},
 		} {
@@ -229,6 +229,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"pop":        "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
 		"seed003":    "seed-003 claim CTE + delete by id",
 		"pgsweep":    "pgsweep claim + complete (SQL API)",
+		"stats":      "the same, maintain() every second, stats_interval 1 s",
 		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
 		"worker":     "pgsweep Go Worker, no-op handler",
 		"lanes":      fmt.Sprintf("pgsweep claim + complete, %d ordered lanes", lanes),
@@ -259,6 +260,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	ratio("pgsweep", "seed003", "pgsweep / seed-003 (target >= 1.0)")
 	ratio("pgsweep", "pop", "pgsweep / pop (target >= 0.6, stretch 0.8)")
+	ratio("stats", "pgsweep", "snapshots every second / none (target >= 0.95)")
 	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
 	ratio("worker", "pop", "Worker / pop")
@@ -575,6 +577,42 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return b.drain(ctx, "pgsweep", b.claimComplete(b.b, nil))
+}
+
+// pgsweepWithStats is pgsweepSQL while maintain() runs every second with
+// stats_interval 1 s: a snapshot of the queue every second, ten times the
+// default, to show what the snapshots cost the claims.
+func (b *claimBench) pgsweepWithStats(ctx context.Context) (time.Duration, error) {
+	c, err := b.enqueuePgsweep(ctx, "stats")
+	if err != nil {
+		return 0, err
+	}
+	s := pgx.Identifier{b.schema}.Sanitize()
+	if err := b.exec(ctx, "SELECT "+s+".setting_set('stats_interval', '1 second')"); err != nil {
+		return 0, err
+	}
+	defer func() { _ = b.exec(context.WithoutCancel(ctx), "SELECT "+s+".setting_reset('stats_interval')") }()
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				done <- nil
+				return
+			case <-tick.C:
+				if err := c.Maintain(sctx, "bench-stats", 10*time.Second); err != nil && sctx.Err() == nil {
+					done <- fmt.Errorf("maintain: %w", err)
+					return
+				}
+			}
+		}
+	}()
+	d, err := b.drain(ctx, "stats", b.claimComplete(b.b, nil))
+	stop()
+	return d, errors.Join(err, <-done)
 }
 
 // pgsweepLanes is pgsweepSQL with every message in one of b.lanes ordered

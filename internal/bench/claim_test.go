@@ -48,7 +48,7 @@ func TestBenchClaimRounds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"(round 2 of 2)", "medians of 2 rounds", "pgsweep / pop (target >= 0.6, stretch 0.8)", "median "} {
+	for _, want := range []string{"(round 2 of 2)", "medians of 2 rounds", "pgsweep / pop (target >= 0.6, stretch 0.8)", "snapshots every second / none (target >= 0.95)", "median "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -92,7 +92,7 @@ func TestBenchClaimOnlyAndRescan(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ args, want string }{
-		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, pgsweep1rt and worker, comma-separated; got "bogus"`},
+		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, stats, pgsweep1rt and worker, comma-separated; got "bogus"`},
 		{"--claim-rescan 2m", "--claim-rescan 0s..1m"},
 	} {
 		err := runWorkload(context.Background(), append([]string{"claim", "--database-url", db.URL}, strings.Fields(tc.args)...), &out)
@@ -131,6 +131,10 @@ func runWorkload(ctx context.Context, args []string, out io.Writer) error {
 		var o MixedOptions
 		o.RegisterFlags(fs)
 		run = func() error { return Mixed(ctx, o, out) }
+	case "ui":
+		var o UIOptions
+		o.RegisterFlags(fs)
+		run = func() error { return UI(ctx, o, out) }
 	default:
 		return fmt.Errorf("unknown workload %q", args[0])
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -85,5 +86,39 @@ func TestBenchMixedSmall(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// bench ui, small: every page is served and measured (its statements
+// recorded and explained), the snapshot timed; bad flags name the range.
+func TestBenchUISmall(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, url, schema) })
+	var out bytes.Buffer
+	err := runWorkload(context.Background(), []string{"ui", "--database-url", url, "--schema", schema,
+		"--queues", "3", "--lanes", "20", "--messages", "3000", "--runs", "2"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"snapshot (the stats part of one pass): ", "for 3 queues, 3000 messages",
+		"/queues/q0000?state=dead&error=timeout", "/maintenance", "targets: every page under 50ms and 2000 buffers"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	// every page row: a time, buffers read (> 0: each page reads something) and its statements
+	rows := regexp.MustCompile(`(?m)^(/\S*)\s+([0-9.]+)\s+([0-9]+)\s+([0-9]+)\s+(ok|OVER)$`).FindAllStringSubmatch(out.String(), -1)
+	if len(rows) != 11 {
+		t.Fatalf("%d page rows, want 11:\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		if r[3] == "0" || r[4] == "0" {
+			t.Errorf("page %s: %s buffers, %s statements; want some of each", r[1], r[3], r[4])
+		}
+	}
+	err = runWorkload(context.Background(), []string{"ui", "--database-url", url, "--schema", schema, "--queues", "0"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "--queues 1..10000") {
+		t.Fatalf("--queues 0: %v", err)
 	}
 }

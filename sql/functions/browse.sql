@@ -112,7 +112,7 @@ BEGIN
     PERFORM _check_int('p_after', p_after, 0, 9223372036854775807);
     PERFORM _check_int('p_limit', p_limit, 1, 1000);
     IF p_error IS NOT NULL THEN
-        PERFORM _check_int('length of p_error', length(p_error), 1, 1000);
+        PERFORM _check_text('p_error', p_error, 1000);
     END IF;
     v_browse := _queue_allowed(p_queue, 'browse');
 

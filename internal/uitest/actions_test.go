@@ -1,0 +1,134 @@
+package uitest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+	"github.com/pgsweep/pgsweep/internal/uiserve"
+	"github.com/pgsweep/pgsweep/ui"
+)
+
+// deadLetter sends a message and fails it on its last attempt (the queue
+// has max_attempts 1) with errText.
+func deadLetter(t *testing.T, c *pgsweep.Client, queue, errText string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := c.Send(ctx, queue, pgsweep.Message{Payload: json.RawMessage(`{"n": 1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := c.Claim(ctx, queue, "w", 1, time.Minute)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	if _, err := c.Fail(ctx, queue, ds[0].Token, []int64{ds[0].ID}, errText, 0); err != nil {
+		t.Fatal(err)
+	}
+	return ds[0].ID
+}
+
+// An admin requeues a dead letter in the browser: select it, press the
+// button, and it is pending (on the pending tab and in the database); the
+// hostile error text stays text on the way, and the message's own page
+// loads cleanly.
+func TestRequeueADeadLetter(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	id := deadLetter(t, db.Client, "orders", "boom "+hostile)
+	admin, _ := pgtest.RolePool(t, db, "admin")
+	root := uiserve.Serve(t, admin, db.Schema, ui.Options{}).URL + "/pgsweep/"
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(fmt.Sprintf("%squeues/orders/messages/%d", root, id)), chromedp.WaitVisible(chromedp.CSS("#page")))
+	if text := value(t, b, chromedp.Text(chromedp.CSS("#page"))); !strings.Contains(text, hostile) || !strings.Contains(text, `"n": 1`) {
+		t.Fatalf("the message's page:\n%s", text)
+	}
+	b.screenshot(t, "message")
+	b.do(t, chromedp.Navigate(root+"queues/orders?state=dead"), chromedp.WaitVisible(chromedp.CSS(`input[name="id"]`)),
+		chromedp.Click(chromedp.CSS(`input[name="id"]`)),
+		chromedp.Click(chromedp.CSS(`form.selection button[type="submit"]:not([formaction])`)),
+		chromedp.WaitVisible(chromedp.CSS(`p.notice`)))
+	if text := value(t, b, chromedp.Text(chromedp.CSS("p.notice"))); !strings.Contains(text, "requeued 1") {
+		t.Fatalf("after the click: %q", text)
+	}
+	b.do(t, chromedp.Click(chromedp.CSS(`nav.tabs a[href="?state=pending"]`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`a[href$="messages/%d"]`, id))))
+	if m, found, err := db.Client.BrowseMessage(context.Background(), "orders", id); err != nil || !found || m.State != pgsweep.BrowsePending {
+		t.Fatalf("in the database: %+v %v %v, want pending", m, found, err)
+	}
+	if ps := b.take(); len(ps) > 0 {
+		t.Errorf("requeue: %s", strings.Join(ps, "; "))
+	}
+}
+
+// A monitor's pages and the read-only dashboard show no action (no POST
+// form), and a POST forged from the monitor's page is refused by
+// PostgreSQL: nothing changes.
+func TestMonitorAndReadOnlyHaveNoActions(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	id := deadLetter(t, db.Client, "orders", "boom")
+	monitor, _ := pgtest.RolePool(t, db, "monitor")
+	admin, _ := pgtest.RolePool(t, db, "admin")
+	b := newBrowser(t)
+	posts := `document.querySelectorAll('form[method="post"]').length`
+	for _, srv := range []struct {
+		name string
+		root string
+	}{
+		{"monitor", uiserve.Serve(t, monitor, db.Schema, ui.Options{ReadOnly: true}).URL + "/pgsweep/"},
+		{"read-only admin", uiserve.Serve(t, admin, db.Schema, ui.Options{ReadOnly: true}).URL + "/pgsweep/"},
+	} {
+		for _, p := range []string{"queues/orders", "queues/orders?state=dead", fmt.Sprintf("queues/orders/messages/%d", id)} {
+			b.do(t, chromedp.Navigate(srv.root+p), chromedp.WaitVisible(chromedp.CSS("#page")))
+			if n := value(t, b, chromedp.Evaluate[int](posts)); n != 0 {
+				t.Errorf("%s: %s shows %d action form(s)", srv.name, p, n)
+			}
+		}
+		if ps := b.take(); len(ps) > 0 {
+			t.Errorf("%s: %s", srv.name, strings.Join(ps, "; "))
+		}
+	}
+	// a monitor's dashboard that is not read-only still cannot act: the
+	// page forges the POST a button would send, and PostgreSQL refuses it
+	root := uiserve.Serve(t, monitor, db.Schema, ui.Options{}).URL + "/pgsweep/"
+	b.do(t, chromedp.Navigate(root+"queues/orders?state=dead"), chromedp.WaitVisible(chromedp.CSS("#page")))
+	status := value(t, b, chromedp.Evaluate[int](fmt.Sprintf(`fetch("./orders/delete", {method: "POST",
+		headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: "id=%d"}).then(function (r) { return r.status; })`, id),
+		chromedp.EvalAwaitPromise))
+	if status != 403 {
+		t.Fatalf("the monitor's forged POST: %d, want 403", status)
+	}
+	if m, found, err := db.Client.BrowseMessage(context.Background(), "orders", id); err != nil || !found || m.State != pgsweep.BrowseDead {
+		t.Fatalf("after the forged POST: %+v %v %v, want the dead letter untouched", m, found, err)
+	}
+	b.take() // the 403 itself is what was wanted
+}
+
+// On a phone's width every page fits: nothing makes the page scroll
+// sideways (wide tables scroll inside themselves).
+func TestPhoneWidth(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders-with-a-rather-long-name-for-a-phone", pgsweep.Outbox, 1)
+	id := deadLetter(t, db.Client, "orders-with-a-rather-long-name-for-a-phone", "an error text that is long enough to wrap "+strings.Repeat("x", 200))
+	root := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{}).URL + "/pgsweep/"
+	b := newBrowser(t)
+	b.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	q := "queues/orders-with-a-rather-long-name-for-a-phone"
+	for _, p := range []string{"", q, q + "?state=dead", fmt.Sprintf("%s/messages/%d", q, id), "maintenance", "leases", "retention"} {
+		b.do(t, chromedp.Navigate(root+p), chromedp.WaitVisible(chromedp.CSS("#page")))
+		widths := value(t, b, chromedp.Evaluate[[]int](`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`))
+		if widths[0] > widths[1] {
+			t.Errorf("page %q at 390 px: %d px wide, scrolls sideways", p, widths[0])
+		}
+		if p == q+"?state=dead" {
+			b.screenshot(t, "phone-dead-letters")
+		}
+	}
+	if ps := b.take(); len(ps) > 0 {
+		t.Errorf("phone: %s", strings.Join(ps, "; "))
+	}
+}
