@@ -444,14 +444,11 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
-    IF p_table IS NULL THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
-    END IF;
     SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
      WHERE c.oid = p_table;
     IF NOT FOUND THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+        PERFORM _retention_invalid('p_table must be an existing table, got %s', coalesce('oid ' || p_table::oid::text, 'NULL'));
     END IF;
     -- never temporary: a cleaner runs in another session
     IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
@@ -482,10 +479,8 @@ BEGIN
     IF v_time.type_sql IS NULL THEN
         PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
     END IF;
-    v_time_type := CASE v_time.base_type
-        WHEN 'timestamptz'::regtype THEN 'timestamptz'
-        WHEN 'timestamp'::regtype THEN 'timestamp'
-        WHEN 'date'::regtype THEN 'date' END;
+    v_time_type := CASE v_time.base_type WHEN 'timestamptz'::regtype THEN 'timestamptz'
+                        WHEN 'timestamp'::regtype THEN 'timestamp' WHEN 'date'::regtype THEN 'date' END;
     IF v_time_type IS NULL THEN
         PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
             quote_ident(p_time_column), v_time.base_type::text);
@@ -568,6 +563,34 @@ RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT _check_text('p_table', p_table, 300) $$;
+
+CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
+RETURNS regclass
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass;
+    v_pinned text := pg_catalog.current_setting('search_path');
+BEGIN
+    IF p_table IS NOT NULL THEN
+        PERFORM retention_table_name_check(p_table); -- the name rule (validate.sql): before the name is echoed
+        BEGIN
+            PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
+            v_rel := pg_catalog.to_regclass(p_table);
+        EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
+            v_rel := NULL;
+        END;
+        PERFORM pg_catalog.set_config('search_path', v_pinned, true);
+    END IF;
+    IF v_rel IS NULL THEN
+        RAISE EXCEPTION 'p_table must be an existing table, got %',
+            coalesce(pg_catalog.quote_literal(pg_catalog.left(p_table, 300)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v_rel;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
 RETURNS boolean
@@ -659,6 +682,18 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
+    SELECT _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s', coalesce(quote_literal(p_strategy), 'NULL'))
+     WHERE p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset');
+    UPDATE retention_policy SET strategy = p_strategy WHERE name = p_name;
+    SELECT _retention_policy_changed(p_name, true);
+$$;
+
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
 RETURNS void
 LANGUAGE sql
@@ -672,6 +707,58 @@ $$;
 -- pgsweep:end functions/retention_register.sql
 
 -- pgsweep:changed functions/retention_step.sql
+CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_pol retention_policy;
+    v_owner text;
+    v_token bigint;
+    v_id bigint;
+    v_at timestamptz;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_text('p_name', p_name);
+    IF p_owner IS NOT NULL THEN PERFORM _check_text('p_owner', p_owner); END IF;
+    PERFORM _check_interval('p_budget', p_budget, interval '0', interval '1 day');
+    SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
+    IF NOT FOUND THEN
+        PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
+    END IF;
+    IF v_pol.older_than IS NULL THEN
+        RETURN NULL; -- keep forever
+    END IF;
+    v_owner := coalesce(p_owner,
+        format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
+    IF v_pol.mode = 'exclusive' THEN
+        PERFORM _retention_unlock(p_name);
+        IF NOT pg_catalog.pg_try_advisory_lock(_retention_lock_key(p_name)) THEN
+            RAISE NOTICE 'retention policy %: another cleaner is running it; nothing done', p_name;
+            RETURN NULL;
+        END IF;
+        v_token := _lease_acquire('retention:' || p_name, v_owner, v_pol.lease_ttl, NULL);
+        IF v_token IS NULL THEN
+            PERFORM pg_catalog.pg_advisory_unlock(_retention_lock_key(p_name));
+            RAISE NOTICE 'retention policy %: lease retention:% is held by another cleaner; nothing done', p_name, p_name;
+            RETURN NULL;
+        END IF;
+    END IF;
+    v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
+    INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
+                                now_override, renewed_at)
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(),
+            (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
+            v_at, v_at + p_budget, p_now, v_at)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+EXCEPTION WHEN OTHERS THEN
+    PERFORM _retention_unlock(p_name);
+    RAISE;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint)
 RETURNS retention_step
 LANGUAGE plpgsql
@@ -733,13 +820,10 @@ BEGIN
     END IF;
     IF v_unit.policy IS NULL THEN
         -- A pass works one sweep: it joins the open one or plans one.
-        IF v_pass.deferred > 0 THEN
-            UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
-            RETURN o;
-        END IF;
-        IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
+        IF v_pass.deferred > 0 OR v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
-            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
+            UPDATE retention_pass SET outcome = CASE WHEN v_pass.deferred > 0 THEN 'deferred' ELSE 'drained' END
+             WHERE id = p_pass;
             RETURN o;
         END IF;
         -- Plan under the policy row's lock, taken without waiting.
@@ -771,13 +855,6 @@ BEGIN
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    -- a shard gone since the plan leaves its rows to the next sweep
-    IF v_unit.shard_id IS NOT NULL
-       AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
-        DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-        o.more := true;
-        RETURN o;
-    END IF;
     -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have
     -- USAGE on its schema), still a partition (one detached since the plan
     -- is no longer the policy's table).
@@ -785,19 +862,22 @@ BEGIN
         SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
-        IF v_target IS NULL THEN
-            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-            o.more := true;
-            RETURN o;
-        END IF;
-        -- Planned as a drop but no longer droppable (re-attached elsewhere,
-        -- the policy changed): sweep the whole leaf instead.
-        IF v_unit.kind = 'drop'
-           AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
-            UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
-             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
-            RETURNING * INTO v_unit;
-        END IF;
+    END IF;
+    -- a leaf or a shard gone since the plan leaves its rows to the next sweep
+    IF (v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' AND v_target IS NULL)
+       OR (v_unit.shard_id IS NOT NULL
+           AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL) THEN
+        DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+        o.more := true;
+        RETURN o;
+    END IF;
+    -- Planned as a drop but no longer droppable (re-attached elsewhere, the
+    -- policy changed): sweep the whole leaf instead.
+    IF v_unit.kind = 'drop' AND v_target IS NOT NULL
+       AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
+        UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
+         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
+        RETURNING * INTO v_unit;
     END IF;
     o.kind := CASE v_unit.kind WHEN 'detached' THEN 'release' WHEN 'drop' THEN 'detach' ELSE 'delete' END;
     o.more := true;
@@ -869,6 +949,37 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
+    p_rows bigint, p_strategy text, p_premarked boolean)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    WITH l AS (
+        SELECT x.unit_no, x.oid,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                        WHERE c.oid = x.oid AND c.relname = _retention_detached_name(x.oid) AND NOT c.relispartition) AS detached
+          FROM unnest(p_units, p_leaves) x(unit_no, oid)
+    ), u AS (
+        UPDATE retention_unit u
+           SET kind = CASE WHEN l.detached THEN 'detached' ELSE 'drop' END::retention_unit_kind,
+               detached_table = CASE WHEN l.detached THEN l.oid END,
+               deferred_pass = p_pass
+          FROM l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
+        RETURNING l.detached
+    )
+    UPDATE retention_pass
+       SET rows_deleted = rows_deleted + CASE WHEN n.detached > 0 THEN p_rows ELSE 0 END,
+           batches = batches + CASE WHEN n.detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + n.detached - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
+           deferred = deferred + cardinality(p_leaves) - n.detached,
+           last_batch_at = CASE WHEN n.detached > 0 THEN pg_catalog.clock_timestamp() ELSE last_batch_at END,
+           strategy = p_strategy
+      FROM (SELECT count(*) FILTER (WHERE u.detached)::int AS detached FROM u) n
+     WHERE id = p_pass;
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
     OUT o_units int[], OUT o_tables oid[])
 LANGUAGE plpgsql
@@ -905,6 +1016,27 @@ BEGIN
         END IF;
     END LOOP;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    WITH l AS (
+        SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
+          FROM unnest(p_units, p_tables) x(unit_no, oid)
+    ), d AS (
+        DELETE FROM retention_unit u USING l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
+        RETURNING 1
+    ), k AS (
+        UPDATE retention_unit u SET deferred_pass = p_pass FROM l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND l.present
+        RETURNING 1
+    )
+    UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
+     WHERE id = p_pass;
 $$;
 
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
@@ -964,12 +1096,8 @@ BEGIN
     SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
-    o_policy := v_pol.name;
-    o_owner := v_pol.owner;
-    o_cutoff := v.cutoff;
-    o_statuses := v_pol.statuses;
-    o_filters := v_pol.filter_values;
-
+    SELECT v_pol.name, v_pol.owner, v_pol.owner, v.cutoff, v_pol.statuses, v_pol.filter_values
+      INTO o_policy, o_owner, o_role, o_cutoff, o_statuses, o_filters;
     IF v.kind = 'plan' AND v.pct IS NULL THEN -- an empty or a partitioned table: no sample
         PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
         RETURN;
@@ -992,8 +1120,6 @@ BEGIN
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
         RETURN;
     END IF;
-
-    o_role := v_pol.owner;
     CASE v.kind
     WHEN 'plan' THEN
         o_kind := 'sample';
@@ -1020,7 +1146,6 @@ BEGIN
         v.oids := v_b.o_tables;
         v_sql := _retention_release_body(v.oids);
     ELSE
-        o_kind := 'delete';
         IF v.target IS NOT NULL THEN
             -- a leaf: as its owner, if the policy's owner may act as it
             o_role := _retention_run_role(v_pol, v.target::regclass);
@@ -1032,12 +1157,12 @@ BEGIN
                        v_pol.owner::text)
                  WHERE id = p_pass;
                 DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-                o_kind := NULL;
                 RETURN;
             END IF;
         ELSE
             o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
         END IF;
+        o_kind := 'delete';
         o_type := CASE v.strategy WHEN 'tid_range' THEN 'pg_catalog.tid' ELSE 'pg_catalog.timestamptz' END;
         o_lo := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', v_unit.block_lo) ELSE v_unit.time_lo::text END;
         o_hi := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))
@@ -1139,6 +1264,26 @@ BEGIN
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_deleted);
     END IF;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_finish(p_pass bigint, p_outcome text, p_error text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    WITH p AS (
+        UPDATE retention_pass
+           SET finished_at = pg_catalog.clock_timestamp(),
+               outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
+               error = CASE WHEN p_error IS NULL THEN error ELSE coalesce(error || '; ', '') || p_error END,
+               step = NULL
+         WHERE id = p_pass
+        RETURNING policy, owner, mode)
+    SELECT _lease_release('retention:' || p.policy, p.owner, NULL) FROM p WHERE p.mode = 'exclusive';
+    -- A bounded history: the last 1000 passes of each policy.
+    DELETE FROM retention_pass p
+     WHERE p.policy = (SELECT f.policy FROM retention_pass f WHERE f.id = p_pass)
+       AND p.id <= (SELECT p2.id FROM retention_pass p2 WHERE p2.policy = p.policy ORDER BY p2.id DESC OFFSET 1000 LIMIT 1);
 $$;
 -- pgsweep:end functions/retention_step.sql
 
@@ -1250,6 +1395,21 @@ AS $$
                      AT TIME ZONE 'UTC' END
 $$;
 
+CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT format('DELETE FROM %s WHERE %s AND %s',
+                  CASE WHEN p_target IS NULL THEN format('%I.%I', p_pol.table_schema, p_pol.table_name)
+                       ELSE (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+                               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target) END,
+                  CASE WHEN p_strategy = 'tid_range' THEN 'ctid >= $1 AND ctid < $2'
+                       ELSE format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                                   _retention_param(p_pol, '$1'), _retention_param(p_pol, '$2')) END,
+                  _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)))
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
 RETURNS text
 LANGUAGE sql STABLE
@@ -1292,47 +1452,35 @@ DECLARE
     v_nodes text[] := '{}';
     v_ports int[] := '{}';
     v_cmds text[] := '{}';
-    v_keys text[] := '{}';
-    v_k int;
-    v_where record;
-    v_name text[];
     v_sweep bigint;
     v_sizes text[] := '{}';
     v_units int;
     v_blocks bigint := 0;
     v_at timestamptz := clock_timestamp();
     r record;
-    i int;
 BEGIN
     EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
        INTO v_shards USING v_rel;
-    -- each shard's blocks and statistics, one command a node, by name
-    FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
-        v_where := _retention_shard_placement(v_rel, v_shards[i]);
-        IF v_where.node IS NULL THEN
-            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, v_shards[i], v_rel::text
+    -- each shard's blocks and statistics, one command a node (by its first shard), by name
+    FOR r IN SELECT w.node, w.port, min(s.id) AS first,
+                    string_agg(format('(%s::bigint, %L, %L)', s.id, (parse_ident(w.shard))[1], (parse_ident(w.shard))[2]),
+                               ', ' ORDER BY s.id) AS shards
+               FROM unnest(v_shards) s(id) CROSS JOIN LATERAL _retention_shard_placement(v_rel, s.id) w
+              GROUP BY w.node, w.port ORDER BY min(s.id) LOOP
+        IF r.node IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, r.first, v_rel::text
                 USING ERRCODE = 'object_not_in_prerequisite_state';
         END IF;
-        v_name := parse_ident(v_where.shard);
-        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
-        IF v_k IS NULL THEN
-            v_keys := v_keys || (v_where.node || ':' || v_where.port);
-            v_nodes := v_nodes || v_where.node;
-            v_ports := v_ports || v_where.port;
-            v_cmds := v_cmds || ''::text;
-            v_k := cardinality(v_keys);
-        END IF;
-        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
-                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
+        v_nodes := v_nodes || r.node;
+        v_ports := v_ports || r.port;
+        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
+                                   '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                                   'FROM (VALUES %s) v(shard, nsp, rel) '
+                                   'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                                   'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, r.shards);
     END LOOP;
     -- "shard blocks tuples pages", one line a shard
-    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
-                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
-                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
-                               'FROM (VALUES %s) v(shard, nsp, rel) '
-                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
-                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
-                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, v_cmds, true) LOOP
         IF NOT r.success THEN
             RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
                 r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';

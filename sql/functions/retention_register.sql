@@ -13,20 +13,16 @@ END
 $$;
 
 -- Ownership: a policy belongs to the role that registers it, and every run
--- deletes as that role. Only its owner, or a member of it, changes it,
--- unregisters it or registers its name again (42501 otherwise); built-in
--- policies (names under 'pgsweep.') belong to pgsweep.
---
--- A SECURITY DEFINER function cannot see the role that called it, so the
--- caller proves who it is: each entry point runs as its caller and creates
--- an empty temporary table (retention_owner_proof), which PostgreSQL
--- records as owned by the calling role; its SECURITY DEFINER half
--- (retention_*_proved) takes the role from that table's owner
--- (_retention_proof_role); then the wrapper drops it. Code running as
--- another role in the session can prove only its own role.
+-- deletes as that role; only a member of that role changes, unregisters or
+-- re-registers it (42501). Built-in policies ('pgsweep.' names) are pgsweep's.
+-- A SECURITY DEFINER function cannot see its caller, so each entry point runs
+-- as its caller, creates an empty temporary table (retention_owner_proof),
+-- which PostgreSQL records as owned by the calling role, calls its SECURITY
+-- DEFINER half (retention_*_proved), which takes the role from that owner
+-- (_retention_proof_role), and drops the table. Code running as another role
+-- in the session can prove only its own role.
 
--- retention_owner_proof: a new proof of the calling role (it runs as its
--- caller), its qualified name; the wrapper that asked drops it.
+-- retention_owner_proof: a new proof of the calling role, its qualified name.
 CREATE OR REPLACE FUNCTION retention_owner_proof()
 RETURNS text
 LANGUAGE plpgsql
@@ -41,8 +37,7 @@ BEGIN
 END
 $$;
 
--- _retention_proof_role: the role that created the proof table p_proof of
--- this session (42501 when it is not one).
+-- _retention_proof_role: the role that created this session's proof p_proof (42501: none).
 CREATE OR REPLACE FUNCTION _retention_proof_role(p_proof regclass, p_verb text)
 RETURNS regrole
 LANGUAGE plpgsql STABLE
@@ -63,10 +58,9 @@ BEGIN
 END
 $$;
 
--- _retention_policy_owned: the policy p_name for a change by p_role (FOR NO
--- KEY UPDATE), or NULL when there is none (p_must: 22023 instead); 42501
--- when the name is a built-in's or the policy belongs to a role p_role is
--- not a member of.
+-- _retention_policy_owned: the policy p_name locked for a change by p_role,
+-- NULL when there is none (p_must: 22023); 42501 for a built-in's name or a
+-- policy of a role p_role is not a member of.
 CREATE OR REPLACE FUNCTION _retention_policy_owned(p_verb text, p_name text, p_role regrole, p_must boolean)
 RETURNS retention_policy
 LANGUAGE plpgsql
@@ -153,14 +147,11 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
-    IF p_table IS NULL THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
-    END IF;
     SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
      WHERE c.oid = p_table;
     IF NOT FOUND THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+        PERFORM _retention_invalid('p_table must be an existing table, got %s', coalesce('oid ' || p_table::oid::text, 'NULL'));
     END IF;
     -- never temporary: a cleaner runs in another session
     IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
@@ -191,10 +182,8 @@ BEGIN
     IF v_time.type_sql IS NULL THEN
         PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
     END IF;
-    v_time_type := CASE v_time.base_type
-        WHEN 'timestamptz'::regtype THEN 'timestamptz'
-        WHEN 'timestamp'::regtype THEN 'timestamp'
-        WHEN 'date'::regtype THEN 'date' END;
+    v_time_type := CASE v_time.base_type WHEN 'timestamptz'::regtype THEN 'timestamptz'
+                        WHEN 'timestamp'::regtype THEN 'timestamp' WHEN 'date'::regtype THEN 'date' END;
     IF v_time_type IS NULL THEN
         PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
             quote_ident(p_time_column), v_time.base_type::text);
@@ -296,7 +285,6 @@ BEGIN
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
-            PERFORM pg_catalog.set_config('search_path', v_pinned, true);
         EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
             v_rel := NULL;
         END;
@@ -503,18 +491,14 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-BEGIN
-    PERFORM _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
-    IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
-        PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
-            coalesce(quote_literal(p_strategy), 'NULL'));
-    END IF;
+    SELECT _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
+    SELECT _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s', coalesce(quote_literal(p_strategy), 'NULL'))
+     WHERE p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset');
     UPDATE retention_policy SET strategy = p_strategy WHERE name = p_name;
-    PERFORM _retention_policy_changed(p_name, true);
-END
+    SELECT _retention_policy_changed(p_name, true);
 $$;
 
 -- The TTL of an exclusive policy's lease retention:<name>.

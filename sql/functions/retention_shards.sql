@@ -76,47 +76,35 @@ DECLARE
     v_nodes text[] := '{}';
     v_ports int[] := '{}';
     v_cmds text[] := '{}';
-    v_keys text[] := '{}';
-    v_k int;
-    v_where record;
-    v_name text[];
     v_sweep bigint;
     v_sizes text[] := '{}';
     v_units int;
     v_blocks bigint := 0;
     v_at timestamptz := clock_timestamp();
     r record;
-    i int;
 BEGIN
     EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
        INTO v_shards USING v_rel;
-    -- each shard's blocks and statistics, one command a node, by name
-    FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
-        v_where := _retention_shard_placement(v_rel, v_shards[i]);
-        IF v_where.node IS NULL THEN
-            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, v_shards[i], v_rel::text
+    -- each shard's blocks and statistics, one command a node (by its first shard), by name
+    FOR r IN SELECT w.node, w.port, min(s.id) AS first,
+                    string_agg(format('(%s::bigint, %L, %L)', s.id, (parse_ident(w.shard))[1], (parse_ident(w.shard))[2]),
+                               ', ' ORDER BY s.id) AS shards
+               FROM unnest(v_shards) s(id) CROSS JOIN LATERAL _retention_shard_placement(v_rel, s.id) w
+              GROUP BY w.node, w.port ORDER BY min(s.id) LOOP
+        IF r.node IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, r.first, v_rel::text
                 USING ERRCODE = 'object_not_in_prerequisite_state';
         END IF;
-        v_name := parse_ident(v_where.shard);
-        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
-        IF v_k IS NULL THEN
-            v_keys := v_keys || (v_where.node || ':' || v_where.port);
-            v_nodes := v_nodes || v_where.node;
-            v_ports := v_ports || v_where.port;
-            v_cmds := v_cmds || ''::text;
-            v_k := cardinality(v_keys);
-        END IF;
-        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
-                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
+        v_nodes := v_nodes || r.node;
+        v_ports := v_ports || r.port;
+        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
+                                   '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                                   'FROM (VALUES %s) v(shard, nsp, rel) '
+                                   'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                                   'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, r.shards);
     END LOOP;
     -- "shard blocks tuples pages", one line a shard
-    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
-                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
-                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
-                               'FROM (VALUES %s) v(shard, nsp, rel) '
-                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
-                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
-                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, v_cmds, true) LOOP
         IF NOT r.success THEN
             RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
                 r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';

@@ -78,24 +78,17 @@ AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
 -- p_target, one leaf of it (a partitioned policy's units name their leaf).
 CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
-    v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
-    v_pred text := _retention_predicate(p_pol, v_rel);
-BEGIN
-    IF p_target IS NOT NULL THEN
-        SELECT format('%I.%I', n.nspname, c.relname) INTO v_tbl
-          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target;
-    END IF;
-    IF p_strategy = 'tid_range' THEN
-        RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
-    END IF;
-    RETURN format('DELETE FROM %s WHERE %I >= %s AND %I < %s AND %s', v_tbl, p_pol.time_column,
-                  _retention_param(p_pol, '$1'), p_pol.time_column, _retention_param(p_pol, '$2'), v_pred);
-END
+    SELECT format('DELETE FROM %s WHERE %s AND %s',
+                  CASE WHEN p_target IS NULL THEN format('%I.%I', p_pol.table_schema, p_pol.table_name)
+                       ELSE (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+                               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target) END,
+                  CASE WHEN p_strategy = 'tid_range' THEN 'ctid >= $1 AND ctid < $2'
+                       ELSE format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                                   _retention_param(p_pol, '$1'), _retention_param(p_pol, '$2')) END,
+                  _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)))
 $$;
 
 -- _retention_sample_sql: the planning sample over p_pct percent of the

@@ -2,12 +2,10 @@
 -- commit) calls the step routines below and commits after each; the logic
 -- lives in functions, which can pin search_path.
 --
--- Exclusive mode holds two locks for the whole pass: the policy's advisory
--- lock (session level, across the pass's commits; taken without waiting),
--- so that no other session starts a pass while this one is connected; and
--- the lease retention:<name> (lease.sql), which survives the session and is
--- checked (renewed every third of its TTL) before every batch. The advisory
--- lock is released after the commit that ends the pass.
+-- An exclusive pass holds two locks: the policy's advisory lock (session
+-- level, taken without waiting, released after the commit that ends the
+-- pass), so that no other session starts one; and the lease retention:<name>
+-- (lease.sql), which survives the session and is checked before every batch.
 
 CREATE OR REPLACE FUNCTION _retention_lock_key(p_name text)
 RETURNS bigint
@@ -47,14 +45,11 @@ DECLARE
     v_owner text;
     v_token bigint;
     v_id bigint;
-    v_start timestamptz;
     v_at timestamptz;
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_name', p_name);
-    IF p_owner IS NOT NULL THEN
-        PERFORM _check_text('p_owner', p_owner);
-    END IF;
+    IF p_owner IS NOT NULL THEN PERFORM _check_text('p_owner', p_owner); END IF;
     PERFORM _check_interval('p_budget', p_budget, interval '0', interval '1 day');
     SELECT * INTO v_pol FROM retention_policy WHERE name = p_name;
     IF NOT FOUND THEN
@@ -65,7 +60,6 @@ BEGIN
     END IF;
     v_owner := coalesce(p_owner,
         format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
-
     IF v_pol.mode = 'exclusive' THEN
         PERFORM _retention_unlock(p_name);
         IF NOT pg_catalog.pg_try_advisory_lock(_retention_lock_key(p_name)) THEN
@@ -79,13 +73,12 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-
-    SELECT a.backend_start INTO v_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid();
     v_at := clock_timestamp(); -- after both locks: the pass may delete from now on
     INSERT INTO retention_pass (policy, owner, mode, lease_token, pid, backend_start, started_at, deadline,
                                 now_override, renewed_at)
-    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(), v_start, v_at,
-            v_at + p_budget, p_now, v_at)
+    VALUES (p_name, v_owner, v_pol.mode, v_token, pg_catalog.pg_backend_pid(),
+            (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()),
+            v_at, v_at + p_budget, p_now, v_at)
     RETURNING id INTO v_id;
     RETURN v_id;
 EXCEPTION WHEN OTHERS THEN
@@ -160,13 +153,10 @@ BEGIN
     END IF;
     IF v_unit.policy IS NULL THEN
         -- A pass works one sweep: it joins the open one or plans one.
-        IF v_pass.deferred > 0 THEN
-            UPDATE retention_pass SET outcome = 'deferred' WHERE id = p_pass;
-            RETURN o;
-        END IF;
-        IF v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
+        IF v_pass.deferred > 0 OR v_pass.batches > 0 OR v_pass.planned_sweep IS NOT NULL
            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = v_pol.name AND u.owner IS NULL) THEN
-            UPDATE retention_pass SET outcome = 'drained' WHERE id = p_pass;
+            UPDATE retention_pass SET outcome = CASE WHEN v_pass.deferred > 0 THEN 'deferred' ELSE 'drained' END
+             WHERE id = p_pass;
             RETURN o;
         END IF;
         -- Plan under the policy row's lock, taken without waiting.
@@ -198,13 +188,6 @@ BEGIN
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    -- a shard gone since the plan leaves its rows to the next sweep
-    IF v_unit.shard_id IS NOT NULL
-       AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL THEN
-        DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-        o.more := true;
-        RETURN o;
-    END IF;
     -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have
     -- USAGE on its schema), still a partition (one detached since the plan
     -- is no longer the policy's table).
@@ -212,19 +195,22 @@ BEGIN
         SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r' AND c.relispartition;
-        IF v_target IS NULL THEN
-            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-            o.more := true;
-            RETURN o;
-        END IF;
-        -- Planned as a drop but no longer droppable (re-attached elsewhere,
-        -- the policy changed): sweep the whole leaf instead.
-        IF v_unit.kind = 'drop'
-           AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
-            UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
-             WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
-            RETURNING * INTO v_unit;
-        END IF;
+    END IF;
+    -- a leaf or a shard gone since the plan leaves its rows to the next sweep
+    IF (v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' AND v_target IS NULL)
+       OR (v_unit.shard_id IS NOT NULL
+           AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL) THEN
+        DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+        o.more := true;
+        RETURN o;
+    END IF;
+    -- Planned as a drop but no longer droppable (re-attached elsewhere, the
+    -- policy changed): sweep the whole leaf instead.
+    IF v_unit.kind = 'drop' AND v_target IS NOT NULL
+       AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
+        UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
+         WHERE policy = v_unit.policy AND sweep_id = v_unit.sweep_id AND unit_no = v_unit.unit_no
+        RETURNING * INTO v_unit;
     END IF;
     o.kind := CASE v_unit.kind WHEN 'detached' THEN 'release' WHEN 'drop' THEN 'detach' ELSE 'delete' END;
     o.more := true;
@@ -310,13 +296,9 @@ $$;
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_detached int;
-    v_now timestamptz;
-BEGIN
     WITH l AS (
         SELECT x.unit_no, x.oid,
                EXISTS (SELECT 1 FROM pg_catalog.pg_class c
@@ -331,18 +313,15 @@ BEGIN
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no
         RETURNING l.detached
     )
-    SELECT count(*) FILTER (WHERE u.detached) INTO v_detached FROM u;
-    v_now := clock_timestamp();
     UPDATE retention_pass
-       SET rows_deleted = rows_deleted + CASE WHEN v_detached > 0 THEN p_rows ELSE 0 END,
-           batches = batches + CASE WHEN v_detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
-           partitions_dropped = partitions_dropped + v_detached
-                                - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
-           deferred = deferred + cardinality(p_leaves) - v_detached,
-           last_batch_at = CASE WHEN v_detached > 0 THEN v_now ELSE last_batch_at END,
+       SET rows_deleted = rows_deleted + CASE WHEN n.detached > 0 THEN p_rows ELSE 0 END,
+           batches = batches + CASE WHEN n.detached > 0 THEN 1 ELSE 0 END - CASE WHEN p_premarked THEN 1 ELSE 0 END,
+           partitions_dropped = partitions_dropped + n.detached - CASE WHEN p_premarked THEN cardinality(p_leaves) ELSE 0 END,
+           deferred = deferred + cardinality(p_leaves) - n.detached,
+           last_batch_at = CASE WHEN n.detached > 0 THEN pg_catalog.clock_timestamp() ELSE last_batch_at END,
            strategy = p_strategy
+      FROM (SELECT count(*) FILTER (WHERE u.detached)::int AS detached FROM u) n
      WHERE id = p_pass;
-END
 $$;
 
 -- _retention_release_claim gathers a release step's tables: the sweep's
@@ -391,13 +370,9 @@ $$;
 -- gone is done, else deferred. A release is not a batch.
 CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_released int;
-    v_left int;
-BEGIN
     WITH l AS (
         SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
           FROM unnest(p_units, p_tables) x(unit_no, oid)
@@ -405,13 +380,13 @@ BEGIN
         DELETE FROM retention_unit u USING l
          WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
         RETURNING 1
+    ), k AS (
+        UPDATE retention_unit u SET deferred_pass = p_pass FROM l
+         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND l.present
+        RETURNING 1
     )
-    SELECT count(*) INTO v_released FROM d;
-    UPDATE retention_unit u SET deferred_pass = p_pass
-     WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = ANY (p_units);
-    GET DIAGNOSTICS v_left = ROW_COUNT;
-    UPDATE retention_pass SET units = units + v_released, deferred = deferred + v_left WHERE id = p_pass;
-END
+    UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
+     WHERE id = p_pass;
 $$;
 
 -- _retention_plan_from_sample plans the pass's sweep from the sample.
@@ -526,12 +501,8 @@ BEGIN
     SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
-    o_policy := v_pol.name;
-    o_owner := v_pol.owner;
-    o_cutoff := v.cutoff;
-    o_statuses := v_pol.statuses;
-    o_filters := v_pol.filter_values;
-
+    SELECT v_pol.name, v_pol.owner, v_pol.owner, v.cutoff, v_pol.statuses, v_pol.filter_values
+      INTO o_policy, o_owner, o_role, o_cutoff, o_statuses, o_filters;
     IF v.kind = 'plan' AND v.pct IS NULL THEN -- an empty or a partitioned table: no sample
         PERFORM _retention_plan_from_sample(p_pass, v.now, NULL, NULL, NULL, NULL);
         RETURN;
@@ -554,8 +525,6 @@ BEGIN
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
         RETURN;
     END IF;
-
-    o_role := v_pol.owner;
     CASE v.kind
     WHEN 'plan' THEN
         o_kind := 'sample';
@@ -582,7 +551,6 @@ BEGIN
         v.oids := v_b.o_tables;
         v_sql := _retention_release_body(v.oids);
     ELSE
-        o_kind := 'delete';
         IF v.target IS NOT NULL THEN
             -- a leaf: as its owner, if the policy's owner may act as it
             o_role := _retention_run_role(v_pol, v.target::regclass);
@@ -594,12 +562,12 @@ BEGIN
                        v_pol.owner::text)
                  WHERE id = p_pass;
                 DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-                o_kind := NULL;
                 RETURN;
             END IF;
         ELSE
             o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
         END IF;
+        o_kind := 'delete';
         o_type := CASE v.strategy WHEN 'tid_range' THEN 'pg_catalog.tid' ELSE 'pg_catalog.timestamptz' END;
         o_lo := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', v_unit.block_lo) ELSE v_unit.time_lo::text END;
         o_hi := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))
@@ -710,30 +678,20 @@ $$;
 -- _retention_finish records the end of a pass and releases its lease.
 CREATE OR REPLACE FUNCTION _retention_finish(p_pass bigint, p_outcome text, p_error text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_pass retention_pass;
-    v_at timestamptz := clock_timestamp();
-BEGIN
-    UPDATE retention_pass
-       SET finished_at = v_at,
-           outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
-           error = CASE WHEN p_error IS NULL THEN error ELSE coalesce(error || '; ', '') || p_error END,
-           step = NULL
-     WHERE id = p_pass
-    RETURNING * INTO v_pass;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF v_pass.mode = 'exclusive' THEN
-        PERFORM _lease_release('retention:' || v_pass.policy, v_pass.owner, NULL);
-    END IF;
+    WITH p AS (
+        UPDATE retention_pass
+           SET finished_at = pg_catalog.clock_timestamp(),
+               outcome = coalesce(p_outcome, CASE WHEN outcome = 'running' THEN 'drained' ELSE outcome END),
+               error = CASE WHEN p_error IS NULL THEN error ELSE coalesce(error || '; ', '') || p_error END,
+               step = NULL
+         WHERE id = p_pass
+        RETURNING policy, owner, mode)
+    SELECT _lease_release('retention:' || p.policy, p.owner, NULL) FROM p WHERE p.mode = 'exclusive';
     -- A bounded history: the last 1000 passes of each policy.
     DELETE FROM retention_pass p
-     WHERE p.policy = v_pass.policy
-       AND p.id <= (SELECT p2.id FROM retention_pass p2 WHERE p2.policy = v_pass.policy
-                     ORDER BY p2.id DESC OFFSET 1000 LIMIT 1);
-END
+     WHERE p.policy = (SELECT f.policy FROM retention_pass f WHERE f.id = p_pass)
+       AND p.id <= (SELECT p2.id FROM retention_pass p2 WHERE p2.policy = p.policy ORDER BY p2.id DESC OFFSET 1000 LIMIT 1);
 $$;
