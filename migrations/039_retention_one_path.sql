@@ -11,7 +11,9 @@
 --     policy (kind drop, the claim kept), then the table is dropped.
 -- Dropped functions (single use, now inline): _retention_leaf_upper,
 --   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update,
---   _retention_detach_claim_for.
+--   _retention_detach_claim_for, retention_keyset_fraction, _retention_sample_pct,
+--   _retention_exec_body, _retention_release_body, _retention_scalar_type,
+--   _retention_step_released.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 ALTER TABLE retention_unit
@@ -40,6 +42,12 @@ DROP FUNCTION _retention_drop_sql(regclass);
 DROP FUNCTION _retention_builtin_name(text);
 DROP FUNCTION _retention_policy_for_update(text);
 DROP FUNCTION _retention_detach_claim_for(text, timestamptz, int);
+DROP FUNCTION retention_keyset_fraction();
+DROP FUNCTION _retention_sample_pct(retention_policy);
+DROP FUNCTION _retention_exec_body(text, text, regclass);
+DROP FUNCTION _retention_release_body(oid[]);
+DROP FUNCTION _retention_scalar_type(regtype);
+DROP FUNCTION _retention_step_released(bigint, retention_unit, int[], oid[]);
 
 -- pgsweep:changed functions/retention_detach.sql
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
@@ -92,8 +100,11 @@ BEGIN
         END IF;
         FOR v_c IN
             SELECT u.sweep_id, u.unit_no, u.kind, c.oid AS leaf, i.inhparent AS parent, n.nspname AS leaf_schema,
-                   c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name,
-                   i.inhdetachpending AS pending, c.relowner AS leaf_owner, p.relowner AS parent_owner
+                   c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name, i.inhdetachpending AS pending,
+                   CASE WHEN c.relowner <> v_pol.owner THEN pg_catalog.format('partition %I.%I is owned by %s', n.nspname, c.relname,
+                                                                              pg_catalog.pg_get_userbyid(c.relowner))
+                        WHEN p.relowner <> v_pol.owner THEN pg_catalog.format('parent %I.%I is owned by %s', pn.nspname, p.relname,
+                                                                              pg_catalog.pg_get_userbyid(p.relowner)) END AS foreign_owner
               FROM retention_unit u
               JOIN pg_catalog.pg_namespace n ON n.nspname = u.leaf_schema
               JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = u.leaf_name AND c.relkind = 'r'
@@ -112,15 +123,10 @@ BEGIN
              ORDER BY i.inhdetachpending DESC, c.oid
                FOR UPDATE OF u SKIP LOCKED
         LOOP
-            -- the runner acts only on the policy owner's own tables
-            IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
+            IF v_c.foreign_owner IS NOT NULL THEN
                 RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
                     v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format(
-                    '%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
-                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
-                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
-                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
-                    pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
+                    '%s, not by the policy''s owner %s: the runner acts only on its tables', v_c.foreign_owner,
                     pg_catalog.pg_get_userbyid(v_pol.owner));
                 CONTINUE;
             END IF;
@@ -134,9 +140,9 @@ BEGIN
                 _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
-    -- Tables the runner detached: dropped now if still under the runner's
-    -- name, the policy owner's, and depended on by nothing; any other is
-    -- left in place, its claim closed, with a NOTICE. parent: the policy's table.
+    -- Tables the runner detached: dropped if still under the runner's name,
+    -- the policy owner's, and depended on by nothing; any other is left in
+    -- place, its claim closed. parent: the policy's table.
     FOR v_c IN
         SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,
@@ -230,6 +236,40 @@ $$;
 -- pgsweep:end functions/retention_detach.sql
 
 -- pgsweep:changed functions/retention_partition.sql
+CREATE OR REPLACE FUNCTION _retention_leaf_bound(p_pol retention_policy, p_leaf regclass, p_lower boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_parent regclass;
+    v_strategy "char";
+    v_natts int;
+    v_attnum int;
+    v_bound text;
+    v_value text;
+BEGIN
+    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
+    IF v_parent IS NULL THEN RETURN NULL; END IF;
+    SELECT pt.partstrat, pt.partnatts, pt.partattrs[0] INTO v_strategy, v_natts, v_attnum
+      FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = v_parent;
+    IF v_strategy IS DISTINCT FROM 'r' OR v_natts <> 1 OR v_attnum = 0
+       OR (SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_parent AND a.attnum = v_attnum)
+          IS DISTINCT FROM p_pol.time_column THEN
+        RETURN NULL;
+    END IF;
+    SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) INTO v_bound FROM pg_catalog.pg_class c WHERE c.oid = p_leaf;
+    -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
+    v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
+                    ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
+    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN RETURN NULL; END IF;
+    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
+        CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
+       INTO v_bound;
+    RETURN v_bound::timestamptz;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_leaf_expired(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -375,19 +415,6 @@ BEGIN
                   v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
                   format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END
-$$;
-
-CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-                  coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
-                                             format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
-      FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
-      JOIN pg_catalog.pg_class c ON c.oid = l.oid
-      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 $$;
 -- pgsweep:end functions/retention_partition.sql
 
@@ -645,7 +672,9 @@ BEGIN
         IF v_col.type_sql IS NULL THEN
             PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
         END IF;
-        IF NOT _retention_scalar_type(v_col.base_type) THEN
+        -- a base type or an enum, not an array: read from text without running any role's code
+        IF NOT coalesce((SELECT t.typtype IN ('b', 'e') AND t.typcategory <> 'A'
+                           FROM pg_catalog.pg_type t WHERE t.oid = v_col.base_type), false) THEN
             PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
                 quote_ident(p_column), v_col.base_type::text);
         END IF;
@@ -676,22 +705,8 @@ DECLARE
     v_at timestamptz := clock_timestamp(); -- a plain value in the UPDATE (Citus)
 BEGIN
     UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
-    IF p_replan THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
-    END IF;
+    IF p_replan THEN DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL; END IF;
 END
-$$;
-
-CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$
-    SELECT _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
-    SELECT _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s', coalesce(quote_literal(p_strategy), 'NULL'))
-     WHERE p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset');
-    UPDATE retention_policy SET strategy = p_strategy WHERE name = p_name;
-    SELECT _retention_policy_changed(p_name, true);
 $$;
 
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)
@@ -771,6 +786,8 @@ DECLARE
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
     v_target oid;
+    v_rel regclass;
+    v_blocks bigint;
     o retention_step;
 BEGIN
     o.more := false;
@@ -850,7 +867,12 @@ BEGIN
         -- a pinned clock (tests) may only make the cutoff earlier
         o.now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
         o.cutoff := _retention_cutoff(v_pol, o.now);
-        o.pct := _retention_sample_pct(v_pol);
+        -- the sample reads about 400 blocks; none of an empty or a distributed table
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        v_blocks := pg_catalog.pg_relation_size(v_rel) / current_setting('block_size')::int;
+        IF v_blocks > 0 AND (v_pol.owner = _owner_role() OR _retention_distribution(v_rel) IS NULL) THEN
+            o.pct := least(100, 400 * 100.0 / v_blocks)::double precision;
+        END IF;
         RETURN o;
     END IF;
 
@@ -1018,27 +1040,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$
-    WITH l AS (
-        SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
-          FROM unnest(p_units, p_tables) x(unit_no, oid)
-    ), d AS (
-        DELETE FROM retention_unit u USING l
-         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
-        RETURNING 1
-    ), k AS (
-        UPDATE retention_unit u SET deferred_pass = p_pass FROM l
-         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND l.present
-        RETURNING 1
-    )
-    UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
-     WHERE id = p_pass;
-$$;
-
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS void
@@ -1081,18 +1082,13 @@ DECLARE
     v_unit retention_unit;
     v_b record;
     v_run record;
-    v_sql text;
 BEGIN
     o_more := false;
-    IF _retention_pass_check(p_pass) IS NULL THEN
-        RETURN;
-    END IF;
+    IF _retention_pass_check(p_pass) IS NULL THEN RETURN; END IF;
     UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
     v := _retention_step_claim(p_pass);
     o_more := v.more;
-    IF v.kind IS NULL THEN
-        RETURN;
-    END IF;
+    IF v.kind IS NULL THEN RETURN; END IF;
     SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
@@ -1120,12 +1116,14 @@ BEGIN
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
         RETURN;
     END IF;
+    -- the body of the statement: a PL/pgSQL block over $1..$5
     CASE v.kind
     WHEN 'plan' THEN
         o_kind := 'sample';
         o_type := 'pg_catalog.float8';
         o_lo := v.pct::text;
-        v_sql := _retention_sample_sql(v_pol, v.pct);
+        o_body := format('BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+                         'SELECT NULL::bigint, s.* FROM (' || _retention_sample_sql(v_pol, v.pct) || ') s');
         o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
     WHEN 'detach' THEN
         -- the parent's droppable leaves in one transaction, as their owner
@@ -1136,15 +1134,19 @@ BEGIN
         END IF;
         v.units := v_b.o_units;
         v.oids := v_b.o_leaves;
-        v_sql := _retention_detach_body(v_b.o_parent, v.oids);
+        o_body := _retention_detach_body(v_b.o_parent, v.oids);
     WHEN 'release' THEN
         v_b := _retention_release_claim(p_pass, v_unit);
-        IF cardinality(v_b.o_tables) = 0 THEN
-            RETURN;
-        END IF;
+        IF cardinality(v_b.o_tables) = 0 THEN RETURN; END IF;
         v.units := v_b.o_units;
         v.oids := v_b.o_tables;
-        v_sql := _retention_release_body(v.oids);
+        -- drops the detached tables; one held past lock_timeout stays
+        SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                      coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                                 format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
+          INTO o_body
+          FROM unnest(v.oids) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace;
     ELSE
         IF v.target IS NOT NULL THEN
             -- a leaf: as its owner, if the policy's owner may act as it
@@ -1167,7 +1169,10 @@ BEGIN
         o_lo := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', v_unit.block_lo) ELSE v_unit.time_lo::text END;
         o_hi := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))
                 ELSE v_unit.time_hi::text END;
-        v_sql := CASE WHEN v.shard_id IS NULL THEN _retention_sweep_sql(v_pol, v.strategy, v.target::regclass) END;
+        o_body := CASE WHEN v.shard_id IS NOT NULL THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
+                       ELSE format('DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+                                   'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                                   _retention_sweep_sql(v_pol, v.strategy, v.target::regclass)) END;
     END CASE;
     IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
         o_kind := v.kind;
@@ -1178,9 +1183,6 @@ BEGIN
     o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
                   -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
                   || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
-    o_body := CASE WHEN o_kind = 'delete' AND v.shard_id IS NOT NULL
-                   THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
-                   ELSE _retention_exec_body(v_sql, o_kind, v.target::regclass) END;
     UPDATE retention_pass SET step = v WHERE id = p_pass;
 END
 $$;
@@ -1210,12 +1212,8 @@ BEGIN
     END IF;
     v_pass := _retention_pass_check(p_pass);
     v := v_pass.step;
-    IF v.kind IS NULL THEN
-        RETURN;
-    END IF;
-    IF p_phase <> 'detaching' THEN
-        UPDATE retention_pass SET step = NULL WHERE id = p_pass;
-    END IF;
+    IF v.kind IS NULL THEN RETURN; END IF;
+    IF p_phase <> 'detaching' THEN UPDATE retention_pass SET step = NULL WHERE id = p_pass; END IF;
     IF v.kind = 'plan' THEN
         IF p_phase = 'done' THEN
             PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, p_fraction, p_sampled, p_times);
@@ -1224,9 +1222,7 @@ BEGIN
     END IF;
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
+    IF NOT FOUND THEN RETURN; END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
             -- Recorded before the parent is locked, as if every leaf will be
@@ -1249,8 +1245,21 @@ BEGIN
             PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, v_deleted, v.strategy,
                                              coalesce(v.premarked, false));
         END IF;
-    ELSIF v.kind = 'release' THEN
-        PERFORM _retention_step_released(p_pass, v_unit, v.units, v.oids);
+    ELSIF v.kind = 'release' THEN -- a unit whose table is gone is done, else deferred; a release is not a batch
+        WITH l AS (
+            SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
+              FROM unnest(v.units, v.oids) x(unit_no, oid)
+        ), d AS (
+            DELETE FROM retention_unit u USING l
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
+            RETURNING 1
+        ), k AS (
+            UPDATE retention_unit u SET deferred_pass = p_pass FROM l
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no AND l.present
+            RETURNING 1
+        )
+        UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
+         WHERE id = p_pass;
     ELSIF p_phase = 'locked' THEN
         PERFORM _retention_step_deferred(p_pass, v_unit);
     -- a shard's batch that read batch_size rows leaves its unit open
@@ -1288,17 +1297,6 @@ $$;
 -- pgsweep:end functions/retention_step.sql
 
 -- pgsweep:changed functions/retention_plan.sql
-CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
-RETURNS double precision
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT CASE WHEN b.n > 0 AND (p_pol.owner = _owner_role() OR _retention_distribution(b.rel) IS NULL)
-                THEN least(100, 400 * 100.0 / b.n)::double precision END
-      FROM (SELECT t.rel, pg_catalog.pg_relation_size(t.rel) / current_setting('block_size')::int AS n
-              FROM (SELECT _retention_table(p_pol.table_schema, p_pol.table_name) AS rel) t) b
-$$;
-
 CREATE OR REPLACE FUNCTION _retention_plan(p_pol retention_policy, p_now timestamptz, p_owner text,
     p_pct double precision, p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS bigint
@@ -1307,21 +1305,16 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
-    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
     v_strategy text := p_pol.strategy;
     v_block_size int := current_setting('block_size')::int;
     v_bounds timestamptz[];
-    v_eligible double precision;
-    v_tuples double precision;
-    v_pages double precision;
-    v_width double precision;
     v_rpb double precision;
     v_blocks bigint;
     v_step bigint;
     v_sweep bigint;
     v_units int;
     v_n int;
-    v_at timestamptz;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) = 'p' THEN
         RETURN _retention_plan_partitioned(p_pol, p_now, p_owner);
@@ -1332,40 +1325,35 @@ BEGIN
     IF p_pol.owner <> _owner_role() AND _retention_distribution(v_rel) IS NOT NULL THEN
         RETURN _retention_plan_shards(p_pol, p_now, p_owner);
     END IF;
-    SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
     IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
-        v_strategy := CASE
-            WHEN p_fraction <= retention_keyset_fraction()
-                 AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
-            THEN 'keyset' ELSE 'tid_range' END;
+        v_strategy := CASE WHEN p_fraction <= 0.05::double precision
+                                AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
+                           THEN 'keyset' ELSE 'tid_range' END;
     END IF;
-
     IF v_strategy = 'tid_range' THEN
         -- rows per block: the most of the statistics', the rows' width's and
         -- the sample's, so that a unit of dense blocks holds one batch
-        SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) INTO v_width
-          FROM pg_catalog.pg_stats s WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name;
-        v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width,
-                          p_sampled / (p_pct / 100 * v_blocks), 1);
+        SELECT greatest(CASE WHEN c.reltuples > 0 AND c.relpages > 0 THEN c.reltuples::float8 / c.relpages END,
+                        (SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) FROM pg_catalog.pg_stats s
+                          WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name),
+                        p_sampled / (p_pct / 100 * v_blocks), 1)
+          INTO v_rpb FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
     ELSE
         -- windows cut at the quantiles of the sampled eligible times, from
         -- -infinity to infinity: every row is covered
-        v_eligible := coalesce(p_fraction * p_sampled * 100 / p_pct, 0);
-        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(p_times), 1), 100000)::int;
-        SELECT coalesce(array_agg(DISTINCT p_times[ceil(i * cardinality(p_times)::float8 / v_n)::int]), '{}')
-          INTO v_bounds
-          FROM generate_series(1, v_n - 1) i;
-        v_bounds := '{-infinity}'::timestamptz[] || v_bounds || '{infinity}'::timestamptz[];
+        v_n := least(greatest(ceil(coalesce(p_fraction * p_sampled * 100 / p_pct, 0) / p_pol.batch_size), 1),
+                     coalesce(cardinality(p_times), 1), 100000)::int;
+        SELECT '{-infinity}'::timestamptz[]
+               || coalesce(array_agg(DISTINCT p_times[ceil(i * cardinality(p_times)::float8 / v_n)::int]), '{}')
+               || '{infinity}'::timestamptz[]
+          INTO v_bounds FROM generate_series(1, v_n - 1) i;
     END IF;
-
-    v_at := clock_timestamp();
     INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
                                  eligible_fraction)
-    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, p_fraction)
+    VALUES (p_pol.name, v_strategy, _retention_cutoff(p_pol, p_now), v_at, p_owner, 0, v_blocks, v_step, p_fraction)
     RETURNING id INTO v_sweep;
-
     IF v_strategy = 'tid_range' THEN
         INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi)
         SELECT p_pol.name, v_sweep, g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END
@@ -1377,7 +1365,6 @@ BEGIN
     END IF;
     GET DIAGNOSTICS v_units = ROW_COUNT;
     UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
-
     PERFORM _retention_sweep_trim(p_pol.name);
     RETURN v_sweep;
 END
@@ -1422,22 +1409,108 @@ AS $$
                   p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
 $$;
 
-CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
-RETURNS text
-LANGUAGE sql STABLE
+CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
+RETURNS boolean
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT CASE WHEN p_kind IN ('detach', 'release') THEN p_sql -- bodies built in retention_partition.sql
-        WHEN p_kind = 'delete' THEN pg_catalog.format(
-            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
-            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
-        ELSE pg_catalog.format(
-            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
-            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
+DECLARE
+    v record;
+    v_sig text;
+    v_path text;
+    v_before record;
+    v_after record;
+    v_changed text;
+    v_deleted bigint;
+    v_fraction double precision;
+    v_sampled bigint;
+    v_times timestamptz[];
+BEGIN
+    v := retention_step_claim(p_pass);
+    IF v.o_kind IS NULL THEN RETURN v.o_more; END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'retention policy %: % cannot act as %', v.o_policy, current_user,
+            CASE WHEN v.o_role = v.o_owner THEN pg_catalog.format('the policy''s owner %s', v.o_role)
+                 ELSE pg_catalog.format('%s, the owner of its table', v.o_role) END
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Run maintenance as a role that can act as %s: GRANT %I TO %I.',
+                                           v.o_role, v.o_role::text, current_user);
+    END IF;
+    BEGIN
+        IF v.o_kind = 'detach' THEN
+            -- recorded first, as if every leaf will be detached: from the
+            -- parent's lock to the commit only the rows are left to add
+            PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
+        END IF;
+        v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION %s RETURNS TABLE (deleted bigint, fraction float8, sampled bigint, times timestamptz[]) '
+            'LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp%s AS %L', v_sig, v.o_settings, v.o_body);
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', v_sig, v.o_role::text);
+        v_path := pg_catalog.current_setting('search_path');
+        v_before := retention_step_session_state();
+        BEGIN
+            EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
+                                      v.o_type, v.o_type)
+               INTO v_deleted, v_fraction, v_sampled, v_times
+              USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            -- Rolled back with the block: settings, objects, rows. Not prepared statements.
+            PERFORM retention_step_session_restore(v_before.prepared);
+            RAISE;
+        END;
+        -- The owner's code may have set search_path for the session: compare it
+        -- before any name is looked up again (pg_catalog only, no operator).
+        IF NOT pg_catalog.texteq(pg_catalog.current_setting('search_path'), v_path) THEN
+            v_changed := 'search_path';
+        ELSE
+            v_after := retention_step_session_state();
+            v_changed := CASE
+                WHEN v_after.settings IS DISTINCT FROM v_before.settings THEN
+                    'settings ' || (SELECT pg_catalog.string_agg(pg_catalog.split_part(a.s, '=', 1), ', ')
+                                      FROM pg_catalog.unnest(v_after.settings) a(s) WHERE NOT a.s = ANY (v_before.settings))
+                WHEN v_after.prepared IS DISTINCT FROM v_before.prepared THEN 'prepared statements'
+                WHEN v_after.writes IS DISTINCT FROM v_before.writes THEN 'retention policies or database objects' END;
+        END IF;
+        IF v_changed IS NOT NULL THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_session_restore(v_before.prepared);
+            RAISE EXCEPTION 'retention policy %: a statement run as its owner % changed the maintenance session (%); nothing it did is kept',
+                v.o_policy, v.o_role, v_changed
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Triggers, rules and row-level security policies on a policy''s table run inside maintenance: '
+                             'they must not SET parameters, create objects, prepare statements or register retention policies.';
+        END IF;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
+        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        -- A row (delete), the parent or a leaf (detach), a detached table
+        -- (release) stayed locked past retention_lock_timeout: the step
+        -- rolled back whole; its units wait for a later pass.
+        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN RAISE; END IF;
+        PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
+    END;
+    RETURN v.o_more;
+END
 $$;
 -- pgsweep:end functions/retention_sql.sql
 
 -- pgsweep:changed functions/retention_shards.sql
+CREATE OR REPLACE FUNCTION _retention_distribution(p_rel regclass)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_col text;
+BEGIN
+    IF NOT _citus_available() THEN RETURN NULL; END IF;
+    EXECUTE 'SELECT pg_catalog.column_to_column_name(d.logicalrelid, d.partkey) FROM pg_catalog.pg_dist_partition d '
+            'WHERE d.logicalrelid = $1 AND d.partmethod = ''h'''
+       INTO v_col USING p_rel;
+    RETURN v_col;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_plan_shards(p_pol retention_policy, p_now timestamptz, p_owner text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -1543,6 +1616,69 @@ SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
 -- pgsweep:end functions/retention_views.sql
+
+-- pgsweep:changed functions/retention_check.sql
+CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,
+    OUT category "char")
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_typ oid;
+BEGIN
+    SELECT a.atttypid INTO v_typ
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = p_table AND a.attname = p_column AND a.attnum > 0 AND NOT a.attisdropped;
+    IF v_typ IS NULL THEN RETURN; END IF;
+    WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = v_typ) = 'd' LOOP
+        SELECT t.typbasetype INTO v_typ FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
+    END LOOP;
+    SELECT format('%I.%I', n.nspname, t.typname) INTO type_sql
+      FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+     WHERE t.oid = v_typ;
+    base_type := v_typ::regtype;
+    SELECT t.typcategory INTO category FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
+END
+$$;
+-- pgsweep:end functions/retention_check.sql
+
+-- pgsweep:changed functions/retention_run.sql
+CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_more boolean;
+    v_failed boolean := false;
+    v_state pg_catalog.text;
+    v_msg pg_catalog.text;
+    v_detail pg_catalog.text;
+    v_hint pg_catalog.text;
+BEGIN
+    IF p_pass IS NULL THEN RETURN; END IF;
+    LOOP
+        BEGIN
+            v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                    v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+            v_failed := true;
+        END;
+        IF v_failed THEN
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, pg_catalog.format('%s: %s', v_state, v_msg));
+            COMMIT;
+            PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
+                HINT = coalesce(v_hint, '');
+        END IF;
+        COMMIT;
+        EXIT WHEN NOT v_more;
+    END LOOP;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, NULL);
+    COMMIT;
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+END
+$$;
+-- pgsweep:end functions/retention_run.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

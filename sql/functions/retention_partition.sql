@@ -30,9 +30,7 @@ DECLARE
     v_value text;
 BEGIN
     SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    IF v_parent IS NULL THEN
-        RETURN NULL;
-    END IF;
+    IF v_parent IS NULL THEN RETURN NULL; END IF;
     SELECT pt.partstrat, pt.partnatts, pt.partattrs[0] INTO v_strategy, v_natts, v_attnum
       FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = v_parent;
     IF v_strategy IS DISTINCT FROM 'r' OR v_natts <> 1 OR v_attnum = 0
@@ -44,9 +42,7 @@ BEGIN
     -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
     v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
                     ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
-    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN
-        RETURN NULL;
-    END IF;
+    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN RETURN NULL; END IF;
     EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
         CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
        INTO v_bound;
@@ -223,19 +219,4 @@ BEGIN
                   v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
                   format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END
-$$;
-
--- _retention_release_body: the PL/pgSQL body (run as the policy's owner)
--- that drops the detached tables p_tables; one held past lock_timeout stays.
-CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-                  coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
-                                             format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
-      FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
-      JOIN pg_catalog.pg_class c ON c.oid = l.oid
-      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 $$;

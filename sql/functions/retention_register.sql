@@ -436,7 +436,9 @@ BEGIN
         IF v_col.type_sql IS NULL THEN
             PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
         END IF;
-        IF NOT _retention_scalar_type(v_col.base_type) THEN
+        -- a base type or an enum, not an array: read from text without running any role's code
+        IF NOT coalesce((SELECT t.typtype IN ('b', 'e') AND t.typcategory <> 'A'
+                           FROM pg_catalog.pg_type t WHERE t.oid = v_col.base_type), false) THEN
             PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
                 quote_ident(p_column), v_col.base_type::text);
         END IF;
@@ -469,9 +471,7 @@ DECLARE
     v_at timestamptz := clock_timestamp(); -- a plain value in the UPDATE (Citus)
 BEGIN
     UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
-    IF p_replan THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
-    END IF;
+    IF p_replan THEN DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL; END IF;
 END
 $$;
 
@@ -491,14 +491,18 @@ $$;
 
 CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
-    SELECT _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s', coalesce(quote_literal(p_strategy), 'NULL'))
-     WHERE p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset');
+BEGIN
+    PERFORM _retention_policy_owned('retention_set_strategy', p_name, _retention_proof_role(p_proof, 'retention_set_strategy'), true);
+    IF p_strategy IS NULL OR p_strategy NOT IN ('auto', 'tid_range', 'keyset') THEN
+        PERFORM _retention_invalid('p_strategy must be ''auto'', ''tid_range'' or ''keyset'', got %s',
+            coalesce(quote_literal(p_strategy), 'NULL'));
+    END IF;
     UPDATE retention_policy SET strategy = p_strategy WHERE name = p_name;
-    SELECT _retention_policy_changed(p_name, true);
+    PERFORM _retention_policy_changed(p_name, true);
+END
 $$;
 
 -- The TTL of an exclusive policy's lease retention:<name>.

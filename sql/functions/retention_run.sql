@@ -24,9 +24,7 @@ DECLARE
     v_detail pg_catalog.text;
     v_hint pg_catalog.text;
 BEGIN
-    IF p_pass IS NULL THEN
-        RETURN;
-    END IF;
+    IF p_pass IS NULL THEN RETURN; END IF;
     LOOP
         BEGIN
             v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);

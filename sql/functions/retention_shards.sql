@@ -20,9 +20,7 @@ AS $$
 DECLARE
     v_col text;
 BEGIN
-    IF NOT _citus_available() THEN
-        RETURN NULL;
-    END IF;
+    IF NOT _citus_available() THEN RETURN NULL; END IF;
     EXECUTE 'SELECT pg_catalog.column_to_column_name(d.logicalrelid, d.partkey) FROM pg_catalog.pg_dist_partition d '
             'WHERE d.logicalrelid = $1 AND d.partmethod = ''h'''
        INTO v_col USING p_rel;

@@ -112,21 +112,6 @@ $$;
 -- rolls the batch back (42501). Built-in policies run in
 -- _retention_builtin_exec, as <schema>_owner.
 
--- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
-CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT CASE WHEN p_kind IN ('detach', 'release') THEN p_sql -- bodies built in retention_partition.sql
-        WHEN p_kind = 'delete' THEN pg_catalog.format(
-            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
-            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
-        ELSE pg_catalog.format(
-            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
-            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
-$$;
-
 -- _retention_exec_settings: the settings a statement runs with: a tid_range
 -- DELETE pinned to its Tid Range Scan, no JIT, and no lock wait longer than
 -- retention_lock_timeout.
@@ -222,9 +207,7 @@ DECLARE
     v_times timestamptz[];
 BEGIN
     v := retention_step_claim(p_pass);
-    IF v.o_kind IS NULL THEN
-        RETURN v.o_more;
-    END IF;
+    IF v.o_kind IS NULL THEN RETURN v.o_more; END IF;
     IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
         RAISE EXCEPTION 'retention policy %: % cannot act as %', v.o_policy, current_user,
             CASE WHEN v.o_role = v.o_owner THEN pg_catalog.format('the policy''s owner %s', v.o_role)
@@ -283,9 +266,7 @@ BEGIN
         -- A row (delete), the parent or a leaf (detach), a detached table
         -- (release) stayed locked past retention_lock_timeout: the step
         -- rolled back whole; its units wait for a later pass.
-        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN
-            RAISE;
-        END IF;
+        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN RAISE; END IF;
         PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
     END;
     RETURN v.o_more;

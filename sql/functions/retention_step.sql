@@ -104,6 +104,8 @@ DECLARE
     v_sweep retention_sweep;
     v_now timestamptz := clock_timestamp();
     v_target oid;
+    v_rel regclass;
+    v_blocks bigint;
     o retention_step;
 BEGIN
     o.more := false;
@@ -183,7 +185,12 @@ BEGIN
         -- a pinned clock (tests) may only make the cutoff earlier
         o.now := least(coalesce(v_pass.now_override, clock_timestamp()), clock_timestamp());
         o.cutoff := _retention_cutoff(v_pol, o.now);
-        o.pct := _retention_sample_pct(v_pol);
+        -- the sample reads about 400 blocks; none of an empty or a distributed table
+        v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
+        v_blocks := pg_catalog.pg_relation_size(v_rel) / current_setting('block_size')::int;
+        IF v_blocks > 0 AND (v_pol.owner = _owner_role() OR _retention_distribution(v_rel) IS NULL) THEN
+            o.pct := least(100, 400 * 100.0 / v_blocks)::double precision;
+        END IF;
         RETURN o;
     END IF;
 
@@ -366,29 +373,6 @@ BEGIN
 END
 $$;
 
--- _retention_step_released records a release step: a unit whose table is
--- gone is done, else deferred. A release is not a batch.
-CREATE OR REPLACE FUNCTION _retention_step_released(p_pass bigint, p_unit retention_unit, p_units int[], p_tables oid[])
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$
-    WITH l AS (
-        SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
-          FROM unnest(p_units, p_tables) x(unit_no, oid)
-    ), d AS (
-        DELETE FROM retention_unit u USING l
-         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
-        RETURNING 1
-    ), k AS (
-        UPDATE retention_unit u SET deferred_pass = p_pass FROM l
-         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no = l.unit_no AND l.present
-        RETURNING 1
-    )
-    UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
-     WHERE id = p_pass;
-$$;
-
 -- _retention_plan_from_sample plans the pass's sweep from the sample.
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
@@ -486,18 +470,13 @@ DECLARE
     v_unit retention_unit;
     v_b record;
     v_run record;
-    v_sql text;
 BEGIN
     o_more := false;
-    IF _retention_pass_check(p_pass) IS NULL THEN
-        RETURN;
-    END IF;
+    IF _retention_pass_check(p_pass) IS NULL THEN RETURN; END IF;
     UPDATE retention_pass SET step = NULL WHERE id = p_pass; -- a claim not recorded is void
     v := _retention_step_claim(p_pass);
     o_more := v.more;
-    IF v.kind IS NULL THEN
-        RETURN;
-    END IF;
+    IF v.kind IS NULL THEN RETURN; END IF;
     SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
@@ -525,12 +504,14 @@ BEGIN
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
         RETURN;
     END IF;
+    -- the body of the statement: a PL/pgSQL block over $1..$5
     CASE v.kind
     WHEN 'plan' THEN
         o_kind := 'sample';
         o_type := 'pg_catalog.float8';
         o_lo := v.pct::text;
-        v_sql := _retention_sample_sql(v_pol, v.pct);
+        o_body := format('BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
+                         'SELECT NULL::bigint, s.* FROM (' || _retention_sample_sql(v_pol, v.pct) || ') s');
         o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
     WHEN 'detach' THEN
         -- the parent's droppable leaves in one transaction, as their owner
@@ -541,15 +522,19 @@ BEGIN
         END IF;
         v.units := v_b.o_units;
         v.oids := v_b.o_leaves;
-        v_sql := _retention_detach_body(v_b.o_parent, v.oids);
+        o_body := _retention_detach_body(v_b.o_parent, v.oids);
     WHEN 'release' THEN
         v_b := _retention_release_claim(p_pass, v_unit);
-        IF cardinality(v_b.o_tables) = 0 THEN
-            RETURN;
-        END IF;
+        IF cardinality(v_b.o_tables) = 0 THEN RETURN; END IF;
         v.units := v_b.o_units;
         v.oids := v_b.o_tables;
-        v_sql := _retention_release_body(v.oids);
+        -- drops the detached tables; one held past lock_timeout stays
+        SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                      coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
+                                                 format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
+          INTO o_body
+          FROM unnest(v.oids) WITH ORDINALITY l(oid, ord)
+          JOIN pg_catalog.pg_class c ON c.oid = l.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace;
     ELSE
         IF v.target IS NOT NULL THEN
             -- a leaf: as its owner, if the policy's owner may act as it
@@ -572,7 +557,10 @@ BEGIN
         o_lo := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', v_unit.block_lo) ELSE v_unit.time_lo::text END;
         o_hi := CASE v.strategy WHEN 'tid_range' THEN format('(%s,0)', coalesce(v_unit.block_hi, 4294967295))
                 ELSE v_unit.time_hi::text END;
-        v_sql := CASE WHEN v.shard_id IS NULL THEN _retention_sweep_sql(v_pol, v.strategy, v.target::regclass) END;
+        o_body := CASE WHEN v.shard_id IS NOT NULL THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
+                       ELSE format('DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
+                                   'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
+                                   _retention_sweep_sql(v_pol, v.strategy, v.target::regclass)) END;
     END CASE;
     IF v.kind IN ('detach', 'release') THEN -- the tables are its parameters
         o_kind := v.kind;
@@ -583,9 +571,6 @@ BEGIN
     o_settings := _retention_exec_settings(CASE WHEN o_kind = 'delete' AND v.shard_id IS NULL THEN v.strategy END)
                   -- a shard's batch passes its lock_timeout on to the worker (_retention_shard_body)
                   || CASE WHEN v.shard_id IS NOT NULL THEN ' SET citus.propagate_set_commands = local' ELSE '' END;
-    o_body := CASE WHEN o_kind = 'delete' AND v.shard_id IS NOT NULL
-                   THEN _retention_shard_body(v_pol, v.strategy, v.shard_id, o_lo, o_hi, o_cutoff)
-                   ELSE _retention_exec_body(v_sql, o_kind, v.target::regclass) END;
     UPDATE retention_pass SET step = v WHERE id = p_pass;
 END
 $$;
@@ -619,12 +604,8 @@ BEGIN
     END IF;
     v_pass := _retention_pass_check(p_pass);
     v := v_pass.step;
-    IF v.kind IS NULL THEN
-        RETURN;
-    END IF;
-    IF p_phase <> 'detaching' THEN
-        UPDATE retention_pass SET step = NULL WHERE id = p_pass;
-    END IF;
+    IF v.kind IS NULL THEN RETURN; END IF;
+    IF p_phase <> 'detaching' THEN UPDATE retention_pass SET step = NULL WHERE id = p_pass; END IF;
     IF v.kind = 'plan' THEN
         IF p_phase = 'done' THEN
             PERFORM _retention_plan_from_sample(p_pass, v.now, v.pct, p_fraction, p_sampled, p_times);
@@ -633,9 +614,7 @@ BEGIN
     END IF;
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
+    IF NOT FOUND THEN RETURN; END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
             -- Recorded before the parent is locked, as if every leaf will be
@@ -658,8 +637,21 @@ BEGIN
             PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, v_deleted, v.strategy,
                                              coalesce(v.premarked, false));
         END IF;
-    ELSIF v.kind = 'release' THEN
-        PERFORM _retention_step_released(p_pass, v_unit, v.units, v.oids);
+    ELSIF v.kind = 'release' THEN -- a unit whose table is gone is done, else deferred; a release is not a batch
+        WITH l AS (
+            SELECT x.unit_no, EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.oid) AS present
+              FROM unnest(v.units, v.oids) x(unit_no, oid)
+        ), d AS (
+            DELETE FROM retention_unit u USING l
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no AND NOT l.present
+            RETURNING 1
+        ), k AS (
+            UPDATE retention_unit u SET deferred_pass = p_pass FROM l
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no AND l.present
+            RETURNING 1
+        )
+        UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
+         WHERE id = p_pass;
     ELSIF p_phase = 'locked' THEN
         PERFORM _retention_step_deferred(p_pass, v_unit);
     -- a shard's batch that read batch_size rows leaves its unit open
