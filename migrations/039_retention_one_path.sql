@@ -13,7 +13,7 @@
 --   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update,
 --   _retention_detach_claim_for, retention_keyset_fraction, _retention_sample_pct,
 --   _retention_exec_body, _retention_release_body, _retention_scalar_type,
---   _retention_step_released.
+--   _retention_step_released, _retention_step_deferred.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 ALTER TABLE retention_unit
@@ -48,6 +48,7 @@ DROP FUNCTION _retention_exec_body(text, text, regclass);
 DROP FUNCTION _retention_release_body(oid[]);
 DROP FUNCTION _retention_scalar_type(regtype);
 DROP FUNCTION _retention_step_released(bigint, retention_unit, int[], oid[]);
+DROP FUNCTION _retention_step_deferred(bigint, retention_unit);
 
 -- pgsweep:changed functions/retention_detach.sql
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
@@ -567,8 +568,8 @@ BEGIN
     ON CONFLICT (name) DO UPDATE
        SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
            time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
-           status_column = excluded.status_column, statuses = excluded.statuses,
-           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           status_column = excluded.status_column, statuses = excluded.statuses, batch_size = excluded.batch_size,
+           mode = excluded.mode, run_interval = excluded.run_interval,
            -- a filter names a column of the old table: it cannot carry over to another table
            filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
                                 THEN p.filter_column END,
@@ -605,8 +606,7 @@ BEGIN
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
-        EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
-            v_rel := NULL;
+        EXCEPTION WHEN OTHERS THEN NULL; -- malformed names such as 'a.b.c.d'
         END;
         PERFORM pg_catalog.set_config('search_path', v_pinned, true);
     END IF;
@@ -926,16 +926,6 @@ AS $$
      WHERE id = p_pass;
 $$;
 
-CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$
-    UPDATE retention_unit u SET deferred_pass = p_pass
-     WHERE (u.policy, u.sweep_id, u.unit_no) = (p_unit.policy, p_unit.sweep_id, p_unit.unit_no);
-    UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
-$$;
-
 CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
     p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
 LANGUAGE plpgsql
@@ -1109,8 +1099,10 @@ BEGIN
             ELSE
                 v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
             END IF;
-        EXCEPTION WHEN lock_not_available THEN
-            PERFORM _retention_step_deferred(p_pass, v_unit);
+        EXCEPTION WHEN lock_not_available THEN -- a row locked past retention_lock_timeout: left to a later pass
+            UPDATE retention_unit u SET deferred_pass = p_pass
+             WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+            UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
             RETURN;
         END;
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
@@ -1260,8 +1252,10 @@ BEGIN
         )
         UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
          WHERE id = p_pass;
-    ELSIF p_phase = 'locked' THEN
-        PERFORM _retention_step_deferred(p_pass, v_unit);
+    ELSIF p_phase = 'locked' THEN -- left to a later pass
+        UPDATE retention_unit u SET deferred_pass = p_pass
+         WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+        UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
     -- a shard's batch that read batch_size rows leaves its unit open
     ELSIF v.shard_id IS NOT NULL AND v_deleted > 0
           AND p_sampled >= (SELECT r.batch_size FROM retention_policy r WHERE r.name = v_pass.policy) THEN
@@ -1409,6 +1403,35 @@ AS $$
                   p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
 $$;
 
+CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v record;
+BEGIN
+    settings := '{}';
+    FOR v IN EXECUTE 'SHOW ALL' LOOP
+        CONTINUE WHEN v.name = 'search_path';
+        settings := settings || (v.name || '=' || coalesce(v.setting, '<unset>'));
+    END LOOP;
+    prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
+    IF pg_catalog.current_setting('track_counts')::boolean THEN
+        writes := pg_catalog.concat_ws(' ',
+            (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r)) FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
+            (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+               FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r));
+    ELSE
+        writes := pg_catalog.concat_ws(' ',
+            (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p),
+            (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()),
+            (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema()),
+            (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema()));
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1421,10 +1444,7 @@ DECLARE
     v_before record;
     v_after record;
     v_changed text;
-    v_deleted bigint;
-    v_fraction double precision;
-    v_sampled bigint;
-    v_times timestamptz[];
+    v_out record;
 BEGIN
     v := retention_step_claim(p_pass);
     IF v.o_kind IS NULL THEN RETURN v.o_more; END IF;
@@ -1452,7 +1472,7 @@ BEGIN
         BEGIN
             EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
                                       v.o_type, v.o_type)
-               INTO v_deleted, v_fraction, v_sampled, v_times
+               INTO v_out
               USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
         EXCEPTION WHEN OTHERS OR query_canceled THEN
             -- Rolled back with the block: settings, objects, rows. Not prepared statements.
@@ -1481,7 +1501,7 @@ BEGIN
                              'they must not SET parameters, create objects, prepare statements or register retention policies.';
         END IF;
         EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
-        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+        PERFORM retention_step_record(p_pass, 'done', v_out.deleted, v_out.fraction, v_out.sampled, v_out.times);
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
         -- A row (delete), the parent or a leaf (detach), a detached table
         -- (release) stayed locked past retention_lock_timeout: the step
@@ -1615,6 +1635,32 @@ SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
   FROM retention_policy r
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
+
+CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    RETURN QUERY
+    SELECT r.name
+      FROM retention_policy r
+      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome
+                           FROM retention_passes p
+                          -- a runner's concurrent detach (retention_detach.sql) is not the policy's pass
+                          WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
+                          ORDER BY p.id DESC LIMIT 1) lp ON true
+     WHERE r.older_than IS NOT NULL
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
+            OR lp.outcome IN ('budget', 'lease_lost', 'deferred', 'abandoned')
+            -- partitions a pass detached: the next pass drops them (retention_partition.sql)
+            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached'))
+     ORDER BY lp.at NULLS FIRST, r.name;
+END
+$$;
 -- pgsweep:end functions/retention_views.sql
 
 -- pgsweep:changed functions/retention_check.sql
@@ -1679,6 +1725,58 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/retention_run.sql
+
+-- pgsweep:changed functions/retention_builtin.sql
+CREATE OR REPLACE FUNCTION retention_builtin_sync()
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+-- retention_register's "no index leads with the time column" NOTICE does not
+-- apply: the filter (queue) and time column lead the tables' retention indexes.
+SET client_min_messages = warning
+AS $$
+DECLARE
+    v_changed int := 0;
+    v_want record;
+    v_pol retention_policy;
+    v_removed int;
+BEGIN
+    FOR v_want IN
+        SELECT 'pgsweep.processed:' || q.name AS name, 'message_processed'::regclass AS tbl,
+               'processed_at' AS col, q.processed_retention AS period, q.name AS queue
+          FROM queue q WHERE q.kind = 'inbox'
+        UNION ALL
+        SELECT 'pgsweep.dead:' || q.name, 'message_dead'::regclass, 'dead_at', q.dead_retention, q.name
+          FROM queue q
+         ORDER BY 1
+    LOOP
+        IF length(v_want.name) > 190 THEN
+            RAISE WARNING 'queue "%" has no built-in retention of %: its name has % characters, at most 172 fit in a retention policy name (190); move its messages to a queue with a shorter name',
+                v_want.queue, v_want.tbl, length(v_want.queue);
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
+        IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
+           AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN
+            CONTINUE;
+        END IF;
+        -- register and filter in one transaction: no pass ever sees the
+        -- policy without its queue filter.
+        PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
+                                    1000, 'exclusive', interval '1 minute', _owner_role(), true);
+        PERFORM _retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
+        v_changed := v_changed + 1;
+    END LOOP;
+
+    PERFORM _retention_unregister(p.name) FROM retention_policy p
+      WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
+                 SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
+         OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name));
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+    RETURN v_changed + v_removed;
+END
+$$;
+-- pgsweep:end functions/retention_builtin.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

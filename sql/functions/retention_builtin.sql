@@ -19,7 +19,7 @@ DECLARE
     v_changed int := 0;
     v_want record;
     v_pol retention_policy;
-    v_name text;
+    v_removed int;
 BEGIN
     FOR v_want IN
         SELECT 'pgsweep.processed:' || q.name AS name, 'message_processed'::regclass AS tbl,
@@ -48,16 +48,11 @@ BEGIN
         v_changed := v_changed + 1;
     END LOOP;
 
-    FOR v_name IN
-        SELECT p.name FROM retention_policy p
-         WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
-                    SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
-            OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (
-                    SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name))
-    LOOP
-        PERFORM _retention_unregister(v_name);
-        v_changed := v_changed + 1;
-    END LOOP;
-    RETURN v_changed;
+    PERFORM _retention_unregister(p.name) FROM retention_policy p
+      WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
+                 SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
+         OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name));
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+    RETURN v_changed + v_removed;
 END
 $$;

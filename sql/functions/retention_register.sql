@@ -243,8 +243,8 @@ BEGIN
     ON CONFLICT (name) DO UPDATE
        SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
            time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
-           status_column = excluded.status_column, statuses = excluded.statuses,
-           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           status_column = excluded.status_column, statuses = excluded.statuses, batch_size = excluded.batch_size,
+           mode = excluded.mode, run_interval = excluded.run_interval,
            -- a filter names a column of the old table: it cannot carry over to another table
            filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
                                 THEN p.filter_column END,
@@ -285,8 +285,7 @@ BEGIN
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
-        EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
-            v_rel := NULL;
+        EXCEPTION WHEN OTHERS THEN NULL; -- malformed names such as 'a.b.c.d'
         END;
         PERFORM pg_catalog.set_config('search_path', v_pinned, true);
     END IF;

@@ -147,20 +147,17 @@ BEGIN
     END LOOP;
     prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
     IF pg_catalog.current_setting('track_counts')::boolean THEN
-        writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
-                              + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
-                     FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r)::text
-                  || ' ' ||
-                  (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
-                     FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r)::text;
+        writes := pg_catalog.concat_ws(' ',
+            (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r)) FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
+            (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+               FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r));
     ELSE
-        writes := (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p)
-                  || ' ' ||
-                  (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema())::text
-                  || ' ' ||
-                  (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema())::text
-                  || ' ' ||
-                  (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema())::text;
+        writes := pg_catalog.concat_ws(' ',
+            (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p),
+            (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()),
+            (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema()),
+            (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema()));
     END IF;
 END
 $$;
@@ -201,10 +198,7 @@ DECLARE
     v_before record;
     v_after record;
     v_changed text;
-    v_deleted bigint;
-    v_fraction double precision;
-    v_sampled bigint;
-    v_times timestamptz[];
+    v_out record;
 BEGIN
     v := retention_step_claim(p_pass);
     IF v.o_kind IS NULL THEN RETURN v.o_more; END IF;
@@ -232,7 +226,7 @@ BEGIN
         BEGIN
             EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
                                       v.o_type, v.o_type)
-               INTO v_deleted, v_fraction, v_sampled, v_times
+               INTO v_out
               USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
         EXCEPTION WHEN OTHERS OR query_canceled THEN
             -- Rolled back with the block: settings, objects, rows. Not prepared statements.
@@ -261,7 +255,7 @@ BEGIN
                              'they must not SET parameters, create objects, prepare statements or register retention policies.';
         END IF;
         EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
-        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+        PERFORM retention_step_record(p_pass, 'done', v_out.deleted, v_out.fraction, v_out.sampled, v_out.times);
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
         -- A row (delete), the parent or a leaf (detach), a detached table
         -- (release) stayed locked past retention_lock_timeout: the step

@@ -245,18 +245,6 @@ AS $$
      WHERE id = p_pass;
 $$;
 
--- _retention_step_deferred leaves a unit to a later pass: a row of it was
--- locked past retention_lock_timeout.
-CREATE OR REPLACE FUNCTION _retention_step_deferred(p_pass bigint, p_unit retention_unit)
-RETURNS void
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$
-    UPDATE retention_unit u SET deferred_pass = p_pass
-     WHERE (u.policy, u.sweep_id, u.unit_no) = (p_unit.policy, p_unit.sweep_id, p_unit.unit_no);
-    UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
-$$;
-
 -- _retention_detach_claim gathers a detach step's leaves: p_leaf and those
 -- of the sweep's other free drop units under the same parent that are still
 -- droppable, at most 64 in all.
@@ -497,8 +485,10 @@ BEGIN
             ELSE
                 v_run := _retention_builtin_exec(o_policy, 'delete', v.strategy, v_unit.time_lo, v_unit.time_hi, o_cutoff);
             END IF;
-        EXCEPTION WHEN lock_not_available THEN
-            PERFORM _retention_step_deferred(p_pass, v_unit);
+        EXCEPTION WHEN lock_not_available THEN -- a row locked past retention_lock_timeout: left to a later pass
+            UPDATE retention_unit u SET deferred_pass = p_pass
+             WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+            UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
             RETURN;
         END;
         PERFORM _retention_step_done(p_pass, v_unit, v.strategy, v_run.deleted);
@@ -652,8 +642,10 @@ BEGIN
         )
         UPDATE retention_pass SET units = units + (SELECT count(*) FROM d), deferred = deferred + (SELECT count(*) FROM k)
          WHERE id = p_pass;
-    ELSIF p_phase = 'locked' THEN
-        PERFORM _retention_step_deferred(p_pass, v_unit);
+    ELSIF p_phase = 'locked' THEN -- left to a later pass
+        UPDATE retention_unit u SET deferred_pass = p_pass
+         WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
+        UPDATE retention_pass SET deferred = deferred + 1 WHERE id = p_pass;
     -- a shard's batch that read batch_size rows leaves its unit open
     ELSIF v.shard_id IS NOT NULL AND v_deleted > 0
           AND p_sampled >= (SELECT r.batch_size FROM retention_policy r WHERE r.name = v_pass.policy) THEN

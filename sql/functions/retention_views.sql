@@ -43,19 +43,16 @@ BEGIN
     RETURN QUERY
     SELECT r.name
       FROM retention_policy r
-      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome, p.pid, p.backend_start
-                           FROM retention_pass p
+      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome
+                           FROM retention_passes p
                           -- a runner's concurrent detach (retention_detach.sql) is not the policy's pass
                           WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
                           ORDER BY p.id DESC LIMIT 1) lp ON true
      WHERE r.older_than IS NOT NULL
        AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
-            OR lp.outcome IN ('budget', 'lease_lost', 'deferred')
+            OR lp.outcome IN ('budget', 'lease_lost', 'deferred', 'abandoned')
             -- partitions a pass detached: the next pass drops them (retention_partition.sql)
-            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached')
-            OR (lp.outcome = 'running' AND NOT EXISTS (
-                    SELECT 1 FROM pg_catalog.pg_stat_activity a
-                     WHERE a.pid = lp.pid AND (a.backend_start IS NULL OR a.backend_start = lp.backend_start))))
+            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached'))
      ORDER BY lp.at NULLS FIRST, r.name;
 END
 $$;
