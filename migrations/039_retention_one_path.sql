@@ -243,28 +243,19 @@ LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_parent regclass;
-    v_strategy "char";
-    v_natts int;
-    v_attnum int;
     v_bound text;
-    v_value text;
 BEGIN
-    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    IF v_parent IS NULL THEN RETURN NULL; END IF;
-    SELECT pt.partstrat, pt.partnatts, pt.partattrs[0] INTO v_strategy, v_natts, v_attnum
-      FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = v_parent;
-    IF v_strategy IS DISTINCT FROM 'r' OR v_natts <> 1 OR v_attnum = 0
-       OR (SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_parent AND a.attnum = v_attnum)
-          IS DISTINCT FROM p_pol.time_column THEN
-        RETURN NULL;
-    END IF;
-    SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) INTO v_bound FROM pg_catalog.pg_class c WHERE c.oid = p_leaf;
+    -- the leaf's bound, if its parent is partitioned by RANGE of the time column alone:
     -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
-    v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
-                    ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
-    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN RETURN NULL; END IF;
-    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
+    SELECT CASE WHEN p_lower THEN substring(pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM '^FOR VALUES FROM \((.*)\) TO \(')
+                ELSE substring(pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM ' TO \((.*)\)$') END INTO v_bound
+      FROM pg_catalog.pg_inherits i
+      JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent AND pt.partstrat = 'r' AND pt.partnatts = 1
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.inhparent AND a.attnum = pt.partattrs[0] AND a.attname = p_pol.time_column
+      JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhrelid = p_leaf;
+    IF v_bound IS NULL OR v_bound ILIKE '%MAXVALUE%' OR v_bound ILIKE '%MINVALUE%' THEN RETURN NULL; END IF;
+    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_bound,
         CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
        INTO v_bound;
     RETURN v_bound::timestamptz;
@@ -501,7 +492,6 @@ BEGIN
                       HINT = 'Every run deletes as the role that registered the policy.';
         END IF;
     END IF;
-
     PERFORM _check_text('p_time_column', p_time_column, 63);
     v_time := _retention_column(p_table, p_time_column);
     IF v_time.type_sql IS NULL THEN
@@ -513,14 +503,12 @@ BEGIN
         PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
             quote_ident(p_time_column), v_time.base_type::text);
     END IF;
-
     -- 0 is allowed (an expiry column); at most 100 years
     IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
                                      OR NOT pg_catalog.isfinite(p_older_than)) THEN
         PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
             _interval_text(p_older_than));
     END IF;
-
     IF p_older_than IS NOT NULL THEN PERFORM _check_interval('p_older_than', p_older_than, interval '0', interval '100 years'); END IF;
     IF p_status_column IS NOT NULL THEN
         PERFORM _check_text('p_status_column', p_status_column, 63);
@@ -540,7 +528,6 @@ BEGIN
     ELSIF p_statuses IS NOT NULL THEN
         PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
     END IF;
-
     PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
     PERFORM _check_size('p_statuses', cardinality(p_statuses), 'max_batch');
     IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
@@ -550,7 +537,6 @@ BEGIN
         PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
     END IF;
     PERFORM _check_interval('p_interval', p_interval, interval '1 second', interval '30 days');
-
     -- Checks done: from here on the call succeeds.
     SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
@@ -576,7 +562,6 @@ BEGIN
            filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
                                 THEN p.filter_values END,
            updated_at = excluded.updated_at;
-
     IF _retention_index(p_table, p_time_column, p_status_column,
                         (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
         RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
@@ -1694,7 +1679,6 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_more boolean;
-    v_failed boolean := false;
     v_state pg_catalog.text;
     v_msg pg_catalog.text;
     v_detail pg_catalog.text;
@@ -1707,21 +1691,18 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
-            v_failed := true;
         END;
-        IF v_failed THEN
-            PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, pg_catalog.format('%s: %s', v_state, v_msg));
-            COMMIT;
-            PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
-            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
-                HINT = coalesce(v_hint, '');
-        END IF;
+        EXIT WHEN v_state IS NOT NULL; -- failed: recorded and raised again below
         COMMIT;
         EXIT WHEN NOT v_more;
     END LOOP;
-    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, NULL);
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass,
+        CASE WHEN v_state IS NOT NULL THEN pg_catalog.format('%s: %s', v_state, v_msg) END);
     COMMIT;
     PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+    IF v_state IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''), HINT = coalesce(v_hint, '');
+    END IF;
 END
 $$;
 -- pgsweep:end functions/retention_run.sql

@@ -1,12 +1,10 @@
--- Built-in retention of the rows pgsweep itself keeps: per queue, processed
--- inbox records (message_processed, by processed_at) after
--- queue.processed_retention, and dead letters (message_dead, by dead_at)
--- after queue.dead_retention. NULL periods keep rows forever.
---
--- Each is an ordinary policy filtered to one queue, named
--- 'pgsweep.processed:<queue>' or 'pgsweep.dead:<queue>'. maintain() calls
--- retention_builtin_sync() before every retention part. A queue whose name
--- would not fit a policy name (190 characters) gets none, with a WARNING.
+-- Built-in retention of the rows pgsweep keeps: per queue, processed inbox
+-- records (message_processed.processed_at) after queue.processed_retention
+-- and dead letters (message_dead.dead_at) after queue.dead_retention (NULL:
+-- forever). Each is an ordinary policy filtered to the queue, named
+-- 'pgsweep.processed:<queue>' or 'pgsweep.dead:<queue>', synced by maintain()
+-- before every retention part. A queue whose name would not fit a policy
+-- name (190 characters) gets none, with a WARNING.
 CREATE OR REPLACE FUNCTION retention_builtin_sync()
 RETURNS int
 LANGUAGE plpgsql

@@ -2,9 +2,8 @@
 -- Policies store names, resolved again at every use: a dropped or retyped
 -- column is an error, never a wrong DELETE.
 
--- _retention_column returns a column's base type (through domains: a cast
--- to a domain would run its owner's CHECK) as a qualified type name, and
--- its type category; NULL when the table has no such column.
+-- _retention_column: a column's base type (a cast to a domain would run its
+-- owner's CHECK), qualified, and its category; NULL: no such column.
 CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,
     OUT category "char")
 LANGUAGE plpgsql STABLE

@@ -1,12 +1,10 @@
 -- Retention: planning a sweep (docs/retention.md, "Strategies").
 --
--- A sweep fixes the cutoff and the strategy and cuts the work into units:
--- tid_range, heap block ranges of about one batch each (a Tid Range Scan
--- reads only its blocks; the last unit is open-ended), or keyset, windows
--- of the time column of about one batch of eligible rows each, driven by an
--- index that leads with it. 'auto' takes keyset when such an index exists
--- and a sample of about 400 blocks finds at most 5% of the table eligible.
--- A distributed table is planned per shard (retention_shards.sql).
+-- A sweep fixes the cutoff and the strategy and cuts the work into units of
+-- about one batch: tid_range, heap block ranges (the last open-ended), or
+-- keyset, windows of the time column, driven by an index that leads with it.
+-- 'auto' takes keyset when there is such an index and a sample of about 400
+-- blocks finds at most 5% of the table eligible.
 
 -- _retention_sweep_trim: finished sweeps beyond a policy's last 20 go.
 CREATE OR REPLACE FUNCTION _retention_sweep_trim(p_policy text)

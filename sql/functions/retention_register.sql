@@ -176,7 +176,6 @@ BEGIN
                       HINT = 'Every run deletes as the role that registered the policy.';
         END IF;
     END IF;
-
     PERFORM _check_text('p_time_column', p_time_column, 63);
     v_time := _retention_column(p_table, p_time_column);
     IF v_time.type_sql IS NULL THEN
@@ -188,14 +187,12 @@ BEGIN
         PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
             quote_ident(p_time_column), v_time.base_type::text);
     END IF;
-
     -- 0 is allowed (an expiry column); at most 100 years
     IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
                                      OR NOT pg_catalog.isfinite(p_older_than)) THEN
         PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
             _interval_text(p_older_than));
     END IF;
-
     IF p_older_than IS NOT NULL THEN PERFORM _check_interval('p_older_than', p_older_than, interval '0', interval '100 years'); END IF;
     IF p_status_column IS NOT NULL THEN
         PERFORM _check_text('p_status_column', p_status_column, 63);
@@ -215,7 +212,6 @@ BEGIN
     ELSIF p_statuses IS NOT NULL THEN
         PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
     END IF;
-
     PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
     PERFORM _check_size('p_statuses', cardinality(p_statuses), 'max_batch');
     IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
@@ -225,7 +221,6 @@ BEGIN
         PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
     END IF;
     PERFORM _check_interval('p_interval', p_interval, interval '1 second', interval '30 days');
-
     -- Checks done: from here on the call succeeds.
     SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
@@ -251,7 +246,6 @@ BEGIN
            filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
                                 THEN p.filter_values END,
            updated_at = excluded.updated_at;
-
     IF _retention_index(p_table, p_time_column, p_status_column,
                         (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
         RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
@@ -261,16 +255,14 @@ BEGIN
 END
 $$;
 
--- retention_table_name_check: the name rule (at most 300 characters) on a
--- table name, for retention_resolve_table (an invoker routine).
+-- retention_table_name_check: the name rule on a table name, for retention_resolve_table.
 CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT _check_text('p_table', p_table, 300) $$;
 
--- retention_resolve_table resolves a table name on the caller's search_path
--- (it runs as its caller, who may use those schemas), or raises 22023.
+-- retention_resolve_table: p_table on the caller's search_path, resolved as the caller (22023: none).
 CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
 RETURNS regclass
 LANGUAGE plpgsql
@@ -298,8 +290,7 @@ BEGIN
 END
 $$;
 
--- The same, for a table given by name, resolved on the caller's search_path
--- (this overload pins none; every name in it is qualified).
+-- The same, for a table given by name (no search_path pinned: every name is qualified).
 CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
@@ -311,8 +302,7 @@ AS $$
         p_time_column, p_older_than, p_status_column, p_statuses, p_batch_size, p_mode, p_interval)
 $$;
 
--- retention_unregister removes a policy (its owner's, or a member's: see
--- above); false when there was none.
+-- retention_unregister removes a policy; false when there was none.
 CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -338,8 +328,7 @@ AS $$
                 THEN false ELSE _retention_unregister(p_name) END
 $$;
 
--- _retention_unregister: the policy removed, whoever owns it (the built-in
--- sync; retention_unregister checks the caller first).
+-- _retention_unregister removes a policy, whoever owns it.
 CREATE OR REPLACE FUNCTION _retention_unregister(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -360,8 +349,7 @@ BEGIN
 END
 $$;
 
--- The time zone in which a timestamp (or date) column is read; NULL: the
--- database's TimeZone at run time.
+-- The time zone a timestamp or date column is read in (NULL: TimeZone at run time).
 CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
 RETURNS void
 LANGUAGE plpgsql
@@ -386,8 +374,7 @@ AS $$
     SELECT _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
 $$;
 
--- An extra filter: only rows whose p_column is one of p_values are deleted
--- (the built-in policies' queue); p_column NULL removes it.
+-- A filter: only rows whose p_column is one of p_values go (NULL: none).
 CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -410,8 +397,8 @@ AS $$
     SELECT _retention_set_filter(p_name, p_column, p_values);
 $$;
 
--- _retention_set_filter sets a policy's filter, whoever owns it. The values
--- are checked against the column's base type: no domain CHECK runs.
+-- _retention_set_filter sets a policy's filter, whoever owns it; the values
+-- are checked against the column's base type (no domain CHECK runs).
 CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -459,8 +446,8 @@ BEGIN
 END
 $$;
 
--- _retention_policy_changed records a setter's change; p_replan drops the
--- open sweep but its detached and runner-held units (tables still to drop).
+-- _retention_policy_changed records a change; p_replan drops the open sweep
+-- but its detached and runner-held units (tables still to drop).
 CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
 RETURNS void
 LANGUAGE plpgsql

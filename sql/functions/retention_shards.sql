@@ -2,16 +2,14 @@
 -- (docs/operations.md, "Scaling out with Citus").
 --
 -- A ctid means a different row in each shard, so a hash-distributed table
--- is planned per shard (retention_unit.shard_id): tid_range units over the
--- shard's blocks, or one keyset window a shard, numbered round-robin over
--- the workers. A batch reads, on the shard's worker, the ctid and
--- distribution value of at most batch_size eligible rows of its unit, then
--- DELETEs exactly those through the coordinator (routed to that shard) with
--- the full predicate. A read of batch_size rows leaves its unit open. Other
--- Citus tables and the built-in policies are planned like plain tables.
+-- is planned per shard (retention_unit.shard_id): tid_range units over its
+-- blocks, or one keyset window. A batch reads, on the shard's worker, the
+-- ctid and distribution value of at most batch_size eligible rows, then
+-- DELETEs those through the coordinator with the full predicate; a read of
+-- batch_size rows leaves its unit open. Other Citus tables and the built-in
+-- policies are planned like plain tables.
 
--- _retention_distribution: the distribution column of a hash-distributed
--- Citus table, NULL for any other table (and without Citus).
+-- _retention_distribution: a hash-distributed table's distribution column, else NULL.
 CREATE OR REPLACE FUNCTION _retention_distribution(p_rel regclass)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -28,9 +26,8 @@ BEGIN
 END
 $$;
 
--- _retention_shard_placement: where a shard of p_rel is now -- the node and
--- port of its active primary placement and its name (schema-qualified,
--- quoted) -- or NULLs when the shard is gone.
+-- _retention_shard_placement: the node and port of a shard's active primary
+-- placement and its qualified name; NULLs when the shard is gone.
 CREATE OR REPLACE FUNCTION _retention_shard_placement(p_rel regclass, p_shard bigint,
     OUT node text, OUT port int, OUT shard text)
 LANGUAGE plpgsql STABLE
@@ -58,8 +55,7 @@ AS $$
         THEN pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE p_at::text END)
 $$;
 
--- _retention_plan_shards plans a sweep of a hash-distributed table: units
--- per shard (see the top of this file).
+-- _retention_plan_shards plans a sweep of a hash-distributed table.
 CREATE OR REPLACE FUNCTION _retention_plan_shards(p_pol retention_policy, p_now timestamptz, p_owner text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -139,9 +135,8 @@ BEGIN
 END
 $$;
 
--- _retention_shard_body: the PL/pgSQL body of one batch on one shard (see
--- the top), run as the policy's owner; returns the rows deleted and, as
--- sampled, the rows the read returned.
+-- _retention_shard_body: the PL/pgSQL body of one batch on one shard, run as
+-- the policy's owner: the rows deleted and, as sampled, the rows read.
 CREATE OR REPLACE FUNCTION _retention_shard_body(p_pol retention_policy, p_strategy text, p_shard bigint,
     p_lo text, p_hi text, p_cutoff timestamptz)
 RETURNS text

@@ -1,15 +1,12 @@
 -- Retention: the SQL each batch runs against the policy's table.
 --
--- A row is deleted only if it is eligible when it is deleted: every DELETE
--- carries the policy's full predicate, which READ COMMITTED re-evaluates on
--- a row a concurrent transaction updated (EvalPlanQual), so a re-queued row
--- is skipped. Parameters: $1, $2 the range (TIDs or times), $3 the cutoff,
--- $4 the statuses, $5 the filter values; names through %I (a shard's read,
--- sent as text to its worker, takes literals: retention_shards.sql).
---
--- The cutoff is a timestamptz; for a timestamp or date column it holds the
--- local cutoff (in the policy's time zone) encoded as if it were UTC, which
--- the SQL decodes on the parameter, so the column's index still serves.
+-- Every DELETE carries the policy's full predicate, which READ COMMITTED
+-- re-evaluates on a row a concurrent transaction updated (EvalPlanQual): a
+-- re-queued row is skipped. Parameters: $1, $2 the range (TIDs or times), $3
+-- the cutoff, $4 the statuses, $5 the filter values; names through %I.
+-- For a timestamp or date column the cutoff (a timestamptz) holds the local
+-- cutoff (in the policy's time zone) encoded as UTC, decoded on the
+-- parameter, so that the column's index still serves.
 
 -- _retention_cutoff computes a policy's cutoff for a clock reading.
 CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
@@ -22,9 +19,8 @@ AS $$
                      AT TIME ZONE 'UTC' END
 $$;
 
--- _retention_param decodes an encoded time parameter (a timestamptz: a
--- timestamp or date is read as UTC) into the column's type, and
--- _retention_encode a column value (an SQL expression) the other way.
+-- _retention_param decodes an encoded time parameter into the column's type;
+-- _retention_encode encodes a column value (an SQL expression).
 CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -40,8 +36,8 @@ SET search_path FROM CURRENT
 AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
                   ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
 
--- _retention_predicate_with: the policy's eligibility test over the given
--- SQL for the cutoff, statuses and filter values (parameters or literals).
+-- _retention_predicate_with: the policy's eligibility test over the given SQL
+-- (parameters or literals) for the cutoff, statuses and filter values.
 CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
     p_cutoff text, p_statuses text, p_filters text)
 RETURNS text
@@ -74,8 +70,7 @@ LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
 
--- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
--- p_target, one leaf of it (a partitioned policy's units name their leaf).
+-- _retention_sweep_sql: a unit's DELETE on the policy's table or its leaf p_target.
 CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE
@@ -91,8 +86,8 @@ AS $$
                   _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)))
 $$;
 
--- _retention_sample_sql: the planning sample over p_pct percent of the
--- blocks: the eligible fraction, the rows sampled, the eligible times.
+-- _retention_sample_sql: the planning sample of p_pct percent of the blocks:
+-- the eligible fraction, the rows sampled, the eligible times.
 CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
 RETURNS text
 LANGUAGE sql STABLE
@@ -104,17 +99,14 @@ AS $$
                   _retention_encode(p_pol, quote_ident(p_pol.time_column)),
                   p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
 $$;
--- Running a policy's statements as its owner (docs/security.md, "Running
--- as the owner"): retention_step creates a SECURITY DEFINER function owned
--- by that role in pg_temp (SET ROLE is not enough: the owner's trigger could
--- RESET ROLE), calls it once and drops it, and checks that the owner's code
--- left the session as it found it (retention_step_session_state), else
--- rolls the batch back (42501). Built-in policies run in
--- _retention_builtin_exec, as <schema>_owner.
+-- Running a policy's statements as its owner (docs/security.md, "Running as
+-- the owner"): retention_step creates a SECURITY DEFINER function owned by
+-- that role in pg_temp (SET ROLE is not enough: the owner's trigger could
+-- RESET ROLE), calls it once, drops it, and rolls the batch back (42501)
+-- unless the owner's code left the session as it found it.
 
--- _retention_exec_settings: the settings a statement runs with: a tid_range
--- DELETE pinned to its Tid Range Scan, no JIT, and no lock wait longer than
--- retention_lock_timeout.
+-- _retention_exec_settings: a tid_range DELETE pinned to its Tid Range Scan,
+-- no JIT, and no lock wait longer than retention_lock_timeout.
 CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
 RETURNS text
 LANGUAGE sql STABLE
@@ -127,12 +119,12 @@ AS $$
                              (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
 $$;
 
--- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner: every setting SHOW ALL lists
--- (no list to keep) but search_path (the caller compares its own); the
--- prepared statements; and writes, the rows this transaction wrote to
--- retention_policy and inserted into pg_class, pg_type and pg_proc (or,
--- with track_counts off, a digest of the policies and temporary objects).
+-- retention_step_session_state: what retention_step compares around a
+-- statement run as a policy's owner: every setting SHOW ALL lists but
+-- search_path (compared by the caller); the prepared statements; the rows
+-- this transaction wrote to retention_policy and inserted into pg_class,
+-- pg_type and pg_proc (track_counts off: a digest of the policies and
+-- temporary objects).
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
@@ -181,11 +173,9 @@ BEGIN
 END
 $$;
 
--- retention_step does one step of a pass (at most one batch); false when
--- the pass is over. It runs as its caller: the statement runs as the
--- table's owner in a temporary function owned by that role, between
--- retention_step_claim and retention_step_record (each checks that this
--- session opened the pass).
+-- retention_step does one step of a pass (at most one batch); false when the
+-- pass is over. It runs as its caller, the statement as the table's owner,
+-- between retention_step_claim and retention_step_record.
 CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -267,8 +257,8 @@ BEGIN
 END
 $$;
 
--- _retention_builtin_exec runs one statement of a built-in policy as
--- <schema>_owner, built from the policy (no SQL taken); refuses any other.
+-- _retention_builtin_exec runs a built-in policy's statement, built from the
+-- policy (no SQL taken), as <schema>_owner; refuses any other policy.
 CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
     p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
     OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])

@@ -14,7 +14,7 @@ SET search_path FROM CURRENT
 AS $$ SELECT pg_catalog.hashtextextended(current_schema() || ' retention:' || p_name, 0) $$;
 
 -- _retention_unlock releases every hold this session has on the policy's
--- advisory lock (an aborted call may have left one on a pooled connection).
+-- advisory lock (an aborted call may leave one on a pooled connection).
 CREATE OR REPLACE FUNCTION _retention_unlock(p_name text)
 RETURNS void
 LANGUAGE plpgsql
@@ -32,9 +32,8 @@ BEGIN
 END
 $$;
 
--- _retention_begin starts a pass and returns its id, or NULL when there is
--- nothing to do (the policy keeps rows forever, or another cleaner holds
--- it). On failure it gives back the advisory lock, which outlives a rollback.
+-- _retention_begin starts a pass: its id, or NULL (rows kept forever, or
+-- another cleaner holds the policy). A failure gives back the advisory lock.
 CREATE OR REPLACE FUNCTION _retention_begin(p_name text, p_owner text, p_budget interval, p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -88,10 +87,8 @@ END
 $$;
 
 -- _retention_step_claim does the bookkeeping of one step and returns it:
--- 'plan' (sample, then _retention_plan_from_sample), 'delete' (the unit
--- locked for this transaction), 'detach' (a drop unit: its leaf and the
--- sweep's other droppable leaves of its parent), 'release' (drop the sweep's
--- detached tables), or no kind: more says whether to call again.
+-- 'plan', 'delete' (the unit locked for this transaction), 'detach' (a drop
+-- unit), 'release' (the sweep's detached tables), or no kind (more: call again).
 CREATE OR REPLACE FUNCTION _retention_step_claim(p_pass bigint)
 RETURNS retention_step
 LANGUAGE plpgsql
@@ -245,9 +242,8 @@ AS $$
      WHERE id = p_pass;
 $$;
 
--- _retention_detach_claim gathers a detach step's leaves: p_leaf and those
--- of the sweep's other free drop units under the same parent that are still
--- droppable, at most 64 in all.
+-- _retention_detach_claim gathers a detach step's leaves: p_leaf and the
+-- sweep's other droppable free drop units' of its parent, at most 64.
 CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
     p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
 LANGUAGE plpgsql
@@ -284,10 +280,9 @@ END
 $$;
 
 -- _retention_step_detached records a detach step from the catalog: a leaf
--- out of its parent as pgsweep_detached_<oid> makes its unit detached (a
--- later pass drops the table) and counts (p_rows: all detached leaves'); a
--- leaf still attached is deferred. p_premarked: the 'detaching' record
--- counted every leaf already.
+-- renamed pgsweep_detached_<oid> makes its unit detached (a later pass drops
+-- it) and counts (p_rows: all of them); one still attached is deferred.
+-- p_premarked: the 'detaching' record counted every leaf already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
@@ -319,10 +314,9 @@ AS $$
      WHERE id = p_pass;
 $$;
 
--- _retention_release_claim gathers a release step's tables: the sweep's
--- free detached units. A table no longer the one detached, not the policy
--- owner's, or depended on (DROP would fail every pass) is left alone, its
--- unit closed, with a NOTICE.
+-- _retention_release_claim gathers a release step's tables: the sweep's free
+-- detached units'. A table renamed, not the policy owner's, or depended on
+-- (DROP would fail every pass) is left alone, its unit closed, with a NOTICE.
 CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
     OUT o_units int[], OUT o_tables oid[])
 LANGUAGE plpgsql
@@ -377,8 +371,8 @@ $$;
 -- maintain run as their caller and call only these (begin, step, end,
 -- unlock); each that names a pass checks this session opened it.
 
--- _retention_pass_check: this session's running pass p_pass (NULL when it
--- no longer exists); 42501 when it is another session's or over.
+-- _retention_pass_check: this session's running pass p_pass (NULL: none);
+-- 42501 when it is another session's or over.
 CREATE OR REPLACE FUNCTION _retention_pass_check(p_pass bigint)
 RETURNS retention_pass
 LANGUAGE plpgsql
@@ -403,8 +397,8 @@ LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT _retention_begin(p_name, p_owner, p_budget, NULL) $$;
 
--- retention_step_end records the end of this session's pass (an error with
--- p_error); the caller commits, then calls retention_step_unlock.
+-- retention_step_end ends this session's pass (p_error: failed); the caller
+-- commits, then calls retention_step_unlock.
 CREATE OR REPLACE FUNCTION retention_step_end(p_pass bigint, p_error text)
 RETURNS void
 LANGUAGE sql
@@ -425,10 +419,10 @@ AS $$
     SELECT _retention_unlock(p_name);
 $$;
 
--- _retention_run_role: the role a statement on p_rel (the policy's table or
--- a leaf) runs as: the table's owner when the policy's owner is or is a
--- member of it (the table's code then runs as the role that wrote it), else
--- NULL (a leaf is skipped; the policy's table is swept as the policy's owner).
+-- _retention_run_role: the role a statement on p_rel runs as: its owner when
+-- the policy's owner is a member of it (the table's code then runs as the
+-- role that wrote it), else NULL (a leaf is skipped; the policy's table is
+-- swept as the policy's owner).
 CREATE OR REPLACE FUNCTION _retention_run_role(p_pol retention_policy, p_rel regclass)
 RETURNS regrole
 LANGUAGE sql STABLE
@@ -439,12 +433,12 @@ AS $$
       FROM pg_catalog.pg_class c WHERE c.oid = p_rel
 $$;
 
--- retention_step_claim: one step of this session's pass, as <schema>_owner,
--- and the statement retention_step runs: o_kind NULL (nothing to run; o_more:
--- call again), or 'sample', 'delete', 'detach', 'release', run as o_role with
--- the body o_body, the settings o_settings and $1, $2 (o_type, as text), $3
--- the cutoff, $4 the statuses, $5 the filter values. The step is kept on the
--- pass for retention_step_record. A built-in policy's step runs here whole.
+-- retention_step_claim claims a step of this session's pass and returns the
+-- statement retention_step runs: o_kind NULL (nothing to run; o_more: call
+-- again), or 'sample', 'delete', 'detach', 'release', run as o_role: the body
+-- o_body with the settings o_settings over $1, $2 (o_type, as text), $3 the
+-- cutoff, $4 the statuses, $5 the filter values. A built-in policy's step
+-- runs here whole, as <schema>_owner.
 CREATE OR REPLACE FUNCTION retention_step_claim(p_pass bigint,
     OUT o_more boolean, OUT o_kind text, OUT o_role regrole, OUT o_owner regrole, OUT o_policy text, OUT o_type text,
     OUT o_lo text, OUT o_hi text, OUT o_cutoff timestamptz, OUT o_statuses text[], OUT o_filters text[],
@@ -565,10 +559,9 @@ BEGIN
 END
 $$;
 
--- retention_step_record records what the claimed step's statement did
--- (p_phase 'done'), that it met a lock past retention_lock_timeout
--- ('locked'), or that a detach is about to run ('detaching'), for the unit
--- the claim handed out only. p_times: the sample's times.
+-- retention_step_record records, for the claimed step only, what its
+-- statement did ('done'; p_times: the sample's), that it met a lock past
+-- retention_lock_timeout ('locked'), or that a detach begins ('detaching').
 CREATE OR REPLACE FUNCTION retention_step_record(p_pass bigint, p_phase text, p_deleted bigint,
     p_fraction double precision, p_sampled bigint, p_times timestamptz[])
 RETURNS void

@@ -1,7 +1,6 @@
 -- Retention: what a DBA looks at, and what maintain() asks.
 
--- retention_passes: the pass history. A pass still marked running whose
--- session is gone (killed, crashed) shows as abandoned.
+-- retention_passes: the pass history; a running pass whose session is gone shows as abandoned.
 CREATE OR REPLACE VIEW retention_passes AS
 SELECT p.id, p.policy, p.owner, p.mode, p.strategy,
        CASE WHEN p.outcome = 'running' AND NOT EXISTS (
@@ -27,10 +26,10 @@ SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
 
--- retention_due lists the policies that are due, oldest first: its interval
--- passed since its last pass began, or at once when that pass left work
--- behind (budget, lease_lost, deferred, detached tables, or abandoned); an
--- error waits for the interval. The p_now overload is for tests (S_owner).
+-- retention_due lists the due policies, oldest first: the interval passed
+-- since the last pass began, or at once when that pass left work behind
+-- (budget, lease_lost, deferred, abandoned, detached tables); an error waits
+-- for the interval. The p_now overload is for tests.
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
