@@ -13,7 +13,8 @@
 --   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update,
 --   _retention_detach_claim_for, retention_keyset_fraction, _retention_sample_pct,
 --   _retention_exec_body, _retention_release_body, _retention_scalar_type,
---   _retention_step_released, _retention_step_deferred.
+--   _retention_step_released, _retention_step_deferred, _retention_detach_claim,
+--   _retention_release_claim.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 ALTER TABLE retention_unit
@@ -49,6 +50,8 @@ DROP FUNCTION _retention_release_body(oid[]);
 DROP FUNCTION _retention_scalar_type(regtype);
 DROP FUNCTION _retention_step_released(bigint, retention_unit, int[], oid[]);
 DROP FUNCTION _retention_step_deferred(bigint, retention_unit);
+DROP FUNCTION _retention_detach_claim(bigint, retention_unit, regclass, timestamptz);
+DROP FUNCTION _retention_release_claim(bigint, retention_unit);
 
 -- pgsweep:changed functions/retention_detach.sql
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
@@ -911,41 +914,6 @@ AS $$
      WHERE id = p_pass;
 $$;
 
-CREATE OR REPLACE FUNCTION _retention_detach_claim(p_pass bigint, p_unit retention_unit, p_leaf regclass,
-    p_cutoff timestamptz, OUT o_parent regclass, OUT o_units int[], OUT o_leaves oid[])
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_pol retention_policy;
-    v_unit retention_unit;
-    v_oid oid;
-BEGIN
-    SELECT * INTO v_pol FROM retention_policy WHERE name = p_unit.policy;
-    SELECT i.inhparent INTO o_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    o_units := ARRAY[p_unit.unit_no];
-    o_leaves := ARRAY[p_leaf::oid];
-    FOR v_unit IN
-        SELECT * FROM retention_unit u
-         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id AND u.unit_no <> p_unit.unit_no
-           AND u.kind = 'drop' AND u.owner IS NULL AND u.deferred_pass IS DISTINCT FROM p_pass
-         ORDER BY u.unit_no
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        EXIT WHEN cardinality(o_leaves) >= 64;
-        SELECT c.oid INTO v_oid
-          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = v_unit.leaf_schema AND c.relname = v_unit.leaf_name AND c.relkind = 'r';
-        -- gone, moved or no longer droppable: its own step finds out
-        CONTINUE WHEN v_oid IS NULL
-            OR (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_oid) IS DISTINCT FROM o_parent
-            OR NOT _retention_leaf_droppable(v_pol, v_oid::regclass, p_cutoff);
-        o_units := o_units || v_unit.unit_no;
-        o_leaves := o_leaves || v_oid;
-    END LOOP;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
@@ -975,44 +943,6 @@ AS $$
            strategy = p_strategy
       FROM (SELECT count(*) FILTER (WHERE u.detached)::int AS detached FROM u) n
      WHERE id = p_pass;
-$$;
-
-CREATE OR REPLACE FUNCTION _retention_release_claim(p_pass bigint, p_unit retention_unit,
-    OUT o_units int[], OUT o_tables oid[])
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_owner regrole := (SELECT p.owner FROM retention_policy p WHERE p.name = p_unit.policy);
-    v_unit retention_unit;
-BEGIN
-    o_units := '{}';
-    o_tables := '{}';
-    FOR v_unit IN
-        SELECT * FROM retention_unit u
-         WHERE u.policy = p_unit.policy AND u.sweep_id = p_unit.sweep_id
-           AND (u.unit_no = p_unit.unit_no
-                OR (u.kind = 'detached' AND u.deferred_pass IS DISTINCT FROM p_pass))
-         ORDER BY u.unit_no
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-                    WHERE c.oid = v_unit.detached_table AND c.relkind = 'r' AND NOT c.relispartition
-                      AND c.relname = _retention_detached_name(v_unit.detached_table)
-                      AND c.relowner = v_owner
-                      -- nothing outside it depends on it (a view, a foreign key): DROP would fail
-                      AND NOT _retention_depended_on(c.oid)) THEN
-            o_units := o_units || v_unit.unit_no;
-            o_tables := o_tables || v_unit.detached_table;
-        ELSE
-            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_unit.detached_table) THEN
-                RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
-                    p_unit.policy, v_unit.detached_table::regclass::text, v_unit.leaf_schema, v_unit.leaf_name;
-            END IF;
-            DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
-        END IF;
-    END LOOP;
-END
 $$;
 
 CREATE OR REPLACE FUNCTION _retention_plan_from_sample(p_pass bigint, p_now timestamptz, p_pct double precision,
@@ -1057,6 +987,7 @@ DECLARE
     v_unit retention_unit;
     v_b record;
     v_run record;
+    v_parent oid;
 BEGIN
     o_more := false;
     IF _retention_pass_check(p_pass) IS NULL THEN RETURN; END IF;
@@ -1103,20 +1034,60 @@ BEGIN
                          'SELECT NULL::bigint, s.* FROM (' || _retention_sample_sql(v_pol, v.pct) || ') s');
         o_role := coalesce(_retention_run_role(v_pol, _retention_table(v_pol.table_schema, v_pol.table_name)), o_role);
     WHEN 'detach' THEN
-        -- the parent's droppable leaves in one transaction, as their owner
-        v_b := _retention_detach_claim(p_pass, v_unit, v.target::regclass, o_cutoff);
-        IF v_b.o_parent IS NULL THEN -- no longer a partition
-            PERFORM _retention_step_detached(p_pass, v_unit, v_b.o_units, v_b.o_leaves, 0, v.strategy, false);
+        -- the leaf and those of the sweep's other free drop units under its
+        -- parent still droppable, at most 64, detached in one transaction
+        v_parent := (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v.target);
+        v.units := ARRAY[v_unit.unit_no];
+        v.oids := ARRAY[v.target];
+        FOR v_b IN
+            SELECT u.unit_no, (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                                WHERE n.nspname = u.leaf_schema AND c.relname = u.leaf_name AND c.relkind = 'r') AS leaf
+              FROM retention_unit u
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no <> v_unit.unit_no
+               AND u.kind = 'drop' AND u.owner IS NULL AND u.deferred_pass IS DISTINCT FROM p_pass
+             ORDER BY u.unit_no
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            EXIT WHEN cardinality(v.oids) >= 64;
+            -- gone, moved or no longer droppable: its own step finds out
+            CONTINUE WHEN v_b.leaf IS NULL
+                OR (SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_b.leaf) IS DISTINCT FROM v_parent
+                OR NOT _retention_leaf_droppable(v_pol, v_b.leaf::regclass, o_cutoff);
+            v.units := v.units || v_b.unit_no;
+            v.oids := v.oids || v_b.leaf;
+        END LOOP;
+        IF v_parent IS NULL THEN -- no longer a partition
+            PERFORM _retention_step_detached(p_pass, v_unit, v.units, v.oids, 0, v.strategy, false);
             RETURN;
         END IF;
-        v.units := v_b.o_units;
-        v.oids := v_b.o_leaves;
-        o_body := _retention_detach_body(v_b.o_parent, v.oids);
+        o_body := _retention_detach_body(v_parent, v.oids);
     WHEN 'release' THEN
-        v_b := _retention_release_claim(p_pass, v_unit);
-        IF cardinality(v_b.o_tables) = 0 THEN RETURN; END IF;
-        v.units := v_b.o_units;
-        v.oids := v_b.o_tables;
+        -- the sweep's free detached tables; one renamed, not the policy owner's
+        -- or depended on (DROP would fail every pass) is left, its unit closed
+        v.units := '{}';
+        v.oids := '{}';
+        FOR v_b IN
+            SELECT * FROM retention_unit u
+             WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id
+               AND (u.unit_no = v_unit.unit_no OR (u.kind = 'detached' AND u.deferred_pass IS DISTINCT FROM p_pass))
+             ORDER BY u.unit_no
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                        WHERE c.oid = v_b.detached_table AND c.relkind = 'r' AND NOT c.relispartition
+                          AND c.relname = _retention_detached_name(v_b.detached_table) AND c.relowner = v_pol.owner
+                          AND NOT _retention_depended_on(c.oid)) THEN
+                v.units := v.units || v_b.unit_no;
+                v.oids := v.oids || v_b.detached_table;
+            ELSE
+                IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = v_b.detached_table) THEN
+                    RAISE NOTICE 'retention policy %: the detached partition % (formerly %.%) is left in place',
+                        v_b.policy, v_b.detached_table::regclass::text, v_b.leaf_schema, v_b.leaf_name;
+                END IF;
+                DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_b.policy, v_b.sweep_id, v_b.unit_no);
+            END IF;
+        END LOOP;
+        IF cardinality(v.oids) = 0 THEN RETURN; END IF;
         -- drops the detached tables; one held past lock_timeout stays
         SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
                       coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
