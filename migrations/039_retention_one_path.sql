@@ -447,6 +447,17 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION retention_register_proved(p_proof regclass, p_name text, p_table regclass, p_time_column text,
+    p_older_than interval, p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT _retention_policy_owned('retention_register', p_name, _retention_proof_role(p_proof, 'retention_register'), false);
+    SELECT _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                 p_batch_size, p_mode, p_interval, _retention_proof_role(p_proof, 'retention_register'), false);
+$$;
+
 CREATE OR REPLACE FUNCTION _retention_policy_put(p_name text, p_table regclass, p_time_column text, p_older_than interval,
     p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval,
     p_owner regrole, p_builtin boolean)
@@ -730,9 +741,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
     END IF;
-    IF v_pol.older_than IS NULL THEN
-        RETURN NULL; -- keep forever
-    END IF;
+    IF v_pol.older_than IS NULL THEN RETURN NULL; END IF; -- kept forever
     v_owner := coalesce(p_owner,
         format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
     IF v_pol.mode = 'exclusive' THEN
@@ -1149,14 +1158,12 @@ DECLARE
 BEGIN
     IF p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
         PERFORM _check_text('p_phase', p_phase, 20); -- the message below echoes it
-        RAISE EXCEPTION 'p_phase must be one of done, locked, detaching, got %', quote_literal(p_phase)
-            USING ERRCODE = 'invalid_parameter_value';
+        PERFORM _retention_invalid('p_phase must be one of done, locked, detaching, got %s', quote_literal(p_phase));
     END IF;
     IF p_deleted IS NOT NULL THEN PERFORM _check_int('p_deleted', p_deleted, 0, 9223372036854775807); END IF;
     IF p_sampled IS NOT NULL THEN PERFORM _check_int('p_sampled', p_sampled, 0, 9223372036854775807); END IF;
     IF p_fraction IS NOT NULL AND NOT (p_fraction >= 0 AND p_fraction <= 1) THEN -- NaN is neither
-        RAISE EXCEPTION 'p_fraction must be NULL or between 0 and 1, got %', p_fraction
-            USING ERRCODE = 'invalid_parameter_value';
+        PERFORM _retention_invalid('p_fraction must be NULL or between 0 and 1, got %s', p_fraction::text);
     END IF;
     v_pass := _retention_pass_check(p_pass);
     v := v_pass.step;
@@ -1594,14 +1601,10 @@ SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
 
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-BEGIN
-    PERFORM _check_now('p_now', p_now);
-    RETURN QUERY
+    SELECT _check_now('p_now', p_now);
     SELECT r.name
       FROM retention_policy r
       LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome
@@ -1610,12 +1613,11 @@ BEGIN
                           WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
                           ORDER BY p.id DESC LIMIT 1) lp ON true
      WHERE r.older_than IS NOT NULL
-       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= (SELECT coalesce(p_now, clock_timestamp()))
             OR lp.outcome IN ('budget', 'lease_lost', 'deferred', 'abandoned')
             -- partitions a pass detached: the next pass drops them (retention_partition.sql)
             OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached'))
      ORDER BY lp.at NULLS FIRST, r.name;
-END
 $$;
 -- pgsweep:end functions/retention_views.sql
 

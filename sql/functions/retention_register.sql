@@ -115,16 +115,12 @@ $$;
 CREATE OR REPLACE FUNCTION retention_register_proved(p_proof regclass, p_name text, p_table regclass, p_time_column text,
     p_older_than interval, p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_owner regrole := _retention_proof_role(p_proof, 'retention_register');
-BEGIN
-    PERFORM _retention_policy_owned('retention_register', p_name, v_owner, false);
-    PERFORM _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
-                                  p_batch_size, p_mode, p_interval, v_owner, false);
-END
+    SELECT _retention_policy_owned('retention_register', p_name, _retention_proof_role(p_proof, 'retention_register'), false);
+    SELECT _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                 p_batch_size, p_mode, p_interval, _retention_proof_role(p_proof, 'retention_register'), false);
 $$;
 
 -- _retention_policy_put validates and stores a policy for p_owner.

@@ -54,9 +54,7 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM _retention_invalid('p_name must name a registered retention policy, got %s', quote_literal(p_name));
     END IF;
-    IF v_pol.older_than IS NULL THEN
-        RETURN NULL; -- keep forever
-    END IF;
+    IF v_pol.older_than IS NULL THEN RETURN NULL; END IF; -- kept forever
     v_owner := coalesce(p_owner,
         format('pid%s-%s', pg_catalog.pg_backend_pid(), substr(md5(random()::text || clock_timestamp()::text), 1, 8)));
     IF v_pol.mode = 'exclusive' THEN
@@ -539,14 +537,12 @@ DECLARE
 BEGIN
     IF p_phase IS NULL OR p_phase NOT IN ('done', 'locked', 'detaching') THEN
         PERFORM _check_text('p_phase', p_phase, 20); -- the message below echoes it
-        RAISE EXCEPTION 'p_phase must be one of done, locked, detaching, got %', quote_literal(p_phase)
-            USING ERRCODE = 'invalid_parameter_value';
+        PERFORM _retention_invalid('p_phase must be one of done, locked, detaching, got %s', quote_literal(p_phase));
     END IF;
     IF p_deleted IS NOT NULL THEN PERFORM _check_int('p_deleted', p_deleted, 0, 9223372036854775807); END IF;
     IF p_sampled IS NOT NULL THEN PERFORM _check_int('p_sampled', p_sampled, 0, 9223372036854775807); END IF;
     IF p_fraction IS NOT NULL AND NOT (p_fraction >= 0 AND p_fraction <= 1) THEN -- NaN is neither
-        RAISE EXCEPTION 'p_fraction must be NULL or between 0 and 1, got %', p_fraction
-            USING ERRCODE = 'invalid_parameter_value';
+        PERFORM _retention_invalid('p_fraction must be NULL or between 0 and 1, got %s', p_fraction::text);
     END IF;
     v_pass := _retention_pass_check(p_pass);
     v := v_pass.step;

@@ -32,14 +32,10 @@ SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
 -- for the interval. The p_now overload is for tests.
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-BEGIN
-    PERFORM _check_now('p_now', p_now);
-    RETURN QUERY
+    SELECT _check_now('p_now', p_now);
     SELECT r.name
       FROM retention_policy r
       LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome
@@ -48,12 +44,11 @@ BEGIN
                           WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
                           ORDER BY p.id DESC LIMIT 1) lp ON true
      WHERE r.older_than IS NOT NULL
-       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= (SELECT coalesce(p_now, clock_timestamp()))
             OR lp.outcome IN ('budget', 'lease_lost', 'deferred', 'abandoned')
             -- partitions a pass detached: the next pass drops them (retention_partition.sql)
             OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached'))
      ORDER BY lp.at NULLS FIRST, r.name;
-END
 $$;
 
 CREATE OR REPLACE FUNCTION retention_due()
