@@ -81,8 +81,7 @@ BEGIN
     DELETE FROM retention_unit u
      WHERE u.owner IS NOT NULL AND u.expires_at <= v_now
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = u.leaf);
-    -- new leaves of the due policies, half-detached ones whenever; only
-    -- policies whose owner the caller can act as
+    -- new leaves of due policies, half-detached ones whenever, of owners the caller can act as
     FOR v_r IN
         WITH due AS (SELECT retention_due(p_now) AS name)
         SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
@@ -144,9 +143,8 @@ BEGIN
                 _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
-    -- Tables the runner detached: dropped if still under the runner's name,
-    -- the policy owner's, and depended on by nothing; any other is left in
-    -- place, its claim closed. parent: the policy's table.
+    -- Tables the runner detached (parent: the policy's table): dropped if still under its
+    -- name, the policy owner's and depended on by nothing; else left in place, claim closed.
     FOR v_c IN
         SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,
@@ -311,8 +309,7 @@ BEGIN
           JOIN pg_catalog.pg_class c ON c.oid = t.relid
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE t.isleaf AND c.relkind = 'r'
-           -- being detached concurrently by a runner (retention_detach.sql):
-           -- half-detached, or held by one
+           -- not half-detached nor held by a runner (retention_detach.sql)
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
            AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.leaf = t.relid AND u.owner IS NOT NULL)
          ORDER BY n.nspname, c.relname
@@ -618,6 +615,20 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_proof text := retention_owner_proof();
+    v_result boolean := retention_unregister_proved(v_proof::regclass, p_name);
+BEGIN
+    EXECUTE 'DROP TABLE ' || v_proof;
+    RETURN v_result;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
 RETURNS boolean
 LANGUAGE sql
@@ -784,7 +795,6 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_target oid;
     v_rel regclass;
-    v_blocks bigint;
     o retention_step;
 BEGIN
     o.more := false;
@@ -816,9 +826,8 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claim a unit, skipping those other cleaners are on, those this pass
-    -- deferred, and those a runner holds (retention_detach.sql) unless the
-    -- claim expired on a leaf still attached.
+    -- Claim a unit but those other cleaners are on, this pass deferred, or a runner
+    -- holds (retention_detach.sql) unless its claim expired on a leaf still attached.
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
        AND (u.owner IS NULL OR (u.expires_at <= v_now AND NOT u.counted
@@ -866,17 +875,15 @@ BEGIN
         o.cutoff := _retention_cutoff(v_pol, o.now);
         -- the sample reads about 400 blocks; none of an empty or a distributed table
         v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
-        v_blocks := pg_catalog.pg_relation_size(v_rel) / current_setting('block_size')::int;
-        IF v_blocks > 0 AND (v_pol.owner = _owner_role() OR _retention_distribution(v_rel) IS NULL) THEN
-            o.pct := least(100, 400 * 100.0 / v_blocks)::double precision;
-        END IF;
+        o.pct := (SELECT least(100, 400 * 100.0 / b.n)::double precision
+                    FROM (SELECT pg_catalog.pg_relation_size(v_rel) / current_setting('block_size')::int AS n) b
+                   WHERE b.n > 0 AND (v_pol.owner = _owner_role() OR _retention_distribution(v_rel) IS NULL));
         RETURN o;
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have
-    -- USAGE on its schema), still a partition (one detached since the plan
-    -- is no longer the policy's table).
+    -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have USAGE
+    -- on its schema), still a partition (a detached one is not the policy's table).
     IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
         SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -890,8 +897,7 @@ BEGIN
         o.more := true;
         RETURN o;
     END IF;
-    -- Planned as a drop but no longer droppable (re-attached elsewhere, the
-    -- policy changed): sweep the whole leaf instead.
+    -- planned as a drop but no longer droppable (moved, the policy changed): sweep the leaf
     IF v_unit.kind = 'drop' AND v_target IS NOT NULL
        AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
         UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
@@ -1180,9 +1186,8 @@ BEGIN
     IF NOT FOUND THEN RETURN; END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
-            -- Recorded before the parent is locked, as if every leaf will be
-            -- detached, so that the lock is held for the detaches alone;
-            -- corrected when a leaf stays (_retention_step_detached).
+            -- Recorded before the parent is locked, as if every leaf will be detached, so that
+            -- the lock is held for the detaches alone; corrected when a leaf stays.
             UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
               FROM unnest(v.units, v.oids) l(unit_no, oid)
              WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no;
@@ -1421,8 +1426,7 @@ BEGIN
     END IF;
     BEGIN
         IF v.o_kind = 'detach' THEN
-            -- recorded first, as if every leaf will be detached: from the
-            -- parent's lock to the commit only the rows are left to add
+            -- recorded first: from the parent's lock to the commit only the rows are left to add
             PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
         END IF;
         v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
@@ -1466,9 +1470,8 @@ BEGIN
         EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
         PERFORM retention_step_record(p_pass, 'done', v_out.deleted, v_out.fraction, v_out.sampled, v_out.times);
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-        -- A row (delete), the parent or a leaf (detach), a detached table
-        -- (release) stayed locked past retention_lock_timeout: the step
-        -- rolled back whole; its units wait for a later pass.
+        -- A row, a table or a leaf stayed locked past retention_lock_timeout: the
+        -- step rolled back whole; its units wait for a later pass.
         IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN RAISE; END IF;
         PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
     END;
@@ -1692,7 +1695,6 @@ AS $$
 DECLARE
     v_changed int := 0;
     v_want record;
-    v_pol retention_policy;
     v_removed int;
 BEGIN
     FOR v_want IN
@@ -1709,19 +1711,15 @@ BEGIN
                 v_want.queue, v_want.tbl, length(v_want.queue);
             CONTINUE;
         END IF;
-        SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
-        IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
-           AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN
-            CONTINUE;
-        END IF;
-        -- register and filter in one transaction: no pass ever sees the
-        -- policy without its queue filter.
+        CONTINUE WHEN EXISTS (SELECT 1 FROM retention_policy p
+                               WHERE p.name = v_want.name AND p.older_than IS NOT DISTINCT FROM v_want.period
+                                 AND p.filter_column = 'queue' AND p.filter_values = ARRAY[v_want.queue]);
+        -- register and filter in one transaction: no pass sees the policy without its filter
         PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
                                     1000, 'exclusive', interval '1 minute', _owner_role(), true);
         PERFORM _retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
         v_changed := v_changed + 1;
     END LOOP;
-
     PERFORM _retention_unregister(p.name) FROM retention_policy p
       WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
                  SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))

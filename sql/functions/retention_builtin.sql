@@ -16,7 +16,6 @@ AS $$
 DECLARE
     v_changed int := 0;
     v_want record;
-    v_pol retention_policy;
     v_removed int;
 BEGIN
     FOR v_want IN
@@ -33,19 +32,15 @@ BEGIN
                 v_want.queue, v_want.tbl, length(v_want.queue);
             CONTINUE;
         END IF;
-        SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
-        IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
-           AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN
-            CONTINUE;
-        END IF;
-        -- register and filter in one transaction: no pass ever sees the
-        -- policy without its queue filter.
+        CONTINUE WHEN EXISTS (SELECT 1 FROM retention_policy p
+                               WHERE p.name = v_want.name AND p.older_than IS NOT DISTINCT FROM v_want.period
+                                 AND p.filter_column = 'queue' AND p.filter_values = ARRAY[v_want.queue]);
+        -- register and filter in one transaction: no pass sees the policy without its filter
         PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
                                     1000, 'exclusive', interval '1 minute', _owner_role(), true);
         PERFORM _retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
         v_changed := v_changed + 1;
     END LOOP;
-
     PERFORM _retention_unregister(p.name) FROM retention_policy p
       WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
                  SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))

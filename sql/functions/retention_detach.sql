@@ -1,13 +1,10 @@
--- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY, run by
--- the Go runner before each maintenance pass (docs/retention.md, "Partitioned
--- tables"): a plain DETACH makes inserts wait; the CONCURRENTLY form runs
--- only outside a transaction block, so no function can run it.
---
--- A runner's claim is a claim on a drop unit of the policy's sweep
--- (retention_unit.owner, expires_at), which a pass skips. The runner gets
--- typed values (no SQL text), runs DETACH (or FINALIZE) and a RENAME to
--- pgsweep_detached_c<oid>, or a DROP, each in its own transaction as the
--- policy's owner, and reports each to retention_detach_done.
+-- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY (a plain
+-- DETACH makes inserts wait), which runs only outside a transaction block, so
+-- the Go runner runs it (docs/retention.md, "Partitioned tables"). It claims
+-- drop units of the policy's sweep (retention_unit.owner, expires_at; a pass
+-- skips them), gets typed values (no SQL text), runs DETACH (or FINALIZE) and
+-- a RENAME to pgsweep_detached_c<oid>, or a DROP, each in its own transaction
+-- as the policy's owner, and reports each to retention_detach_done.
 
 -- _retention_detach_runner_name: the name the runner gives a table it
 -- detached until it drops it: the proof of who detached it.
@@ -84,8 +81,7 @@ BEGIN
     DELETE FROM retention_unit u
      WHERE u.owner IS NOT NULL AND u.expires_at <= v_now
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = u.leaf);
-    -- new leaves of the due policies, half-detached ones whenever; only
-    -- policies whose owner the caller can act as
+    -- new leaves of due policies, half-detached ones whenever, of owners the caller can act as
     FOR v_r IN
         WITH due AS (SELECT retention_due(p_now) AS name)
         SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
@@ -147,9 +143,8 @@ BEGIN
                 _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
-    -- Tables the runner detached: dropped if still under the runner's name,
-    -- the policy owner's, and depended on by nothing; any other is left in
-    -- place, its claim closed. parent: the policy's table.
+    -- Tables the runner detached (parent: the policy's table): dropped if still under its
+    -- name, the policy owner's and depended on by nothing; else left in place, claim closed.
     FOR v_c IN
         SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,

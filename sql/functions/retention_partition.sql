@@ -1,11 +1,9 @@
 -- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
---
 -- A policy on a partitioned table covers every leaf, present and future. A
 -- RANGE leaf on the time column alone wholly before the cutoff is removed
 -- whole when the policy has no status nor filter and its owner owns the leaf
 -- and its parent; a leaf wholly after the cutoff is left alone; every other
 -- leaf is swept in tid_range units of its own, as its owner.
---
 -- Removing leaves takes two passes: a drop unit's step detaches the sweep's
 -- droppable leaves of that parent in one transaction, renamed
 -- pgsweep_detached_<oid> (their rows count then); the next pass drops them,
@@ -88,8 +86,7 @@ BEGIN
           JOIN pg_catalog.pg_class c ON c.oid = t.relid
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE t.isleaf AND c.relkind = 'r'
-           -- being detached concurrently by a runner (retention_detach.sql):
-           -- half-detached, or held by one
+           -- not half-detached nor held by a runner (retention_detach.sql)
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
            AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.leaf = t.relid AND u.owner IS NOT NULL)
          ORDER BY n.nspname, c.relname

@@ -306,9 +306,8 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_proof text := retention_owner_proof();
-    v_result boolean;
+    v_result boolean := retention_unregister_proved(v_proof::regclass, p_name);
 BEGIN
-    v_result := retention_unregister_proved(v_proof::regclass, p_name);
     EXECUTE 'DROP TABLE ' || v_proof;
     RETURN v_result;
 END

@@ -1,7 +1,5 @@
--- Retention of a distributed (Citus) table: shard by shard
--- (docs/operations.md, "Scaling out with Citus").
---
--- A ctid means a different row in each shard, so a hash-distributed table
+-- Retention of a distributed (Citus) table (docs/operations.md, "Scaling out
+-- with Citus"). A ctid means a different row in each shard, so a hash-distributed table
 -- is planned per shard (retention_unit.shard_id): tid_range units over its
 -- blocks, or one keyset window. A batch reads, on the shard's worker, the
 -- ctid and distribution value of at most batch_size eligible rows, then

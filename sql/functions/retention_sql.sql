@@ -202,8 +202,7 @@ BEGIN
     END IF;
     BEGIN
         IF v.o_kind = 'detach' THEN
-            -- recorded first, as if every leaf will be detached: from the
-            -- parent's lock to the commit only the rows are left to add
+            -- recorded first: from the parent's lock to the commit only the rows are left to add
             PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
         END IF;
         v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
@@ -247,9 +246,8 @@ BEGIN
         EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
         PERFORM retention_step_record(p_pass, 'done', v_out.deleted, v_out.fraction, v_out.sampled, v_out.times);
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-        -- A row (delete), the parent or a leaf (detach), a detached table
-        -- (release) stayed locked past retention_lock_timeout: the step
-        -- rolled back whole; its units wait for a later pass.
+        -- A row, a table or a leaf stayed locked past retention_lock_timeout: the
+        -- step rolled back whole; its units wait for a later pass.
         IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN RAISE; END IF;
         PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
     END;

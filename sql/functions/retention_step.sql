@@ -1,11 +1,9 @@
--- Retention: the steps of a pass. retention_run (a procedure, so that it can
--- commit) calls the step routines below and commits after each; the logic
--- lives in functions, which can pin search_path.
---
--- An exclusive pass holds two locks: the policy's advisory lock (session
--- level, taken without waiting, released after the commit that ends the
--- pass), so that no other session starts one; and the lease retention:<name>
--- (lease.sql), which survives the session and is checked before every batch.
+-- Retention: the steps of a pass. retention_run, a procedure (it commits),
+-- calls the step routines below; the logic lives in functions, which can pin
+-- search_path. An exclusive pass holds the policy's advisory lock (session
+-- level, taken without waiting, released after the commit that ends the pass)
+-- and the lease retention:<name> (lease.sql), which outlives the session and
+-- is checked before every batch.
 
 CREATE OR REPLACE FUNCTION _retention_lock_key(p_name text)
 RETURNS bigint
@@ -100,7 +98,6 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_target oid;
     v_rel regclass;
-    v_blocks bigint;
     o retention_step;
 BEGIN
     o.more := false;
@@ -132,9 +129,8 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claim a unit, skipping those other cleaners are on, those this pass
-    -- deferred, and those a runner holds (retention_detach.sql) unless the
-    -- claim expired on a leaf still attached.
+    -- Claim a unit but those other cleaners are on, this pass deferred, or a runner
+    -- holds (retention_detach.sql) unless its claim expired on a leaf still attached.
     SELECT * INTO v_unit FROM retention_unit u
      WHERE u.policy = v_pol.name AND u.deferred_pass IS DISTINCT FROM p_pass
        AND (u.owner IS NULL OR (u.expires_at <= v_now AND NOT u.counted
@@ -182,17 +178,15 @@ BEGIN
         o.cutoff := _retention_cutoff(v_pol, o.now);
         -- the sample reads about 400 blocks; none of an empty or a distributed table
         v_rel := _retention_table(v_pol.table_schema, v_pol.table_name);
-        v_blocks := pg_catalog.pg_relation_size(v_rel) / current_setting('block_size')::int;
-        IF v_blocks > 0 AND (v_pol.owner = _owner_role() OR _retention_distribution(v_rel) IS NULL) THEN
-            o.pct := least(100, 400 * 100.0 / v_blocks)::double precision;
-        END IF;
+        o.pct := (SELECT least(100, 400 * 100.0 / b.n)::double precision
+                    FROM (SELECT pg_catalog.pg_relation_size(v_rel) / current_setting('block_size')::int AS n) b
+                   WHERE b.n > 0 AND (v_pol.owner = _owner_role() OR _retention_distribution(v_rel) IS NULL));
         RETURN o;
     END IF;
 
     SELECT * INTO v_sweep FROM retention_sweep WHERE id = v_unit.sweep_id;
-    -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have
-    -- USAGE on its schema), still a partition (one detached since the plan
-    -- is no longer the policy's table).
+    -- A leaf's unit: the leaf, by the catalog (<schema>_owner need not have USAGE
+    -- on its schema), still a partition (a detached one is not the policy's table).
     IF v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' THEN
         SELECT c.oid INTO v_target
           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -206,8 +200,7 @@ BEGIN
         o.more := true;
         RETURN o;
     END IF;
-    -- Planned as a drop but no longer droppable (re-attached elsewhere, the
-    -- policy changed): sweep the whole leaf instead.
+    -- planned as a drop but no longer droppable (moved, the policy changed): sweep the leaf
     IF v_unit.kind = 'drop' AND v_target IS NOT NULL
        AND NOT _retention_leaf_droppable(v_pol, v_target, least(v_sweep.cutoff, _retention_cutoff(v_pol, clock_timestamp()))) THEN
         UPDATE retention_unit SET kind = 'delete', block_lo = 0, block_hi = NULL
@@ -559,9 +552,8 @@ BEGIN
     IF NOT FOUND THEN RETURN; END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
-            -- Recorded before the parent is locked, as if every leaf will be
-            -- detached, so that the lock is held for the detaches alone;
-            -- corrected when a leaf stays (_retention_step_detached).
+            -- Recorded before the parent is locked, as if every leaf will be detached, so that
+            -- the lock is held for the detaches alone; corrected when a leaf stays.
             UPDATE retention_unit u SET kind = 'detached', detached_table = l.oid, deferred_pass = p_pass
               FROM unnest(v.units, v.oids) l(unit_no, oid)
              WHERE u.policy = v_unit.policy AND u.sweep_id = v_unit.sweep_id AND u.unit_no = l.unit_no;
