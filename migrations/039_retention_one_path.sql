@@ -104,10 +104,11 @@ BEGIN
         FOR v_c IN
             SELECT u.sweep_id, u.unit_no, u.kind, c.oid AS leaf, i.inhparent AS parent, n.nspname AS leaf_schema,
                    c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name, i.inhdetachpending AS pending,
-                   CASE WHEN c.relowner <> v_pol.owner THEN pg_catalog.format('partition %I.%I is owned by %s', n.nspname, c.relname,
-                                                                              pg_catalog.pg_get_userbyid(c.relowner))
-                        WHEN p.relowner <> v_pol.owner THEN pg_catalog.format('parent %I.%I is owned by %s', pn.nspname, p.relname,
-                                                                              pg_catalog.pg_get_userbyid(p.relowner)) END AS foreign_owner
+                   CASE WHEN c.relowner <> v_pol.owner
+                        THEN pg_catalog.format('partition %I.%I is owned by %s', n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner))
+                        WHEN p.relowner <> v_pol.owner
+                        THEN pg_catalog.format('parent %I.%I is owned by %s', pn.nspname, p.relname, pg_catalog.pg_get_userbyid(p.relowner))
+                   END AS foreign_owner
               FROM retention_unit u
               JOIN pg_catalog.pg_namespace n ON n.nspname = u.leaf_schema
               JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = u.leaf_name AND c.relkind = 'r'
@@ -799,9 +800,7 @@ DECLARE
 BEGIN
     o.more := false;
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
-    IF NOT FOUND THEN
-        RETURN o; -- the policy was unregistered during the pass
-    END IF;
+    IF NOT FOUND THEN RETURN o; END IF; -- the policy was unregistered during the pass
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
     -- The budget bounds the pass, which always gets its first batch; one
@@ -891,8 +890,8 @@ BEGIN
     END IF;
     -- a leaf or a shard gone since the plan leaves its rows to the next sweep
     IF (v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' AND v_target IS NULL)
-       OR (v_unit.shard_id IS NOT NULL
-           AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL) THEN
+       OR (v_unit.shard_id IS NOT NULL AND (_retention_shard_placement(
+               _retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL) THEN
         DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
         o.more := true;
         RETURN o;
@@ -1011,8 +1010,7 @@ BEGIN
     o_more := v.more;
     IF v.kind IS NULL THEN RETURN; END IF;
     SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
-    SELECT * INTO v_unit FROM retention_unit u
-     WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    SELECT * INTO v_unit FROM retention_unit u WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
     SELECT v_pol.name, v_pol.owner, v_pol.owner, v.cutoff, v_pol.statuses, v_pol.filter_values
       INTO o_policy, o_owner, o_role, o_cutoff, o_statuses, o_filters;
     IF v.kind = 'plan' AND v.pct IS NULL THEN -- an empty or a partitioned table: no sample
@@ -1107,8 +1105,7 @@ BEGIN
         SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
                       coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
                                                  format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
-          INTO o_body
-          FROM unnest(v.oids) WITH ORDINALITY l(oid, ord)
+          INTO o_body FROM unnest(v.oids) WITH ORDINALITY l(oid, ord)
           JOIN pg_catalog.pg_class c ON c.oid = l.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace;
     ELSE
         IF v.target IS NOT NULL THEN
@@ -1181,8 +1178,7 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    SELECT * INTO v_unit FROM retention_unit u
-     WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    SELECT * INTO v_unit FROM retention_unit u WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
     IF NOT FOUND THEN RETURN; END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
@@ -1290,8 +1286,8 @@ BEGIN
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
     IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
         v_strategy := CASE WHEN p_fraction <= 0.05::double precision
-                                AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
-                           THEN 'keyset' ELSE 'tid_range' END;
+            AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
+            THEN 'keyset' ELSE 'tid_range' END;
     END IF;
     IF v_strategy = 'tid_range' THEN
         -- rows per block: the most of the statistics', the rows' width's and
@@ -1387,7 +1383,8 @@ BEGIN
     IF pg_catalog.current_setting('track_counts')::boolean THEN
         writes := pg_catalog.concat_ws(' ',
             (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
-                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r)) FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
+                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+               FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
             (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
                FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r));
     ELSE
@@ -1532,8 +1529,8 @@ BEGIN
         END IF;
         v_nodes := v_nodes || r.node;
         v_ports := v_ports || r.port;
-        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
-                                   '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce('
+                                   'pg_catalog.pg_relation_size(c.oid) / %s || '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
                                    'FROM (VALUES %s) v(shard, nsp, rel) '
                                    'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
                                    'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, r.shards);
@@ -1573,6 +1570,70 @@ BEGIN
     UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
     PERFORM _retention_sweep_trim(p_pol.name);
     RETURN v_sweep;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _retention_shard_body(p_pol retention_policy, p_strategy text, p_shard bigint,
+    p_lo text, p_hi text, p_cutoff timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
+    v_dist text := _retention_distribution(v_rel);
+    v_type text;
+    v_where record;
+    v_range text;
+    v_order text;
+    v_read text;
+    v_delete text;
+BEGIN
+    IF v_dist IS NULL THEN
+        RAISE EXCEPTION 'retention policy %: % is no longer a distributed table', p_pol.name, v_rel::text
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT format_type(a.atttypid, a.atttypmod) INTO v_type
+      FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_dist;
+    v_where := _retention_shard_placement(v_rel, p_shard);
+    IF v_where.node IS NULL THEN
+        RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, p_shard, v_rel::text
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    v_order := CASE WHEN p_strategy = 'tid_range' THEN 'ctid' ELSE format('%I', p_pol.time_column) END;
+    v_range := CASE WHEN p_strategy = 'tid_range'
+                    THEN format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi)
+                    ELSE format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                                _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
+                                _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz))) END;
+    v_read := format(
+        'SELECT pg_catalog.json_build_object(''n'', pg_catalog.count(*), ''t'', pg_catalog.array_agg(s.t), ''k'', pg_catalog.array_agg(s.k))::text '
+        'FROM (SELECT ctid::text AS t, %I::text AS k FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s) s',
+        v_dist, v_where.shard, v_range,
+        _retention_predicate_with(p_pol, v_rel, _retention_time_literal(p_cutoff),
+                                  format('%L', p_pol.statuses::text), format('%L', p_pol.filter_values::text)),
+        v_order, p_pol.batch_size);
+    v_delete := format('DELETE FROM %I.%I WHERE %I = ANY ($2::%s[]) AND ctid = ANY ($1) AND %s',
+                       p_pol.table_schema, p_pol.table_name, v_dist, v_type, _retention_predicate(p_pol, v_rel));
+    RETURN format($b$DECLARE r record; j json; c bigint; n bigint := 0;
+BEGIN
+    SELECT w.success, w.result INTO r FROM pg_catalog.master_run_on_worker(ARRAY[%L], ARRAY[%s], ARRAY[%L], false) w;
+    IF NOT r.success THEN
+        RAISE EXCEPTION USING ERRCODE = 'external_routine_exception', MESSAGE = %L || r.result;
+    END IF;
+    j := r.result::json;
+    c := (j ->> 'n')::bigint;
+    IF c > 0 THEN
+        EXECUTE 'SET LOCAL lock_timeout = ' || quote_literal(current_setting('lock_timeout'));
+        EXECUTE %L USING ARRAY(SELECT json_array_elements_text(j -> 't'))::tid[],
+                         ARRAY(SELECT json_array_elements_text(j -> 'k')), $3, $4, $5;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END IF;
+    RETURN QUERY SELECT n, NULL::float8, c, NULL::timestamptz[];
+END$b$,
+        v_where.node, v_where.port, v_read,
+        format('retention policy %s: reading shard %s on %s:%s failed: ', p_pol.name, v_where.shard, v_where.node, v_where.port),
+        v_delete);
 END
 $$;
 -- pgsweep:end functions/retention_shards.sql

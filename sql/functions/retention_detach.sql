@@ -6,8 +6,7 @@
 -- a RENAME to pgsweep_detached_c<oid>, or a DROP, each in its own transaction
 -- as the policy's owner, and reports each to retention_detach_done.
 
--- _retention_detach_runner_name: the name the runner gives a table it
--- detached until it drops it: the proof of who detached it.
+-- _retention_detach_runner_name: a table the runner detached is named so: the proof of who did.
 CREATE OR REPLACE FUNCTION _retention_detach_runner_name(p_leaf oid)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -104,10 +103,11 @@ BEGIN
         FOR v_c IN
             SELECT u.sweep_id, u.unit_no, u.kind, c.oid AS leaf, i.inhparent AS parent, n.nspname AS leaf_schema,
                    c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name, i.inhdetachpending AS pending,
-                   CASE WHEN c.relowner <> v_pol.owner THEN pg_catalog.format('partition %I.%I is owned by %s', n.nspname, c.relname,
-                                                                              pg_catalog.pg_get_userbyid(c.relowner))
-                        WHEN p.relowner <> v_pol.owner THEN pg_catalog.format('parent %I.%I is owned by %s', pn.nspname, p.relname,
-                                                                              pg_catalog.pg_get_userbyid(p.relowner)) END AS foreign_owner
+                   CASE WHEN c.relowner <> v_pol.owner
+                        THEN pg_catalog.format('partition %I.%I is owned by %s', n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner))
+                        WHEN p.relowner <> v_pol.owner
+                        THEN pg_catalog.format('parent %I.%I is owned by %s', pn.nspname, p.relname, pg_catalog.pg_get_userbyid(p.relowner))
+                   END AS foreign_owner
               FROM retention_unit u
               JOIN pg_catalog.pg_namespace n ON n.nspname = u.leaf_schema
               JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = u.leaf_name AND c.relkind = 'r'

@@ -51,8 +51,8 @@ BEGIN
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
     IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
         v_strategy := CASE WHEN p_fraction <= 0.05::double precision
-                                AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
-                           THEN 'keyset' ELSE 'tid_range' END;
+            AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
+            THEN 'keyset' ELSE 'tid_range' END;
     END IF;
     IF v_strategy = 'tid_range' THEN
         -- rows per block: the most of the statistics', the rows' width's and

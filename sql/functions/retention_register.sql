@@ -12,13 +12,13 @@ BEGIN
 END
 $$;
 
--- Ownership: a policy belongs to the role that registers it, and every run
--- deletes as that role; only a member of that role changes, unregisters or
--- re-registers it (42501). Built-in policies ('pgsweep.' names) are pgsweep's.
--- A SECURITY DEFINER function cannot see its caller, so each entry point runs
--- as its caller, creates an empty temporary table (retention_owner_proof),
--- which PostgreSQL records as owned by the calling role, calls its SECURITY
--- DEFINER half (retention_*_proved), which takes the role from that owner
+-- Ownership: a policy belongs to the role that registers it, every run deletes
+-- as that role, and only a member of it changes, unregisters or re-registers
+-- it (42501); built-in policies ('pgsweep.' names) are pgsweep's. A SECURITY
+-- DEFINER function cannot see its caller, so each entry point runs as its
+-- caller, creates an empty temporary table (retention_owner_proof), which
+-- PostgreSQL records as owned by the calling role, calls its SECURITY DEFINER
+-- half (retention_*_proved), which takes the role from that owner
 -- (_retention_proof_role), and drops the table. Code running as another role
 -- in the session can prove only its own role.
 

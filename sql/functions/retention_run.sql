@@ -4,7 +4,6 @@
 --   CALL retention_run('cap.published');
 --   CALL retention_run('cap.published', 'replica-1', '10 seconds');
 --   CALL retention_run('cap.published', NULL, '10 seconds', NULL, NULL);  -- returns p_pass_id
---
 -- It commits, so it runs outside a transaction block, and cannot pin
 -- search_path: it calls only schema-qualified step routines
 -- (retention_step.sql) and uses no operator. A step that fails is recorded on

@@ -24,8 +24,7 @@ BEGIN
 END
 $$;
 
--- _retention_shard_placement: the node and port of a shard's active primary
--- placement and its qualified name; NULLs when the shard is gone.
+-- _retention_shard_placement: a shard's active primary's node, port and qualified name (NULLs: gone).
 CREATE OR REPLACE FUNCTION _retention_shard_placement(p_rel regclass, p_shard bigint,
     OUT node text, OUT port int, OUT shard text)
 LANGUAGE plpgsql STABLE
@@ -42,8 +41,7 @@ BEGIN
 END
 $$;
 
--- _retention_time_literal: a time as an SQL literal that means the same in
--- any session (ISO 8601 in UTC; infinity as itself).
+-- _retention_time_literal: a time as a literal that means the same in any session (ISO 8601, UTC).
 CREATE OR REPLACE FUNCTION _retention_time_literal(p_at timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
@@ -89,8 +87,8 @@ BEGIN
         END IF;
         v_nodes := v_nodes || r.node;
         v_ports := v_ports || r.port;
-        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
-                                   '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce('
+                                   'pg_catalog.pg_relation_size(c.oid) / %s || '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
                                    'FROM (VALUES %s) v(shard, nsp, rel) '
                                    'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
                                    'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, r.shards);
@@ -162,15 +160,12 @@ BEGIN
         RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, p_shard, v_rel::text
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF p_strategy = 'tid_range' THEN
-        v_range := format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi);
-        v_order := 'ctid';
-    ELSE
-        v_range := format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
-                          _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
-                          _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz)));
-        v_order := format('%I', p_pol.time_column);
-    END IF;
+    v_order := CASE WHEN p_strategy = 'tid_range' THEN 'ctid' ELSE format('%I', p_pol.time_column) END;
+    v_range := CASE WHEN p_strategy = 'tid_range'
+                    THEN format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi)
+                    ELSE format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                                _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
+                                _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz))) END;
     v_read := format(
         'SELECT pg_catalog.json_build_object(''n'', pg_catalog.count(*), ''t'', pg_catalog.array_agg(s.t), ''k'', pg_catalog.array_agg(s.k))::text '
         'FROM (SELECT ctid::text AS t, %I::text AS k FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s) s',

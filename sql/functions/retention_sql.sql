@@ -36,8 +36,7 @@ SET search_path FROM CURRENT
 AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
                   ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
 
--- _retention_predicate_with: the policy's eligibility test over the given SQL
--- (parameters or literals) for the cutoff, statuses and filter values.
+-- _retention_predicate_with: the eligibility test over SQL for the cutoff, statuses, filter values.
 CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
     p_cutoff text, p_statuses text, p_filters text)
 RETURNS text
@@ -86,8 +85,7 @@ AS $$
                   _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)))
 $$;
 
--- _retention_sample_sql: the planning sample of p_pct percent of the blocks:
--- the eligible fraction, the rows sampled, the eligible times.
+-- _retention_sample_sql: a sample of p_pct% of the blocks: eligible fraction, rows, eligible times.
 CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
 RETURNS text
 LANGUAGE sql STABLE
@@ -141,7 +139,8 @@ BEGIN
     IF pg_catalog.current_setting('track_counts')::boolean THEN
         writes := pg_catalog.concat_ws(' ',
             (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
-                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r)) FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
+                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+               FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
             (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
                FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r));
     ELSE

@@ -102,9 +102,7 @@ DECLARE
 BEGIN
     o.more := false;
     SELECT * INTO v_pass FROM retention_pass WHERE id = p_pass;
-    IF NOT FOUND THEN
-        RETURN o; -- the policy was unregistered during the pass
-    END IF;
+    IF NOT FOUND THEN RETURN o; END IF; -- the policy was unregistered during the pass
     SELECT * INTO v_pol FROM retention_policy WHERE name = v_pass.policy;
 
     -- The budget bounds the pass, which always gets its first batch; one
@@ -194,8 +192,8 @@ BEGIN
     END IF;
     -- a leaf or a shard gone since the plan leaves its rows to the next sweep
     IF (v_unit.leaf_name IS NOT NULL AND v_unit.kind <> 'detached' AND v_target IS NULL)
-       OR (v_unit.shard_id IS NOT NULL
-           AND (_retention_shard_placement(_retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL) THEN
+       OR (v_unit.shard_id IS NOT NULL AND (_retention_shard_placement(
+               _retention_table(v_pol.table_schema, v_pol.table_name), v_unit.shard_id)).node IS NULL) THEN
         DELETE FROM retention_unit u WHERE (u.policy, u.sweep_id, u.unit_no) = (v_unit.policy, v_unit.sweep_id, v_unit.unit_no);
         o.more := true;
         RETURN o;
@@ -233,10 +231,9 @@ AS $$
      WHERE id = p_pass;
 $$;
 
--- _retention_step_detached records a detach step from the catalog: a leaf
--- renamed pgsweep_detached_<oid> makes its unit detached (a later pass drops
--- it) and counts (p_rows: all of them); one still attached is deferred.
--- p_premarked: the 'detaching' record counted every leaf already.
+-- _retention_step_detached records a detach step from the catalog: a leaf renamed
+-- pgsweep_detached_<oid> is detached (a later pass drops it) and counts (p_rows:
+-- all of them), one still attached deferred; p_premarked: all counted already.
 CREATE OR REPLACE FUNCTION _retention_step_detached(p_pass bigint, p_unit retention_unit, p_units int[], p_leaves oid[],
     p_rows bigint, p_strategy text, p_premarked boolean)
 RETURNS void
@@ -280,12 +277,10 @@ AS $$
       FROM retention_policy r WHERE s.id = p_pass AND r.name = s.policy;
 $$;
 
--- Step routines (docs/security.md, "Step routines"): retention_run and
--- maintain run as their caller and call only these (begin, step, end,
--- unlock); each that names a pass checks this session opened it.
+-- Step routines (docs/security.md): retention_run and maintain run as their caller and call
+-- only these (begin, step, end, unlock); each that names a pass checks this session opened it.
 
--- _retention_pass_check: this session's running pass p_pass (NULL: none);
--- 42501 when it is another session's or over.
+-- _retention_pass_check: this session's running pass p_pass (NULL: none; 42501: another's or over).
 CREATE OR REPLACE FUNCTION _retention_pass_check(p_pass bigint)
 RETURNS retention_pass
 LANGUAGE plpgsql
@@ -374,8 +369,7 @@ BEGIN
     o_more := v.more;
     IF v.kind IS NULL THEN RETURN; END IF;
     SELECT r.* INTO v_pol FROM retention_pass s JOIN retention_policy r ON r.name = s.policy WHERE s.id = p_pass;
-    SELECT * INTO v_unit FROM retention_unit u
-     WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    SELECT * INTO v_unit FROM retention_unit u WHERE u.policy = v_pol.name AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
     SELECT v_pol.name, v_pol.owner, v_pol.owner, v.cutoff, v_pol.statuses, v_pol.filter_values
       INTO o_policy, o_owner, o_role, o_cutoff, o_statuses, o_filters;
     IF v.kind = 'plan' AND v.pct IS NULL THEN -- an empty or a partitioned table: no sample
@@ -470,8 +464,7 @@ BEGIN
         SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
                       coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
                                                  format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
-          INTO o_body
-          FROM unnest(v.oids) WITH ORDINALITY l(oid, ord)
+          INTO o_body FROM unnest(v.oids) WITH ORDINALITY l(oid, ord)
           JOIN pg_catalog.pg_class c ON c.oid = l.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace;
     ELSE
         IF v.target IS NOT NULL THEN
@@ -547,8 +540,7 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    SELECT * INTO v_unit FROM retention_unit u
-     WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
+    SELECT * INTO v_unit FROM retention_unit u WHERE u.policy = v_pass.policy AND u.sweep_id = v.sweep_id AND u.unit_no = v.unit_no;
     IF NOT FOUND THEN RETURN; END IF;
     IF v.kind = 'detach' THEN
         IF p_phase = 'detaching' THEN
