@@ -9,7 +9,7 @@
 --     and CHECK retention_unit_claim;
 --   the live rows of retention_detaching become units of one sweep per
 --     policy (kind drop, the claim kept), then the table is dropped.
--- Dropped functions (single use, now inline): _retention_leaf_upper,
+-- Dropped functions (now written where they are used): _retention_leaf_upper,
 --   _retention_drop_sql, _retention_builtin_name, _retention_policy_for_update,
 --   _retention_detach_claim_for, retention_keyset_fraction, _retention_sample_pct,
 --   _retention_exec_body, _retention_release_body, _retention_scalar_type,
@@ -37,7 +37,7 @@ SELECT d.policy, (SELECT max(s.id) FROM retention_sweep s WHERE s.policy = d.pol
   FROM retention_detaching d;
 DROP TABLE retention_detaching;
 
--- Single-use helpers, now written where they were used.
+-- Helpers now written where they are used.
 DROP FUNCTION _retention_leaf_upper(retention_policy, regclass);
 DROP FUNCTION _retention_drop_sql(regclass);
 DROP FUNCTION _retention_builtin_name(text);
