@@ -1,12 +1,10 @@
--- Built-in retention of the rows pgsweep itself keeps: per queue, processed
--- inbox records (message_processed, by processed_at) after
--- queue.processed_retention, and dead letters (message_dead, by dead_at)
--- after queue.dead_retention. NULL periods keep rows forever.
---
--- Each is an ordinary policy filtered to one queue, named
--- 'pgsweep.processed:<queue>' or 'pgsweep.dead:<queue>'. maintain() calls
--- retention_builtin_sync() before every retention part. A queue whose name
--- would not fit a policy name (190 characters) gets none, with a WARNING.
+-- Built-in retention of the rows pgsweep keeps: per queue, processed inbox
+-- records (message_processed.processed_at) after queue.processed_retention
+-- and dead letters (message_dead.dead_at) after queue.dead_retention (NULL:
+-- forever). Each is an ordinary policy filtered to the queue, named
+-- 'pgsweep.processed:<queue>' or 'pgsweep.dead:<queue>', synced by maintain()
+-- before every retention part. A queue whose name would not fit a policy
+-- name (190 characters) gets none, with a WARNING.
 CREATE OR REPLACE FUNCTION retention_builtin_sync()
 RETURNS int
 LANGUAGE plpgsql
@@ -18,8 +16,7 @@ AS $$
 DECLARE
     v_changed int := 0;
     v_want record;
-    v_pol retention_policy;
-    v_name text;
+    v_removed int;
 BEGIN
     FOR v_want IN
         SELECT 'pgsweep.processed:' || q.name AS name, 'message_processed'::regclass AS tbl,
@@ -35,29 +32,20 @@ BEGIN
                 v_want.queue, v_want.tbl, length(v_want.queue);
             CONTINUE;
         END IF;
-        SELECT * INTO v_pol FROM retention_policy WHERE name = v_want.name;
-        IF FOUND AND v_pol.older_than IS NOT DISTINCT FROM v_want.period
-           AND v_pol.filter_column = 'queue' AND v_pol.filter_values = ARRAY[v_want.queue] THEN
-            CONTINUE;
-        END IF;
-        -- register and filter in one transaction: no pass ever sees the
-        -- policy without its queue filter.
+        CONTINUE WHEN EXISTS (SELECT 1 FROM retention_policy p
+                               WHERE p.name = v_want.name AND p.older_than IS NOT DISTINCT FROM v_want.period
+                                 AND p.filter_column = 'queue' AND p.filter_values = ARRAY[v_want.queue]);
+        -- register and filter in one transaction: no pass sees the policy without its filter
         PERFORM _retention_policy_put(v_want.name, v_want.tbl, v_want.col, v_want.period, NULL, NULL,
                                     1000, 'exclusive', interval '1 minute', _owner_role(), true);
         PERFORM _retention_set_filter(v_want.name, 'queue', ARRAY[v_want.queue]);
         v_changed := v_changed + 1;
     END LOOP;
-
-    FOR v_name IN
-        SELECT p.name FROM retention_policy p
-         WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
-                    SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
-            OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (
-                    SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name))
-    LOOP
-        PERFORM _retention_unregister(v_name);
-        v_changed := v_changed + 1;
-    END LOOP;
-    RETURN v_changed;
+    PERFORM _retention_unregister(p.name) FROM retention_policy p
+      WHERE (p.name LIKE 'pgsweep.processed:%' AND NOT EXISTS (
+                 SELECT 1 FROM queue q WHERE q.kind = 'inbox' AND 'pgsweep.processed:' || q.name = p.name))
+         OR (p.name LIKE 'pgsweep.dead:%' AND NOT EXISTS (SELECT 1 FROM queue q WHERE 'pgsweep.dead:' || q.name = p.name));
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+    RETURN v_changed + v_removed;
 END
 $$;

@@ -2,9 +2,8 @@
 -- Policies store names, resolved again at every use: a dropped or retyped
 -- column is an error, never a wrong DELETE.
 
--- _retention_column returns a column's base type (through domains: a cast
--- to a domain would run its owner's CHECK) as a qualified type name, and
--- its type category; NULL when the table has no such column.
+-- _retention_column: a column's base type (a cast to a domain would run its
+-- owner's CHECK), qualified, and its category; NULL: no such column.
 CREATE OR REPLACE FUNCTION _retention_column(p_table regclass, p_column text, OUT type_sql text, OUT base_type regtype,
     OUT category "char")
 LANGUAGE plpgsql STABLE
@@ -16,9 +15,7 @@ BEGIN
     SELECT a.atttypid INTO v_typ
       FROM pg_catalog.pg_attribute a
      WHERE a.attrelid = p_table AND a.attname = p_column AND a.attnum > 0 AND NOT a.attisdropped;
-    IF v_typ IS NULL THEN
-        RETURN;
-    END IF;
+    IF v_typ IS NULL THEN RETURN; END IF;
     WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = v_typ) = 'd' LOOP
         SELECT t.typbasetype INTO v_typ FROM pg_catalog.pg_type t WHERE t.oid = v_typ;
     END LOOP;
@@ -73,15 +70,4 @@ AS $$
               FROM unnest(kc.cols[1:array_position(kc.cols, p_time_column::name) - 1]) c) IS NOT FALSE
      ORDER BY array_position(kc.cols, p_time_column::name), i.indexrelid
      LIMIT 1
-$$;
-
--- _retention_scalar_type: whether a type's values are read from text without
--- running any role's code: a base type or an enum, not an array.
-CREATE OR REPLACE FUNCTION _retention_scalar_type(p_type regtype)
-RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT coalesce((SELECT t.typtype IN ('b', 'e') AND t.typcategory <> 'A'
-                       FROM pg_catalog.pg_type t WHERE t.oid = p_type), false)
 $$;

@@ -1,26 +1,19 @@
--- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY, run by
--- the Go runner before each maintenance pass (docs/retention.md,
--- "Partitioned tables"). A plain DETACH holds ACCESS EXCLUSIVE on the parent
--- and inserts wait for it; the CONCURRENTLY form does not, but runs only
--- outside a transaction block, so no function can run it.
---
--- The runner and the pass share one plan: a runner's claim is a claim on a
--- drop unit of the policy's sweep (retention_unit.owner, expires_at).
--- retention_detach_claim hands out typed values (no SQL text); the runner
--- runs DETACH (or FINALIZE) and a RENAME to pgsweep_detached_c<oid>, or a
--- DROP, each in its own transaction as the policy's owner, and reports each
--- to retention_detach_done. A pass skips the units a runner holds.
+-- Retention of partitioned tables: DETACH PARTITION ... CONCURRENTLY (a plain
+-- DETACH makes inserts wait), which runs only outside a transaction block, so
+-- the Go runner runs it (docs/retention.md, "Partitioned tables"). It claims
+-- drop units of the policy's sweep (retention_unit.owner, expires_at; a pass
+-- skips them), gets typed values (no SQL text), runs DETACH (or FINALIZE) and
+-- a RENAME to pgsweep_detached_c<oid>, or a DROP, each in its own transaction
+-- as the policy's owner, and reports each to retention_detach_done.
 
--- _retention_detach_runner_name: the name the runner gives a table it
--- detached, until its next call drops it: the proof of who detached it.
+-- _retention_detach_runner_name: a table the runner detached is named so: the proof of who did.
 CREATE OR REPLACE FUNCTION _retention_detach_runner_name(p_leaf oid)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 'pgsweep_detached_c' || p_leaf::text $$;
 
--- _retention_detach_caller: the role the caller of a SECURITY DEFINER
--- function acts as (SET ROLE, else the login role).
+-- _retention_detach_caller: the role a SECURITY DEFINER function's caller acts as.
 CREATE OR REPLACE FUNCTION _retention_detach_caller()
 RETURNS name
 LANGUAGE sql STABLE
@@ -30,9 +23,8 @@ AS $$
                 ELSE pg_catalog.current_setting('role')::name END
 $$;
 
--- _retention_detach_can_act: whether p_role may SET ROLE to p_owner (the
--- runner acts as the policy's owner for each statement). PostgreSQL 16
--- grants SET apart from membership.
+-- _retention_detach_can_act: whether p_role may SET ROLE to p_owner, as the
+-- runner does for each statement (PostgreSQL 16 grants SET apart).
 CREATE OR REPLACE FUNCTION _retention_detach_can_act(p_role name, p_owner oid)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -46,8 +38,7 @@ AS $$
        AND pg_catalog.pg_get_userbyid(p_owner) OPERATOR(pg_catalog.<>) 'none'::name
 $$;
 
--- _retention_detach_estimate: the rows of a table, from the catalog (live
--- tuples, else reltuples, else 0); NULL when the table is gone.
+-- _retention_detach_estimate: a table's rows by the catalog; NULL: gone.
 CREATE OR REPLACE FUNCTION _retention_detach_estimate(p_table oid)
 RETURNS bigint
 LANGUAGE sql STABLE
@@ -60,9 +51,8 @@ AS $$
       FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) p_table
 $$;
 
--- retention_detach_claim: what the runner detaches now, at most 64 leaves
--- ('skip' rows are not claims); p_owner names the runner. The p_now
--- overload is for tests (S_owner only).
+-- retention_detach_claim: what the runner p_owner detaches now, at most 64
+-- leaves ('skip' rows are not claims). The p_now overload is for tests.
 CREATE OR REPLACE FUNCTION retention_detach_claim(p_owner text, p_now timestamptz)
 RETURNS TABLE (policy text, leaf oid, parent oid, action text, leaf_schema name, leaf_name name,
                parent_schema name, parent_name name, rename_to name, act_as name, lock_timeout_ms bigint,
@@ -90,8 +80,7 @@ BEGIN
     DELETE FROM retention_unit u
      WHERE u.owner IS NOT NULL AND u.expires_at <= v_now
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = u.leaf);
-    -- new leaves of the due policies, half-detached ones whenever; only
-    -- policies whose owner the caller can act as
+    -- new leaves of due policies, half-detached ones whenever, of owners the caller can act as
     FOR v_r IN
         WITH due AS (SELECT retention_due(p_now) AS name)
         SELECT r AS pol, r.name IN (SELECT due.name FROM due) AS due FROM retention_policy r
@@ -113,8 +102,12 @@ BEGIN
         END IF;
         FOR v_c IN
             SELECT u.sweep_id, u.unit_no, u.kind, c.oid AS leaf, i.inhparent AS parent, n.nspname AS leaf_schema,
-                   c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name,
-                   i.inhdetachpending AS pending, c.relowner AS leaf_owner, p.relowner AS parent_owner
+                   c.relname AS leaf_name, pn.nspname AS parent_schema, p.relname AS parent_name, i.inhdetachpending AS pending,
+                   CASE WHEN c.relowner <> v_pol.owner
+                        THEN pg_catalog.format('partition %I.%I is owned by %s', n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner))
+                        WHEN p.relowner <> v_pol.owner
+                        THEN pg_catalog.format('parent %I.%I is owned by %s', pn.nspname, p.relname, pg_catalog.pg_get_userbyid(p.relowner))
+                   END AS foreign_owner
               FROM retention_unit u
               JOIN pg_catalog.pg_namespace n ON n.nspname = u.leaf_schema
               JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = u.leaf_name AND c.relkind = 'r'
@@ -133,15 +126,10 @@ BEGIN
              ORDER BY i.inhdetachpending DESC, c.oid
                FOR UPDATE OF u SKIP LOCKED
         LOOP
-            -- the runner acts only on the policy owner's own tables
-            IF v_c.leaf_owner <> v_pol.owner OR v_c.parent_owner <> v_pol.owner THEN
+            IF v_c.foreign_owner IS NOT NULL THEN
                 RETURN QUERY SELECT v_pol.name, v_c.leaf, v_c.parent, 'skip'::text, v_c.leaf_schema, v_c.leaf_name,
                     v_c.parent_schema, v_c.parent_name, NULL::name, NULL::name, NULL::bigint, pg_catalog.format(
-                    '%s %I.%I is owned by %s, not by the policy''s owner %s: the runner acts only on its tables',
-                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN 'partition' ELSE 'parent' END,
-                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_schema ELSE v_c.parent_schema END,
-                    CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_name ELSE v_c.parent_name END,
-                    pg_catalog.pg_get_userbyid(CASE WHEN v_c.leaf_owner <> v_pol.owner THEN v_c.leaf_owner ELSE v_c.parent_owner END),
+                    '%s, not by the policy''s owner %s: the runner acts only on its tables', v_c.foreign_owner,
                     pg_catalog.pg_get_userbyid(v_pol.owner));
                 CONTINUE;
             END IF;
@@ -155,9 +143,8 @@ BEGIN
                 _retention_detach_runner_name(v_c.leaf)::name, pg_catalog.pg_get_userbyid(v_pol.owner), v_timeout, NULL::text;
         END LOOP;
     END LOOP;
-    -- Tables the runner detached: dropped now if still under the runner's
-    -- name, the policy owner's, and depended on by nothing; any other is
-    -- left in place, its claim closed, with a NOTICE. parent: the policy's table.
+    -- Tables the runner detached (parent: the policy's table): dropped if still under its
+    -- name, the policy owner's and depended on by nothing; else left in place, claim closed.
     FOR v_c IN
         SELECT u.sweep_id, u.unit_no, u.policy, u.leaf, n.nspname AS leaf_schema, c.relname AS leaf_name, r.owner AS pol_owner,
                r.lease_ttl, _retention_table(r.table_schema, r.table_name)::oid AS parent,
@@ -196,12 +183,12 @@ LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT * FROM retention_detach_claim(p_owner, NULL) $$;
 
--- retention_detach_done records a claimed leaf from the catalog: state
--- 'dropped', 'detached' (under the runner's name: claimed again for DROP),
--- 'pending' (half-detached: for FINALIZE), 'attached' (released to the
--- pass) or 'taken' (detached under another name: closed, never counted nor
--- dropped); rows: what this call counted (once a leaf, in a retention_pass
--- of strategy 'detach_concurrently'). Another's claim: 'other'.
+-- retention_detach_done records a claimed leaf from the catalog: 'dropped',
+-- 'detached' (under the runner's name: claimed again for DROP), 'pending'
+-- (for FINALIZE), 'attached' (released to the pass), 'taken' (detached under
+-- another name: closed, neither counted nor dropped), 'other' (not this
+-- runner's claim); rows: what this call counted, once a leaf, in a
+-- retention_pass of strategy 'detach_concurrently'.
 CREATE OR REPLACE FUNCTION retention_detach_done(p_owner text, p_leaf oid, OUT state text, OUT rows bigint)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT

@@ -1,61 +1,43 @@
 -- Retention of partitioned tables (docs/retention.md, "Partitioned tables").
---
 -- A policy on a partitioned table covers every leaf, present and future. A
--- leaf is removed whole (_retention_leaf_droppable) when it is a RANGE leaf
--- on the time column alone wholly before the cutoff, the policy has no
--- status and no filter, and the policy's owner owns the leaf and its parent;
--- every other leaf is swept in tid_range units of its own, as its owner
--- (_retention_run_role). A leaf wholly after the cutoff is left alone.
---
--- Removing a leaf takes two passes: a drop unit's step detaches the sweep's
--- droppable leaves of that parent in one transaction and renames each
--- pgsweep_detached_<oid> (its rows count then); the next pass drops them,
--- holding no lock on the parent. The Go runner detaches the same drop units
+-- RANGE leaf on the time column alone wholly before the cutoff is removed
+-- whole when the policy has no status nor filter and its owner owns the leaf
+-- and its parent; a leaf wholly after the cutoff is left alone; every other
+-- leaf is swept in tid_range units of its own, as its owner.
+-- Removing leaves takes two passes: a drop unit's step detaches the sweep's
+-- droppable leaves of that parent in one transaction, renamed
+-- pgsweep_detached_<oid> (their rows count then); the next pass drops them,
+-- holding no lock on the parent. The Go runner detaches drop units
 -- CONCURRENTLY instead (retention_detach.sql).
 
--- _retention_leaf_bound: the exclusive upper (p_lower false) or inclusive
--- lower bound of a RANGE leaf on the policy's time column, encoded like the
--- cutoff; NULL when the leaf is not such a range.
+-- _retention_leaf_bound: the upper (exclusive) or p_lower bound of a RANGE
+-- leaf on the policy's time column, encoded like the cutoff; else NULL.
 CREATE OR REPLACE FUNCTION _retention_leaf_bound(p_pol retention_policy, p_leaf regclass, p_lower boolean)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_parent regclass;
-    v_strategy "char";
-    v_natts int;
-    v_attnum int;
     v_bound text;
-    v_value text;
 BEGIN
-    SELECT i.inhparent INTO v_parent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = p_leaf;
-    IF v_parent IS NULL THEN
-        RETURN NULL;
-    END IF;
-    SELECT pt.partstrat, pt.partnatts, pt.partattrs[0] INTO v_strategy, v_natts, v_attnum
-      FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = v_parent;
-    IF v_strategy IS DISTINCT FROM 'r' OR v_natts <> 1 OR v_attnum = 0
-       OR (SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_parent AND a.attnum = v_attnum)
-          IS DISTINCT FROM p_pol.time_column THEN
-        RETURN NULL;
-    END IF;
-    SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) INTO v_bound FROM pg_catalog.pg_class c WHERE c.oid = p_leaf;
+    -- the leaf's bound, if its parent is partitioned by RANGE of the time column alone:
     -- FOR VALUES FROM ('2026-01-01 00:00:00+00') TO ('2026-01-02 00:00:00+00')
-    v_value := CASE WHEN p_lower THEN substring(v_bound FROM '^FOR VALUES FROM \((.*)\) TO \(')
-                    ELSE substring(v_bound FROM ' TO \((.*)\)$') END;
-    IF v_value IS NULL OR v_value ILIKE '%MAXVALUE%' OR v_value ILIKE '%MINVALUE%' THEN
-        RETURN NULL;
-    END IF;
-    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_value,
+    SELECT CASE WHEN p_lower THEN substring(pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM '^FOR VALUES FROM \((.*)\) TO \(')
+                ELSE substring(pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM ' TO \((.*)\)$') END INTO v_bound
+      FROM pg_catalog.pg_inherits i
+      JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent AND pt.partstrat = 'r' AND pt.partnatts = 1
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.inhparent AND a.attnum = pt.partattrs[0] AND a.attname = p_pol.time_column
+      JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhrelid = p_leaf;
+    IF v_bound IS NULL OR v_bound ILIKE '%MAXVALUE%' OR v_bound ILIKE '%MINVALUE%' THEN RETURN NULL; END IF;
+    EXECUTE format('SELECT %s', _retention_encode(p_pol, format('(%s)::%s', v_bound,
         CASE p_pol.time_type WHEN 'timestamptz' THEN 'timestamptz' WHEN 'timestamp' THEN 'timestamp' ELSE 'date' END)))
        INTO v_bound;
     RETURN v_bound::timestamptz;
 END
 $$;
 
--- _retention_leaf_expired: whether every row a leaf can hold is expired at
--- p_cutoff and the policy deletes them all (no status, no filter).
+-- _retention_leaf_expired: whether the policy deletes every row the leaf can hold.
 CREATE OR REPLACE FUNCTION _retention_leaf_expired(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -65,8 +47,7 @@ AS $$
        AND coalesce(_retention_leaf_bound(p_pol, p_leaf, false) <= p_cutoff, false)
 $$;
 
--- _retention_leaf_droppable: expired, and the policy's owner owns the leaf
--- and its parent (the detach runs as that role).
+-- _retention_leaf_droppable: expired, and the leaf and its parent are the policy owner's.
 CREATE OR REPLACE FUNCTION _retention_leaf_droppable(p_pol retention_policy, p_leaf regclass, p_cutoff timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -78,8 +59,7 @@ AS $$
              WHERE i.inhrelid = p_leaf) = p_pol.owner
 $$;
 
--- _retention_plan_partitioned plans a sweep of a partitioned table: one
--- 'drop' unit per droppable leaf, tid_range units over every other leaf.
+-- _retention_plan_partitioned plans a sweep of a partitioned table.
 CREATE OR REPLACE FUNCTION _retention_plan_partitioned(p_pol retention_policy, p_now timestamptz, p_owner text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -106,8 +86,7 @@ BEGIN
           JOIN pg_catalog.pg_class c ON c.oid = t.relid
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE t.isleaf AND c.relkind = 'r'
-           -- being detached concurrently by a runner (retention_detach.sql):
-           -- half-detached, or held by one
+           -- not half-detached nor held by a runner (retention_detach.sql)
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.relid AND i.inhdetachpending)
            AND NOT EXISTS (SELECT 1 FROM retention_unit u WHERE u.leaf = t.relid AND u.owner IS NOT NULL)
          ORDER BY n.nspname, c.relname
@@ -136,9 +115,8 @@ BEGIN
 END
 $$;
 
--- _retention_depended_on: whether something outside a detached table
--- depends on it (a view, a foreign key), so that its DROP would fail. Its
--- own constraints, rules and column defaults do not count.
+-- _retention_depended_on: whether something outside a table (a view, a
+-- foreign key) depends on it, so that its DROP would fail.
 CREATE OR REPLACE FUNCTION _retention_depended_on(p_table oid)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -158,21 +136,19 @@ AS $$
                                             WHERE a.oid = d.objid AND a.adrelid = p_table)))
 $$;
 
--- _retention_detached_name: the name a detached leaf gets until a later
--- pass drops it.
+-- _retention_detached_name: a detached leaf's name until a later pass drops it.
 CREATE OR REPLACE FUNCTION _retention_detached_name(p_leaf oid)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 'pgsweep_detached_' || p_leaf::text $$;
 
--- _retention_detach_body: the PL/pgSQL body (run as the policy's owner)
--- that detaches the leaves p_leaves of p_parent in one transaction: counts
--- each leaf's rows; locks each SHARE UPDATE EXCLUSIVE (blocks no insert; an
--- autovacuum on it is cancelled after deadlock_timeout, a leaf still held
--- is skipped); locks the parent ACCESS EXCLUSIVE under
--- retention_lock_timeout; then locks each leaf NOWAIT, detaches and renames
--- it. Returns the rows (deleted) and the leaves (sampled) it detached.
+-- _retention_detach_body: the PL/pgSQL body, run as the policy's owner, that
+-- detaches p_parent's leaves p_leaves in one transaction: counts each leaf's
+-- rows; locks each SHARE UPDATE EXCLUSIVE (no insert waits; an autovacuum is
+-- cancelled after deadlock_timeout, a leaf still held is skipped); locks the
+-- parent under retention_lock_timeout; then locks each leaf NOWAIT, detaches
+-- and renames it. Returns the rows (deleted) and leaves (sampled) detached.
 CREATE OR REPLACE FUNCTION _retention_detach_body(p_parent regclass, p_leaves oid[])
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -223,19 +199,4 @@ BEGIN
                   v_counts, (v_timeout + v_deadlock) || 'ms', v_prelocks, v_timeout || 'ms',
                   format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', v_parent), v_steps);
 END
-$$;
-
--- _retention_release_body: the PL/pgSQL body (run as the policy's owner)
--- that drops the detached tables p_tables; one held past lock_timeout stays.
-CREATE OR REPLACE FUNCTION _retention_release_body(p_tables oid[])
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT format('BEGIN %s RETURN QUERY SELECT 0::bigint, NULL::float8, NULL::bigint, NULL::timestamptz[]; END',
-                  coalesce(string_agg(format('BEGIN EXECUTE %L; EXCEPTION WHEN lock_not_available THEN NULL; END; ',
-                                             format('DROP TABLE %I.%I', n.nspname, c.relname)), '' ORDER BY l.ord), ''))
-      FROM unnest(p_tables) WITH ORDINALITY l(oid, ord)
-      JOIN pg_catalog.pg_class c ON c.oid = l.oid
-      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 $$;

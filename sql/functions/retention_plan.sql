@@ -1,33 +1,11 @@
 -- Retention: planning a sweep (docs/retention.md, "Strategies").
 --
--- A sweep fixes the cutoff and the strategy and cuts the work into units:
--- tid_range, heap block ranges of about one batch each (a Tid Range Scan
--- reads only its blocks; the last unit is open-ended), or keyset, windows
--- of the time column of about one batch of eligible rows each, driven by an
--- index that leads with it. 'auto' takes keyset when such an index exists
--- and a sample of about 400 blocks finds at most retention_keyset_fraction()
--- of the table eligible. A distributed table is planned per shard
--- (retention_shards.sql).
+-- A sweep fixes the cutoff and the strategy and cuts the work into units of
+-- about one batch: tid_range, heap block ranges (the last open-ended), or
+-- keyset, windows of the time column, driven by an index that leads with it.
+-- 'auto' takes keyset when there is such an index and a sample of about 400
+-- blocks finds at most 5% of the table eligible.
 
--- retention_keyset_fraction: the eligible fraction at or under which 'auto' takes keyset.
-CREATE OR REPLACE FUNCTION retention_keyset_fraction()
-RETURNS double precision
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT 0.05::double precision $$;
-
--- _retention_sample_pct: the share of the table's blocks the planning
--- sample reads (about 400), NULL for an empty or a distributed table.
-CREATE OR REPLACE FUNCTION _retention_sample_pct(p_pol retention_policy)
-RETURNS double precision
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT CASE WHEN b.n > 0 AND (p_pol.owner = _owner_role() OR _retention_distribution(b.rel) IS NULL)
-                THEN least(100, 400 * 100.0 / b.n)::double precision END
-      FROM (SELECT t.rel, pg_catalog.pg_relation_size(t.rel) / current_setting('block_size')::int AS n
-              FROM (SELECT _retention_table(p_pol.table_schema, p_pol.table_name) AS rel) t) b
-$$;
 -- _retention_sweep_trim: finished sweeps beyond a policy's last 20 go.
 CREATE OR REPLACE FUNCTION _retention_sweep_trim(p_policy text)
 RETURNS void
@@ -50,21 +28,16 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
-    v_cutoff timestamptz := _retention_cutoff(p_pol, p_now);
     v_strategy text := p_pol.strategy;
     v_block_size int := current_setting('block_size')::int;
     v_bounds timestamptz[];
-    v_eligible double precision;
-    v_tuples double precision;
-    v_pages double precision;
-    v_width double precision;
     v_rpb double precision;
     v_blocks bigint;
     v_step bigint;
     v_sweep bigint;
     v_units int;
     v_n int;
-    v_at timestamptz;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) = 'p' THEN
         RETURN _retention_plan_partitioned(p_pol, p_now, p_owner);
@@ -75,40 +48,35 @@ BEGIN
     IF p_pol.owner <> _owner_role() AND _retention_distribution(v_rel) IS NOT NULL THEN
         RETURN _retention_plan_shards(p_pol, p_now, p_owner);
     END IF;
-    SELECT c.reltuples, c.relpages INTO v_tuples, v_pages FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
     v_blocks := pg_catalog.pg_relation_size(v_rel) / v_block_size;
     IF v_strategy = 'auto' THEN -- no index, or a sample of empty blocks: walk the heap
-        v_strategy := CASE
-            WHEN p_fraction <= retention_keyset_fraction()
-                 AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
+        v_strategy := CASE WHEN p_fraction <= 0.05::double precision
+            AND _retention_index(v_rel, p_pol.time_column, p_pol.status_column, p_pol.filter_column) IS NOT NULL
             THEN 'keyset' ELSE 'tid_range' END;
     END IF;
-
     IF v_strategy = 'tid_range' THEN
         -- rows per block: the most of the statistics', the rows' width's and
         -- the sample's, so that a unit of dense blocks holds one batch
-        SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) INTO v_width
-          FROM pg_catalog.pg_stats s WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name;
-        v_rpb := greatest(CASE WHEN v_tuples > 0 AND v_pages > 0 THEN v_tuples / v_pages END, v_width,
-                          p_sampled / (p_pct / 100 * v_blocks), 1);
+        SELECT greatest(CASE WHEN c.reltuples > 0 AND c.relpages > 0 THEN c.reltuples::float8 / c.relpages END,
+                        (SELECT (v_block_size - 24) / (sum(s.avg_width) + 28) FROM pg_catalog.pg_stats s
+                          WHERE s.schemaname = p_pol.table_schema AND s.tablename = p_pol.table_name),
+                        p_sampled / (p_pct / 100 * v_blocks), 1)
+          INTO v_rpb FROM pg_catalog.pg_class c WHERE c.oid = v_rel;
         v_step := greatest(1, ceil(p_pol.batch_size / v_rpb))::bigint;
     ELSE
         -- windows cut at the quantiles of the sampled eligible times, from
         -- -infinity to infinity: every row is covered
-        v_eligible := coalesce(p_fraction * p_sampled * 100 / p_pct, 0);
-        v_n := least(greatest(ceil(v_eligible / p_pol.batch_size), 1), coalesce(cardinality(p_times), 1), 100000)::int;
-        SELECT coalesce(array_agg(DISTINCT p_times[ceil(i * cardinality(p_times)::float8 / v_n)::int]), '{}')
-          INTO v_bounds
-          FROM generate_series(1, v_n - 1) i;
-        v_bounds := '{-infinity}'::timestamptz[] || v_bounds || '{infinity}'::timestamptz[];
+        v_n := least(greatest(ceil(coalesce(p_fraction * p_sampled * 100 / p_pct, 0) / p_pol.batch_size), 1),
+                     coalesce(cardinality(p_times), 1), 100000)::int;
+        SELECT '{-infinity}'::timestamptz[]
+               || coalesce(array_agg(DISTINCT p_times[ceil(i * cardinality(p_times)::float8 / v_n)::int]), '{}')
+               || '{infinity}'::timestamptz[]
+          INTO v_bounds FROM generate_series(1, v_n - 1) i;
     END IF;
-
-    v_at := clock_timestamp();
     INSERT INTO retention_sweep (policy, strategy, cutoff, planned_at, planned_by, units, blocks, step_blocks,
                                  eligible_fraction)
-    VALUES (p_pol.name, v_strategy, v_cutoff, v_at, p_owner, 0, v_blocks, v_step, p_fraction)
+    VALUES (p_pol.name, v_strategy, _retention_cutoff(p_pol, p_now), v_at, p_owner, 0, v_blocks, v_step, p_fraction)
     RETURNING id INTO v_sweep;
-
     IF v_strategy = 'tid_range' THEN
         INSERT INTO retention_unit (policy, sweep_id, unit_no, block_lo, block_hi)
         SELECT p_pol.name, v_sweep, g.n, g.lo, CASE WHEN g.lo + v_step < v_blocks THEN g.lo + v_step END
@@ -120,7 +88,6 @@ BEGIN
     END IF;
     GET DIAGNOSTICS v_units = ROW_COUNT;
     UPDATE retention_sweep SET units = v_units WHERE id = v_sweep;
-
     PERFORM _retention_sweep_trim(p_pol.name);
     RETURN v_sweep;
 END

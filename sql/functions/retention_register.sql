@@ -12,21 +12,17 @@ BEGIN
 END
 $$;
 
--- Ownership: a policy belongs to the role that registers it, and every run
--- deletes as that role. Only its owner, or a member of it, changes it,
--- unregisters it or registers its name again (42501 otherwise); built-in
--- policies (names under 'pgsweep.') belong to pgsweep.
---
--- A SECURITY DEFINER function cannot see the role that called it, so the
--- caller proves who it is: each entry point runs as its caller and creates
--- an empty temporary table (retention_owner_proof), which PostgreSQL
--- records as owned by the calling role; its SECURITY DEFINER half
--- (retention_*_proved) takes the role from that table's owner
--- (_retention_proof_role); then the wrapper drops it. Code running as
--- another role in the session can prove only its own role.
+-- Ownership: a policy belongs to the role that registers it, every run deletes
+-- as that role, and only a member of it changes, unregisters or re-registers
+-- it (42501); built-in policies ('pgsweep.' names) are pgsweep's. A SECURITY
+-- DEFINER function cannot see its caller, so each entry point runs as its
+-- caller, creates an empty temporary table (retention_owner_proof), which
+-- PostgreSQL records as owned by the calling role, calls its SECURITY DEFINER
+-- half (retention_*_proved), which takes the role from that owner
+-- (_retention_proof_role), and drops the table. Code running as another role
+-- in the session can prove only its own role.
 
--- retention_owner_proof: a new proof of the calling role (it runs as its
--- caller), its qualified name; the wrapper that asked drops it.
+-- retention_owner_proof: a new proof of the calling role, its qualified name.
 CREATE OR REPLACE FUNCTION retention_owner_proof()
 RETURNS text
 LANGUAGE plpgsql
@@ -41,8 +37,7 @@ BEGIN
 END
 $$;
 
--- _retention_proof_role: the role that created the proof table p_proof of
--- this session (42501 when it is not one).
+-- _retention_proof_role: the role that created this session's proof p_proof (42501: none).
 CREATE OR REPLACE FUNCTION _retention_proof_role(p_proof regclass, p_verb text)
 RETURNS regrole
 LANGUAGE plpgsql STABLE
@@ -63,10 +58,9 @@ BEGIN
 END
 $$;
 
--- _retention_policy_owned: the policy p_name for a change by p_role (FOR NO
--- KEY UPDATE), or NULL when there is none (p_must: 22023 instead); 42501
--- when the name is a built-in's or the policy belongs to a role p_role is
--- not a member of.
+-- _retention_policy_owned: the policy p_name locked for a change by p_role,
+-- NULL when there is none (p_must: 22023); 42501 for a built-in's name or a
+-- policy of a role p_role is not a member of.
 CREATE OR REPLACE FUNCTION _retention_policy_owned(p_verb text, p_name text, p_role regrole, p_must boolean)
 RETURNS retention_policy
 LANGUAGE plpgsql
@@ -121,16 +115,12 @@ $$;
 CREATE OR REPLACE FUNCTION retention_register_proved(p_proof regclass, p_name text, p_table regclass, p_time_column text,
     p_older_than interval, p_status_column text, p_statuses text[], p_batch_size int, p_mode text, p_interval interval)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_owner regrole := _retention_proof_role(p_proof, 'retention_register');
-BEGIN
-    PERFORM _retention_policy_owned('retention_register', p_name, v_owner, false);
-    PERFORM _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
-                                  p_batch_size, p_mode, p_interval, v_owner, false);
-END
+    SELECT _retention_policy_owned('retention_register', p_name, _retention_proof_role(p_proof, 'retention_register'), false);
+    SELECT _retention_policy_put(p_name, p_table, p_time_column, p_older_than, p_status_column, p_statuses,
+                                 p_batch_size, p_mode, p_interval, _retention_proof_role(p_proof, 'retention_register'), false);
 $$;
 
 -- _retention_policy_put validates and stores a policy for p_owner.
@@ -153,14 +143,11 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM _check_text('p_name', p_name, 190); -- the lease is named retention:<name>
-    IF p_table IS NULL THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got NULL');
-    END IF;
     SELECT n.nspname, c.relname, c.relkind, c.relpersistence INTO v_schema, v_table, v_kind, v_persistence
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
      WHERE c.oid = p_table;
     IF NOT FOUND THEN
-        PERFORM _retention_invalid('p_table must be an existing table, got oid %s', p_table::oid::text);
+        PERFORM _retention_invalid('p_table must be an existing table, got %s', coalesce('oid ' || p_table::oid::text, 'NULL'));
     END IF;
     -- never temporary: a cleaner runs in another session
     IF v_kind NOT IN ('r', 'p') OR v_persistence = 't' THEN
@@ -185,28 +172,23 @@ BEGIN
                       HINT = 'Every run deletes as the role that registered the policy.';
         END IF;
     END IF;
-
     PERFORM _check_text('p_time_column', p_time_column, 63);
     v_time := _retention_column(p_table, p_time_column);
     IF v_time.type_sql IS NULL THEN
         PERFORM _retention_invalid('p_time_column must name a column of %s, got %s', p_table::text, quote_ident(p_time_column));
     END IF;
-    v_time_type := CASE v_time.base_type
-        WHEN 'timestamptz'::regtype THEN 'timestamptz'
-        WHEN 'timestamp'::regtype THEN 'timestamp'
-        WHEN 'date'::regtype THEN 'date' END;
+    v_time_type := CASE v_time.base_type WHEN 'timestamptz'::regtype THEN 'timestamptz'
+                        WHEN 'timestamp'::regtype THEN 'timestamp' WHEN 'date'::regtype THEN 'date' END;
     IF v_time_type IS NULL THEN
         PERFORM _retention_invalid('p_time_column must be of type timestamptz, timestamp or date, got %s of type %s',
             quote_ident(p_time_column), v_time.base_type::text);
     END IF;
-
     -- 0 is allowed (an expiry column); at most 100 years
     IF p_older_than IS NOT NULL AND (p_older_than < interval '0' OR p_older_than > interval '100 years'
                                      OR NOT pg_catalog.isfinite(p_older_than)) THEN
         PERFORM _retention_invalid('p_older_than must be between 0 seconds and 100 years, or NULL to keep rows forever, got %s',
             _interval_text(p_older_than));
     END IF;
-
     IF p_older_than IS NOT NULL THEN PERFORM _check_interval('p_older_than', p_older_than, interval '0', interval '100 years'); END IF;
     IF p_status_column IS NOT NULL THEN
         PERFORM _check_text('p_status_column', p_status_column, 63);
@@ -226,7 +208,6 @@ BEGIN
     ELSIF p_statuses IS NOT NULL THEN
         PERFORM _retention_invalid('p_statuses needs p_status_column, got statuses %s and no status column', p_statuses::text);
     END IF;
-
     PERFORM _check_int('p_batch_size', p_batch_size, 1, 10000);
     PERFORM _check_size('p_statuses', cardinality(p_statuses), 'max_batch');
     IF p_mode IS NULL OR p_mode NOT IN ('exclusive', 'parallel') THEN
@@ -236,7 +217,6 @@ BEGIN
         PERFORM _retention_invalid('p_interval must be greater than 0, got %s', _interval_text(p_interval));
     END IF;
     PERFORM _check_interval('p_interval', p_interval, interval '1 second', interval '30 days');
-
     -- Checks done: from here on the call succeeds.
     SELECT * INTO v_old FROM retention_policy WHERE name = p_name FOR NO KEY UPDATE;
     IF FOUND AND (v_old.table_schema, v_old.table_name, v_old.time_column, v_old.time_type, v_old.older_than,
@@ -254,15 +234,14 @@ BEGIN
     ON CONFLICT (name) DO UPDATE
        SET table_schema = excluded.table_schema, table_name = excluded.table_name, owner = excluded.owner,
            time_column = excluded.time_column, time_type = excluded.time_type, older_than = excluded.older_than,
-           status_column = excluded.status_column, statuses = excluded.statuses,
-           batch_size = excluded.batch_size, mode = excluded.mode, run_interval = excluded.run_interval,
+           status_column = excluded.status_column, statuses = excluded.statuses, batch_size = excluded.batch_size,
+           mode = excluded.mode, run_interval = excluded.run_interval,
            -- a filter names a column of the old table: it cannot carry over to another table
            filter_column = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
                                 THEN p.filter_column END,
            filter_values = CASE WHEN (p.table_schema, p.table_name) = (excluded.table_schema, excluded.table_name)
                                 THEN p.filter_values END,
            updated_at = excluded.updated_at;
-
     IF _retention_index(p_table, p_time_column, p_status_column,
                         (SELECT filter_column FROM retention_policy WHERE name = p_name)) IS NULL THEN
         RAISE NOTICE 'retention policy %: no btree index of % leads with %, so every pass reads the whole table',
@@ -272,16 +251,14 @@ BEGIN
 END
 $$;
 
--- retention_table_name_check: the name rule (at most 300 characters) on a
--- table name, for retention_resolve_table (an invoker routine).
+-- retention_table_name_check: the name rule on a table name, for retention_resolve_table.
 CREATE OR REPLACE FUNCTION retention_table_name_check(p_table text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT _check_text('p_table', p_table, 300) $$;
 
--- retention_resolve_table resolves a table name on the caller's search_path
--- (it runs as its caller, who may use those schemas), or raises 22023.
+-- retention_resolve_table: p_table on the caller's search_path, resolved as the caller (22023: none).
 CREATE OR REPLACE FUNCTION retention_resolve_table(p_table text, p_search_path text)
 RETURNS regclass
 LANGUAGE plpgsql
@@ -296,9 +273,7 @@ BEGIN
         BEGIN
             PERFORM pg_catalog.set_config('search_path', coalesce(p_search_path, ''), true);
             v_rel := pg_catalog.to_regclass(p_table);
-            PERFORM pg_catalog.set_config('search_path', v_pinned, true);
-        EXCEPTION WHEN OTHERS THEN -- malformed names such as 'a.b.c.d'
-            v_rel := NULL;
+        EXCEPTION WHEN OTHERS THEN NULL; -- malformed names such as 'a.b.c.d'
         END;
         PERFORM pg_catalog.set_config('search_path', v_pinned, true);
     END IF;
@@ -311,8 +286,7 @@ BEGIN
 END
 $$;
 
--- The same, for a table given by name, resolved on the caller's search_path
--- (this overload pins none; every name in it is qualified).
+-- The same, for a table given by name (no search_path pinned: every name is qualified).
 CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table text, p_time_column text, p_older_than interval,
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
@@ -324,8 +298,7 @@ AS $$
         p_time_column, p_older_than, p_status_column, p_statuses, p_batch_size, p_mode, p_interval)
 $$;
 
--- retention_unregister removes a policy (its owner's, or a member's: see
--- above); false when there was none.
+-- retention_unregister removes a policy; false when there was none.
 CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -333,9 +306,8 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_proof text := retention_owner_proof();
-    v_result boolean;
+    v_result boolean := retention_unregister_proved(v_proof::regclass, p_name);
 BEGIN
-    v_result := retention_unregister_proved(v_proof::regclass, p_name);
     EXECUTE 'DROP TABLE ' || v_proof;
     RETURN v_result;
 END
@@ -351,8 +323,7 @@ AS $$
                 THEN false ELSE _retention_unregister(p_name) END
 $$;
 
--- _retention_unregister: the policy removed, whoever owns it (the built-in
--- sync; retention_unregister checks the caller first).
+-- _retention_unregister removes a policy, whoever owns it.
 CREATE OR REPLACE FUNCTION _retention_unregister(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -373,8 +344,7 @@ BEGIN
 END
 $$;
 
--- The time zone in which a timestamp (or date) column is read; NULL: the
--- database's TimeZone at run time.
+-- The time zone a timestamp or date column is read in (NULL: TimeZone at run time).
 CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
 RETURNS void
 LANGUAGE plpgsql
@@ -399,8 +369,7 @@ AS $$
     SELECT _retention_policy_changed(p_name, true); -- the open sweep's cutoff was computed in the old zone
 $$;
 
--- An extra filter: only rows whose p_column is one of p_values are deleted
--- (the built-in policies' queue); p_column NULL removes it.
+-- A filter: only rows whose p_column is one of p_values go (NULL: none).
 CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -423,8 +392,8 @@ AS $$
     SELECT _retention_set_filter(p_name, p_column, p_values);
 $$;
 
--- _retention_set_filter sets a policy's filter, whoever owns it. The values
--- are checked against the column's base type: no domain CHECK runs.
+-- _retention_set_filter sets a policy's filter, whoever owns it; the values
+-- are checked against the column's base type (no domain CHECK runs).
 CREATE OR REPLACE FUNCTION _retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -448,7 +417,9 @@ BEGIN
         IF v_col.type_sql IS NULL THEN
             PERFORM _retention_invalid('p_column must name a column of %s, got %s', v_rel::text, quote_ident(p_column));
         END IF;
-        IF NOT _retention_scalar_type(v_col.base_type) THEN
+        -- a base type or an enum, not an array: read from text without running any role's code
+        IF NOT coalesce((SELECT t.typtype IN ('b', 'e') AND t.typcategory <> 'A'
+                           FROM pg_catalog.pg_type t WHERE t.oid = v_col.base_type), false) THEN
             PERFORM _retention_invalid('p_column must be of a scalar type (not an array, composite or range), got %s of type %s',
                 quote_ident(p_column), v_col.base_type::text);
         END IF;
@@ -470,8 +441,8 @@ BEGIN
 END
 $$;
 
--- _retention_policy_changed records a setter's change; p_replan drops the
--- open sweep but its detached and runner-held units (tables still to drop).
+-- _retention_policy_changed records a change; p_replan drops the open sweep
+-- but its detached and runner-held units (tables still to drop).
 CREATE OR REPLACE FUNCTION _retention_policy_changed(p_name text, p_replan boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -481,9 +452,7 @@ DECLARE
     v_at timestamptz := clock_timestamp(); -- a plain value in the UPDATE (Citus)
 BEGIN
     UPDATE retention_policy SET updated_at = v_at WHERE name = p_name;
-    IF p_replan THEN
-        DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL;
-    END IF;
+    IF p_replan THEN DELETE FROM retention_unit WHERE policy = p_name AND kind <> 'detached' AND owner IS NULL; END IF;
 END
 $$;
 

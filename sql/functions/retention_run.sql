@@ -4,55 +4,45 @@
 --   CALL retention_run('cap.published');
 --   CALL retention_run('cap.published', 'replica-1', '10 seconds');
 --   CALL retention_run('cap.published', NULL, '10 seconds', NULL, NULL);  -- returns p_pass_id
---
--- Must be called outside a transaction block (it commits). It calls only
--- the step routines (retention_step.sql). A procedure that commits cannot
--- pin search_path, so these bodies call only schema-qualified functions and
--- use no operator. A step that fails is recorded on the pass (outcome
--- 'error'), its lease and lock released, and the error raised again.
+-- It commits, so it runs outside a transaction block, and cannot pin
+-- search_path: it calls only schema-qualified step routines
+-- (retention_step.sql) and uses no operator. A step that fails is recorded on
+-- the pass ('error'), its lease and lock released, and the error raised again.
 
--- retention_step_pass runs this session's pass p_pass of p_name to its end
--- (p_pass NULL: nothing to run).
+-- retention_step_pass runs this session's pass p_pass (if any) to its end.
 CREATE OR REPLACE PROCEDURE retention_step_pass(p_name text, p_pass bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_more boolean;
-    v_failed boolean := false;
     v_state pg_catalog.text;
     v_msg pg_catalog.text;
     v_detail pg_catalog.text;
     v_hint pg_catalog.text;
 BEGIN
-    IF p_pass IS NULL THEN
-        RETURN;
-    END IF;
+    IF p_pass IS NULL THEN RETURN; END IF;
     LOOP
         BEGIN
             v_more := {{ .schema | default "pgsweep" }}.retention_step(p_pass);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
                                     v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
-            v_failed := true;
         END;
-        IF v_failed THEN
-            PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, pg_catalog.format('%s: %s', v_state, v_msg));
-            COMMIT;
-            PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
-            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''),
-                HINT = coalesce(v_hint, '');
-        END IF;
+        EXIT WHEN v_state IS NOT NULL; -- failed: recorded and raised again below
         COMMIT;
         EXIT WHEN NOT v_more;
     END LOOP;
-    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass, NULL);
+    PERFORM {{ .schema | default "pgsweep" }}.retention_step_end(p_pass,
+        CASE WHEN v_state IS NOT NULL THEN pg_catalog.format('%s: %s', v_state, v_msg) END);
     COMMIT;
     PERFORM {{ .schema | default "pgsweep" }}.retention_step_unlock(p_name);
+    IF v_state IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = coalesce(v_detail, ''), HINT = coalesce(v_hint, '');
+    END IF;
 END
 $$;
 
--- _retention_run: the pass with a pinned clock, for tests (S_owner only);
--- returns the pass's id.
+-- _retention_run: a pass with a pinned clock, for tests; returns its id.
 CREATE OR REPLACE PROCEDURE _retention_run(p_name text, p_owner text, p_budget interval, p_clock timestamptz,
     INOUT p_pass_id bigint)
 LANGUAGE plpgsql

@@ -1,17 +1,13 @@
--- Retention of a distributed (Citus) table: shard by shard
--- (docs/operations.md, "Scaling out with Citus").
---
--- A ctid means a different row in each shard, so a hash-distributed table
--- is planned per shard (retention_unit.shard_id): tid_range units over the
--- shard's blocks, or one keyset window a shard, numbered round-robin over
--- the workers. A batch reads, on the shard's worker, the ctid and
--- distribution value of at most batch_size eligible rows of its unit, then
--- DELETEs exactly those through the coordinator (routed to that shard) with
--- the full predicate. A read of batch_size rows leaves its unit open. Other
--- Citus tables and the built-in policies are planned like plain tables.
+-- Retention of a distributed (Citus) table (docs/operations.md, "Scaling out
+-- with Citus"). A ctid means a different row in each shard, so a hash-distributed table
+-- is planned per shard (retention_unit.shard_id): tid_range units over its
+-- blocks, or one keyset window. A batch reads, on the shard's worker, the
+-- ctid and distribution value of at most batch_size eligible rows, then
+-- DELETEs those through the coordinator with the full predicate; a read of
+-- batch_size rows leaves its unit open. Other Citus tables and the built-in
+-- policies are planned like plain tables.
 
--- _retention_distribution: the distribution column of a hash-distributed
--- Citus table, NULL for any other table (and without Citus).
+-- _retention_distribution: a hash-distributed table's distribution column, else NULL.
 CREATE OR REPLACE FUNCTION _retention_distribution(p_rel regclass)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -20,9 +16,7 @@ AS $$
 DECLARE
     v_col text;
 BEGIN
-    IF NOT _citus_available() THEN
-        RETURN NULL;
-    END IF;
+    IF NOT _citus_available() THEN RETURN NULL; END IF;
     EXECUTE 'SELECT pg_catalog.column_to_column_name(d.logicalrelid, d.partkey) FROM pg_catalog.pg_dist_partition d '
             'WHERE d.logicalrelid = $1 AND d.partmethod = ''h'''
        INTO v_col USING p_rel;
@@ -30,9 +24,7 @@ BEGIN
 END
 $$;
 
--- _retention_shard_placement: where a shard of p_rel is now -- the node and
--- port of its active primary placement and its name (schema-qualified,
--- quoted) -- or NULLs when the shard is gone.
+-- _retention_shard_placement: a shard's active primary's node, port and qualified name (NULLs: gone).
 CREATE OR REPLACE FUNCTION _retention_shard_placement(p_rel regclass, p_shard bigint,
     OUT node text, OUT port int, OUT shard text)
 LANGUAGE plpgsql STABLE
@@ -49,8 +41,7 @@ BEGIN
 END
 $$;
 
--- _retention_time_literal: a time as an SQL literal that means the same in
--- any session (ISO 8601 in UTC; infinity as itself).
+-- _retention_time_literal: a time as a literal that means the same in any session (ISO 8601, UTC).
 CREATE OR REPLACE FUNCTION _retention_time_literal(p_at timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
@@ -60,8 +51,7 @@ AS $$
         THEN pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE p_at::text END)
 $$;
 
--- _retention_plan_shards plans a sweep of a hash-distributed table: units
--- per shard (see the top of this file).
+-- _retention_plan_shards plans a sweep of a hash-distributed table.
 CREATE OR REPLACE FUNCTION _retention_plan_shards(p_pol retention_policy, p_now timestamptz, p_owner text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -76,47 +66,35 @@ DECLARE
     v_nodes text[] := '{}';
     v_ports int[] := '{}';
     v_cmds text[] := '{}';
-    v_keys text[] := '{}';
-    v_k int;
-    v_where record;
-    v_name text[];
     v_sweep bigint;
     v_sizes text[] := '{}';
     v_units int;
     v_blocks bigint := 0;
     v_at timestamptz := clock_timestamp();
     r record;
-    i int;
 BEGIN
     EXECUTE 'SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1'
        INTO v_shards USING v_rel;
-    -- each shard's blocks and statistics, one command a node, by name
-    FOR i IN 1 .. coalesce(cardinality(v_shards), 0) LOOP
-        v_where := _retention_shard_placement(v_rel, v_shards[i]);
-        IF v_where.node IS NULL THEN
-            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, v_shards[i], v_rel::text
+    -- each shard's blocks and statistics, one command a node (by its first shard), by name
+    FOR r IN SELECT w.node, w.port, min(s.id) AS first,
+                    string_agg(format('(%s::bigint, %L, %L)', s.id, (parse_ident(w.shard))[1], (parse_ident(w.shard))[2]),
+                               ', ' ORDER BY s.id) AS shards
+               FROM unnest(v_shards) s(id) CROSS JOIN LATERAL _retention_shard_placement(v_rel, s.id) w
+              GROUP BY w.node, w.port ORDER BY min(s.id) LOOP
+        IF r.node IS NULL THEN
+            RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, r.first, v_rel::text
                 USING ERRCODE = 'object_not_in_prerequisite_state';
         END IF;
-        v_name := parse_ident(v_where.shard);
-        v_k := array_position(v_keys, v_where.node || ':' || v_where.port);
-        IF v_k IS NULL THEN
-            v_keys := v_keys || (v_where.node || ':' || v_where.port);
-            v_nodes := v_nodes || v_where.node;
-            v_ports := v_ports || v_where.port;
-            v_cmds := v_cmds || ''::text;
-            v_k := cardinality(v_keys);
-        END IF;
-        v_cmds[v_k] := v_cmds[v_k] || CASE WHEN v_cmds[v_k] = '' THEN '' ELSE ', ' END
-                       || format('(%s::bigint, %L, %L)', v_shards[i], v_name[1], v_name[2]);
+        v_nodes := v_nodes || r.node;
+        v_ports := v_ports || r.port;
+        v_cmds := v_cmds || format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce('
+                                   'pg_catalog.pg_relation_size(c.oid) / %s || '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
+                                   'FROM (VALUES %s) v(shard, nsp, rel) '
+                                   'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
+                                   'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, r.shards);
     END LOOP;
     -- "shard blocks tuples pages", one line a shard
-    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, ARRAY(
-                 SELECT format('SELECT pg_catalog.string_agg(v.shard || '' '' || coalesce(pg_catalog.pg_relation_size(c.oid) / %s '
-                               '|| '' '' || c.reltuples || '' '' || c.relpages, ''0 -1 0''), '','') '
-                               'FROM (VALUES %s) v(shard, nsp, rel) '
-                               'LEFT JOIN (pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace) '
-                               'ON n.nspname = v.nsp AND c.relname = v.rel', v_block_size, c)
-                   FROM unnest(v_cmds) WITH ORDINALITY u(c, o) ORDER BY o), true) LOOP
+    FOR r IN SELECT * FROM pg_catalog.master_run_on_worker(v_nodes, v_ports, v_cmds, true) LOOP
         IF NOT r.success THEN
             RAISE EXCEPTION 'retention policy %: reading the shard sizes of % on %:% failed: %', p_pol.name, v_rel::text,
                 r.node_name, r.node_port, r.result USING ERRCODE = 'external_routine_exception';
@@ -153,9 +131,8 @@ BEGIN
 END
 $$;
 
--- _retention_shard_body: the PL/pgSQL body of one batch on one shard (see
--- the top), run as the policy's owner; returns the rows deleted and, as
--- sampled, the rows the read returned.
+-- _retention_shard_body: the PL/pgSQL body of one batch on one shard, run as
+-- the policy's owner: the rows deleted and, as sampled, the rows read.
 CREATE OR REPLACE FUNCTION _retention_shard_body(p_pol retention_policy, p_strategy text, p_shard bigint,
     p_lo text, p_hi text, p_cutoff timestamptz)
 RETURNS text
@@ -183,15 +160,12 @@ BEGIN
         RAISE EXCEPTION 'retention policy %: shard % of % has no active placement', p_pol.name, p_shard, v_rel::text
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF p_strategy = 'tid_range' THEN
-        v_range := format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi);
-        v_order := 'ctid';
-    ELSE
-        v_range := format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
-                          _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
-                          _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz)));
-        v_order := format('%I', p_pol.time_column);
-    END IF;
+    v_order := CASE WHEN p_strategy = 'tid_range' THEN 'ctid' ELSE format('%I', p_pol.time_column) END;
+    v_range := CASE WHEN p_strategy = 'tid_range'
+                    THEN format('ctid >= %L::pg_catalog.tid AND ctid < %L::pg_catalog.tid', p_lo, p_hi)
+                    ELSE format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                                _retention_param(p_pol, _retention_time_literal(p_lo::timestamptz)),
+                                _retention_param(p_pol, _retention_time_literal(p_hi::timestamptz))) END;
     v_read := format(
         'SELECT pg_catalog.json_build_object(''n'', pg_catalog.count(*), ''t'', pg_catalog.array_agg(s.t), ''k'', pg_catalog.array_agg(s.k))::text '
         'FROM (SELECT ctid::text AS t, %I::text AS k FROM %s WHERE %s AND %s ORDER BY %s LIMIT %s) s',

@@ -1,15 +1,12 @@
 -- Retention: the SQL each batch runs against the policy's table.
 --
--- A row is deleted only if it is eligible when it is deleted: every DELETE
--- carries the policy's full predicate, which READ COMMITTED re-evaluates on
--- a row a concurrent transaction updated (EvalPlanQual), so a re-queued row
--- is skipped. Parameters: $1, $2 the range (TIDs or times), $3 the cutoff,
--- $4 the statuses, $5 the filter values; names through %I (a shard's read,
--- sent as text to its worker, takes literals: retention_shards.sql).
---
--- The cutoff is a timestamptz; for a timestamp or date column it holds the
--- local cutoff (in the policy's time zone) encoded as if it were UTC, which
--- the SQL decodes on the parameter, so the column's index still serves.
+-- Every DELETE carries the policy's full predicate, which READ COMMITTED
+-- re-evaluates on a row a concurrent transaction updated (EvalPlanQual): a
+-- re-queued row is skipped. Parameters: $1, $2 the range (TIDs or times), $3
+-- the cutoff, $4 the statuses, $5 the filter values; names through %I.
+-- For a timestamp or date column the cutoff (a timestamptz) holds the local
+-- cutoff (in the policy's time zone) encoded as UTC, decoded on the
+-- parameter, so that the column's index still serves.
 
 -- _retention_cutoff computes a policy's cutoff for a clock reading.
 CREATE OR REPLACE FUNCTION _retention_cutoff(p_pol retention_policy, p_now timestamptz)
@@ -22,9 +19,8 @@ AS $$
                      AT TIME ZONE 'UTC' END
 $$;
 
--- _retention_param decodes an encoded time parameter (a timestamptz: a
--- timestamp or date is read as UTC) into the column's type, and
--- _retention_encode a column value (an SQL expression) the other way.
+-- _retention_param decodes an encoded time parameter into the column's type;
+-- _retention_encode encodes a column value (an SQL expression).
 CREATE OR REPLACE FUNCTION _retention_param(p_pol retention_policy, p_param text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -40,8 +36,7 @@ SET search_path FROM CURRENT
 AS $$ SELECT CASE WHEN p_pol.time_type = 'timestamptz' THEN p_expr
                   ELSE format('(%s::timestamp AT TIME ZONE ''UTC'')', p_expr) END $$;
 
--- _retention_predicate_with: the policy's eligibility test over the given
--- SQL for the cutoff, statuses and filter values (parameters or literals).
+-- _retention_predicate_with: the eligibility test over SQL for the cutoff, statuses, filter values.
 CREATE OR REPLACE FUNCTION _retention_predicate_with(p_pol retention_policy, p_rel regclass,
     p_cutoff text, p_statuses text, p_filters text)
 RETURNS text
@@ -74,32 +69,23 @@ LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$ SELECT _retention_predicate_with(p_pol, p_rel, '$3', '$4', '$5') $$;
 
--- _retention_sweep_sql builds a unit's DELETE on the policy's table, or on
--- p_target, one leaf of it (a partitioned policy's units name their leaf).
+-- _retention_sweep_sql: a unit's DELETE on the policy's table or its leaf p_target.
 CREATE OR REPLACE FUNCTION _retention_sweep_sql(p_pol retention_policy, p_strategy text, p_target regclass DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_rel regclass := _retention_table(p_pol.table_schema, p_pol.table_name);
-    v_tbl text := format('%I.%I', p_pol.table_schema, p_pol.table_name);
-    v_pred text := _retention_predicate(p_pol, v_rel);
-BEGIN
-    IF p_target IS NOT NULL THEN
-        SELECT format('%I.%I', n.nspname, c.relname) INTO v_tbl
-          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target;
-    END IF;
-    IF p_strategy = 'tid_range' THEN
-        RETURN format('DELETE FROM %s WHERE ctid >= $1 AND ctid < $2 AND %s', v_tbl, v_pred);
-    END IF;
-    RETURN format('DELETE FROM %s WHERE %I >= %s AND %I < %s AND %s', v_tbl, p_pol.time_column,
-                  _retention_param(p_pol, '$1'), p_pol.time_column, _retention_param(p_pol, '$2'), v_pred);
-END
+    SELECT format('DELETE FROM %s WHERE %s AND %s',
+                  CASE WHEN p_target IS NULL THEN format('%I.%I', p_pol.table_schema, p_pol.table_name)
+                       ELSE (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+                               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_target) END,
+                  CASE WHEN p_strategy = 'tid_range' THEN 'ctid >= $1 AND ctid < $2'
+                       ELSE format('%1$I >= %2$s AND %1$I < %3$s', p_pol.time_column,
+                                   _retention_param(p_pol, '$1'), _retention_param(p_pol, '$2')) END,
+                  _retention_predicate(p_pol, _retention_table(p_pol.table_schema, p_pol.table_name)))
 $$;
 
--- _retention_sample_sql: the planning sample over p_pct percent of the
--- blocks: the eligible fraction, the rows sampled, the eligible times.
+-- _retention_sample_sql: a sample of p_pct% of the blocks: eligible fraction, rows, eligible times.
 CREATE OR REPLACE FUNCTION _retention_sample_sql(p_pol retention_policy, p_pct double precision)
 RETURNS text
 LANGUAGE sql STABLE
@@ -111,32 +97,14 @@ AS $$
                   _retention_encode(p_pol, quote_ident(p_pol.time_column)),
                   p_pol.time_column, p_pol.table_schema, p_pol.table_name, p_pct)
 $$;
--- Running a policy's statements as its owner (docs/security.md, "Running
--- as the owner"): retention_step creates a SECURITY DEFINER function owned
--- by that role in pg_temp (SET ROLE is not enough: the owner's trigger could
--- RESET ROLE), calls it once and drops it, and checks that the owner's code
--- left the session as it found it (retention_step_session_state), else
--- rolls the batch back (42501). Built-in policies run in
--- _retention_builtin_exec, as <schema>_owner.
+-- Running a policy's statements as its owner (docs/security.md, "Running as
+-- the owner"): retention_step creates a SECURITY DEFINER function owned by
+-- that role in pg_temp (SET ROLE is not enough: the owner's trigger could
+-- RESET ROLE), calls it once, drops it, and rolls the batch back (42501)
+-- unless the owner's code left the session as it found it.
 
--- _retention_exec_body is the PL/pgSQL body that runs p_sql with $1..$5.
-CREATE OR REPLACE FUNCTION _retention_exec_body(p_sql text, p_kind text, p_target regclass DEFAULT NULL)
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT CASE WHEN p_kind IN ('detach', 'release') THEN p_sql -- bodies built in retention_partition.sql
-        WHEN p_kind = 'delete' THEN pg_catalog.format(
-            'DECLARE n bigint; BEGIN EXECUTE %L USING $1, $2, $3, $4, $5; GET DIAGNOSTICS n = ROW_COUNT; '
-            'RETURN QUERY SELECT n, NULL::float8, NULL::bigint, NULL::timestamptz[]; END', p_sql)
-        ELSE pg_catalog.format(
-            'BEGIN RETURN QUERY EXECUTE %L USING $1, $2, $3, $4, $5; END',
-            'SELECT NULL::bigint, s.* FROM (' || p_sql || ') s') END
-$$;
-
--- _retention_exec_settings: the settings a statement runs with: a tid_range
--- DELETE pinned to its Tid Range Scan, no JIT, and no lock wait longer than
--- retention_lock_timeout.
+-- _retention_exec_settings: a tid_range DELETE pinned to its Tid Range Scan,
+-- no JIT, and no lock wait longer than retention_lock_timeout.
 CREATE OR REPLACE FUNCTION _retention_exec_settings(p_strategy text)
 RETURNS text
 LANGUAGE sql STABLE
@@ -149,12 +117,12 @@ AS $$
                              (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint || 'ms')
 $$;
 
--- retention_step_session_state: what retention_step compares before and
--- after a statement run as a policy's owner: every setting SHOW ALL lists
--- (no list to keep) but search_path (the caller compares its own); the
--- prepared statements; and writes, the rows this transaction wrote to
--- retention_policy and inserted into pg_class, pg_type and pg_proc (or,
--- with track_counts off, a digest of the policies and temporary objects).
+-- retention_step_session_state: what retention_step compares around a
+-- statement run as a policy's owner: every setting SHOW ALL lists but
+-- search_path (compared by the caller); the prepared statements; the rows
+-- this transaction wrote to retention_policy and inserted into pg_class,
+-- pg_type and pg_proc (track_counts off: a digest of the policies and
+-- temporary objects).
 CREATE OR REPLACE FUNCTION retention_step_session_state(OUT settings text[], OUT prepared text[], OUT writes text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
@@ -169,20 +137,18 @@ BEGIN
     END LOOP;
     prepared := ARRAY(SELECT p.name || ' ' || p.statement FROM pg_catalog.pg_prepared_statements p ORDER BY 1);
     IF pg_catalog.current_setting('track_counts')::boolean THEN
-        writes := (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
-                              + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
-                     FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r)::text
-                  || ' ' ||
-                  (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
-                     FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r)::text;
+        writes := pg_catalog.concat_ws(' ',
+            (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r) + pg_catalog.pg_stat_get_xact_tuples_updated(r)
+                        + pg_catalog.pg_stat_get_xact_tuples_deleted(r))
+               FROM pg_catalog.unnest(ARRAY['retention_policy'::regclass]) r),
+            (SELECT sum(pg_catalog.pg_stat_get_xact_tuples_inserted(r))
+               FROM pg_catalog.unnest(ARRAY['pg_catalog.pg_class'::regclass, 'pg_catalog.pg_type', 'pg_catalog.pg_proc']) r));
     ELSE
-        writes := (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p)
-                  || ' ' ||
-                  (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema())::text
-                  || ' ' ||
-                  (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema())::text
-                  || ' ' ||
-                  (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema())::text;
+        writes := pg_catalog.concat_ws(' ',
+            (SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(p::text, ',' ORDER BY p.name), '')) FROM retention_policy p),
+            (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()),
+            (SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema()),
+            (SELECT count(*) FROM pg_catalog.pg_proc f WHERE f.pronamespace = pg_catalog.pg_my_temp_schema()));
     END IF;
 END
 $$;
@@ -206,11 +172,9 @@ BEGIN
 END
 $$;
 
--- retention_step does one step of a pass (at most one batch); false when
--- the pass is over. It runs as its caller: the statement runs as the
--- table's owner in a temporary function owned by that role, between
--- retention_step_claim and retention_step_record (each checks that this
--- session opened the pass).
+-- retention_step does one step of a pass (at most one batch); false when the
+-- pass is over. It runs as its caller, the statement as the table's owner,
+-- between retention_step_claim and retention_step_record.
 CREATE OR REPLACE FUNCTION retention_step(p_pass bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -223,15 +187,10 @@ DECLARE
     v_before record;
     v_after record;
     v_changed text;
-    v_deleted bigint;
-    v_fraction double precision;
-    v_sampled bigint;
-    v_times timestamptz[];
+    v_out record;
 BEGIN
     v := retention_step_claim(p_pass);
-    IF v.o_kind IS NULL THEN
-        RETURN v.o_more;
-    END IF;
+    IF v.o_kind IS NULL THEN RETURN v.o_more; END IF;
     IF NOT pg_catalog.pg_has_role(current_user, v.o_role, 'MEMBER') THEN
         RAISE EXCEPTION 'retention policy %: % cannot act as %', v.o_policy, current_user,
             CASE WHEN v.o_role = v.o_owner THEN pg_catalog.format('the policy''s owner %s', v.o_role)
@@ -242,8 +201,7 @@ BEGIN
     END IF;
     BEGIN
         IF v.o_kind = 'detach' THEN
-            -- recorded first, as if every leaf will be detached: from the
-            -- parent's lock to the commit only the rows are left to add
+            -- recorded first: from the parent's lock to the commit only the rows are left to add
             PERFORM retention_step_record(p_pass, 'detaching', NULL, NULL, NULL, NULL);
         END IF;
         v_sig := pg_catalog.format('pg_temp.pgsweep_retention_as_owner(%s, %s, timestamptz, text[], text[])', v.o_type, v.o_type);
@@ -256,7 +214,7 @@ BEGIN
         BEGIN
             EXECUTE pg_catalog.format('SELECT * FROM pg_temp.pgsweep_retention_as_owner($1::%s, $2::%s, $3, $4, $5)',
                                       v.o_type, v.o_type)
-               INTO v_deleted, v_fraction, v_sampled, v_times
+               INTO v_out
               USING v.o_lo, v.o_hi, v.o_cutoff, v.o_statuses, v.o_filters;
         EXCEPTION WHEN OTHERS OR query_canceled THEN
             -- Rolled back with the block: settings, objects, rows. Not prepared statements.
@@ -285,22 +243,19 @@ BEGIN
                              'they must not SET parameters, create objects, prepare statements or register retention policies.';
         END IF;
         EXECUTE pg_catalog.format('DROP FUNCTION %s', v_sig);
-        PERFORM retention_step_record(p_pass, 'done', v_deleted, v_fraction, v_sampled, v_times);
+        PERFORM retention_step_record(p_pass, 'done', v_out.deleted, v_out.fraction, v_out.sampled, v_out.times);
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-        -- A row (delete), the parent or a leaf (detach), a detached table
-        -- (release) stayed locked past retention_lock_timeout: the step
-        -- rolled back whole; its units wait for a later pass.
-        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN
-            RAISE;
-        END IF;
+        -- A row, a table or a leaf stayed locked past retention_lock_timeout: the
+        -- step rolled back whole; its units wait for a later pass.
+        IF v.o_kind = 'sample' OR (v.o_kind = 'delete' AND SQLSTATE = '40P01') THEN RAISE; END IF;
         PERFORM retention_step_record(p_pass, 'locked', NULL, NULL, NULL, NULL);
     END;
     RETURN v.o_more;
 END
 $$;
 
--- _retention_builtin_exec runs one statement of a built-in policy as
--- <schema>_owner, built from the policy (no SQL taken); refuses any other.
+-- _retention_builtin_exec runs a built-in policy's statement, built from the
+-- policy (no SQL taken), as <schema>_owner; refuses any other policy.
 CREATE OR REPLACE FUNCTION _retention_builtin_exec(p_name text, p_kind text, p_strategy text,
     p_lo anyelement, p_hi anyelement, p_cutoff timestamptz,
     OUT deleted bigint, OUT fraction double precision, OUT sampled bigint, OUT times timestamptz[])

@@ -1,7 +1,6 @@
 -- Retention: what a DBA looks at, and what maintain() asks.
 
--- retention_passes: the pass history. A pass still marked running whose
--- session is gone (killed, crashed) shows as abandoned.
+-- retention_passes: the pass history; a running pass whose session is gone shows as abandoned.
 CREATE OR REPLACE VIEW retention_passes AS
 SELECT p.id, p.policy, p.owner, p.mode, p.strategy,
        CASE WHEN p.outcome = 'running' AND NOT EXISTS (
@@ -27,37 +26,29 @@ SELECT r.name, format('%I.%I', r.table_schema, r.table_name) AS table_name,
   LEFT JOIN LATERAL (
       SELECT * FROM retention_passes p WHERE p.policy = r.name ORDER BY p.id DESC LIMIT 1) lp ON true;
 
--- retention_due lists the policies that are due, oldest first: its interval
--- passed since its last pass began, or at once when that pass left work
--- behind (budget, lease_lost, deferred, detached tables, or abandoned); an
--- error waits for the interval. The p_now overload is for tests (S_owner).
+-- retention_due lists the due policies, oldest first: the interval passed
+-- since the last pass began, or at once when that pass left work behind
+-- (budget, lease_lost, deferred, abandoned, detached tables); an error waits
+-- for the interval. The p_now overload is for tests.
 CREATE OR REPLACE FUNCTION retention_due(p_now timestamptz)
 RETURNS SETOF text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
-BEGIN
-    PERFORM _check_now('p_now', p_now);
-    RETURN QUERY
+    SELECT _check_now('p_now', p_now);
     SELECT r.name
       FROM retention_policy r
-      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome, p.pid, p.backend_start
-                           FROM retention_pass p
+      LEFT JOIN LATERAL (SELECT p.started_at AS at, p.outcome
+                           FROM retention_passes p
                           -- a runner's concurrent detach (retention_detach.sql) is not the policy's pass
                           WHERE p.policy = r.name AND p.strategy IS DISTINCT FROM 'detach_concurrently'
                           ORDER BY p.id DESC LIMIT 1) lp ON true
      WHERE r.older_than IS NOT NULL
-       AND (lp.at IS NULL OR lp.at + r.run_interval <= v_now
-            OR lp.outcome IN ('budget', 'lease_lost', 'deferred')
+       AND (lp.at IS NULL OR lp.at + r.run_interval <= (SELECT coalesce(p_now, clock_timestamp()))
+            OR lp.outcome IN ('budget', 'lease_lost', 'deferred', 'abandoned')
             -- partitions a pass detached: the next pass drops them (retention_partition.sql)
-            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached')
-            OR (lp.outcome = 'running' AND NOT EXISTS (
-                    SELECT 1 FROM pg_catalog.pg_stat_activity a
-                     WHERE a.pid = lp.pid AND (a.backend_start IS NULL OR a.backend_start = lp.backend_start))))
+            OR EXISTS (SELECT 1 FROM retention_unit u WHERE u.policy = r.name AND u.kind = 'detached'))
      ORDER BY lp.at NULLS FIRST, r.name;
-END
 $$;
 
 CREATE OR REPLACE FUNCTION retention_due()
