@@ -40,9 +40,10 @@ type MaintenancePass struct {
 	// Duration is how long the pass took; nil while it runs (or after it
 	// was abandoned, until a takeover closes it).
 	Duration *time.Duration `json:"duration"`
-	// Recovery and Retention are the outcomes of the pass's two parts
+	// Recovery, Stats and Retention are the outcomes of the pass's parts
 	// ("done", "more", "running", "error", …); empty when the part did not run.
 	Recovery  string `json:"recovery"`
+	Stats     string `json:"stats"`
 	Retention string `json:"retention"`
 	// Counts is the pass's counters as the database wrote them:
 	// {"recovery": {...}, "retention": {"deleted": {"<policy>": rows}}}.
@@ -50,11 +51,11 @@ type MaintenancePass struct {
 	Error  string          `json:"error,omitempty"`
 }
 
-const maintenancePassColumns = "SELECT id, owner, started_at, duration, coalesce(recovery, ''), coalesce(retention, ''), counts, coalesce(error, '') FROM "
+const maintenancePassColumns = "SELECT id, owner, started_at, duration, coalesce(recovery, ''), coalesce(retention, ''), counts, coalesce(error, ''), coalesce(stats, '') FROM "
 
 func scanMaintenancePass(r pgx.Row) (MaintenancePass, error) {
 	var p MaintenancePass
-	err := r.Scan(&p.ID, &p.Owner, &p.StartedAt, &p.Duration, &p.Recovery, &p.Retention, &p.Counts, &p.Error)
+	err := r.Scan(&p.ID, &p.Owner, &p.StartedAt, &p.Duration, &p.Recovery, &p.Retention, &p.Counts, &p.Error, &p.Stats)
 	return p, err
 }
 

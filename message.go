@@ -181,7 +181,8 @@ type QueueStats struct {
 type LaneStats struct {
 	Queue string
 	Lane  string
-	// Waiting counts the lane's messages, its head included.
+	// Waiting counts the messages waiting behind the lane's head (or behind
+	// the dead letter that blocks it); the head itself is not counted.
 	Waiting int64
 	// HeadID is the lane's head; for a blocked lane, the dead letter it
 	// waits for.

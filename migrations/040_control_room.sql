@@ -1275,6 +1275,21 @@ END
 $$;
 -- pgsweep:end functions/queue_ops.sql
 
+-- pgsweep:changed functions/history.sql
+CREATE OR REPLACE VIEW maintenance_passes AS
+SELECT p.id,
+       p.owner,
+       p.started_at,
+       p.finished_at,
+       p.finished_at - p.started_at AS duration,
+       p.parts ->> 'recovery' AS recovery,
+       p.parts ->> 'retention' AS retention,
+       coalesce((SELECT jsonb_object_agg(r.part, r.counts) FROM maintain_run r WHERE r.pass_id = p.id), '{}') AS counts,
+       p.error,
+       p.parts ->> 'stats' AS stats -- last: a view's new column goes at its end
+  FROM maintain_pass p;
+-- pgsweep:end functions/history.sql
+
 -- the public lease functions pass the name through _lease_unreserved now (lease.sql)
 DROP FUNCTION _lease_reserved_refuse(text, text);
 

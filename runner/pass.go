@@ -172,6 +172,9 @@ func (r *Runner) readPass(ctx context.Context, conn Conn) (*Pass, error) {
 	if row.Recovery != "" {
 		p.Parts["recovery"] = row.Recovery
 	}
+	if row.Stats != "" {
+		p.Parts["stats"] = row.Stats
+	}
 	if row.Retention != "" {
 		p.Parts["retention"] = row.Retention
 	}

@@ -411,7 +411,7 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 }
 
 func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
-	attrs := []any{"pass", p.ID, "recovery", p.Parts["recovery"], "retention", p.Parts["retention"], "elapsed", elapsed}
+	attrs := []any{"pass", p.ID, "recovery", p.Parts["recovery"], "stats", p.Parts["stats"], "retention", p.Parts["retention"], "elapsed", elapsed}
 	var deleted int64
 	for _, n := range p.Deleted {
 		deleted += n

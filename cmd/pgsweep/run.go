@@ -75,7 +75,7 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return redact(err)
 		}
-		fmt.Fprintf(out, "pass %d by %s: recovery %s, retention %s\n", p.ID, r.Owner(), p.Parts["recovery"], p.Parts["retention"])
+		fmt.Fprintf(out, "pass %d by %s: recovery %s, stats %s, retention %s\n", p.ID, r.Owner(), p.Parts["recovery"], p.Parts["stats"], p.Parts["retention"])
 		if p.Error != "" {
 			return fmt.Errorf("pass %d recorded an error: %s", p.ID, p.Error)
 		}

@@ -33,7 +33,7 @@ func TestRunOnceStatusAndCron(t *testing.T) {
 	conn := []string{"--database-url", db.URL, "--schema", db.Schema}
 
 	out, errOut, code := runCLI(t, append([]string{"run", "--once", "--owner", "cli-once"}, conn...)...)
-	if code != 0 || !strings.Contains(out, "by cli-once: recovery done, retention done") {
+	if code != 0 || !strings.Contains(out, "by cli-once: recovery done, stats done, retention done") {
 		t.Fatalf("run --once: code %d\n%s\n%s", code, out, errOut)
 	}
 
