@@ -201,3 +201,32 @@ func TestMessagePage(t *testing.T) {
 		t.Fatalf("after the delete: found %v, %v", found, err)
 	}
 }
+
+// A retention policy's page: its settings, the rows each pass deleted as a
+// chart's data, the pass with its outcome; 404 for an unknown policy.
+func TestRetentionPolicyPage(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	c := db.Client
+	db.MustExec(t, "CREATE TABLE "+db.Q()+".events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
+	db.MustExec(t, "CREATE INDEX ON "+db.Q()+".events (at)")
+	db.MustExec(t, "INSERT INTO "+db.Q()+".events SELECT g, now() - interval '2 days' FROM generate_series(1, 25) g")
+	if err := c.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "ev<1>", Table: db.Schema + ".events", TimeColumn: "at", OlderThan: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := c.RetentionRun(ctx, "ev<1>", "ui-test", 10*time.Second); err != nil || p.RowsDeleted != 25 {
+		t.Fatalf("retention run: %+v %v", p, err)
+	}
+	srv := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{})
+	if _, body := get(t, srv.URL+"/pgsweep/retention"); !strings.Contains(body, `href="./retention/ev%3C1%3E"`) {
+		t.Fatalf("the retention page does not link the policy:\n%s", body)
+	}
+	status, body := get(t, srv.URL+"/pgsweep/retention/ev%3C1%3E")
+	if status != http.StatusOK || !strings.Contains(body, `"labels":["rows deleted"]`) || !strings.Contains(body, `,[25]]`) ||
+		!strings.Contains(body, "<td>drained</td>") || strings.Contains(body, "ev<1>") {
+		t.Fatalf("the policy's page: %d\n%s", status, body)
+	}
+	if status, _ := get(t, srv.URL+"/pgsweep/retention/nope"); status != http.StatusNotFound {
+		t.Fatalf("an unknown policy: %d, want 404", status)
+	}
+}

@@ -101,6 +101,7 @@ func (h *handler) routes() {
 	}))
 	h.mux.HandleFunc("GET /leases", list(h, "leases", "Leases", h.c.Leases))
 	h.mux.HandleFunc("GET /retention", list(h, "retention", "Retention", h.c.RetentionPolicies))
+	h.mux.HandleFunc("GET /retention/{policy}", h.policy)
 	h.mux.HandleFunc("POST /queues/{queue}/{action}", h.queueAction)
 }
 

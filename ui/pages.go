@@ -104,7 +104,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 // queueData is the queue page's.
 type queueData struct {
 	Stats  pgsweep.QueueSnapshot
-	Chart  chartData
+	Charts []chart
 	State  string // the messages shown: a pgsweep.Browse* state
 	States []string
 	Page   pgsweep.BrowsePage
@@ -159,7 +159,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	d.Chart = chartOf(history)
+	d.Charts = queueCharts(history)
 	if d.Page, err = h.c.BrowseMatching(ctx, name, d.State, d.Error, d.After, 50); err != nil {
 		h.fail(w, r, err)
 		return

@@ -132,3 +132,34 @@ func TestPhoneWidth(t *testing.T) {
 		t.Errorf("phone: %s", strings.Join(ps, "; "))
 	}
 }
+
+// A retention policy's page draws the rows each pass deleted.
+func TestRetentionChartDraws(t *testing.T) {
+	db := pgtest.New(t, 4)
+	ctx := context.Background()
+	db.MustExec(t, "CREATE TABLE "+db.Q()+".events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
+	db.MustExec(t, "CREATE INDEX ON "+db.Q()+".events (at)")
+	if err := db.Client.RetentionRegister(ctx, pgsweep.RetentionPolicy{Name: "ev", Table: db.Schema + ".events", TimeColumn: "at", OlderThan: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // three passes, each with rows to delete
+		db.MustExec(t, fmt.Sprintf("INSERT INTO %s.events SELECT g, now() - interval '2 hours' FROM generate_series(%d, %d) g", db.Q(), i*100+1, i*100+10*(i+1)))
+		if _, _, err := db.Client.RetentionRun(ctx, "ev", "ui-test", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{}).URL + "/pgsweep/"
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(root+"retention/ev"), chromedp.WaitVisible(chromedp.CSS("#chart-deleted canvas")))
+	inked := `(function () { var c = document.querySelector("#chart-deleted canvas");
+		var d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+		for (var i = 3; i < d.length; i += 4) { if (d[i] !== 0) return true; }
+		return false; })()`
+	if !value(t, b, chromedp.Evaluate[bool](inked)) {
+		t.Fatal("the rows-deleted chart has no ink")
+	}
+	b.screenshot(t, "retention-policy")
+	if ps := b.take(); len(ps) > 0 {
+		t.Errorf("retention policy page: %s", strings.Join(ps, "; "))
+	}
+}

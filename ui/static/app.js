@@ -30,31 +30,27 @@
   });
   schedule();
 
-  // Charts: the queue page carries its history as JSON (#chart-data); uPlot
-  // draws it on load and after every refresh.
+  // Charts: a page carries its charts as JSON (#chart-data: a list of
+  // {id, labels, data}, data in uPlot's column form); uPlot draws each in
+  // the element of its id, on load and after every refresh.
   var charts = [];
-  function series(label, stroke) {
-    return { label: label, stroke: stroke, width: 1.5 };
-  }
+  var colors = ["#2457a6", "#2a9d8f", "#e9a23b", "#a4262c"];
   function draw() {
     charts.forEach(function (c) { c.destroy(); });
     charts = [];
     var el = document.getElementById("chart-data");
     if (!el) return;
-    var d = JSON.parse(el.textContent);
-    var opts = function (target, ss) {
-      return {
+    JSON.parse(el.textContent).forEach(function (c) {
+      var target = document.getElementById(c.id);
+      if (!target) return;
+      var series = c.labels.map(function (label, i) {
+        return { label: label, stroke: colors[i % colors.length], width: 1.5 };
+      });
+      charts.push(new uPlot({
         width: Math.max(280, target.clientWidth), height: 200,
-        series: [{}].concat(ss), axes: [{}, { size: 60 }], legend: { live: false }
-      };
-    };
-    var depth = document.getElementById("chart-depth");
-    charts.push(new uPlot(opts(depth, [series("pending", "#2457a6"), series("in flight", "#2a9d8f"),
-      series("failed", "#e9a23b"), series("dead", "#a4262c")]),
-      [d.t, d.pending, d.in_flight, d.failed, d.dead], depth));
-    var rate = document.getElementById("chart-rate");
-    charts.push(new uPlot(opts(rate, [series("sent", "#2457a6"), series("completed", "#2a9d8f")]),
-      [d.t, d.sent_per_s, d.completed_per_s], rate));
+        series: [{}].concat(series), axes: [{}, { size: 60 }], legend: { live: false }
+      }, c.data, target));
+    });
   }
   document.body.addEventListener("htmx:afterSettle", draw);
   draw();
