@@ -226,6 +226,10 @@ func TestRetentionPolicyPage(t *testing.T) {
 		!strings.Contains(body, "<td>drained</td>") || strings.Contains(body, "ev<1>") {
 		t.Fatalf("the policy's page: %d\n%s", status, body)
 	}
+	// no queue yet: the overview suggests the SQL in this install's schema
+	if _, body := get(t, srv.URL+"/pgsweep/"); !strings.Contains(body, "SELECT &#34;"+db.Schema+"&#34;.queue_create('name')") {
+		t.Fatalf("the overview's hint does not name schema %s:\n%s", db.Schema, body)
+	}
 	if status, _ := get(t, srv.URL+"/pgsweep/retention/nope"); status != http.StatusNotFound {
 		t.Fatalf("an unknown policy: %d, want 404", status)
 	}

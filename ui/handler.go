@@ -71,6 +71,9 @@ func NewHandler(pool *pgxpool.Pool, o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: %w", err)
 	}
+	if o.Schema == "" {
+		o.Schema = "pgsweep"
+	}
 	if o.Refresh <= 0 {
 		o.Refresh = 5 * time.Second
 	}

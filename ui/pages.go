@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgsweep/pgsweep"
 )
 
@@ -19,13 +20,15 @@ type page struct {
 	Base     string // the relative path to the dashboard's root: "./", "../"
 	Refresh  int    // seconds
 	ReadOnly bool
+	Schema   string // the install's schema, quoted where SQL needs it (for the SQL a page suggests)
 	Data     any
 }
 
 // render writes the page template name with data; an error becomes the
 // error page.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
-	p := page{Title: title, Nav: nav, Base: base(r), Refresh: int(h.o.Refresh.Seconds()), ReadOnly: h.o.ReadOnly, Data: data}
+	p := page{Title: title, Nav: nav, Base: base(r), Refresh: int(h.o.Refresh.Seconds()), ReadOnly: h.o.ReadOnly,
+		Schema: pgx.Identifier{h.o.Schema}.Sanitize(), Data: data}
 	var buf bytes.Buffer
 	if err := pages[name].Execute(&buf, p); err != nil {
 		h.log.Error("ui: rendering a page failed", "page", name, "err", err)
