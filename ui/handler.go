@@ -103,6 +103,7 @@ func (h *handler) routes() {
 		return h.c.MaintenancePasses(ctx, 50)
 	}))
 	h.mux.HandleFunc("GET /leases", list(h, "leases", "Leases", h.c.Leases))
+	h.mux.HandleFunc("GET /health", list(h, "health", "Health", h.c.Health))
 	h.mux.HandleFunc("GET /retention", list(h, "retention", "Retention", h.c.RetentionPolicies))
 	h.mux.HandleFunc("GET /retention/{policy}", h.policy)
 	h.mux.HandleFunc("POST /queues/{queue}/{action}", h.queueAction)

@@ -118,7 +118,7 @@ func TestPhoneWidth(t *testing.T) {
 	b := newBrowser(t)
 	b.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	q := "queues/orders-with-a-rather-long-name-for-a-phone"
-	for _, p := range []string{"", q, q + "?state=dead", fmt.Sprintf("%s/messages/%d", q, id), "maintenance", "leases", "retention"} {
+	for _, p := range []string{"", q, q + "?state=dead", fmt.Sprintf("%s/messages/%d", q, id), "health", "maintenance", "leases", "retention"} {
 		b.do(t, chromedp.Navigate(root+p), chromedp.WaitVisible(chromedp.CSS("#page")))
 		widths := value(t, b, chromedp.Evaluate[[]int](`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`))
 		if widths[0] > widths[1] {
