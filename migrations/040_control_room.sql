@@ -450,6 +450,21 @@ $$;
 -- pgsweep:end functions/privileges.sql
 
 -- pgsweep:changed functions/health.sql
+CREATE OR REPLACE FUNCTION _health_tables()
+RETURNS SETOF oid
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT c.oid FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace AND c.relkind = 'r'
+    UNION
+    SELECT coalesce(pt.relid, rc.oid)
+      FROM retention_policy rp
+      JOIN pg_catalog.pg_namespace rn ON rn.nspname = rp.table_schema
+      JOIN pg_catalog.pg_class rc ON rc.relnamespace = rn.oid AND rc.relname = rp.table_name
+      LEFT JOIN LATERAL pg_catalog.pg_partition_tree(rc.oid) pt ON pt.isleaf -- a plain table has no tree
+$$;
+
 CREATE OR REPLACE FUNCTION health_install()
 RETURNS TABLE (severity text, kind text, object text, detail text, advice text)
 LANGUAGE plpgsql STABLE
@@ -533,26 +548,13 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 
-    -- tables: the install's and every table a policy covers (its leaves, for a partitioned one)
+    -- tables: the install's and every table a policy covers (_health_tables)
     FOR r IN
-        WITH t AS (
-            SELECT c.oid FROM pg_catalog.pg_class c
-             WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace AND c.relkind = 'r'
-            UNION
-            -- found through the catalogs, which need no privilege: a name
-            -- lookup (to_regclass) needs USAGE on the table's schema, which
-            -- the owner need not have (retention deletes as the policy's
-            -- owner), and would fail health() for everyone
-            SELECT coalesce(pt.relid, rc.oid)
-              FROM retention_policy rp
-              JOIN pg_catalog.pg_namespace rn ON rn.nspname = rp.table_schema
-              JOIN pg_catalog.pg_class rc ON rc.relnamespace = rn.oid AND rc.relname = rp.table_name
-              LEFT JOIN LATERAL pg_catalog.pg_partition_tree(rc.oid) pt ON pt.isleaf) -- a plain table has no tree
         SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS tab, s.n_dead_tup, s.n_live_tup, s.last_vacuum, s.last_autovacuum,
                EXISTS (SELECT 1 FROM pg_catalog.unnest(c.reloptions) o
                         WHERE pg_catalog.split_part(o, '=', 1) = 'autovacuum_enabled'
                           AND pg_catalog.lower(pg_catalog.split_part(o, '=', 2)) IN ('false', 'off', 'no', '0', 'f', 'n', 'of', 'fa', 'fal', 'fals')) AS av_off
-          FROM t
+          FROM _health_tables() t(oid)
           JOIN pg_catalog.pg_class c ON c.oid = t.oid
           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
           LEFT JOIN pg_catalog.pg_stat_all_tables s ON s.relid = t.oid
@@ -579,15 +581,7 @@ BEGIN
     -- length, else 32 bytes). A queue's indexes bloat when vacuum falls
     -- behind: pages emptied by deletes are reused only for the same key range.
     FOR r IN
-        WITH t AS (
-            SELECT c.oid FROM pg_catalog.pg_class c
-             WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace AND c.relkind = 'r'
-            UNION
-            SELECT coalesce(pt.relid, rc.oid)
-              FROM retention_policy rp
-              JOIN pg_catalog.pg_namespace rn ON rn.nspname = rp.table_schema
-              JOIN pg_catalog.pg_class rc ON rc.relnamespace = rn.oid AND rc.relname = rp.table_name
-              LEFT JOIN LATERAL pg_catalog.pg_partition_tree(rc.oid) pt ON pt.isleaf), i AS (
+        WITH i AS (
             SELECT ic.oid, pg_catalog.format('%I.%I', n.nspname, ic.relname) AS idx, ic.relpages, ic.reltuples,
                    (SELECT pg_catalog.sum(coalesce(st.avg_width, nullif(ty.typlen, -1), 32))
                       FROM pg_catalog.unnest(x.indkey) k(attnum)
@@ -595,7 +589,7 @@ BEGIN
                       LEFT JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
                       LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.attname = a.attname
                             AND st.tablename = (SELECT tc.relname FROM pg_catalog.pg_class tc WHERE tc.oid = x.indrelid)) AS width
-              FROM t
+              FROM _health_tables() t(oid)
               JOIN pg_catalog.pg_index x ON x.indrelid = t.oid
               JOIN pg_catalog.pg_class ic ON ic.oid = x.indexrelid
               JOIN pg_catalog.pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
