@@ -3,10 +3,17 @@ package runner
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
 )
+
+// DefaultGaugeInterval is how often the runner reads the queue and health
+// gauges unless Options.GaugeInterval says otherwise: the snapshots change
+// every stats_interval (10 s by default), and a scrape every 15 s is
+// Prometheus' usual pace.
+const DefaultGaugeInterval = 15 * time.Second
 
 // readGauges refreshes the gauges that describe the database rather than
 // this runner, after each pass: the queues from their latest snapshot
@@ -16,6 +23,14 @@ import (
 // pass itself succeeded. A schema without these functions (an install
 // older than 0.40, or without the message store) is warned about once.
 func (r *Runner) readGauges(ctx context.Context, conn Conn) {
+	every := r.opts.GaugeInterval
+	if every == 0 {
+		every = DefaultGaugeInterval
+	}
+	if every > 0 && !r.gaugesAt.IsZero() && time.Since(r.gaugesAt) < every {
+		return
+	}
+	r.gaugesAt = time.Now()
 	c := r.sql(conn)
 	if snaps, err := c.StatsLatest(ctx); r.gaugeErr("queue", err) {
 		r.metrics.setSnapshots(snaps)

@@ -49,6 +49,11 @@ type Options struct {
 	// pass first removes them with DETACH ... CONCURRENTLY
 	// (Client.RetentionDetachConcurrently), which no insert waits for.
 	PlainDetach bool
+	// GaugeInterval is how often the queue and health gauges are read,
+	// after a pass (stats_latest and health(): health() reads the server's
+	// sessions and catalogs, tens of milliseconds). 0: every 15 s;
+	// negative: after every pass.
+	GaugeInterval time.Duration
 }
 
 // Runner calls maintain() in a loop. Create it with New, run it with Run (or
@@ -76,6 +81,7 @@ type Runner struct {
 	lastErr      error
 	interval     time.Duration   // the last interval used, for health
 	warnedGauges map[string]bool // gauge sources found missing and warned about once
+	gaugesAt     time.Time       // when the gauges were last read
 	passBackend  backend         // the backend of the latest pass's connection (zero: unknown)
 	pending      *pendingRecord  // history rows of an ended pass that still have to be closed
 	inPass       bool            // a pass is in flight

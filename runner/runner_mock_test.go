@@ -22,14 +22,15 @@ import (
 const owner = "test-owner"
 
 type harness struct {
-	t      *testing.T
-	r      *Runner
-	mock   pgxmock.PgxConnIface
-	logs   *pgtest.SyncBuffer
-	sleeps chan time.Duration
-	wake   chan struct{}
-	mu     sync.Mutex
-	dial   []error // errors returned by the next connects, in order; nil = the mock
+	t        *testing.T
+	r        *Runner
+	mock     pgxmock.PgxConnIface
+	logs     *pgtest.SyncBuffer
+	sleeps   chan time.Duration
+	wake     chan struct{}
+	mu       sync.Mutex
+	dial     []error // errors returned by the next connects, in order; nil = the mock
+	noGauges bool    // expectPass expects no gauge reads (GaugeInterval not yet elapsed)
 }
 
 func newHarness(t *testing.T, opts Options) *harness {
@@ -40,6 +41,9 @@ func newHarness(t *testing.T, opts Options) *harness {
 	}
 	h := &harness{t: t, mock: mock, logs: &pgtest.SyncBuffer{}, sleeps: make(chan time.Duration, 100), wake: make(chan struct{})}
 	opts.Owner = owner
+	if opts.GaugeInterval == 0 {
+		opts.GaugeInterval = -1 // every pass reads them: each expectPass expects the reads
+	}
 	opts.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	connect := func(ctx context.Context) (Conn, error) {
 		h.mu.Lock()
@@ -102,8 +106,10 @@ func (h *harness) expectPass(interval, jitter time.Duration, counts string, stat
 	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(n\) FROM pg_catalog\.unnest\(\$1::pg_catalog\.text\[\]\)`).
 		WithArgs([]string{"runner_interval", "runner_jitter"}).
 		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval).AddRow(jitter))
-	h.mock.ExpectQuery(`FROM "pgsweep"\.stats_latest\(\)`).WillReturnError(&pgconn.PgError{Code: "42883", Message: `function pgsweep.stats_latest() does not exist`})
-	h.mock.ExpectQuery(`FROM "pgsweep"\.health\(\)`).WillReturnError(&pgconn.PgError{Code: "42883", Message: `function pgsweep.health() does not exist`})
+	if !h.noGauges {
+		h.mock.ExpectQuery(`FROM "pgsweep"\.stats_latest\(\)`).WillReturnError(&pgconn.PgError{Code: "42883", Message: `function pgsweep.stats_latest() does not exist`})
+		h.mock.ExpectQuery(`FROM "pgsweep"\.health\(\)`).WillReturnError(&pgconn.PgError{Code: "42883", Message: `function pgsweep.health() does not exist`})
+	}
 	h.mock.ExpectClose()
 }
 
@@ -170,6 +176,28 @@ func TestBackoffGrowsCapsAndResetsOnSuccess(t *testing.T) {
 	}
 	if got := counterValue(t, h.r.metrics, "pgsweep_maintain_pass_errors_total", nil); got != 6 {
 		t.Fatalf("pass errors = %v, want 6", got)
+	}
+}
+
+// The gauges are read after a pass at most every GaugeInterval: the second
+// pass, sooner, reads none (health() costs tens of milliseconds a call).
+func TestGaugesReadAtMostEveryGaugeInterval(t *testing.T) {
+	h := newHarness(t, Options{GaugeInterval: time.Hour})
+	h.expectPass(10*time.Second, 0, `{}`)
+	h.noGauges = true
+	h.expectPass(10*time.Second, 0, `{}`)
+	h.expectRelease()
+	cancel, done := h.start()
+	h.nextSleep()
+	h.wake <- struct{}{}
+	h.nextSleep()
+	cancel()
+	wait(t, done)
+	if err := h.mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(h.logs.String(), "not refreshed") { // an unexpected read fails in the mock
+		t.Fatalf("the second pass read the gauges:\n%s", h.logs.String())
 	}
 }
 
