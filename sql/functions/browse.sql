@@ -30,19 +30,26 @@ CREATE OR REPLACE FUNCTION _browse_live(p_queue text, p_from bigint, p_to bigint
 RETURNS TABLE (id bigint, cursor bigint, state text, lane text, attempts int, created_at timestamptz, at timestamptz,
                holder text, waiting_in_lane boolean, last_error text, payload_bytes int, headers_bytes int,
                key text, payload jsonb, headers jsonb)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT m.id, m.id, x.state, m.lane, m.attempt, m.created_at, _browse_at(x.state, m.created_at, m.visible_at, m.parked_until),
-           CASE WHEN x.state = 'in_flight' THEN m.owner END, m.parked_until IS NOT DISTINCT FROM 'infinity', m.last_error,
+BEGIN
+    -- PL/pgSQL, not SQL: its statement is planned with the queue's value,
+    -- so that Citus routes it to the queue's shard (a SQL function's
+    -- generic plan could not be, nor could a LATERAL over the shard)
+    RETURN QUERY
+    SELECT m.id, m.id, m.state, m.lane, m.attempt, m.created_at, _browse_at(m.state, m.created_at, m.visible_at, m.parked_until),
+           CASE WHEN m.state = 'in_flight' THEN m.owner END, m.parked_until IS NOT DISTINCT FROM 'infinity', m.last_error,
            pg_column_size(m.payload), pg_column_size(m.headers),
            CASE WHEN p_browse THEN m.key END, CASE WHEN p_browse THEN m.payload END, CASE WHEN p_browse THEN m.headers END
-      FROM message m, LATERAL (SELECT _browse_state(m.status, m.parked_until, p_now) AS state) x
-     WHERE m.queue = p_queue AND m.id > p_from AND m.id <= p_to
-       AND (p_state IS NULL OR x.state = p_state)
+      FROM (SELECT x.*, _browse_state(x.status, x.parked_until, p_now) AS state
+              FROM message x
+             WHERE x.queue = p_queue AND x.id > p_from AND x.id <= p_to) m
+     WHERE (p_state IS NULL OR m.state = p_state)
        AND (p_error IS NULL OR strpos(m.last_error, p_error) > 0)
      ORDER BY m.id
-     LIMIT p_limit
+     LIMIT p_limit;
+END
 $$;
 
 -- browse_messages (monitor): a queue's messages in one state, a page at a
