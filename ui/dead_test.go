@@ -43,29 +43,6 @@ func postForm(t *testing.T, url string, form neturl.Values) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-// deadLetters makes n dead letters of queue (max_attempts 1) failed with errText.
-func deadLetters(t *testing.T, c *pgsweep.Client, queue string, n int, errText, lane string) []int64 {
-	t.Helper()
-	ctx := context.Background()
-	for range n {
-		if _, _, err := c.Send(ctx, queue, pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: lane}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ds, err := c.Claim(ctx, queue, "w", n, time.Minute)
-	if err != nil || len(ds) != n {
-		t.Fatalf("claim: %d of %d, %v", len(ds), n, err)
-	}
-	ids := make([]int64, n)
-	for i, d := range ds {
-		ids[i] = d.ID
-		if _, err := c.Fail(ctx, queue, d.Token, []int64{d.ID}, errText, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ids
-}
-
 // The dead letters' page: filter by error text, requeue all matching,
 // delete the selection, delete all matching; a monitor's forged POST is
 // refused by PostgreSQL and changes nothing.
@@ -73,8 +50,8 @@ func TestDeadLettersFilterRequeueAndDelete(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
 	ctx := context.Background()
 	c := db.Client
-	timeouts := deadLetters(t, c, "orders", 3, "timeout talking to payments", "")
-	bad := deadLetters(t, c, "orders", 2, "bad payload: "+hostile, "")
+	timeouts := pgtest.DeadLetters(t, c, "orders", 3, "timeout talking to payments", "")
+	bad := pgtest.DeadLetters(t, c, "orders", 2, "bad payload: "+hostile, "")
 	dead := func() int {
 		p, err := c.BrowseMessages(ctx, "orders", pgsweep.BrowseDead, 0, 100)
 		if err != nil {
@@ -135,7 +112,7 @@ func TestDeleteDeadMovesABlockedLaneOn(t *testing.T) {
 	if err := c.QueueConfigure(ctx, "orders", map[string]any{"lane_dead": "block"}); err != nil {
 		t.Fatal(err)
 	}
-	first := deadLetters(t, c, "orders", 1, "fatal", "L")
+	first := pgtest.DeadLetters(t, c, "orders", 1, "fatal", "L")
 	if _, _, err := c.Send(ctx, "orders", pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: "L"}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +166,7 @@ func TestMessagePage(t *testing.T) {
 		t.Fatalf("an id that is not one: %d, want 400", status)
 	}
 	// dead: requeue and delete from its page
-	dead := deadLetters(t, c, "orders", 1, "boom", "")
+	dead := pgtest.DeadLetters(t, c, "orders", 1, "boom", "")
 	if _, body := get(t, srv.URL+"/pgsweep/queues/orders/messages/"+itoa(dead[0])); !strings.Contains(body, `formaction="../delete"`) ||
 		!strings.Contains(body, "boom") {
 		t.Fatalf("a dead letter's page:\n%s", body)

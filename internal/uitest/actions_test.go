@@ -2,7 +2,6 @@ package uitest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,31 +15,13 @@ import (
 	"github.com/pgsweep/pgsweep/ui"
 )
 
-// deadLetter sends a message and fails it on its last attempt (the queue
-// has max_attempts 1) with errText.
-func deadLetter(t *testing.T, c *pgsweep.Client, queue, errText string) int64 {
-	t.Helper()
-	ctx := context.Background()
-	if _, _, err := c.Send(ctx, queue, pgsweep.Message{Payload: json.RawMessage(`{"n": 1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := c.Claim(ctx, queue, "w", 1, time.Minute)
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("claim: %v %v", ds, err)
-	}
-	if _, err := c.Fail(ctx, queue, ds[0].Token, []int64{ds[0].ID}, errText, 0); err != nil {
-		t.Fatal(err)
-	}
-	return ds[0].ID
-}
-
 // An admin requeues a dead letter in the browser: select it, press the
 // button, and it is pending (on the pending tab and in the database); the
 // hostile error text stays text on the way, and the message's own page
 // loads cleanly.
 func TestRequeueADeadLetter(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
-	id := deadLetter(t, db.Client, "orders", "boom "+hostile)
+	id := pgtest.DeadLetters(t, db.Client, "orders", 1, "boom "+hostile, "")[0]
 	admin, _ := pgtest.RolePool(t, db, "admin")
 	root := uiserve.Serve(t, admin, db.Schema, ui.Options{}).URL + "/pgsweep/"
 	b := newBrowser(t)
@@ -71,7 +52,7 @@ func TestRequeueADeadLetter(t *testing.T) {
 // PostgreSQL: nothing changes.
 func TestMonitorAndReadOnlyHaveNoActions(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
-	id := deadLetter(t, db.Client, "orders", "boom")
+	id := pgtest.DeadLetters(t, db.Client, "orders", 1, "boom", "")[0]
 	monitor, _ := pgtest.RolePool(t, db, "monitor")
 	admin, _ := pgtest.RolePool(t, db, "admin")
 	b := newBrowser(t)
@@ -113,7 +94,7 @@ func TestMonitorAndReadOnlyHaveNoActions(t *testing.T) {
 // sideways (wide tables scroll inside themselves).
 func TestPhoneWidth(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders-with-a-rather-long-name-for-a-phone", pgsweep.Outbox, 1)
-	id := deadLetter(t, db.Client, "orders-with-a-rather-long-name-for-a-phone", "an error text that is long enough to wrap "+strings.Repeat("x", 200))
+	id := pgtest.DeadLetters(t, db.Client, "orders-with-a-rather-long-name-for-a-phone", 1, "an error text that is long enough to wrap "+strings.Repeat("x", 200), "")[0]
 	root := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{}).URL + "/pgsweep/"
 	b := newBrowser(t)
 	b.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
