@@ -37,20 +37,41 @@ func SchemaName(t testing.TB) string {
 	return "t_" + base + "_" + hex.EncodeToString(b[:])
 }
 
-// New migrates a fresh schema for the test and returns a pool on it with
-// room for maxConns connections (0: pgx's default).
+// New gives the test a fresh install and returns a pool on it with room
+// for maxConns connections (0: pgx's default). The install is a new
+// schema, or one that an earlier test of the process left exactly as fresh
+// (reuse.go says how that is proven; PGSWEEP_TEST_REUSE=0 turns it off).
 func New(t testing.TB, maxConns int32) *DB {
 	t.Helper()
 	url := URL(t)
-	schema := SchemaName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	conn := Conn(t, url)
-	if _, err := pgsweep.Migrate(ctx, conn, schema); err != nil {
-		t.Fatalf("migrate %s: %v", schema, err)
+	schema := SchemaName(t)
+	if reuseOn() {
+		r, fresh := takeReusable(t, url)
+		if fresh != "" {
+			r = reusable{schema: fresh}
+			conn := Conn(t, url)
+			if _, err := pgsweep.Migrate(ctx, conn, fresh); err != nil {
+				DropSchema(t, url, fresh)
+				t.Fatalf("migrate %s: %v", fresh, err)
+			}
+			var err error
+			if r.state, err = record(ctx, conn, fresh); err != nil {
+				DropSchema(t, url, fresh)
+				t.Fatalf("record %s: %v", fresh, err)
+			}
+		}
+		schema = r.schema
+		t.Cleanup(func() { giveBack(t, url, r) })
+	} else {
+		conn := Conn(t, url)
+		if _, err := pgsweep.Migrate(ctx, conn, schema); err != nil {
+			t.Fatalf("migrate %s: %v", schema, err)
+		}
+		t.Cleanup(func() { DropSchema(t, url, schema) })
 	}
-	t.Cleanup(func() { DropSchema(t, url, schema) })
 
 	pool, err := Pool(ctx, url, maxConns)
 	if err != nil {
