@@ -2,7 +2,6 @@ package pgsweep
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -61,32 +60,26 @@ func (c *Client) BrowseLanes(ctx context.Context, queue string, after LaneCursor
 	}
 	ls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BrowsedLane, error) {
 		l := BrowsedLane{LaneStats: LaneStats{Queue: queue}}
-		var id *int64
-		var attempt *int32
-		var state *string
-		var age float64
-		err := r.Scan(&l.Lane, &l.Blocked, &l.Waiting, &l.WaitingMore, &id, &attempt, &state, &age, &l.MaySkip)
-		if id != nil {
-			l.HeadID = *id
-		}
-		if attempt != nil {
-			l.HeadAttempt = int(*attempt)
-		}
-		if state != nil {
-			l.HeadState = *state
-		}
-		l.OldestAge = time.Duration(age * float64(time.Second))
+		var h laneHead
+		err := r.Scan(&l.Lane, &l.Blocked, &l.Waiting, &l.WaitingMore, &h.id, &h.attempt, &h.state, &h.age, &l.MaySkip)
+		h.set(&l.LaneStats)
 		return l, err
 	})
 	if err != nil {
 		return Page[BrowsedLane, LaneCursor]{}, wrapErr("browse_lanes", err)
 	}
-	p := Page[BrowsedLane, LaneCursor]{Rows: ls, Next: after, End: len(ls) < limit}
-	if len(ls) > 0 {
-		last := ls[len(ls)-1]
-		p.Next = LaneCursor{Lane: last.Lane, Blocked: last.Blocked}
+	return keysetPage(ls, after, limit, func(l BrowsedLane) LaneCursor { return LaneCursor{Lane: l.Lane, Blocked: l.Blocked} }), nil
+}
+
+// keysetPage is the page of rows read with the cursor after and limit: the
+// next page begins after its last row (key), and a page with fewer than
+// limit rows is the last.
+func keysetPage[T, C any](rows []T, after C, limit int, key func(T) C) Page[T, C] {
+	p := Page[T, C]{Rows: rows, Next: after, End: len(rows) < limit}
+	if len(rows) > 0 {
+		p.Next = key(rows[len(rows)-1])
 	}
-	return p, nil
+	return p
 }
 
 // BrowseLeases returns up to limit (1..1000) leases, live or not, whose
@@ -104,11 +97,7 @@ func (c *Client) BrowseLeases(ctx context.Context, after string, limit int) (Pag
 	if err != nil {
 		return Page[Lease, string]{}, wrapErr("browse_leases", err)
 	}
-	p := Page[Lease, string]{Rows: ls, Next: after, End: len(ls) < limit}
-	if len(ls) > 0 {
-		p.Next = ls[len(ls)-1].Name
-	}
-	return p, nil
+	return keysetPage(ls, after, limit, func(l Lease) string { return l.Name }), nil
 }
 
 // BrowseMaintenancePasses returns up to limit (1..1000) maintenance passes
@@ -123,11 +112,7 @@ func (c *Client) BrowseMaintenancePasses(ctx context.Context, before int64, limi
 	if err != nil {
 		return Page[MaintenancePass, int64]{}, wrapErr("browse_maintenance_passes", err)
 	}
-	p := Page[MaintenancePass, int64]{Rows: ps, Next: before, End: len(ps) < limit}
-	if len(ps) > 0 {
-		p.Next = ps[len(ps)-1].ID
-	}
-	return p, nil
+	return keysetPage(ps, before, limit, func(p MaintenancePass) int64 { return p.ID }), nil
 }
 
 // BrowseRetentionPasses returns up to limit (1..1000) retention passes of
@@ -147,11 +132,7 @@ func (c *Client) BrowseRetentionPasses(ctx context.Context, policy string, befor
 	if err != nil {
 		return Page[RetentionPass, int64]{}, wrapErr("browse_retention_passes", err)
 	}
-	p := Page[RetentionPass, int64]{Rows: ps, Next: before, End: len(ps) < limit}
-	if len(ps) > 0 {
-		p.Next = ps[len(ps)-1].ID
-	}
-	return p, nil
+	return keysetPage(ps, before, limit, func(p RetentionPass) int64 { return p.ID }), nil
 }
 
 // beforeArg is a p_before argument: NULL (the newest) for 0.
