@@ -75,21 +75,11 @@ func TestBrowseLanes(t *testing.T) {
 		t.Fatalf("after m: %+v, %v; want zz blocked by %d", p.Rows, err, zz)
 	}
 
-	monitor, _ := pgtest.RolePool(t, db, "monitor")
-	mc, err := pgsweep.NewClient(monitor, &pgsweep.ClientOptions{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mp, err := mc.BrowseLanes(ctx, "lq", pgsweep.LaneCursor{}, 2)
+	mp, err := roleClient(t, db, "monitor").BrowseLanes(ctx, "lq", pgsweep.LaneCursor{}, 2)
 	if err != nil || len(mp.Rows) != 2 || mp.Rows[0].MaySkip || mp.Rows[1].MaySkip || !mp.Rows[0].Blocked {
 		t.Fatalf("the monitor's page: %+v, %v; want the blocked lanes, may_skip false", mp.Rows, err)
 	}
-	worker, _ := pgtest.RolePool(t, db, "worker")
-	wc, err := pgsweep.NewClient(worker, &pgsweep.ClientOptions{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wc.BrowseLanes(ctx, "lq", pgsweep.LaneCursor{}, 2); !errors.Is(err, pgsweep.ErrPermissionDenied) {
+	if _, err := roleClient(t, db, "worker").BrowseLanes(ctx, "lq", pgsweep.LaneCursor{}, 2); !errors.Is(err, pgsweep.ErrPermissionDenied) {
 		t.Fatalf("a worker's browse: %v, want ErrPermissionDenied", err)
 	}
 	for _, bad := range []func() error{
