@@ -69,15 +69,20 @@ func (c *Client) LeaseReleaseOwner(ctx context.Context, owner string) ([]string,
 
 // Leases lists every lease, live or not, ordered by name.
 func (c *Client) Leases(ctx context.Context) ([]Lease, error) {
-	rows, err := c.db.Query(ctx, "SELECT name, coalesce(owner, ''), token, acquired_at, expires_at, live FROM "+
-		c.q+".leases ORDER BY name")
+	rows, err := c.db.Query(ctx, leaseColumns+c.q+".leases ORDER BY name")
 	if err != nil {
 		return nil, wrapErr("leases", err)
 	}
-	ls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Lease, error) {
-		var l Lease
-		err := r.Scan(&l.Name, &l.Owner, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Live)
-		return l, err
-	})
+	ls, err := pgx.CollectRows(rows, scanLease)
 	return ls, wrapErr("leases", err)
+}
+
+// leaseColumns are a Lease's columns of the leases view and of
+// browse_leases, read by scanLease.
+const leaseColumns = "SELECT name, coalesce(owner, ''), token, acquired_at, expires_at, live FROM "
+
+func scanLease(r pgx.CollectableRow) (Lease, error) {
+	var l Lease
+	err := r.Scan(&l.Name, &l.Owner, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Live)
+	return l, err
 }

@@ -75,22 +75,33 @@ func (c *Client) LaneStats(ctx context.Context, queue string, limit int) ([]Lane
 	}
 	st, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LaneStats, error) {
 		var s LaneStats
-		var id *int64
-		var attempt *int32
-		var state *string
-		var age float64
-		err := r.Scan(&s.Queue, &s.Lane, &s.Waiting, &id, &attempt, &state, &age)
-		if id != nil {
-			s.HeadID = *id
-		}
-		if attempt != nil {
-			s.HeadAttempt = int(*attempt)
-		}
-		if state != nil {
-			s.HeadState = *state
-		}
-		s.OldestAge = time.Duration(age * float64(time.Second))
+		var h laneHead
+		err := r.Scan(&s.Queue, &s.Lane, &s.Waiting, &h.id, &h.attempt, &h.state, &h.age)
+		h.set(&s)
 		return s, err
 	})
 	return st, wrapErr("lane_stats", err)
+}
+
+// laneHead is what lane_stats and browse_lanes say of a lane's head and
+// age, as scanned (NULL when the lane has no head).
+type laneHead struct {
+	id      *int64
+	attempt *int32
+	state   *string
+	age     float64 // seconds
+}
+
+// set copies the head into s.
+func (h laneHead) set(s *LaneStats) {
+	if h.id != nil {
+		s.HeadID = *h.id
+	}
+	if h.attempt != nil {
+		s.HeadAttempt = int(*h.attempt)
+	}
+	if h.state != nil {
+		s.HeadState = *h.state
+	}
+	s.OldestAge = time.Duration(h.age * float64(time.Second))
 }

@@ -3,7 +3,8 @@
 -- The control room's SQL layer (issue 24): queue snapshots taken by the
 -- maintenance part 'stats' every stats_interval and kept stats_retention
 -- (stats.sql); health() findings (health.sql); browsing a queue's messages
--- page by page (browse.sql).
+-- page by page (browse.sql), its lanes (browse_lanes.sql), the leases
+-- (lease.sql) and the pass histories (browse_passes.sql).
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 -- the third maintenance part
@@ -40,6 +41,11 @@ CREATE TABLE maintain_snapshot (
     PRIMARY KEY (queue, taken_at)
 );
 CREATE INDEX maintain_snapshot_taken ON maintain_snapshot (taken_at);
+
+-- the blocked lanes of a queue in name order: browse_lanes' first part
+-- (browse_lanes.sql). Partial: a lane that is not blocked has no entry, so
+-- sends and promotions, which insert and delete lane rows, pay nothing for it
+CREATE INDEX lane_blocked ON lane (queue, name) WHERE blocked_id IS NOT NULL;
 
 INSERT INTO setting (name, value, kind, default_value, min_value, max_value, infinite_ok, description) VALUES
     ('stats_interval', '10 seconds', 'interval', '10 seconds', '1 second', '1 hour', false,
@@ -445,7 +451,9 @@ AS $$
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
         'health', 'health_server', 'health_install', -- the findings (health.sql): no payload, header or query text
         'cron_job_name', -- the name health_server looks for in pg_cron's jobs (cron.sql)
-        'browse_messages', 'browse_message']) r -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
+        'browse_messages', 'browse_message', -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
+        'browse_lanes', 'browse_leases', -- keyset pages of a queue's lanes (browse_lanes.sql) and of the leases (lease.sql)
+        'browse_maintenance_passes', 'browse_retention_passes']) r -- keyset pages of the pass histories (browse_passes.sql)
 $$;
 -- pgsweep:end functions/privileges.sql
 
@@ -1137,6 +1145,27 @@ RETURNS boolean
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$ SELECT _lease_release(_lease_unreserved('lease_release', p_name), p_owner, p_now) $$;
+
+CREATE OR REPLACE FUNCTION browse_leases(p_after text DEFAULT NULL, p_limit int DEFAULT 50)
+RETURNS TABLE (name text, owner text, token bigint, acquired_at timestamptz, expires_at timestamptz, live boolean)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_after IS NOT NULL THEN
+        PERFORM _check_text('p_after', p_after);
+    END IF;
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    RETURN QUERY
+    SELECT l.name, l.owner, l.token, l.acquired_at, l.expires_at, (l.owner IS NOT NULL AND l.expires_at > v_now)
+      FROM lease l
+     WHERE l.name > coalesce(p_after, '')
+     ORDER BY l.name
+     LIMIT p_limit;
+END
+$$;
 -- pgsweep:end functions/lease.sql
 
 -- pgsweep:changed functions/queue_ops.sql
@@ -1290,6 +1319,183 @@ SELECT p.id,
        p.parts ->> 'stats' AS stats -- last: a view's new column goes at its end
   FROM maintain_pass p;
 -- pgsweep:end functions/history.sql
+
+-- pgsweep:changed functions/browse_lanes.sql
+CREATE OR REPLACE FUNCTION browse_lanes(p_queue text, p_after text DEFAULT NULL, p_limit int DEFAULT 50,
+                                        p_after_blocked boolean DEFAULT NULL)
+RETURNS TABLE (lane text, blocked boolean, waiting bigint, waiting_more boolean, head_id bigint, head_attempt int,
+               head_state text, oldest_age interval, may_skip boolean)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_names text[];
+    v_more text[];
+    v_may boolean;
+BEGIN
+    PERFORM _queue_get(p_queue);
+    IF p_after IS NOT NULL THEN
+        PERFORM _check_text('p_after', p_after, 200);
+        IF p_after_blocked IS NULL THEN
+            RAISE EXCEPTION 'p_after_blocked must be true or false with p_after (the previous page''s last row''s blocked), got NULL'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    IF coalesce(p_after_blocked, true) THEN
+        SELECT array_agg(b.name ORDER BY b.name) INTO v_names
+          FROM (SELECT l.name FROM lane l
+                 WHERE l.queue = p_queue AND l.blocked_id IS NOT NULL AND l.name > coalesce(p_after, '')
+                 ORDER BY l.name
+                 LIMIT p_limit) b;
+    END IF;
+    IF coalesce(cardinality(v_names), 0) < p_limit THEN
+        SELECT array_agg(b.name ORDER BY b.name) INTO v_more
+          FROM (SELECT l.name FROM lane l
+                 WHERE l.queue = p_queue AND l.blocked_id IS NULL
+                   AND l.name > coalesce(CASE WHEN p_after_blocked = false THEN p_after END, '')
+                 ORDER BY l.name
+                 LIMIT p_limit - coalesce(cardinality(v_names), 0)) b;
+        v_names := coalesce(v_names, '{}') || coalesce(v_more, '{}');
+    END IF;
+    -- the caller as _queue_require names it (queue_rights.sql)
+    v_may := _queue_allowed(p_queue, 'manage')
+             AND pg_catalog.has_function_privilege(
+                     CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                          ELSE pg_catalog.current_setting('role')::name END,
+                     'lane_skip(text, text)'::regprocedure, 'EXECUTE');
+    RETURN QUERY
+    SELECT f.lane, f.blocked, f.waiting, f.waiting_more, f.head_id, f.head_attempt, f.head_state, f.oldest_age,
+           f.blocked AND v_may
+      FROM _lane_figures(p_queue, v_names, 100, v_now) f;
+END
+$$;
+-- pgsweep:end functions/browse_lanes.sql
+
+-- pgsweep:changed functions/browse_passes.sql
+CREATE OR REPLACE FUNCTION browse_maintenance_passes(p_before bigint DEFAULT NULL, p_limit int DEFAULT 50)
+RETURNS TABLE (id bigint, owner text, started_at timestamptz, finished_at timestamptz, duration interval,
+               recovery text, retention text, counts jsonb, error text, stats text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_before IS NOT NULL THEN
+        PERFORM _check_int('p_before', p_before, 1, 9223372036854775807);
+    END IF;
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    RETURN QUERY
+    SELECT v.id, v.owner, v.started_at, v.finished_at, v.duration, v.recovery, v.retention, v.counts, v.error, v.stats
+      FROM maintenance_passes v
+     WHERE v.id < coalesce(p_before, 9223372036854775807)
+     ORDER BY v.id DESC
+     LIMIT p_limit;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION browse_retention_passes(p_policy text DEFAULT NULL, p_before bigint DEFAULT NULL,
+                                                   p_limit int DEFAULT 50)
+RETURNS TABLE (id bigint, policy text, owner text, mode text, strategy text, outcome text, started_at timestamptz,
+               finished_at timestamptz, last_batch_at timestamptz, elapsed interval, rows_deleted bigint, batches int,
+               units int, lease_token bigint, planned_sweep bigint, error text, deferred int, partitions_dropped int)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_policy IS NOT NULL THEN
+        PERFORM _check_text('p_policy', p_policy);
+        IF NOT EXISTS (SELECT 1 FROM retention_policy r WHERE r.name = p_policy) THEN
+            RAISE EXCEPTION 'p_policy must name a registered retention policy, got unknown policy "%"', p_policy
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF p_before IS NOT NULL THEN
+        PERFORM _check_int('p_before', p_before, 1, 9223372036854775807);
+    END IF;
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    IF p_policy IS NULL THEN
+        RETURN QUERY
+        SELECT v.id, v.policy, v.owner, v.mode, v.strategy, v.outcome, v.started_at, v.finished_at, v.last_batch_at,
+               v.elapsed, v.rows_deleted, v.batches, v.units, v.lease_token, v.planned_sweep, v.error, v.deferred,
+               v.partitions_dropped
+          FROM retention_passes v
+         WHERE v.id < coalesce(p_before, 9223372036854775807)
+         ORDER BY v.id DESC
+         LIMIT p_limit;
+    ELSE
+        RETURN QUERY
+        SELECT v.id, v.policy, v.owner, v.mode, v.strategy, v.outcome, v.started_at, v.finished_at, v.last_batch_at,
+               v.elapsed, v.rows_deleted, v.batches, v.units, v.lease_token, v.planned_sweep, v.error, v.deferred,
+               v.partitions_dropped
+          FROM retention_passes v
+         WHERE v.policy = p_policy AND v.id < coalesce(p_before, 9223372036854775807)
+         ORDER BY v.policy DESC, v.id DESC
+         LIMIT p_limit;
+    END IF;
+END
+$$;
+-- pgsweep:end functions/browse_passes.sql
+
+-- pgsweep:changed functions/lane.sql
+CREATE OR REPLACE FUNCTION _lane_figures(p_queue text, p_lanes text[], p_cap int, p_now timestamptz)
+RETURNS TABLE (lane text, blocked boolean, waiting bigint, waiting_more boolean, head_id bigint, head_attempt int,
+               head_state text, oldest_age interval)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT l.name, l.blocked_id IS NOT NULL, least(w.n, p_cap::bigint), coalesce(w.n > p_cap, false),
+           coalesce(l.blocked_id, h.id), coalesce(d.attempts, h.attempt),
+           CASE WHEN l.blocked_id IS NOT NULL THEN 'dead'
+                WHEN h.status = 'pending' AND h.parked_until > p_now THEN 'scheduled'
+                ELSE h.status END,
+           p_now - least(d.created_at, o.created_at)
+      FROM unnest(p_lanes) WITH ORDINALITY u(name, ord)
+      JOIN lane l ON l.queue = p_queue AND l.name = u.name
+      LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until FROM message m
+                          WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
+                          ORDER BY m.created_at, m.id LIMIT 1) h ON true
+      LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
+     CROSS JOIN LATERAL (SELECT count(*) AS n
+                           FROM (SELECT 1 FROM message c
+                                  WHERE c.queue = p_queue AND c.lane = l.name AND c.parked_until = 'infinity'
+                                  LIMIT p_cap::bigint + 1) c) w
+      LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = l.name
+                          ORDER BY c.created_at, c.id LIMIT 1) o ON true
+     ORDER BY u.ord;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lane_stats(p_queue text, p_limit int DEFAULT 100)
+RETURNS TABLE (queue text, lane text, waiting bigint, head_id bigint, head_attempt int, head_state text,
+               oldest_age interval)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_int('p_limit', p_limit, 1, 10000);
+    PERFORM _queue_get(p_queue);
+    RETURN QUERY
+    SELECT p_queue, f.lane, f.waiting, f.head_id, f.head_attempt, f.head_state, f.oldest_age
+      FROM _lane_figures(p_queue,
+               ARRAY(SELECT l.name
+                       FROM lane l
+                       LEFT JOIN LATERAL (SELECT m.created_at FROM message m
+                                           WHERE m.queue = p_queue AND m.lane = l.name
+                                             AND m.parked_until IS DISTINCT FROM 'infinity'
+                                           ORDER BY m.created_at, m.id LIMIT 1) h ON true
+                       LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
+                      WHERE l.queue = p_queue
+                      ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
+                      LIMIT p_limit),
+               NULL, v_now) f;
+END
+$$;
+-- pgsweep:end functions/lane.sql
 
 -- the public lease functions pass the name through _lease_unreserved now (lease.sql)
 DROP FUNCTION _lease_reserved_refuse(text, text);

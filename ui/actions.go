@@ -72,6 +72,9 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request) {
 		back = deadPage(match, verb, n, more)
 	case "skip":
 		_, err = h.c.LaneSkip(ctx, name, r.PostForm.Get("lane"))
+		if r.PostForm.Get("back") == "lanes" {
+			back = "/lanes"
+		}
 	default:
 		http.NotFound(w, r)
 		return

@@ -29,7 +29,7 @@ func staticFiles() http.Handler {
 
 // pages are the templates, parsed once: each page template with the layout.
 var pages = func() map[string]*template.Template {
-	names := []string{"overview", "queue", "message", "maintenance", "leases", "retention", "policy", "health", "error"}
+	names := []string{"overview", "queue", "lanes", "message", "maintenance", "leases", "retention", "policy", "health", "error"}
 	out := make(map[string]*template.Template, len(names))
 	for _, n := range names {
 		out[n] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/findings.html", "templates/"+n+".html"))

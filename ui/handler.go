@@ -99,10 +99,9 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /queues/{queue}", h.queue)
 	h.mux.HandleFunc("GET /queues/{queue}/messages/{id}", h.message)
-	h.mux.HandleFunc("GET /maintenance", list(h, "maintenance", "Maintenance", func(ctx context.Context) ([]pgsweep.MaintenancePass, error) {
-		return h.c.MaintenancePasses(ctx, 50)
-	}))
-	h.mux.HandleFunc("GET /leases", list(h, "leases", "Leases", h.c.Leases))
+	h.mux.HandleFunc("GET /queues/{queue}/lanes", h.lanes)
+	h.mux.HandleFunc("GET /maintenance", h.maintenance)
+	h.mux.HandleFunc("GET /leases", h.leases)
 	h.mux.HandleFunc("GET /health", list(h, "health", "Health", h.c.Health))
 	h.mux.HandleFunc("GET /retention", list(h, "retention", "Retention", h.c.RetentionPolicies))
 	h.mux.HandleFunc("GET /retention/{policy}", h.policy)

@@ -85,8 +85,8 @@ func TestPagesLoadUnderAPrefixAndEscapeEverything(t *testing.T) {
 	}
 	srv := uiserve.Serve(t, db.Pool, db.Schema, ui.Options{})
 	seen := map[string]bool{}
-	pages := []string{"/pgsweep/", "/pgsweep/queues/orders", "/pgsweep/maintenance", "/pgsweep/leases", "/pgsweep/retention",
-		"/pgsweep/queues/billing:eu", "/pgsweep/queues/http:q1", "/pgsweep/queues/a%2Fb"}
+	pages := []string{"/pgsweep/", "/pgsweep/queues/orders", "/pgsweep/queues/orders/lanes", "/pgsweep/maintenance", "/pgsweep/leases",
+		"/pgsweep/retention", "/pgsweep/queues/billing:eu", "/pgsweep/queues/http:q1", "/pgsweep/queues/a%2Fb", "/pgsweep/queues/a%2Fb/lanes"}
 	for _, p := range pages {
 		status, body := get(t, srv.URL+p)
 		if status != http.StatusOK {

@@ -115,8 +115,13 @@ type queueData struct {
 	Error  string // the filter: messages whose last error contains it
 	Done   string // what the last action did ("requeued 3")
 	More   bool   // an action on all matching stopped on its time: some may be left
-	Lanes  []pgsweep.LaneStats
+	// Lanes is the first page of the queue's lanes, blocked first (the
+	// lanes page has the others, and the skip buttons)
+	Lanes pgsweep.Page[pgsweep.BrowsedLane, pgsweep.LaneCursor]
 }
+
+// queueLanes is how many lanes the queue page shows.
+const queueLanes = 10
 
 // chartWindow is how far back the queue page's charts go.
 const chartWindow = time.Hour
@@ -167,7 +172,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if d.Lanes, err = h.c.LaneStats(ctx, name, 50); err != nil {
+	if d.Lanes, err = h.c.BrowseLanes(ctx, name, pgsweep.LaneCursor{}, queueLanes); err != nil {
 		h.fail(w, r, err)
 		return
 	}

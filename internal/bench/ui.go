@@ -120,7 +120,7 @@ func UI(ctx context.Context, o UIOptions, out io.Writer) error {
 		Scan(&someID, &deadID); err != nil {
 		return err
 	}
-	pages := []string{"/", "/queues/q0000", "/queues/q0000?state=in_flight", "/queues/q0000?state=dead",
+	pages := []string{"/", "/queues/q0000", "/queues/q0000/lanes", "/queues/q0000?state=in_flight", "/queues/q0000?state=dead",
 		"/queues/q0000?state=dead&error=timeout", "/queues/q0000?state=scheduled",
 		fmt.Sprintf("/queues/q0000/messages/%d", someID), fmt.Sprintf("/queues/q0000/messages/%d", deadID),
 		"/maintenance", "/leases", "/retention"}

@@ -109,8 +109,8 @@ func TestBenchUISmall(t *testing.T) {
 	}
 	// every page row: a time, buffers read (> 0: each page reads something) and its statements
 	rows := regexp.MustCompile(`(?m)^(/\S*)\s+([0-9.]+)\s+([0-9]+)\s+([0-9]+)\s+(ok|OVER)$`).FindAllStringSubmatch(out.String(), -1)
-	if len(rows) != 11 {
-		t.Fatalf("%d page rows, want 11:\n%s", len(rows), out.String())
+	if len(rows) != 12 {
+		t.Fatalf("%d page rows, want 12:\n%s", len(rows), out.String())
 	}
 	for _, r := range rows {
 		if r[3] == "0" || r[4] == "0" {

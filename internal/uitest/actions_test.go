@@ -64,7 +64,7 @@ func TestMonitorAndReadOnlyHaveNoActions(t *testing.T) {
 		{"monitor", uiserve.Serve(t, monitor, db.Schema, ui.Options{ReadOnly: true}).URL + "/pgsweep/"},
 		{"read-only admin", uiserve.Serve(t, admin, db.Schema, ui.Options{ReadOnly: true}).URL + "/pgsweep/"},
 	} {
-		for _, p := range []string{"queues/orders", "queues/orders?state=dead", fmt.Sprintf("queues/orders/messages/%d", id)} {
+		for _, p := range []string{"queues/orders", "queues/orders?state=dead", "queues/orders/lanes", fmt.Sprintf("queues/orders/messages/%d", id)} {
 			b.do(t, chromedp.Navigate(srv.root+p), chromedp.WaitVisible(chromedp.CSS("#page")))
 			if n := value(t, b, chromedp.Evaluate[int](posts)); n != 0 {
 				t.Errorf("%s: %s shows %d action form(s)", srv.name, p, n)
@@ -99,7 +99,7 @@ func TestPhoneWidth(t *testing.T) {
 	b := newBrowser(t)
 	b.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	q := "queues/orders-with-a-rather-long-name-for-a-phone"
-	for _, p := range []string{"", q, q + "?state=dead", fmt.Sprintf("%s/messages/%d", q, id), "health", "maintenance", "leases", "retention"} {
+	for _, p := range []string{"", q, q + "?state=dead", q + "/lanes", fmt.Sprintf("%s/messages/%d", q, id), "health", "maintenance", "leases", "retention"} {
 		b.do(t, chromedp.Navigate(root+p), chromedp.WaitVisible(chromedp.CSS("#page")))
 		widths := value(t, b, chromedp.Evaluate[[]int](`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`))
 		if widths[0] > widths[1] {
@@ -142,5 +142,57 @@ func TestRetentionChartDraws(t *testing.T) {
 	b.screenshot(t, "retention-policy")
 	if ps := b.take(); len(ps) > 0 {
 		t.Errorf("retention policy page: %s", strings.Join(ps, "; "))
+	}
+}
+
+// The lanes page in a browser: a blocked lane shows first, and the
+// admin's button skips its dead letter (the page comes back with the lane
+// no longer blocked); a monitor's page, not read-only, shows no button.
+// Nothing goes wrong on the way (no console error, no failed request).
+func TestLanesPageSkip(t *testing.T) {
+	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
+	ctx := context.Background()
+	if err := db.Client.QueueConfigure(ctx, "orders", map[string]any{"lane_dead": "block"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.DeadLetters(t, db.Client, "orders", 1, "boom", "zz-blocked")
+	for _, l := range []string{"a-lane", "zz-blocked", hostile} {
+		if _, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Lane: l, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin, _ := pgtest.RolePool(t, db, "admin")
+	monitor, _ := pgtest.RolePool(t, db, "monitor")
+	b := newBrowser(t)
+	firstRow := `(function () { var r = document.querySelector("#page table.grid tbody tr");
+		return [r.className, r.cells[0].textContent]; })()`
+	forms := `document.querySelectorAll('form[method="post"]').length`
+
+	mroot := uiserve.Serve(t, monitor, db.Schema, ui.Options{}).URL + "/pgsweep/"
+	b.do(t, chromedp.Navigate(mroot+"queues/orders/lanes"), chromedp.WaitVisible(chromedp.CSS("#page table.grid")))
+	if row := value(t, b, chromedp.Evaluate[[]string](firstRow)); row[0] != "warn" || row[1] != "zz-blocked" {
+		t.Fatalf("the monitor's first row: %q, want the blocked lane zz-blocked", row)
+	}
+	if n := value(t, b, chromedp.Evaluate[int](forms)); n != 0 {
+		t.Fatalf("the monitor's lanes page shows %d action form(s)", n)
+	}
+
+	root := uiserve.Serve(t, admin, db.Schema, ui.Options{}).URL + "/pgsweep/"
+	b.do(t, chromedp.Navigate(root+"queues/orders/lanes"), chromedp.WaitVisible(chromedp.CSS("#page table.grid")))
+	if row := value(t, b, chromedp.Evaluate[[]string](firstRow)); row[0] != "warn" || row[1] != "zz-blocked" {
+		t.Fatalf("the admin's first row: %q, want the blocked lane zz-blocked", row)
+	}
+	b.screenshot(t, "lanes")
+	b.do(t, chromedp.Click(chromedp.CSS("form.inline button")), chromedp.WaitNotPresent(chromedp.CSS("tr.warn")),
+		chromedp.WaitVisible(chromedp.CSS("#page table.grid")))
+	if u := value(t, b, chromedp.Evaluate[string](`location.pathname`)); !strings.HasSuffix(u, "/queues/orders/lanes") {
+		t.Fatalf("after the skip the browser is at %s, want the lanes page", u)
+	}
+	p, err := db.Client.BrowseLanes(ctx, "orders", pgsweep.LaneCursor{}, 10)
+	if err != nil || len(p.Rows) != 3 || p.Rows[0].Blocked {
+		t.Fatalf("after the skip: %+v, %v; want three lanes, none blocked", p.Rows, err)
+	}
+	if ps := b.take(); len(ps) > 0 {
+		t.Errorf("lanes page: %s", strings.Join(ps, "; "))
 	}
 }

@@ -151,6 +151,7 @@ func TestEveryPageLoadsCleanly(t *testing.T) {
 	for _, p := range []struct{ path, name, want string }{
 		{"", "overview", "orders"},
 		{"queues/orders", "queue", hostile},
+		{"queues/orders/lanes", "lanes", hostile},
 		{"health", "health", "maintenance_not_running"},
 		{"maintenance", "maintenance", "Maintenance"},
 		{"leases", "leases", "Leases"},

@@ -287,18 +287,58 @@ BEGIN
 END
 $$;
 
--- lane_stats: the lanes of one queue that most need an operator, at most
--- p_limit (1..10000) of them: blocked lanes first, then the lanes whose head
--- is oldest. It reads every lane of the queue to choose them (a probe of
--- each lane's first messages) and counts the waiting messages of the lanes
--- it returns only.
---   waiting       messages waiting behind the head (or behind the block)
+-- _lane_figures: what lane_stats and browse_lanes show of the lanes
+-- p_lanes of p_queue, in p_lanes' order (a name without a lane row is left
+-- out):
+--   blocked       stopped by a dead letter (lane_dead 'block')
+--   waiting       messages waiting behind the head (or behind the block);
+--                 counted up to p_cap (NULL: all of them), waiting_more
+--                 says there are more than p_cap
 --   head_id       the head; for a blocked lane, the dead letter it waits for
 --   head_attempt  the head's attempts so far (the dead letter's attempts)
 --   head_state    pending, scheduled (pending, due later), processing,
 --                 failed (waiting for its retry) or dead (blocked)
 --   oldest_age    age (since it was sent) of the lane's oldest message, the
 --                 dead letter's included
+-- Per lane: a probe of the lane's row, of its head and oldest message
+-- (message_lane, which holds the lane's messages in (created_at, id)
+-- order), of the dead letter, and the count of its waiting messages.
+CREATE OR REPLACE FUNCTION _lane_figures(p_queue text, p_lanes text[], p_cap int, p_now timestamptz)
+RETURNS TABLE (lane text, blocked boolean, waiting bigint, waiting_more boolean, head_id bigint, head_attempt int,
+               head_state text, oldest_age interval)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT l.name, l.blocked_id IS NOT NULL, least(w.n, p_cap::bigint), coalesce(w.n > p_cap, false),
+           coalesce(l.blocked_id, h.id), coalesce(d.attempts, h.attempt),
+           CASE WHEN l.blocked_id IS NOT NULL THEN 'dead'
+                WHEN h.status = 'pending' AND h.parked_until > p_now THEN 'scheduled'
+                ELSE h.status END,
+           p_now - least(d.created_at, o.created_at)
+      FROM unnest(p_lanes) WITH ORDINALITY u(name, ord)
+      JOIN lane l ON l.queue = p_queue AND l.name = u.name
+      LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until FROM message m
+                          WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
+                          ORDER BY m.created_at, m.id LIMIT 1) h ON true
+      LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
+     CROSS JOIN LATERAL (SELECT count(*) AS n
+                           FROM (SELECT 1 FROM message c
+                                  WHERE c.queue = p_queue AND c.lane = l.name AND c.parked_until = 'infinity'
+                                  LIMIT p_cap::bigint + 1) c) w
+      LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = l.name
+                          ORDER BY c.created_at, c.id LIMIT 1) o ON true
+     ORDER BY u.ord;
+END
+$$;
+
+-- lane_stats: the lanes of one queue that most need an operator, at most
+-- p_limit (1..10000) of them: blocked lanes first, then the lanes whose head
+-- is oldest, with the figures of _lane_figures (waiting counted in full).
+-- It reads every lane of the queue to choose them (a probe of each lane's
+-- first messages): browse_lanes (browse_lanes.sql) pages through the lanes
+-- reading only the page's.
 CREATE OR REPLACE FUNCTION lane_stats(p_queue text, p_limit int DEFAULT 100)
 RETURNS TABLE (queue text, lane text, waiting bigint, head_id bigint, head_attempt int, head_state text,
                oldest_age interval)
@@ -311,26 +351,18 @@ BEGIN
     PERFORM _check_int('p_limit', p_limit, 1, 10000);
     PERFORM _queue_get(p_queue);
     RETURN QUERY
-    SELECT p_queue, t.name, w.n, coalesce(t.blocked_id, t.h_id), coalesce(t.d_attempts, t.h_attempt),
-           CASE WHEN t.blocked_id IS NOT NULL THEN 'dead'
-                WHEN t.h_status = 'pending' AND t.h_parked > v_now THEN 'scheduled'
-                ELSE t.h_status END,
-           v_now - least(t.d_created, o.created_at)
-      FROM (SELECT l.name, l.blocked_id, h.id AS h_id, h.attempt AS h_attempt, h.status AS h_status,
-                   h.parked_until AS h_parked, d.attempts AS d_attempts, d.created_at AS d_created,
-                   coalesce(d.created_at, h.created_at) AS since
-              FROM lane l
-              LEFT JOIN LATERAL (SELECT m.id, m.attempt, m.status, m.parked_until, m.created_at FROM message m
-                                  WHERE m.queue = p_queue AND m.lane = l.name AND m.parked_until IS DISTINCT FROM 'infinity'
-                                  ORDER BY m.created_at, m.id LIMIT 1) h ON true
-              LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
-             WHERE l.queue = p_queue
-             ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
-             LIMIT p_limit) t
-     CROSS JOIN LATERAL (SELECT count(*) AS n FROM message c
-                          WHERE c.queue = p_queue AND c.lane = t.name AND c.parked_until = 'infinity') w
-      LEFT JOIN LATERAL (SELECT c.created_at FROM message c WHERE c.queue = p_queue AND c.lane = t.name
-                          ORDER BY c.created_at, c.id LIMIT 1) o ON true
-     ORDER BY t.blocked_id IS NULL, t.since NULLS LAST, t.name;
+    SELECT p_queue, f.lane, f.waiting, f.head_id, f.head_attempt, f.head_state, f.oldest_age
+      FROM _lane_figures(p_queue,
+               ARRAY(SELECT l.name
+                       FROM lane l
+                       LEFT JOIN LATERAL (SELECT m.created_at FROM message m
+                                           WHERE m.queue = p_queue AND m.lane = l.name
+                                             AND m.parked_until IS DISTINCT FROM 'infinity'
+                                           ORDER BY m.created_at, m.id LIMIT 1) h ON true
+                       LEFT JOIN message_dead d ON d.queue = p_queue AND d.id = l.blocked_id
+                      WHERE l.queue = p_queue
+                      ORDER BY l.blocked_id IS NULL, coalesce(d.created_at, h.created_at) NULLS LAST, l.name
+                      LIMIT p_limit),
+               NULL, v_now) f;
 END
 $$;

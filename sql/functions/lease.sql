@@ -267,3 +267,29 @@ SELECT name,
        expires_at,
        (owner IS NOT NULL AND expires_at > clock_timestamp()) AS live
   FROM lease_rows();
+
+-- browse_leases (monitor): the rows of the leases view a page at a time,
+-- in name order, keyset-paginated: p_after NULL for the first page, then
+-- the last name of the previous page. A page reads at most p_limit (1..1000)
+-- entries of lease's primary key from p_after on; a lease that exists
+-- throughout is never repeated nor skipped.
+CREATE OR REPLACE FUNCTION browse_leases(p_after text DEFAULT NULL, p_limit int DEFAULT 50)
+RETURNS TABLE (name text, owner text, token bigint, acquired_at timestamptz, expires_at timestamptz, live boolean)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_after IS NOT NULL THEN
+        PERFORM _check_text('p_after', p_after);
+    END IF;
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    RETURN QUERY
+    SELECT l.name, l.owner, l.token, l.acquired_at, l.expires_at, (l.owner IS NOT NULL AND l.expires_at > v_now)
+      FROM lease l
+     WHERE l.name > coalesce(p_after, '')
+     ORDER BY l.name
+     LIMIT p_limit;
+END
+$$;

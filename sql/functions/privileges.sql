@@ -111,7 +111,9 @@ AS $$
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
         'health', 'health_server', 'health_install', -- the findings (health.sql): no payload, header or query text
         'cron_job_name', -- the name health_server looks for in pg_cron's jobs (cron.sql)
-        'browse_messages', 'browse_message']) r -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
+        'browse_messages', 'browse_message', -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
+        'browse_lanes', 'browse_leases', -- keyset pages of a queue's lanes (browse_lanes.sql) and of the leases (lease.sql)
+        'browse_maintenance_passes', 'browse_retention_passes']) r -- keyset pages of the pass histories (browse_passes.sql)
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
