@@ -2,7 +2,6 @@ package pgsweep
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -305,16 +304,23 @@ func (c *Client) RetentionPolicies(ctx context.Context) ([]RetentionStatus, erro
 	if err != nil {
 		return nil, wrapErr("retention_policies", err)
 	}
+	// every policy's last pass in one statement: a lookup of the newest id per policy
+	names := make([]string, len(ss))
+	at := make(map[string]int, len(ss))
 	for i := range ss {
-		p, err := scanPass(c.db.QueryRow(ctx, "SELECT "+passColumns+" FROM "+c.q+
-			".retention_passes WHERE policy OPERATOR(pg_catalog.=) $1::pg_catalog.text ORDER BY id DESC LIMIT 1", ss[i].Name))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, wrapErr("retention_policies", err)
-		default:
-			ss[i].LastPass = &p
-		}
+		names[i], at[ss[i].Name] = ss[i].Name, i
+	}
+	rows, err = c.db.Query(ctx, "SELECT l.* FROM pg_catalog.unnest($1::pg_catalog.text[]) n(name) CROSS JOIN LATERAL (SELECT "+passColumns+
+		" FROM "+c.q+".retention_passes r WHERE r.policy OPERATOR(pg_catalog.=) n.name ORDER BY r.id DESC LIMIT 1) l", names)
+	if err != nil {
+		return nil, wrapErr("retention_policies", err)
+	}
+	last, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetentionPass, error) { return scanPass(r) })
+	if err != nil {
+		return nil, wrapErr("retention_policies", err)
+	}
+	for _, p := range last {
+		ss[at[p.Policy]].LastPass = &p
 	}
 	return ss, nil
 }
