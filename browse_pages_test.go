@@ -123,6 +123,7 @@ func TestBrowseLanesStableUnderClaims(t *testing.T) {
 	}
 
 	stop := make(chan struct{})
+	moved := make(chan struct{}, 1) // a churn round ended
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for w := range 2 {
@@ -154,12 +155,20 @@ func TestBrowseLanesStableUnderClaims(t *testing.T) {
 						return
 					}
 				}
+				select {
+				case moved <- struct{}{}:
+				default:
+				}
 			}
 		}()
 	}
 	seen := map[string]int{}
 	var after pgsweep.LaneCursor
 	for pages := 0; ; pages++ {
+		select { // forget a round that ended before this page is read
+		case <-moved:
+		default:
+		}
 		p, err := c.BrowseLanes(ctx, "sq", after, 7)
 		if err != nil {
 			t.Fatal(err)
@@ -171,7 +180,13 @@ func TestBrowseLanesStableUnderClaims(t *testing.T) {
 			break
 		}
 		after = p.Next
-		time.Sleep(20 * time.Millisecond) // let the churn move lanes between pages
+		select { // let the churn move lanes between pages: a round that ended after the read
+		case <-moved:
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no churn round in 30 s")
+		}
 	}
 	close(stop)
 	wg.Wait()
