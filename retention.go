@@ -310,8 +310,9 @@ func (c *Client) RetentionPolicies(ctx context.Context) ([]RetentionStatus, erro
 	for i := range ss {
 		names[i], at[ss[i].Name] = ss[i].Name, i
 	}
-	rows, err = c.db.Query(ctx, "SELECT l.* FROM pg_catalog.unnest($1::pg_catalog.text[]) n(name) CROSS JOIN LATERAL (SELECT "+passColumns+
-		" FROM "+c.q+".retention_passes r WHERE r.policy OPERATOR(pg_catalog.=) n.name ORDER BY r.id DESC LIMIT 1) l", names)
+	rows, err = c.db.Query(ctx, "SELECT "+passColumns+" FROM "+c.q+".retention_passes WHERE id OPERATOR(pg_catalog.=) ANY (SELECT "+
+		"(SELECT pg_catalog.max(x.id) FROM "+c.q+".retention_passes x WHERE x.policy OPERATOR(pg_catalog.=) p.p) "+
+		"FROM pg_catalog.unnest($1::pg_catalog.text[]) AS p)", names)
 	if err != nil {
 		return nil, wrapErr("retention_policies", err)
 	}

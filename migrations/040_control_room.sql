@@ -1155,7 +1155,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     IF p_after IS NOT NULL THEN
-        PERFORM _check_text('p_after', p_after);
+        PERFORM _check_cursor('p_after', p_after); -- browse_lanes.sql
     END IF;
     PERFORM _check_int('p_limit', p_limit, 1, 1000);
     RETURN QUERY
@@ -1321,6 +1321,19 @@ SELECT p.id,
 -- pgsweep:end functions/history.sql
 
 -- pgsweep:changed functions/browse_lanes.sql
+CREATE OR REPLACE FUNCTION _check_cursor(p_arg text, p_value text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF pg_catalog.length(p_value) > 200 THEN
+        RAISE EXCEPTION '% must be at most 200 characters, got % characters', p_arg, pg_catalog.length(p_value)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION browse_lanes(p_queue text, p_after text DEFAULT NULL, p_limit int DEFAULT 50,
                                         p_after_blocked boolean DEFAULT NULL)
 RETURNS TABLE (lane text, blocked boolean, waiting bigint, waiting_more boolean, head_id bigint, head_attempt int,
@@ -1336,7 +1349,7 @@ DECLARE
 BEGIN
     PERFORM _queue_get(p_queue);
     IF p_after IS NOT NULL THEN
-        PERFORM _check_text('p_after', p_after, 200);
+        PERFORM _check_cursor('p_after', p_after);
         IF p_after_blocked IS NULL THEN
             RAISE EXCEPTION 'p_after_blocked must be true or false with p_after (the previous page''s last row''s blocked), got NULL'
                 USING ERRCODE = 'invalid_parameter_value';

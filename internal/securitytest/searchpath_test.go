@@ -116,13 +116,33 @@ func TestGoStatementsQualified(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A literal is SQL when it starts like a statement or a clause, or
+		// when it is concatenated (+) with one that does: the middle and the
+		// tail of a statement built from pieces are checked too.
+		inSQLChain := map[*ast.BasicLit]bool{}
+		ast.Inspect(file, func(n ast.Node) bool {
+			be, ok := n.(*ast.BinaryExpr)
+			if !ok || be.Op != token.ADD {
+				return true
+			}
+			lits := chainLiterals(be)
+			for _, bl := range lits {
+				if s, err := strconv.Unquote(bl.Value); err == nil && sqlStart.MatchString(s) {
+					for _, l := range lits {
+						inSQLChain[l] = true
+					}
+					break
+				}
+			}
+			return true
+		})
 		ast.Inspect(file, func(n ast.Node) bool {
 			bl, ok := n.(*ast.BasicLit)
 			if !ok || bl.Kind != token.STRING {
 				return true
 			}
 			s, err := strconv.Unquote(bl.Value)
-			if err != nil || !sqlStart.MatchString(s) || strings.Contains(s, "%") {
+			if err != nil || !(sqlStart.MatchString(s) || inSQLChain[bl]) || strings.Contains(s, "%") {
 				return true
 			}
 			checked++
@@ -142,4 +162,22 @@ func TestGoStatementsQualified(t *testing.T) {
 	if checked < 50 {
 		t.Fatalf("only %d SQL literals found: the scan is broken", checked)
 	}
+}
+
+// chainLiterals returns the string literals of a chain of + (a statement
+// built from pieces), wherever they stand in it.
+func chainLiterals(e ast.Expr) []*ast.BasicLit {
+	switch e := e.(type) {
+	case *ast.BinaryExpr:
+		if e.Op == token.ADD {
+			return append(chainLiterals(e.X), chainLiterals(e.Y)...)
+		}
+	case *ast.ParenExpr:
+		return chainLiterals(e.X)
+	case *ast.BasicLit:
+		if e.Kind == token.STRING {
+			return []*ast.BasicLit{e}
+		}
+	}
+	return nil
 }

@@ -374,6 +374,12 @@ func TestShadowDecoys(t *testing.T) {
 		if _, _, err := c.RetentionRun(ctx, "events", "shadow-su", 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := c.BrowseRetentionPasses(ctx, "", 0, 5); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.BrowseRetentionPasses(ctx, "events", 1<<40, 5); err != nil {
+			t.Fatal(err)
+		}
 	})
 	// The procedures maintain, maintain_step_retention and retention_run
 	// cannot pin search_path, and PL/pgSQL resolves the types of their
@@ -510,6 +516,27 @@ func shadowClientVerbs(t *testing.T, c *pgsweep.Client) {
 	must("queue_stats", err)
 	_, err = c.LaneStats(ctx, "jobs", 10)
 	must("lane_stats", err)
+	// the dashboard's reads (browse*, stats*, health), each with and without a cursor
+	lanes, err := c.BrowseLanes(ctx, "jobs", pgsweep.LaneCursor{}, 1)
+	must("browse_lanes", err)
+	_, err = c.BrowseLanes(ctx, "jobs", lanes.Next, 1)
+	must("browse_lanes after a cursor", err)
+	msgs, err := c.BrowseMessages(ctx, "jobs", "pending", 0, 1)
+	must("browse_messages", err)
+	_, err = c.BrowseMatching(ctx, "jobs", "dead", "shadow", 1, 5)
+	must("browse_messages by error", err)
+	if len(msgs.Messages) > 0 {
+		_, _, err = c.BrowseMessage(ctx, "jobs", msgs.Messages[0].ID)
+		must("browse_message", err)
+	}
+	_, err = c.StatsLatest(ctx)
+	must("stats_latest", err)
+	_, err = c.StatsHistory(ctx, "jobs", time.Now().Add(-time.Hour), time.Now())
+	must("stats_history", err)
+	_, err = c.Health(ctx)
+	must("health", err)
+	_, err = c.DeleteDead(ctx, "jobs", []int64{-1})
+	must("dead_delete", err)
 	_, err = c.QueuePause(ctx, "jobs")
 	must("queue_pause", err)
 	_, err = c.QueueResume(ctx, "jobs")
@@ -529,6 +556,10 @@ func shadowClientVerbs(t *testing.T, c *pgsweep.Client) {
 	must("lease_renew", err)
 	_, err = c.Leases(ctx)
 	must("leases", err)
+	leases, err := c.BrowseLeases(ctx, "", 1)
+	must("browse_leases", err)
+	_, err = c.BrowseLeases(ctx, leases.Next, 1)
+	must("browse_leases after a cursor", err)
 	_, err = c.OwnerLeases(ctx, "shadow")
 	must("owner leases", err)
 	_, err = c.LeaseRelease(ctx, "shadow-lease", "shadow")
@@ -545,6 +576,10 @@ func shadowClientVerbs(t *testing.T, c *pgsweep.Client) {
 	must("backend alive without a start", err)
 	_, err = c.MaintenancePasses(ctx, 5)
 	must("maintenance_passes", err)
+	_, err = c.BrowseMaintenancePasses(ctx, 0, 5)
+	must("browse_maintenance_passes", err)
+	_, err = c.BrowseMaintenancePasses(ctx, 1<<40, 5)
+	must("browse_maintenance_passes before an id", err)
 	_, _, err = c.CronJob(ctx)
 	must("cron_job", err)
 	_, err = c.QueuePurge(ctx, "inbox")

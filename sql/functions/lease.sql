@@ -282,7 +282,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     IF p_after IS NOT NULL THEN
-        PERFORM _check_text('p_after', p_after);
+        PERFORM _check_cursor('p_after', p_after); -- browse_lanes.sql
     END IF;
     PERFORM _check_int('p_limit', p_limit, 1, 1000);
     RETURN QUERY

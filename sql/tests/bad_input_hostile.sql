@@ -170,8 +170,6 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('browse_messages(text,text,bigint,integer,text)', 'monitor', 'p_error', $$SELECT * FROM pgsweep.browse_messages('hq', 'dead', 0, 10, %L)$$, 'name', '{}'),
     ('browse_message(text,bigint)', 'monitor', 'p_queue', $$SELECT * FROM pgsweep.browse_message(%L, 1)$$, 'name', '{}'),
     ('browse_lanes(text,text,integer,boolean)', 'monitor', 'p_queue', $$SELECT * FROM pgsweep.browse_lanes(%L)$$, 'name', '{}'),
-    ('browse_lanes(text,text,integer,boolean)', 'monitor', 'p_after', $$SELECT * FROM pgsweep.browse_lanes('hq', %L, 10, false)$$, 'name', '{}'),
-    ('browse_leases(text,integer)', 'monitor', 'p_after', $$SELECT * FROM pgsweep.browse_leases(%L)$$, 'name', '{}'),
     ('browse_retention_passes(text,bigint,integer)', 'monitor', 'p_policy', $$SELECT * FROM pgsweep.browse_retention_passes(%L)$$, 'name', '{}'),
     ('dead_delete(text,bigint[])', 'admin', 'p_queue', $$SELECT pgsweep.dead_delete(%L, '{1}')$$, 'name', '{}'),
     ('lease_release_owner(text)', 'admin', 'p_owner', $$SELECT pgsweep.lease_release_owner(%L)$$, 'name', '{}'),
