@@ -181,8 +181,16 @@ func catalogState(ctx context.Context, conn *pgx.Conn, schema string) (sig, role
 	if sig, err = Signature(ctx, conn, schema); err != nil {
 		return "", "", "", err
 	}
+	// what Signature leaves out (it compares upgrades with fresh installs,
+	// which never differ there) but a test could leave behind
+	rows, err := conn.Query(ctx, reuseExtra, pgx.Identifier{schema}.Sanitize())
+	extra, err := collectStrings(rows, err)
+	if err != nil {
+		return "", "", "", err
+	}
+	sig += "\n" + strings.ReplaceAll(strings.Join(extra, "\n"), schema, "SCHEMA")
 	like := strings.NewReplacer(`\`, `\\`, `_`, `\_`, `%`, `\%`).Replace(schema) + `\_%`
-	rows, err := conn.Query(ctx, `
+	rows, err = conn.Query(ctx, `
 	  WITH r AS (SELECT * FROM pg_catalog.pg_roles WHERE rolname LIKE $1)
 	  SELECT format('role %s super=%s inherit=%s createrole=%s createdb=%s login=%s bypassrls=%s connlimit=%s until=%s config=%s',
 	                rolname, rolsuper, rolinherit, rolcreaterole, rolcreatedb, rolcanlogin, rolbypassrls, rolconnlimit,
@@ -213,6 +221,30 @@ func catalogState(ctx context.Context, conn *pgx.Conn, schema string) (sig, role
 	}
 	return sig, strings.ReplaceAll(strings.Join(lines, "\n"), schema, "SCHEMA"), comment, nil
 }
+
+// reuseExtra lists, one line each, the schema's objects and settings that
+// Signature does not describe: row-level security and its policies, rules
+// on tables, whether each trigger is enabled, operators, collations,
+// operator classes and families, extended statistics, sequence parameters,
+// and each relation's persistence and replica identity.
+const reuseExtra = `
+  SELECT format('relation-flags %s rls=%s force=%s persistence=%s replident=%s', relname, relrowsecurity, relforcerowsecurity,
+                relpersistence, relreplident) FROM pg_catalog.pg_class WHERE relnamespace = $1::regnamespace
+  UNION ALL SELECT format('policy %s %s %s %s', c.relname, p.polname, p.polcmd, p.oid IS NOT NULL)
+    FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = $1::regnamespace
+  UNION ALL SELECT format('rule %s %s', c.relname, r.rulename)
+    FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+   WHERE c.relnamespace = $1::regnamespace AND r.rulename <> '_RETURN'
+  UNION ALL SELECT format('trigger-enabled %s %s %s', c.relname, t.tgname, t.tgenabled)
+    FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = $1::regnamespace
+  UNION ALL SELECT format('operator %s', oid::regoperator) FROM pg_catalog.pg_operator WHERE oprnamespace = $1::regnamespace
+  UNION ALL SELECT format('collation %s', collname) FROM pg_catalog.pg_collation WHERE collnamespace = $1::regnamespace
+  UNION ALL SELECT format('opclass %s', opcname) FROM pg_catalog.pg_opclass WHERE opcnamespace = $1::regnamespace
+  UNION ALL SELECT format('opfamily %s', opfname) FROM pg_catalog.pg_opfamily WHERE opfnamespace = $1::regnamespace
+  UNION ALL SELECT format('statistics %s', stxname) FROM pg_catalog.pg_statistic_ext WHERE stxnamespace = $1::regnamespace
+  UNION ALL SELECT format('sequence %s %s %s %s %s %s %s', c.relname, s.seqtypid, s.seqstart, s.seqincrement, s.seqmax, s.seqmin, s.seqcycle)
+    FROM pg_catalog.pg_sequence s JOIN pg_catalog.pg_class c ON c.oid = s.seqrelid WHERE c.relnamespace = $1::regnamespace
+  ORDER BY 1`
 
 // giveBack returns a test's schema to the pool when it is a fresh install
 // again (see above), and drops it otherwise.
