@@ -81,7 +81,10 @@ type ClaimOptions struct {
 	Only        string        // contenders to run, comma-separated ("": all)
 	Rounds      int           // times every contender runs, in turn (1..100)
 	ClaimRescan time.Duration // the bench queue's claim_rescan, 0s..1m
-	Lanes       int           // also drain with every message in one of this many ordered lanes (0: not)
+	// StatsInterval is the stats contender's stats_interval, 1s..1m (its
+	// maintain() runs every second; the snapshot when this has passed).
+	StatsInterval time.Duration
+	Lanes         int // also drain with every message in one of this many ordered lanes (0: not)
 	// Blocked adds the contenders heads and blocked (claim_blocked.go):
 	// drains of Messages unordered messages behind BlockedHeads lane heads
 	// in flight, with Blocked messages waiting behind the heads and with
@@ -105,6 +108,8 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Batch, "batch", 100, "messages claimed per call (1..10000)")
 	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker, serial (default all; lanes and laneworker with --lanes, serial with --lanes 1)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
+	fs.DurationVar(&o.StatsInterval, "stats-interval", time.Second, "the stats contender's stats_interval, 1s..1m (maintain() runs every second; "+
+		"1s is ten times the default, 10s the default)")
 	fs.DurationVar(&o.ClaimRescan, "claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
 	fs.StringVar(&o.Citus, "citus", "", "URL of a Citus coordinator: instead of the contenders, run pgsweep's claim + complete on it "+
 		"(one queue on each worker node, --messages split between them, --workers spread over them) and on --database-url, "+
@@ -134,6 +139,12 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		o.BlockedHeads = 10000 // the flag's default, for callers that fill ClaimOptions themselves
 	}
 	n, workers, batch, rounds, only, rescan, lanes, blocked := o.Messages, o.Workers, o.Batch, o.Rounds, o.Only, o.ClaimRescan, o.Lanes, o.Blocked
+	if o.StatsInterval == 0 {
+		o.StatsInterval = time.Second
+	}
+	if o.StatsInterval < time.Second || o.StatsInterval > time.Minute {
+		return fmt.Errorf("%w: --stats-interval must be 1s..1m, got %v", ErrUsage, o.StatsInterval)
+	}
 	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
 		lanes < 0 || lanes > n || blocked < 0 || o.BlockedHeads < 1 || o.BlockedHeads > 1000000 {
 		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages, "+
@@ -173,7 +184,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return err
 	}
 	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch,
-		rescan: rescan, lanes: lanes, blocked: blocked, heads: o.BlockedHeads, claimMs: map[string][]float64{}, out: out}
+		rescan: rescan, statsEvery: o.StatsInterval, lanes: lanes, blocked: blocked, heads: o.BlockedHeads, claimMs: map[string][]float64{}, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
 	// pgsweep into its own scratch schema: refused, before anything is
 	// installed, when the schema exists and is not ours.
@@ -229,7 +240,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"pop":        "pop limit (DELETE … IN (SELECT … SKIP LOCKED))",
 		"seed003":    "seed-003 claim CTE + delete by id",
 		"pgsweep":    "pgsweep claim + complete (SQL API)",
-		"stats":      "the same, maintain() every second, stats_interval 1 s",
+		"stats":      "the same, maintain() every second, stats_interval --stats-interval",
 		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
 		"worker":     "pgsweep Go Worker, no-op handler",
 		"lanes":      fmt.Sprintf("pgsweep claim + complete, %d ordered lanes", lanes),
@@ -260,7 +271,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	ratio("pgsweep", "seed003", "pgsweep / seed-003 (target >= 1.0)")
 	ratio("pgsweep", "pop", "pgsweep / pop (target >= 0.6, stretch 0.8)")
-	ratio("stats", "pgsweep", "snapshots every second / none (target >= 0.95)")
+	ratio("stats", "pgsweep", fmt.Sprintf("snapshots every %v / none (target >= 0.95)", b.statsEvery))
 	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
 	ratio("worker", "pop", "Worker / pop")
@@ -287,6 +298,7 @@ type claimBench struct {
 	n, w           int
 	b              int
 	rescan         time.Duration        // the queue's claim_rescan
+	statsEvery     time.Duration        // the stats contender's stats_interval
 	lanes          int                  // --lanes: the lanes contender's lane count
 	blocked, heads int                  // --blocked, --blocked-heads
 	claimMs        map[string][]float64 // heads, blocked: mean claim (ms) of each round
@@ -580,15 +592,16 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 }
 
 // pgsweepWithStats is pgsweepSQL while maintain() runs every second with
-// stats_interval 1 s: a snapshot of the queue every second, ten times the
-// default, to show what the snapshots cost the claims.
+// stats_interval --stats-interval (default 1 s: a snapshot of the queue
+// every second, ten times the default), to show what the snapshots cost the
+// claims.
 func (b *claimBench) pgsweepWithStats(ctx context.Context) (time.Duration, error) {
 	c, err := b.enqueuePgsweep(ctx, "stats")
 	if err != nil {
 		return 0, err
 	}
 	s := pgx.Identifier{b.schema}.Sanitize()
-	if err := b.exec(ctx, "SELECT "+s+".setting_set('stats_interval', '1 second')"); err != nil {
+	if err := b.exec(ctx, "SELECT "+s+".setting_set('stats_interval', $1::pg_catalog.text)", fmt.Sprintf("%d seconds", int(b.statsEvery/time.Second))); err != nil {
 		return 0, err
 	}
 	defer func() { _ = b.exec(context.WithoutCancel(ctx), "SELECT "+s+".setting_reset('stats_interval')") }()

@@ -48,7 +48,7 @@ func TestBenchClaimRounds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"(round 2 of 2)", "medians of 2 rounds", "pgsweep / pop (target >= 0.6, stretch 0.8)", "snapshots every second / none (target >= 0.95)", "median "} {
+	for _, want := range []string{"(round 2 of 2)", "medians of 2 rounds", "pgsweep / pop (target >= 0.6, stretch 0.8)", "snapshots every 1s / none (target >= 0.95)", "median "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -94,6 +94,8 @@ func TestBenchClaimOnlyAndRescan(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, stats, pgsweep1rt and worker, comma-separated; got "bogus"`},
 		{"--claim-rescan 2m", "--claim-rescan 0s..1m"},
+		{"--stats-interval 500ms", "--stats-interval must be 1s..1m, got 500ms"},
+		{"--stats-interval 2m", "--stats-interval must be 1s..1m, got 2m0s"},
 	} {
 		err := runWorkload(context.Background(), append([]string{"claim", "--database-url", db.URL}, strings.Fields(tc.args)...), &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
