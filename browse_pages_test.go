@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,11 +86,18 @@ func TestBrowseLanes(t *testing.T) {
 	for _, bad := range []func() error{
 		func() error { _, err := c.BrowseLanes(ctx, "lq", pgsweep.LaneCursor{}, 0); return err },
 		func() error { _, err := c.BrowseLanes(ctx, "nope", pgsweep.LaneCursor{}, 10); return err },
-		func() error { _, err := c.BrowseLanes(ctx, "lq", pgsweep.LaneCursor{Lane: "a\nb"}, 10); return err },
+		func() error {
+			_, err := c.BrowseLanes(ctx, "lq", pgsweep.LaneCursor{Lane: strings.Repeat("l", 201)}, 10)
+			return err
+		},
 	} {
 		if err := bad(); !errors.Is(err, pgsweep.ErrInvalidArgument) {
 			t.Errorf("bad argument: %v, want ErrInvalidArgument", err)
 		}
+	} // a cursor is only compared: one with a newline (a lane named before
+	// 0.34's name rule) pages on
+	if _, err := c.BrowseLanes(ctx, "lq", pgsweep.LaneCursor{Lane: "a\nb"}, 10); err != nil {
+		t.Errorf("a cursor with a newline: %v, want a page", err)
 	}
 }
 
