@@ -44,8 +44,14 @@ CREATE INDEX maintain_snapshot_taken ON maintain_snapshot (taken_at);
 
 -- the blocked lanes of a queue in name order: browse_lanes' first part
 -- (browse_lanes.sql). Partial: a lane that is not blocked has no entry, so
--- sends and promotions, which insert and delete lane rows, pay nothing for it
-CREATE INDEX lane_blocked ON lane (queue, name) WHERE blocked_id IS NOT NULL;
+-- sends and promotions, which insert and delete lane rows, pay nothing for it.
+-- In a DO block, as 023's index: on a distributed install Citus propagates
+-- the index to the shards and refuses to do so from a multi-statement string.
+DO $$
+BEGIN
+    EXECUTE 'CREATE INDEX lane_blocked ON lane (queue, name) WHERE blocked_id IS NOT NULL';
+END
+$$;
 
 INSERT INTO setting (name, value, kind, default_value, min_value, max_value, infinite_ok, description) VALUES
     ('stats_interval', '10 seconds', 'interval', '10 seconds', '1 second', '1 hour', false,
