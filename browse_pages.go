@@ -52,87 +52,62 @@ func (c *Client) BrowseLanes(ctx context.Context, queue string, after LaneCursor
 	if after.Lane != "" {
 		lane, blocked = &after.Lane, &after.Blocked
 	}
-	rows, err := c.db.Query(ctx, "SELECT lane, blocked, waiting, waiting_more, head_id, head_attempt, head_state, "+
+	return browse(ctx, c, "browse_lanes", "SELECT lane, blocked, waiting, waiting_more, head_id, head_attempt, head_state, "+
 		"coalesce(extract(epoch FROM oldest_age), 0)::pg_catalog.float8, may_skip FROM "+c.fn("browse_lanes")+
-		"($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, $4::pg_catalog.bool)", queue, lane, limit, blocked)
-	if err != nil {
-		return Page[BrowsedLane, LaneCursor]{}, wrapErr("browse_lanes", err)
-	}
-	ls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BrowsedLane, error) {
-		l := BrowsedLane{LaneStats: LaneStats{Queue: queue}}
-		var h laneHead
-		err := r.Scan(&l.Lane, &l.Blocked, &l.Waiting, &l.WaitingMore, &h.id, &h.attempt, &h.state, &h.age, &l.MaySkip)
-		h.set(&l.LaneStats)
-		return l, err
-	})
-	if err != nil {
-		return Page[BrowsedLane, LaneCursor]{}, wrapErr("browse_lanes", err)
-	}
-	return keysetPage(ls, after, limit, func(l BrowsedLane) LaneCursor { return LaneCursor{Lane: l.Lane, Blocked: l.Blocked} }), nil
+		"($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, $4::pg_catalog.bool)", []any{queue, lane, limit, blocked},
+		func(r pgx.CollectableRow) (BrowsedLane, error) {
+			l := BrowsedLane{LaneStats: LaneStats{Queue: queue}}
+			var h laneHead
+			err := r.Scan(&l.Lane, &l.Blocked, &l.Waiting, &l.WaitingMore, &h.id, &h.attempt, &h.state, &h.age, &l.MaySkip)
+			h.set(&l.LaneStats)
+			return l, err
+		}, after, limit, func(l BrowsedLane) LaneCursor { return LaneCursor{Lane: l.Lane, Blocked: l.Blocked} })
 }
 
-// keysetPage is the page of rows read with the cursor after and limit: the
-// next page begins after its last row (key), and a page with fewer than
-// limit rows is the last.
-func keysetPage[T, C any](rows []T, after C, limit int, key func(T) C) Page[T, C] {
-	p := Page[T, C]{Rows: rows, Next: after, End: len(rows) < limit}
-	if len(rows) > 0 {
-		p.Next = key(rows[len(rows)-1])
+// browse runs the statement of one keyset page (verb names it in errors)
+// and returns the page: the next page begins after its last row (key), and
+// a page with fewer than limit rows is the last.
+func browse[T, C any](ctx context.Context, c *Client, verb, sql string, args []any, scan pgx.RowToFunc[T],
+	after C, limit int, key func(T) C) (Page[T, C], error) {
+	rows, err := c.db.Query(ctx, sql, args...)
+	if err != nil {
+		return Page[T, C]{}, wrapErr(verb, err)
 	}
-	return p
+	ts, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return Page[T, C]{}, wrapErr(verb, err)
+	}
+	p := Page[T, C]{Rows: ts, Next: after, End: len(ts) < limit}
+	if len(ts) > 0 {
+		p.Next = key(ts[len(ts)-1])
+	}
+	return p, nil
 }
 
 // BrowseLeases returns up to limit (1..1000) leases, live or not, whose
 // name comes after after ("" for the first page), by name.
 func (c *Client) BrowseLeases(ctx context.Context, after string, limit int) (Page[Lease, string], error) {
-	var from *string
-	if after != "" {
-		from = &after
-	}
-	rows, err := c.db.Query(ctx, leaseColumns+c.fn("browse_leases")+"($1::pg_catalog.text, $2::pg_catalog.int4)", from, limit)
-	if err != nil {
-		return Page[Lease, string]{}, wrapErr("browse_leases", err)
-	}
-	ls, err := pgx.CollectRows(rows, scanLease)
-	if err != nil {
-		return Page[Lease, string]{}, wrapErr("browse_leases", err)
-	}
-	return keysetPage(ls, after, limit, func(l Lease) string { return l.Name }), nil
+	return browse(ctx, c, "browse_leases", leaseColumns+c.fn("browse_leases")+"($1::pg_catalog.text, $2::pg_catalog.int4)",
+		[]any{nullIfEmpty(after), limit}, scanLease, after, limit, func(l Lease) string { return l.Name })
 }
 
 // BrowseMaintenancePasses returns up to limit (1..1000) maintenance passes
 // with an id below before (0 for the first page), newest first.
 func (c *Client) BrowseMaintenancePasses(ctx context.Context, before int64, limit int) (Page[MaintenancePass, int64], error) {
-	rows, err := c.db.Query(ctx, maintenancePassColumns+c.fn("browse_maintenance_passes")+
-		"($1::pg_catalog.int8, $2::pg_catalog.int4)", beforeArg(before), limit)
-	if err != nil {
-		return Page[MaintenancePass, int64]{}, wrapErr("browse_maintenance_passes", err)
-	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MaintenancePass, error) { return scanMaintenancePass(r) })
-	if err != nil {
-		return Page[MaintenancePass, int64]{}, wrapErr("browse_maintenance_passes", err)
-	}
-	return keysetPage(ps, before, limit, func(p MaintenancePass) int64 { return p.ID }), nil
+	return browse(ctx, c, "browse_maintenance_passes", maintenancePassColumns+c.fn("browse_maintenance_passes")+
+		"($1::pg_catalog.int8, $2::pg_catalog.int4)", []any{beforeArg(before), limit},
+		func(r pgx.CollectableRow) (MaintenancePass, error) { return scanMaintenancePass(r) },
+		before, limit, func(p MaintenancePass) int64 { return p.ID })
 }
 
 // BrowseRetentionPasses returns up to limit (1..1000) retention passes of
 // policy ("" for every policy) with an id below before (0 for the first
 // page), newest first. An unknown policy is ErrInvalidArgument.
 func (c *Client) BrowseRetentionPasses(ctx context.Context, policy string, before int64, limit int) (Page[RetentionPass, int64], error) {
-	var name *string
-	if policy != "" {
-		name = &policy
-	}
-	rows, err := c.db.Query(ctx, "SELECT "+passColumns+" FROM "+c.fn("browse_retention_passes")+
-		"($1::pg_catalog.text, $2::pg_catalog.int8, $3::pg_catalog.int4)", name, beforeArg(before), limit)
-	if err != nil {
-		return Page[RetentionPass, int64]{}, wrapErr("browse_retention_passes", err)
-	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetentionPass, error) { return scanPass(r) })
-	if err != nil {
-		return Page[RetentionPass, int64]{}, wrapErr("browse_retention_passes", err)
-	}
-	return keysetPage(ps, before, limit, func(p RetentionPass) int64 { return p.ID }), nil
+	return browse(ctx, c, "browse_retention_passes", "SELECT "+passColumns+" FROM "+c.fn("browse_retention_passes")+
+		"($1::pg_catalog.text, $2::pg_catalog.int8, $3::pg_catalog.int4)", []any{nullIfEmpty(policy), beforeArg(before), limit},
+		func(r pgx.CollectableRow) (RetentionPass, error) { return scanPass(r) },
+		before, limit, func(p RetentionPass) int64 { return p.ID })
 }
 
 // beforeArg is a p_before argument: NULL (the newest) for 0.
