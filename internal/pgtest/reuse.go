@@ -57,36 +57,29 @@ type reusable struct {
 }
 
 var reusePool struct {
-	mu      sync.Mutex
-	free    map[string][]reusable // URL → schemas ready for a test
-	n       int
-	swept   map[string]bool // URL → stale schemas of dead processes dropped
-	enabled *bool
+	mu    sync.Mutex
+	free  map[string][]reusable // URL → schemas ready for a test
+	n     int
+	swept map[string]bool // URL → stale schemas of dead processes dropped
 }
 
-// reuseOn says whether New may reuse schemas: the test role must be a
-// superuser (the reset clears statistics) and PGSWEEP_TEST_REUSE not "0".
-func reuseOn() bool {
-	reusePool.mu.Lock()
-	defer reusePool.mu.Unlock()
-	if reusePool.enabled == nil {
-		on := os.Getenv("PGSWEEP_TEST_REUSE") != "0"
-		reusePool.enabled = &on
-	}
-	return *reusePool.enabled
-}
+// reuseOn says whether New may reuse schemas (PGSWEEP_TEST_REUSE not "0";
+// reset also refuses when the test role is not a superuser).
+var reuseOn = sync.OnceValue(func() bool { return os.Getenv("PGSWEEP_TEST_REUSE") != "0" })
 
-func hostTag() string {
+// hostTag names this host in pooled schema names, so that only this host's
+// processes are judged alive or dead by sweepStale.
+var hostTag = sync.OnceValue(func() string {
 	h, _ := os.Hostname()
 	sum := sha256.Sum256([]byte(h))
 	return hex.EncodeToString(sum[:3])
-}
+})
 
 var pooledName = regexp.MustCompile(`^t_pool_([0-9a-f]{6})_([0-9]+)_[0-9]+$`)
 
-// takeReusable returns a schema from the pool for url, or "" and a new name
-// for a fresh install that may go back to the pool afterwards.
-func takeReusable(t testing.TB, url string) (r reusable, fresh string) {
+// takeReusable returns a schema from the pool for url (reused), or a new
+// name for a fresh install that may go back to the pool afterwards.
+func takeReusable(t testing.TB, url string) (r reusable, reused bool) {
 	t.Helper()
 	reusePool.mu.Lock()
 	defer reusePool.mu.Unlock()
@@ -99,12 +92,11 @@ func takeReusable(t testing.TB, url string) (r reusable, fresh string) {
 		sweepStale(t, url)
 	}
 	if free := reusePool.free[url]; len(free) > 0 {
-		r = free[len(free)-1]
 		reusePool.free[url] = free[:len(free)-1]
-		return r, ""
+		return free[len(free)-1], true
 	}
 	reusePool.n++
-	return reusable{}, fmt.Sprintf("t_pool_%s_%d_%d", hostTag(), os.Getpid(), reusePool.n)
+	return reusable{schema: fmt.Sprintf("t_pool_%s_%d_%d", hostTag(), os.Getpid(), reusePool.n)}, false
 }
 
 // sweepStale drops the pooled schemas that processes of this host left

@@ -47,29 +47,28 @@ func New(t testing.TB, maxConns int32) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	schema := SchemaName(t)
+	r, reused := reusable{schema: SchemaName(t)}, false
 	if reuseOn() {
-		r, fresh := takeReusable(t, url)
-		if fresh != "" {
-			r = reusable{schema: fresh}
-			conn := Conn(t, url)
-			if _, err := pgsweep.Migrate(ctx, conn, fresh); err != nil {
-				DropSchema(t, url, fresh)
-				t.Fatalf("migrate %s: %v", fresh, err)
-			}
+		r, reused = takeReusable(t, url)
+	}
+	if !reused {
+		conn := Conn(t, url)
+		if _, err := pgsweep.Migrate(ctx, conn, r.schema); err != nil {
+			DropSchema(t, url, r.schema)
+			t.Fatalf("migrate %s: %v", r.schema, err)
+		}
+		if reuseOn() {
 			var err error
-			if r.state, err = record(ctx, conn, fresh); err != nil {
-				DropSchema(t, url, fresh)
-				t.Fatalf("record %s: %v", fresh, err)
+			if r.state, err = record(ctx, conn, r.schema); err != nil {
+				DropSchema(t, url, r.schema)
+				t.Fatalf("record %s: %v", r.schema, err)
 			}
 		}
-		schema = r.schema
+	}
+	schema := r.schema
+	if reuseOn() {
 		t.Cleanup(func() { giveBack(t, url, r) })
 	} else {
-		conn := Conn(t, url)
-		if _, err := pgsweep.Migrate(ctx, conn, schema); err != nil {
-			t.Fatalf("migrate %s: %v", schema, err)
-		}
 		t.Cleanup(func() { DropSchema(t, url, schema) })
 	}
 
