@@ -28,9 +28,9 @@ var contendedParts = []string{"recovery", "retention"}
 func contention(t testing.TB, db pgsweep.DBTX, s, part string) Contention {
 	t.Helper()
 	return Contention{
-		Runs:   queryInt(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part),
-		Owners: queryInt(t, db, "SELECT count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part),
-		Busy:   queryInt(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part),
+		Runs:   queryInt(t, db, "SELECT pg_catalog.count(*) FROM "+s+".maintain_run WHERE part = $1 AND status = 'done'", part),
+		Owners: queryInt(t, db, "SELECT pg_catalog.count(DISTINCT owner) FROM "+s+".maintain_run WHERE part = $1", part),
+		Busy:   queryInt(t, db, "SELECT pg_catalog.count(*) FROM "+s+".maintain_pass WHERE parts ->> $1 = 'busy'", part),
 	}
 }
 
@@ -68,7 +68,7 @@ func CheckContended(t testing.TB, db pgsweep.DBTX, s string, want Contention) {
 // times overlap: two holders of one part at once.
 func Overlaps(t testing.TB, db pgsweep.DBTX, s, table string) int64 {
 	t.Helper()
-	return queryInt(t, db, fmt.Sprintf(`SELECT count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
+	return queryInt(t, db, fmt.Sprintf(`SELECT pg_catalog.count(*) FROM %[1]s.%[2]s a JOIN %[1]s.%[2]s b
 	ON a.part = b.part AND a.id < b.id
 	AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')`, s, table))
 }
@@ -115,10 +115,10 @@ func CheckTakeover(t testing.TB, db pgsweep.DBTX, s string, victimToken int64, k
 	if heirToken != victimToken+1 {
 		t.Fatalf("heir token %d, want %d", heirToken, victimToken+1)
 	}
-	if n := queryInt(t, db, "SELECT count(*) FROM "+s+".maintain_pass WHERE owner = 'heir' AND parts ->> 'recovery' = 'busy' AND started_at > $1", killed); n == 0 {
+	if n := queryInt(t, db, "SELECT pg_catalog.count(*) FROM "+s+".maintain_pass WHERE owner = 'heir' AND parts ->> 'recovery' = 'busy' AND started_at > $1", killed); n == 0 {
 		t.Fatal("the heir never found recovery busy between the kill and the TTL: the test proved nothing")
 	}
-	if n := queryInt(t, db, "SELECT count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'abandoned'"); n != 1 {
+	if n := queryInt(t, db, "SELECT pg_catalog.count(*) FROM "+s+".maintain_run WHERE owner = 'victim' AND part = 'recovery' AND status = 'abandoned'"); n != 1 {
 		t.Fatal("the victim's run was not marked abandoned")
 	}
 }
