@@ -15,7 +15,7 @@ func CrashWorker(w *Worker) { close(w.crash) }
 
 // NewWorkerOn is NewWorker on any DBTX (such as a pgxmock pool), polling only.
 func NewWorkerOn(db DBTX, h Handler, opts WorkerOptions) (*Worker, error) {
-	return newWorker(db, nil, h, opts)
+	return newWorker(db, nil, h, nil, opts)
 }
 
 // CompleteGroupsAndClaim is the Worker's flush with claim: it completes

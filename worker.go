@@ -20,6 +20,16 @@ import (
 // when the Worker loses the message's lease or abandons it at shutdown.
 type Handler func(ctx context.Context, d *Delivery) error
 
+// BatchHandler processes the messages of one claim together (NewBatchWorker):
+// for a handler that is cheaper per batch than per message, such as a
+// publish to a broker that confirms many messages at once. It returns one
+// error per delivery, in order: nil completes the message, an error fails
+// it, as for a Handler (RetryAfter, Permanent and GiveBack apply too). A
+// result slice of another length fails every message of the batch. ctx is
+// cancelled when the Worker abandons the batch at its shutdown deadline;
+// a message whose lease is lost meanwhile has its result discarded.
+type BatchHandler func(ctx context.Context, ds []*Delivery) []error
+
 // WorkerOptions configure a Worker. Queue is required; the rest has defaults.
 type WorkerOptions struct {
 	// Schema is the schema pgsweep is installed in (DefaultSchema when empty).
@@ -35,7 +45,8 @@ type WorkerOptions struct {
 	// (default 100). claim accepts 1..10000: otherwise Run returns its
 	// ErrInvalidArgument.
 	Batch int
-	// Concurrency is the number of handlers running at once (default 10).
+	// Concurrency is the number of handlers running at once (default 10);
+	// with a BatchHandler, the number of batches.
 	Concurrency int
 	// Lease is the lease taken per claim and per renewal. Zero means the
 	// queue's lease_default, read when Run starts. Leases of held messages
@@ -61,6 +72,13 @@ type WorkerOptions struct {
 	// DisableNotify turns off LISTEN: the worker only polls. With NOTIFY on,
 	// the Worker holds one extra connection of its own (not from the pool).
 	DisableNotify bool
+	// ClaimLimit, when set, is called before each claim and caps it: the
+	// most messages to claim now. A handler whose downstream is down
+	// returns 0: the Worker claims nothing and asks again after
+	// PollInterval or on a notification (see Notify), while the messages
+	// it holds finish as usual. Called from Run's goroutine; it must
+	// return quickly.
+	ClaimLimit func() int
 	// Hooks receive counts for metrics.
 	Hooks Hooks
 	// Logger receives the Worker's logs (default slog.Default()).
@@ -78,7 +96,9 @@ type WorkerOptions struct {
 type Worker struct {
 	client  *Client
 	connect func(context.Context) (*pgx.Conn, error) // the LISTEN connection; nil: poll only
-	h       Handler
+	h       Handler                                  // one of h and bh is set
+	bh      BatchHandler                             //
+	wake    chan struct{}                            // capacity 1: a notification (LISTEN, Notify) waits for Run
 	o       WorkerOptions
 	log     *slog.Logger
 	running atomic.Bool
@@ -98,7 +118,29 @@ func NewWorker(pool *pgxpool.Pool, h Handler, opts WorkerOptions) (*Worker, erro
 	if pool == nil {
 		return nil, errors.New("pgsweep: new worker: pool is required")
 	}
-	connect := func(ctx context.Context) (*pgx.Conn, error) {
+	if h == nil {
+		return nil, errors.New("pgsweep: new worker: handler is required")
+	}
+	return newWorker(pool, listenConnect(pool), h, nil, opts)
+}
+
+// NewBatchWorker returns a Worker on pool that runs h once per claimed
+// batch instead of once per message; the rest is as for NewWorker.
+// Concurrency counts batches (default 10), and a batch is what one claim
+// brought (at most Batch messages, at most one per ordered lane).
+func NewBatchWorker(pool *pgxpool.Pool, h BatchHandler, opts WorkerOptions) (*Worker, error) {
+	if pool == nil {
+		return nil, errors.New("pgsweep: new worker: pool is required")
+	}
+	if h == nil {
+		return nil, errors.New("pgsweep: new worker: handler is required")
+	}
+	return newWorker(pool, listenConnect(pool), nil, h, opts)
+}
+
+// listenConnect opens the LISTEN connection of a Worker on pool.
+func listenConnect(pool *pgxpool.Pool) func(context.Context) (*pgx.Conn, error) {
+	return func(ctx context.Context) (*pgx.Conn, error) {
 		cfg := pool.Config().ConnConfig.Copy()
 		// The LISTEN connection lives as long as the Worker: a killed
 		// process's backend must not linger (the pool's connections are the
@@ -107,13 +149,12 @@ func NewWorker(pool *pgxpool.Pool, h Handler, opts WorkerOptions) (*Worker, erro
 		PinSearchPath(cfg)
 		return pgx.ConnectConfig(ctx, cfg)
 	}
-	return newWorker(pool, connect, h, opts)
 }
 
-// newWorker is NewWorker on any DBTX; connect opens the LISTEN connection
-// (nil: the worker only polls).
-func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Handler, opts WorkerOptions) (*Worker, error) {
-	if db == nil || h == nil {
+// newWorker is NewWorker on any DBTX with a Handler h or a BatchHandler bh;
+// connect opens the LISTEN connection (nil: the worker only polls).
+func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Handler, bh BatchHandler, opts WorkerOptions) (*Worker, error) {
+	if db == nil || (h == nil) == (bh == nil) {
 		return nil, errors.New("pgsweep: new worker: pool and handler are required")
 	}
 	if opts.Queue == "" {
@@ -151,7 +192,19 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 	if opts.DisableNotify {
 		connect = nil
 	}
-	return &Worker{client: c, connect: connect, h: h, o: opts, log: log, crash: make(chan struct{})}, nil
+	return &Worker{client: c, connect: connect, h: h, bh: bh, o: opts, log: log,
+		wake: make(chan struct{}, 1), crash: make(chan struct{})}, nil
+}
+
+// Notify makes a running Worker that waits for work claim at once, as a
+// NOTIFY on its queue does: for an application that knows messages just
+// became due (or a Worker run with DisableNotify that is told some other
+// way). It never blocks; notifications that come together count once.
+func (w *Worker) Notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // NewOwnerID returns an owner label unique to this call: host, pid and

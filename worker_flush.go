@@ -60,8 +60,12 @@ func (l *loop) flush(ctx context.Context) {
 	l.flushErr = false
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
+	var failed error
 	for k, ids := range l.results.All() {
 		r := l.store.Send(ctx, k, ids)
+		if r.Err != nil && !errors.Is(r.Err, ErrInvalidArgument) {
+			failed = r.Err
+		}
 		switch {
 		case errors.Is(r.Err, ErrInvalidArgument):
 			l.w.log.Error(k.Kind.String()+" refused; leaving the messages to lease expiry", "err", r.Err, "n", len(ids))
@@ -77,6 +81,7 @@ func (l *loop) flush(ctx context.Context) {
 	if !l.flushErr {
 		l.flushBackoff.Reset()
 	}
+	l.o.Hooks.database(l.o.Queue, failed)
 	l.w.signals.Flushed.Signal(l.results.Len())
 }
 
@@ -89,6 +94,10 @@ func (l *loop) sent(k consumer.Key[Token], ids []int64, r consumer.Sent) {
 	case consumer.Fail:
 		o.Hooks.call(o.Hooks.Failed, o.Queue, r.Done-r.Dead)
 		o.Hooks.call(o.Hooks.DeadLettered, o.Queue, r.Dead)
+	case consumer.DeadLetter:
+		o.Hooks.call(o.Hooks.DeadLettered, o.Queue, r.Done)
+	case consumer.Release:
+		o.Hooks.call(o.Hooks.Released, o.Queue, r.Done)
 	}
 	o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-r.Done)
 	l.settle(ids)

@@ -54,6 +54,10 @@ const (
 type result struct {
 	j   *job
 	err error
+	// last: the last result of its handler call (every result of a
+	// Handler's; the last of a BatchHandler's batch). The loop counts the
+	// calls running by it.
+	last bool
 }
 
 // claim claims up to n messages and queues them; it returns how many came.
@@ -118,7 +122,8 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 	}
 }
 
-// start runs queued messages while handlers are free.
+// start runs queued messages while handlers are free: each one on its own
+// (Handler), or all that wait as one batch (BatchHandler).
 func (l *loop) start() {
 	var handed []*job
 	for l.running < l.o.Concurrency && len(l.queue) > 0 {
@@ -135,13 +140,20 @@ func (l *loop) start() {
 			continue
 		}
 		j.state = jobRunning
-		l.running++
 		j.hd = j.d
 		handed = append(handed, j)
+		if l.w.bh == nil {
+			l.running++
+		}
 	}
 	if len(handed) > 0 {
 		l.pool.mu.Lock()
-		l.pool.ready = append(l.pool.ready, handed...)
+		if l.w.bh != nil {
+			l.running++
+			l.pool.batches = append(l.pool.batches, handed)
+		} else {
+			l.pool.ready = append(l.pool.ready, handed...)
+		}
 		l.more()
 		l.pool.mu.Unlock()
 	}
@@ -160,6 +172,7 @@ func (l *loop) start() {
 type handlerPool struct {
 	mu       sync.Mutex
 	ready    []*job   // handed out by the loop, not taken yet
+	batches  [][]*job // the same for a BatchHandler: one batch each
 	results  []result // finished, not taken by the loop yet
 	idle     int      // goroutines waiting for a job that no wake is meant for
 	starting bool     // a goroutine woken or started has not taken its job yet
@@ -172,7 +185,7 @@ type handlerPool struct {
 // already on its way. l.pool.mu is held.
 func (l *loop) more() {
 	p := &l.pool
-	if p.starting || len(p.ready) == 0 {
+	if p.starting || (len(p.ready) == 0 && len(p.batches) == 0) {
 		return
 	}
 	switch {
@@ -194,7 +207,7 @@ func (l *loop) handle() {
 	p.mu.Lock()
 	p.starting = false // this goroutine was the one on its way
 	for {
-		for len(p.ready) == 0 {
+		for len(p.ready) == 0 && len(p.batches) == 0 {
 			p.idle++
 			p.mu.Unlock()
 			select {
@@ -211,15 +224,28 @@ func (l *loop) handle() {
 			return
 		default:
 		}
-		j := p.ready[0]
-		p.ready[0] = nil
-		p.ready = p.ready[1:]
-		l.more()
-		p.mu.Unlock()
-		err := l.w.call(j.ctx, &j.hd)
-		p.mu.Lock()
-		p.results = append(p.results, result{j, err})
-		if len(p.results) == 1 {
+		if len(p.batches) > 0 {
+			js := p.batches[0]
+			p.batches[0] = nil
+			p.batches = p.batches[1:]
+			l.more()
+			p.mu.Unlock()
+			errs := l.w.callBatch(l.handlers, js)
+			p.mu.Lock()
+			for i, j := range js {
+				p.results = append(p.results, result{j: j, err: errs[i], last: i == len(js)-1})
+			}
+		} else {
+			j := p.ready[0]
+			p.ready[0] = nil
+			p.ready = p.ready[1:]
+			l.more()
+			p.mu.Unlock()
+			err := l.w.call(j.ctx, &j.hd)
+			p.mu.Lock()
+			p.results = append(p.results, result{j: j, err: err, last: true})
+		}
+		if len(p.results) > 0 {
 			select {
 			case p.notify <- struct{}{}:
 			default:
@@ -239,7 +265,9 @@ func (l *loop) takeResults() []result {
 
 // accept records a handler's result.
 func (l *loop) accept(r result) {
-	l.running--
+	if r.last {
+		l.running--
+	}
 	j := r.j
 	// The watchdog cancelled a handler whose lease expired: its result is
 	// most likely that cancellation, and the lease is presumed lost.
@@ -254,15 +282,7 @@ func (l *loop) accept(r result) {
 	}
 	j.state = jobDone
 	l.pending++
-	k := consumer.Key[Token]{Token: j.d.Token}
-	if r.err != nil {
-		k.Kind, k.Text = consumer.Fail, r.err.Error()
-		var ra *retryAfterError
-		if errors.As(r.err, &ra) {
-			k.After, k.Fixed = ra.after, true
-		}
-	}
-	l.results.Add(k, j.d.ID)
+	l.results.Add(resultKey(j.d.Token, r.err), j.d.ID)
 }
 
 // lanesMoving reports whether a result waiting for its flush (a held job
@@ -325,4 +345,27 @@ func (l *loop) settle(ids []int64) {
 		delete(l.held, id)
 	}
 	l.pending -= len(ids)
+}
+
+// resultKey is the call that records a handler's result err for a message
+// held under tok: complete (nil), fail (with RetryAfter's delay), dead
+// letter (Permanent) or release (GiveBack).
+func resultKey(tok Token, err error) consumer.Key[Token] {
+	k := consumer.Key[Token]{Token: tok}
+	if err == nil {
+		return k
+	}
+	k.Kind, k.Text = consumer.Fail, err.Error()
+	var ra *retryAfterError
+	var oe *outcomeError
+	switch {
+	case errors.As(err, &ra):
+		k.After, k.Fixed = ra.after, true
+	case errors.As(err, &oe):
+		k.Kind = oe.kind
+		if k.Kind == consumer.Release {
+			k.Text = ""
+		}
+	}
+	return k
 }

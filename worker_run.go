@@ -115,17 +115,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer wg.Done()
 		l.watchdog(wctx)
 	}()
-	wake := make(chan struct{}, 1)
 	if w.connect != nil {
 		lctx, stopListen := context.WithCancel(base)
 		defer stopListen()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.listen(lctx, wake)
+			w.listen(lctx)
 		}()
 	}
-	return l.run(ctx, wake)
+	return l.run(ctx, w.wake)
 }
 
 // queueLease reads the queue's lease_default, retrying database errors
@@ -176,8 +175,25 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		l.w.log.Info("worker stopping", "held", len(l.held))
 		l.releaseQueued()
 	}
+	// limit caps a claim of n by ClaimLimit; 0 starts an idle spell (the
+	// handler's downstream is down: ask again after PollInterval).
+	// A Batch out of range is not capped: the claim takes it to the SQL,
+	// which refuses it.
+	limit := func(n int) (int, bool) {
+		if o.ClaimLimit != nil {
+			if lim := o.ClaimLimit(); lim < n {
+				if n = lim; n <= 0 {
+					idle = true
+					idleTimer.Reset(o.PollInterval)
+					return 0, false
+				}
+			}
+		}
+		return n, true
+	}
 	// after handles the outcome of a claim of n that brought got.
 	after := func(n, got int, err error) error {
+		o.Hooks.database(o.Queue, err)
 		switch {
 		case errors.Is(err, ErrInvalidArgument):
 			// An unknown queue or a bad option: retrying cannot help.
@@ -217,10 +233,11 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// running handlers and memory stays within one batch (and when
 		// nothing is held: a Batch the SQL refuses is refused at once).
 		if held := len(l.held) + l.zombies; !stopping && !idle && (held == 0 || held <= o.Batch/2) {
-			n := o.Batch - len(l.held) - l.zombies
-			got, err := l.claim(n)
-			if err := after(n, got, err); err != nil {
-				return err
+			if n, ok := limit(o.Batch - len(l.held) - l.zombies); ok {
+				got, err := l.claim(n)
+				if err := after(n, got, err); err != nil {
+					return err
+				}
 			}
 		}
 		if !stopping {
@@ -246,8 +263,11 @@ func (l *loop) run(ctx context.Context, wake <-chan struct{}) error {
 		// consumer -- one round trip a message -- instead of one message
 		// per PollInterval (bench claim --lanes 1, docs/benchmarks.md).
 		if !l.flushErr && l.pending > 0 && l.pending == len(l.held) {
-			if !stopping && ctx.Err() == nil && !l.results.Has(consumer.Fail) && l.pipeline && (!idle || l.lanesMoving()) {
-				n := o.Batch - l.zombies
+			n, claim := 0, false
+			if !stopping && ctx.Err() == nil && l.results.Only(consumer.Complete) && l.pipeline && (!idle || l.lanesMoving()) {
+				n, claim = limit(o.Batch - l.zombies)
+			}
+			if claim {
 				got, err := l.completeAndClaim(n)
 				if err := after(n, got, err); err != nil {
 					return err

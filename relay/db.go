@@ -25,28 +25,21 @@ type db struct {
 	lease  time.Duration
 }
 
-// claim leases up to batch due messages (pgsweep claim: oldest first, one
-// message per lane at a time).
-func (d *db) claim(ctx context.Context, batch int) ([]held, error) {
-	ds, err := d.client.Claim(ctx, d.queue, d.owner, batch, d.lease)
-	return heldOf(ds), err
-}
-
 // claimIDs leases exactly those of ids that are claimable now (claim_ids).
 func (d *db) claimIDs(ctx context.Context, ids []int64) ([]held, error) {
 	ds, err := d.client.ClaimIDs(ctx, d.queue, d.owner, ids, d.lease)
-	return heldOf(ds), err
+	if len(ds) == 0 {
+		return nil, err
+	}
+	hs := make([]held, len(ds))
+	for i := range ds {
+		hs[i] = heldOf(&ds[i])
+	}
+	return hs, err
 }
 
-// heldOf turns the client's deliveries into the relay's claims.
-func heldOf(ds []pgsweep.Delivery) []held {
-	if len(ds) == 0 {
-		return nil
-	}
-	out := make([]held, len(ds))
-	for i, d := range ds {
-		out[i] = held{token: d.Token, msg: Message{Queue: d.Queue, ID: d.ID, Key: d.Key, Lane: d.Lane,
-			Payload: d.Payload, Headers: d.Headers, Attempt: d.Attempt, CreatedAt: d.CreatedAt}}
-	}
-	return out
+// heldOf turns a delivery of the client into the relay's claim.
+func heldOf(d *pgsweep.Delivery) held {
+	return held{token: d.Token, msg: Message{Queue: d.Queue, ID: d.ID, Key: d.Key, Lane: d.Lane,
+		Payload: d.Payload, Headers: d.Headers, Attempt: d.Attempt, CreatedAt: d.CreatedAt}}
 }

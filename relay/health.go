@@ -103,6 +103,10 @@ func (r *Relay) setBroker(err error) {
 	if was != r.health.broker {
 		r.health.brokerSince = time.Now()
 	}
+	if err == nil {
+		r.probe.Reset() // the next outage probes from 100 ms again
+		r.nextProbe = time.Time{}
+	}
 	r.mu.Unlock()
 	r.m.brokerUp(r.queue, err == nil)
 	switch {

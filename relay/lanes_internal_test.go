@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"time"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,9 +67,13 @@ func TestLanesOneInFlightInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, err := r.d.claim(ctx, 100)
+	ds, err := db.Client.Claim(ctx, "q", "lanes", 100, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
+	}
+	hs := make([]held, len(ds))
+	for i := range ds {
+		hs[i] = heldOf(&ds[i])
 	}
 	if len(hs) != len(lanes) {
 		t.Fatalf("claimed %d, want %d", len(hs), len(lanes))
@@ -78,7 +84,8 @@ func TestLanesOneInFlightInOrder(t *testing.T) {
 		}
 		hs[i].msg.Lane = laneOf[hs[i].msg.ID]
 	}
-	r.process(ctx, ctx, hs)
+	out, res := r.publish(ctx, ctx, hs)
+	r.settle(ctx, hs, out, res)
 
 	published := map[string][]int64{}
 	for k, call := range rec.calls {

@@ -8,7 +8,10 @@
 // Two ways in, side by side:
 //
 //   - claims: the relay claims due messages in batches (pgsweep claim),
-//     woken by the queue's NOTIFY and polling as a fallback. This alone
+//     woken by the queue's NOTIFY and polling as a fallback; the loop is
+//     pgsweep's Worker (NewBatchWorker), with the relay as its batch
+//     handler, so it claims, renews, records outcomes and shuts down as
+//     every Worker does. This alone
 //     publishes everything, also what was sent while no relay ran and what a
 //     dead relay left (its leases expire and are claimed again);
 //   - direct dispatch: after the application's transaction commits, it calls
@@ -133,12 +136,16 @@ type Relay struct {
 	queue string
 
 	dispatchCh   chan dispatchItem
-	wake         chan struct{}
 	running      atomic.Bool
 	lastDispatch atomic.Int64 // unix nanoseconds of the last Dispatch call
 
 	mu     sync.Mutex
 	health healthState
+	// probe paces the one-message claims that probe a broker found down
+	// (claimLimit): the next may go at nextProbe. Guarded by mu.
+	probe     consumer.Backoff
+	nextProbe time.Time
+	baseLog   *slog.Logger // Options.Logger or slog.Default(): the Worker's
 
 	signals signals // off (and free) unless a test turns them on
 }
@@ -204,7 +211,8 @@ func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, e
 		m:          opts.Metrics,
 		queue:      queue,
 		dispatchCh: make(chan dispatchItem, opts.DispatchBuffer),
-		wake:       make(chan struct{}, 1),
+		probe:      consumer.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		baseLog:    log,
 	}
 	r.health.broker = true
 	r.health.database = true
@@ -266,17 +274,35 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}()
 
-	// inner ends the helpers also when the poll loop returns an error.
+	// The claims run on pgsweep's Worker, the Relay being its batch
+	// handler: the Worker's loop claims, renews the leases while a batch
+	// publishes, records the outcomes (a completion pipelined with the
+	// next claim) and gives back at shutdown what was not started.
+	// Publishes end ShutdownTimeout after ctx (hard), so the Worker's own
+	// deadline, later, only backs up a transport that ignores its context.
+	w, err := pgsweep.NewBatchWorker(r.pool, func(_ context.Context, ds []*pgsweep.Delivery) []error {
+		return r.publishBatch(ctx, hard, ds)
+	}, pgsweep.WorkerOptions{
+		Schema: r.o.Schema, Queue: r.queue, Owner: r.o.Owner, Batch: r.o.Batch, Concurrency: 1, Lease: r.o.Lease,
+		PollInterval: r.o.PollInterval, ShutdownTimeout: r.o.ShutdownTimeout + workerShutdownMargin,
+		DisableNotify: true, ClaimLimit: r.claimLimit, Hooks: r.workerHooks(), Logger: r.baseLog,
+	})
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	// inner ends the helpers also when the Worker returns an error.
 	inner, innerCancel := context.WithCancel(ctx)
 	defer innerCancel()
 	var wg sync.WaitGroup
 	if !r.o.DisableNotify {
-		wg.Go(func() { r.listen(inner) })
+		wg.Go(func() { r.listen(inner, w) })
 	}
 	for range r.o.DispatchWorkers {
 		wg.Go(func() { r.dispatchLoop(inner, hard) })
 	}
-	err := r.pollLoop(inner, hard)
+	if err = w.Run(ctx); err != nil {
+		err = fmt.Errorf("relay: %w", err)
+	}
 	innerCancel()
 	wg.Wait()
 	// Ids still in the buffer were never claimed: the claims take them.
@@ -295,75 +321,96 @@ func (r *Relay) Run(ctx context.Context) error {
 	return err
 }
 
-// pollLoop claims due messages and publishes them until ctx is done.
-func (r *Relay) pollLoop(ctx, hard context.Context) error {
-	dbBackoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	brokerBackoff := consumer.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for ctx.Err() == nil {
-		batch := r.o.Batch
-		if r.brokerDown() {
-			// Claim nothing while the transport knows it has no connection;
-			// otherwise probe with one message.
-			if !r.transportUp() {
-				if ctxsleep.Sleep(ctx, min(brokerBackoff.Next(), time.Second)) != nil {
-					break
-				}
-				continue
-			}
-			batch = 1
-		}
-		hs, err := r.d.claim(ctx, batch)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			if errors.Is(err, pgsweep.ErrInvalidArgument) {
-				r.setDatabase(err)
-				return fmt.Errorf("relay: %w", err)
-			}
-			r.setDatabase(err)
-			retry := dbBackoff.Next()
-			r.log.Warn("claim failed; retrying", "err", err, "retry_in", retry)
-			if ctxsleep.Sleep(ctx, retry) != nil {
-				break
-			}
-			continue
-		}
-		dbBackoff.Reset()
-		r.setDatabase(nil)
-		if len(hs) > 0 {
-			r.m.claimed(r.queue, "claim", len(hs))
-			r.process(ctx, hard, hs)
-			if r.brokerDown() {
-				if ctxsleep.Sleep(ctx, brokerBackoff.Next()) != nil {
-					break
-				}
-			} else {
-				brokerBackoff.Reset()
-			}
-			continue // claim again at once: there may be more
-		}
-		r.waitForWork(ctx)
+// workerShutdownMargin is how much longer than ShutdownTimeout the Worker
+// waits for the batch in flight: publishes end at ShutdownTimeout, and
+// recording their outcome follows.
+const workerShutdownMargin = 5 * time.Second
+
+// claimLimit is the Worker's ClaimLimit: the relay claims nothing while the
+// transport knows it has no connection to a broker found down, and one
+// message at a time, paced from 100 ms to 5 s, to probe one that may be
+// back.
+func (r *Relay) claimLimit() int {
+	if !r.brokerDown() {
+		return r.o.Batch
 	}
-	return nil
+	if !r.transportUp() {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if now.Before(r.nextProbe) {
+		return 0
+	}
+	r.nextProbe = now.Add(r.probe.Next())
+	return 1
 }
 
-// waitForWork returns after PollInterval, on a NOTIFY (delayed by
-// DispatchGrace while Dispatch is in use), or when ctx is done.
-func (r *Relay) waitForWork(ctx context.Context) {
-	t := time.NewTimer(r.o.PollInterval)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-t.C:
-		return
-	case <-r.wake:
-	}
-	if r.o.DispatchGrace > 0 && r.dispatchInUse() {
-		_ = ctxsleep.Sleep(ctx, r.o.DispatchGrace)
+// workerHooks turn the Worker's counts into the relay's metrics, health
+// and test signals.
+func (r *Relay) workerHooks() pgsweep.Hooks {
+	settled := func(n int) { r.signals.Settled.Signal(n) }
+	return pgsweep.Hooks{
+		Claimed:   func(q string, n int) { r.m.claimed(q, "claim", n) },
+		Completed: func(_ string, n int) { settled(n) },
+		Failed: func(q string, n int) {
+			r.m.failed(q, "retry", n)
+			settled(n)
+		},
+		DeadLettered: func(q string, n int) {
+			r.m.failed(q, "dead", n)
+			settled(n)
+		},
+		Released: func(q string, n int) {
+			r.m.released(q, n)
+			settled(n)
+		},
+		LeasesLost: func(_ string, n int) {
+			r.lost(n)
+			settled(n)
+		},
+		Database: func(_ string, err error) { r.setDatabase(err) },
 	}
 }
+
+// publishBatch is the Worker's batch handler: it publishes the messages of
+// one claim (publish) and returns their outcomes as the Worker records
+// them: complete, fail (retried after the queue's backoff), Permanent
+// (dead-lettered at once) or GiveBack (released, attempt not spent: the
+// broker was not reached, or the relay is shutting down).
+func (r *Relay) publishBatch(stop, hard context.Context, ds []*pgsweep.Delivery) []error {
+	hs := make([]held, len(ds))
+	for i, d := range ds {
+		hs[i] = heldOf(d)
+	}
+	out, res := r.publish(stop, hard, hs)
+	errs := make([]error, len(hs))
+	unreached := 0
+	for i := range hs {
+		switch out[i] {
+		case accepted:
+		case failed:
+			errs[i] = errors.New(cleanText(res[i].Err.Error()))
+			r.log.Warn("publish failed; retried after the queue's backoff", "err", errs[i], "id", hs[i].msg.ID)
+		case permanent:
+			errs[i] = pgsweep.Permanent(errors.New(cleanText(res[i].Err.Error())))
+			r.m.failed(r.queue, "permanent", 1)
+			r.log.Warn("broker refused a message for good; moved to the dead letters", "err", errs[i], "id", hs[i].msg.ID)
+		case unavailable:
+			unreached++
+			errs[i] = pgsweep.GiveBack(res[i].Err)
+		case pending:
+			errs[i] = pgsweep.GiveBack(errNotPublished)
+		}
+	}
+	r.m.failed(r.queue, "unavailable", unreached)
+	return errs
+}
+
+// errNotPublished is the outcome of a message the relay did not publish: its
+// lane stopped at an earlier message, or the relay is shutting down.
+var errNotPublished = errors.New("not published")
 
 // dispatchLoop claims and publishes the ids Dispatch handed over. The
 // settle of a dispatch (the complete) runs while the loop claims and
@@ -426,7 +473,9 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 		for i := range hs {
 			hs[i].dispatched = at[hs[i].msg.ID]
 		}
-		settle := r.publish(ctx, hard, hs)
+		stopRenew := r.renewLater(hard, hs) // while publishes take long
+		out, res := r.publish(ctx, hard, hs)
+		stopRenew()
 		if settling != nil {
 			<-settling
 		}
@@ -434,7 +483,7 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 		settling = done
 		go func() {
 			defer close(done)
-			settle()
+			r.settle(ctx, hs, out, res)
 		}()
 	}
 }
@@ -450,25 +499,17 @@ const (
 	unavailable                // the broker was not reached: release
 )
 
-// process publishes hs (the messages of one claim) and records what became
-// of each: lane by lane in order, one message per lane in flight.
-func (r *Relay) process(ctx, hard context.Context, hs []held) {
-	r.publish(ctx, hard, hs)()
-}
-
 // publish publishes hs (the messages of one claim), lane by lane in order,
-// one message per lane in flight, and returns the settle that records what
-// became of each in the database. Before it returns, the broker's answer
-// is known to the relay: its health, metrics and the Published hook (the
-// ids the broker confirmed, before the database records them). The settle
-// must run, once, also when ctx is done.
-func (r *Relay) publish(ctx, hard context.Context, hs []held) (settle func()) {
+// one message per lane in flight, and returns what became of each (out,
+// with the transport's result). It publishes no further lane round once
+// ctx is done (shutdown: the rest is pending), and each publish ends by
+// PublishTimeout or when hard is done. Before it returns, the broker's
+// answer is known to the relay: its health, metrics and the Published hook
+// (the ids the broker confirmed, before the database records them).
+func (r *Relay) publish(ctx, hard context.Context, hs []held) ([]outcome, []Result) {
 	res := make([]Result, len(hs))
 	out := make([]outcome, len(hs))
 	ackAt := make([]time.Time, len(hs))
-
-	// Renew the leases while publishes take long.
-	stopRenew := r.renewLater(hard, hs)
 
 	rounds := lanesInOrder(hs)
 	stopped := map[string]bool{} // lanes whose message did not go through
@@ -515,7 +556,6 @@ func (r *Relay) publish(ctx, hard context.Context, hs []held) (settle func()) {
 			}
 		}
 	}
-	stopRenew()
 	// the broker's answer, before anything is recorded in the database
 	var ok []int
 	var down error
@@ -542,7 +582,7 @@ func (r *Relay) publish(ctx, hard context.Context, hs []held) (settle func()) {
 	if down != nil {
 		r.setBroker(down)
 	}
-	return func() { r.settle(ctx, hs, out, res) }
+	return out, res
 }
 
 // lanesInOrder splits hs (oldest first) into rounds: round k holds the k-th
@@ -748,7 +788,7 @@ func retryDB(ctx context.Context, f func() consumer.Sent) consumer.Sent {
 // NOTIFY would cost the database and the relay a wakeup for nothing. It
 // listens again, and wakes the poll loop, once Dispatch has not been called
 // for 10 seconds.
-func (r *Relay) listen(ctx context.Context) {
+func (r *Relay) listen(ctx context.Context, w *pgsweep.Worker) {
 	notifier.Run(ctx, notifier.Options{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			cfg := r.pool.Config().ConnConfig.Copy()
@@ -760,7 +800,7 @@ func (r *Relay) listen(ctx context.Context) {
 			return r.d.client.WithDB(conn).NotifyChannel(ctx)
 		},
 		Payload:    r.queue,
-		Wake:       r.poke,
+		Wake:       r.wakeAfterGrace(w),
 		Pause:      r.quietListen,
 		PauseCheck: r.o.PollInterval,
 		Logger:     r.log,
@@ -782,9 +822,22 @@ func (r *Relay) quietListen() bool {
 	return r.o.DispatchGrace > 0 && r.o.PollInterval <= r.o.DispatchGrace && r.dispatchInUse()
 }
 
-func (r *Relay) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+// wakeAfterGrace returns the notifier's wake: it makes w claim at once, or
+// DispatchGrace later while Dispatch is in use (so that the claim takes
+// what direct dispatch left rather than race it for new messages; wakes
+// during the grace count once).
+func (r *Relay) wakeAfterGrace(w *pgsweep.Worker) func() {
+	var waiting atomic.Bool
+	return func() {
+		if r.o.DispatchGrace <= 0 || !r.dispatchInUse() {
+			w.Notify()
+			return
+		}
+		if waiting.CompareAndSwap(false, true) {
+			time.AfterFunc(r.o.DispatchGrace, func() {
+				waiting.Store(false)
+				w.Notify()
+			})
+		}
 	}
 }

@@ -53,14 +53,14 @@ func (r *Results[T]) Add(k Key[T], id int64) {
 // Len is the number of calls waiting.
 func (r *Results[T]) Len() int { return len(r.m) }
 
-// Has reports whether a call of kind waits.
-func (r *Results[T]) Has(kind Kind) bool {
+// Only reports whether every call waiting is of kind.
+func (r *Results[T]) Only(kind Kind) bool {
 	for k := range r.m {
-		if k.Kind == kind {
-			return true
+		if k.Kind != kind {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // Forget takes id, held under token, out of whatever call waits for it (its
