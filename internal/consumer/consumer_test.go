@@ -37,8 +37,12 @@ func TestResultsGroupOrderAndForget(t *testing.T) {
 	}{{fail, 10}, {done1, 11}, {failLater, 12}, {done2, 20}, {done1, 13}, {fail, 14}} {
 		r.Add(a.k, a.id)
 	}
-	if r.Len() != 4 || !r.Has(Fail) || r.Has(DeadLetter) {
-		t.Fatalf("Len %d, Has(Fail) %v, Has(DeadLetter) %v; want 4, true, false", r.Len(), r.Has(Fail), r.Has(DeadLetter))
+	if r.Len() != 4 || r.Only(Complete) || r.Only(Fail) {
+		t.Fatalf("Len %d, Only(Complete) %v, Only(Fail) %v; want 4, false, false", r.Len(), r.Only(Complete), r.Only(Fail))
+	}
+	var empty Results[int]
+	if !empty.Only(Complete) {
+		t.Fatal("no results: Only(Complete) is false, want true (nothing else waits)")
 	}
 	var kinds []Kind
 	got := map[Key[int]][]int64{}
