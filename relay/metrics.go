@@ -10,9 +10,10 @@ type Metrics struct {
 	// Published counts messages the broker confirmed.
 	Published *prometheus.CounterVec
 	// Failed counts messages not confirmed, by what the relay did:
-	// retry (failed, retried after the queue's backoff), dead (failed on
-	// their last attempt), permanent (refused for good: dead-lettered),
-	// unavailable (the broker was not reached: given back).
+	// retry (failed, retried after the queue's backoff), dead (moved to
+	// the dead letters: failed on their last attempt, or refused for good),
+	// permanent (of those, refused for good, counted when the broker
+	// answered), unavailable (the broker was not reached: given back).
 	Failed *prometheus.CounterVec
 	// Latency is the time from commit to the broker's confirmation: from
 	// the Dispatch call (right after the commit) for path="direct", from the
