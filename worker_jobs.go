@@ -164,7 +164,8 @@ func (l *loop) start() {
 
 // handlerPool runs the handlers: goroutines that take the jobs the loop
 // hands out (ready) one after the other and leave their results for the
-// loop in one slice. A goroutine that takes a job while more wait wakes
+// loop in one slice; a goroutine tells the loop (notify) when it finds no
+// job left to take, or FlushInterval after a result it left untold. A goroutine that takes a job while more wait wakes
 // (or starts) one more, one at a time, so slow handlers run up to
 // Concurrency at once while fast ones are run by a few goroutines without
 // a goroutine start, wake-up and channel send per message. At most
@@ -177,6 +178,7 @@ type handlerPool struct {
 	idle     int      // goroutines waiting for a job that no wake is meant for
 	starting bool     // a goroutine woken or started has not taken its job yet
 	total    int
+	later    bool          // results wait that the loop will be told of by a timer
 	wake     chan struct{} // one token per goroutine woken; capacity Concurrency
 	notify   chan struct{} // capacity 1: results wait for the loop
 }
@@ -244,13 +246,26 @@ func (l *loop) handle() {
 			err := l.w.call(j.ctx, &j.hd)
 			p.mu.Lock()
 			p.results = append(p.results, result{j: j, err: err, last: true})
-		}
-		if len(p.results) > 0 {
-			select {
-			case p.notify <- struct{}{}:
-			default:
+			if len(p.ready) > 0 {
+				// It takes the next job at once: the loop is told when a
+				// goroutine runs out of jobs, or FlushInterval after the
+				// first result nobody was told of, not once per message.
+				if !p.later {
+					p.later = true
+					time.AfterFunc(l.o.FlushInterval, p.poke)
+				}
+				continue
 			}
 		}
+		p.poke()
+	}
+}
+
+// poke tells the loop that results wait.
+func (p *handlerPool) poke() {
+	select {
+	case p.notify <- struct{}{}:
+	default:
 	}
 }
 
@@ -260,6 +275,7 @@ func (l *loop) takeResults() []result {
 	defer l.pool.mu.Unlock()
 	rs := l.pool.results
 	l.pool.results = nil
+	l.pool.later = false
 	return rs
 }
 
