@@ -29,6 +29,32 @@ type Message struct {
 	// messages without a lane, are worked in parallel. docs/queues.md,
 	// "Ordered lanes".
 	Lane string
+	// UniqueKey makes the send unique on its queue (any queue kind; at most
+	// 1000 characters; empty: none): while a message of the queue with this
+	// key is pending, scheduled, in flight or waiting for a retry (and for
+	// UniqueFor after it was sent), the send inserts nothing and returns that
+	// message's id as a duplicate. Not with an inbox Key. docs/queues.md,
+	// "Unique sends".
+	UniqueKey string
+	// UniqueFor keeps UniqueKey taken for this long after the send (1 second
+	// to 365 days), even once the message was completed; 0: only while it is
+	// in the queue. Needs UniqueKey.
+	UniqueFor time.Duration
+	// Priority: due messages are claimed highest priority first, then oldest
+	// first; -100..100, default 0. A lane stays in its order: its head
+	// competes with its own priority. docs/queues.md, "Priorities".
+	Priority int16
+}
+
+// SendResult is what a send did with one message.
+type SendResult struct {
+	// ID is the new message's id; for a unique duplicate, the id of the
+	// message that holds the key (it may be completed already when the key
+	// is held by its UniqueFor window); 0 for an inbox duplicate.
+	ID int64
+	// Duplicate is true when nothing was inserted: an inbox key already
+	// seen, or a UniqueKey held.
+	Duplicate bool
 }
 
 // Delivery is a claimed message: the caller holds its lease until

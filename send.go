@@ -29,8 +29,14 @@ func defaultClient(db DBTX) *Client {
 	return &Client{db: db, schema: DefaultSchema, q: pgx.Identifier{DefaultSchema}.Sanitize()}
 }
 
-// Send puts m on queue; see the package-level Send.
+// Send puts m on queue; see the package-level Send. ok is false when
+// nothing was inserted: an inbox duplicate (id 0) or a unique duplicate
+// (m.UniqueKey held: id is the holder's). SendResult says which.
 func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool, error) {
+	if m.UniqueKey != "" || m.UniqueFor != 0 || m.Priority != 0 {
+		r, err := c.SendResult(ctx, queue, m)
+		return r.ID, err == nil && !r.Duplicate, err
+	}
 	headers, err := encodeHeaders(m.Headers)
 	if err != nil {
 		return 0, false, errorf("send", "headers: %w", err)
@@ -52,12 +58,58 @@ func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool
 	return *id, true, nil
 }
 
-// SendBatch sends ms in one call; see the package-level SendBatch.
+// SendResult sends m as Send does and says whether it was a duplicate
+// (SQL send_unique). Use it with Message.UniqueKey to learn that a send was
+// skipped and which message holds the key.
+func (c *Client) SendResult(ctx context.Context, queue string, m Message) (SendResult, error) {
+	headers, err := encodeHeaders(m.Headers)
+	if err != nil {
+		return SendResult{}, errorf("send", "headers: %w", err)
+	}
+	var id *int64
+	var r SendResult
+	err = c.db.QueryRow(ctx, "SELECT s.id, s.duplicate FROM "+c.fn("send_unique")+
+		"($1::pg_catalog.text, $2::pg_catalog.jsonb, $3::pg_catalog.jsonb, $4::pg_catalog.text, $5::pg_catalog.timestamptz, "+
+		"$6::pg_catalog.text, $7::pg_catalog.text, $8::pg_catalog.interval, $9::pg_catalog.int2) s",
+		queue, payloadArg(m.Payload), headers, nullString(m.Key), nullTime(m.DeliverAt),
+		nullString(m.Lane), nullString(m.UniqueKey), nullDuration(m.UniqueFor), m.Priority).Scan(&id, &r.Duplicate)
+	if err != nil {
+		return SendResult{}, wrapErr("send", err)
+	}
+	if id != nil {
+		r.ID = *id
+	}
+	return r, nil
+}
+
+// SendBatch sends ms in one call; see the package-level SendBatch. A unique
+// duplicate's element is the id of the message that holds its key;
+// SendBatchResults says which elements are duplicates.
 func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]int64, error) {
+	rs, err := c.sendBatch(ctx, queue, ms, false)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	return ids, nil
+}
+
+// SendBatchResults is SendBatch with one SendResult per message, in order
+// (SQL send_batch_unique): Duplicate says the message was not inserted.
+func (c *Client) SendBatchResults(ctx context.Context, queue string, ms []Message) ([]SendResult, error) {
+	return c.sendBatch(ctx, queue, ms, true)
+}
+
+func (c *Client) sendBatch(ctx context.Context, queue string, ms []Message, results bool) ([]SendResult, error) {
 	payloads := make([]*string, len(ms))
 	headers := make([]*string, len(ms))
-	var keys, lanes []*string
+	var keys, lanes, uniques []*string
 	var at []*time.Time
+	var uniqueFor []*time.Duration
+	var priorities []int16
 	for i, m := range ms {
 		if m.Payload != nil {
 			p := string(m.Payload)
@@ -92,25 +144,68 @@ func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]i
 			l := m.Lane
 			lanes[i] = &l
 		}
+		if m.UniqueKey != "" {
+			if uniques == nil {
+				uniques = make([]*string, len(ms))
+			}
+			u := m.UniqueKey
+			uniques[i] = &u
+		}
+		if m.UniqueFor != 0 {
+			if uniqueFor == nil {
+				uniqueFor = make([]*time.Duration, len(ms))
+			}
+			d := m.UniqueFor
+			uniqueFor[i] = &d
+		}
+		if m.Priority != 0 && priorities == nil {
+			priorities = make([]int16, len(ms))
+		}
+		if priorities != nil {
+			priorities[i] = m.Priority
+		}
 	}
-	sql := "SELECT " + c.fn("send_batch") + "($1, $2::pg_catalog.jsonb[], $3::pg_catalog.jsonb[], $4::pg_catalog.text[], $5::pg_catalog.timestamptz[])"
+	const head = "$2::pg_catalog.jsonb[], $3::pg_catalog.jsonb[], $4::pg_catalog.text[], $5::pg_catalog.timestamptz[]"
+	sql := "SELECT " + c.fn("send_batch") + "($1, " + head + ")"
 	args := []any{queue, payloads, headers, keys, at}
-	if lanes != nil {
-		sql = "SELECT " + c.fn("send_batch") + "($1, $2::pg_catalog.jsonb[], $3::pg_catalog.jsonb[], $4::pg_catalog.text[], $5::pg_catalog.timestamptz[], $6::pg_catalog.text[])"
+	switch {
+	case results || uniques != nil || uniqueFor != nil || priorities != nil:
+		sql = "SELECT b.id, b.duplicate FROM " + c.fn("send_batch_unique") + "($1::pg_catalog.text, " + head +
+			", $6::pg_catalog.text[], $7::pg_catalog.text[], $8::pg_catalog.interval[], $9::pg_catalog.int2[]) b"
+		args = append(args, lanes, uniques, uniqueFor, priorities)
+		results = true
+	case lanes != nil:
+		sql = "SELECT " + c.fn("send_batch") + "($1, " + head + ", $6::pg_catalog.text[])"
 		args = append(args, lanes)
 	}
 	rows, err := c.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, wrapErr("send_batch", err)
 	}
-	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+	rs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SendResult, error) {
 		var id *int64
-		if err := r.Scan(&id); err != nil || id == nil {
-			return 0, err
+		var res SendResult
+		var err error
+		if results {
+			err = r.Scan(&id, &res.Duplicate)
+		} else {
+			err = r.Scan(&id)
+			res.Duplicate = id == nil
 		}
-		return *id, nil
+		if id != nil {
+			res.ID = *id
+		}
+		return res, err
 	})
-	return ids, wrapErr("send_batch", err)
+	return rs, wrapErr("send_batch", err)
+}
+
+// nullDuration passes 0 as NULL.
+func nullDuration(d time.Duration) any {
+	if d == 0 {
+		return nil
+	}
+	return d
 }
 
 // payloadArg passes a payload as JSON text (nil stays NULL, which the SQL

@@ -85,6 +85,7 @@ type ClaimOptions struct {
 	// maintain() runs every second; the snapshot when this has passed).
 	StatsInterval time.Duration
 	Lanes         int // also drain with every message in one of this many ordered lanes (0: not)
+	Priorities    int // send pgsweep's messages with priorities 0..Priorities-1, uniform (0 or 1: all the default)
 	// Blocked adds the contenders heads and blocked (claim_blocked.go):
 	// drains of Messages unordered messages behind BlockedHeads lane heads
 	// in flight, with Blocked messages waiting behind the heads and with
@@ -117,6 +118,7 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Blocked, "blocked", 0, "also drain the unordered messages behind --blocked-heads lane heads in flight, with this many messages waiting behind the heads "+
 		"(contender blocked) and with none (contender heads), timing each claim; 0: not")
 	fs.IntVar(&o.BlockedHeads, "blocked-heads", 10000, "lane heads in flight for --blocked, 1..1000000")
+	fs.IntVar(&o.Priorities, "priorities", 0, "send the pgsweep contenders' messages with this many priority levels, 0..N-1 uniformly (round-robin); 0 or 1: all the default priority; at most 101")
 	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes; 1: also serial, one worker claiming one at a time); 0: not")
 }
 
@@ -146,9 +148,9 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return fmt.Errorf("%w: --stats-interval must be 1s..1m, got %v", ErrUsage, o.StatsInterval)
 	}
 	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
-		lanes < 0 || lanes > n || blocked < 0 || o.BlockedHeads < 1 || o.BlockedHeads > 1000000 {
+		lanes < 0 || lanes > n || blocked < 0 || o.BlockedHeads < 1 || o.BlockedHeads > 1000000 || o.Priorities < 0 || o.Priorities > 101 {
 		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages, "+
-			"--blocked >= 0, --blocked-heads 1..1000000", ErrUsage)
+			"--blocked >= 0, --blocked-heads 1..1000000, --priorities 0..101", ErrUsage)
 	}
 	if o.Citus != "" {
 		if only != "" || lanes != 0 || blocked != 0 {
@@ -184,7 +186,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return err
 	}
 	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch,
-		rescan: rescan, statsEvery: o.StatsInterval, lanes: lanes, blocked: blocked, heads: o.BlockedHeads, claimMs: map[string][]float64{}, out: out}
+		rescan: rescan, statsEvery: o.StatsInterval, lanes: lanes, priorities: o.Priorities, blocked: blocked, heads: o.BlockedHeads, claimMs: map[string][]float64{}, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
 	// pgsweep into its own scratch schema: refused, before anything is
 	// installed, when the schema exists and is not ours.
@@ -300,6 +302,7 @@ type claimBench struct {
 	rescan         time.Duration        // the queue's claim_rescan
 	statsEvery     time.Duration        // the stats contender's stats_interval
 	lanes          int                  // --lanes: the lanes contender's lane count
+	priorities     int                  // --priorities: priority levels of pgsweep's messages (0, 1: the default only)
 	blocked, heads int                  // --blocked, --blocked-heads
 	claimMs        map[string][]float64 // heads, blocked: mean claim (ms) of each round
 	out            io.Writer
@@ -563,6 +566,9 @@ func (b *claimBench) send(ctx context.Context, c *pgsweep.Client, n int, laneOf 
 		ms = ms[:0]
 		for k := range min(10000, n-i) {
 			m := pgsweep.Message{Payload: json.RawMessage(benchPayload)}
+			if b.priorities > 1 {
+				m.Priority = int16((i + k) % b.priorities)
+			}
 			if laneOf != nil {
 				m.Lane = laneOf(i + k)
 			}

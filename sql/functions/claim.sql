@@ -69,6 +69,23 @@
 -- ago); the promotion moves the cursor back to it (_lane_next), so claims
 -- find it from the cursor on instead of in the pass before it.
 --
+-- Priorities (send's p_priority, -100..100, default 0). Due messages are
+-- taken highest priority first, then oldest first by (created_at, id). The
+-- default priority keeps today's path: message_claim holds only the rows of
+-- priority 0 (its predicate: parked_until IS NULL AND priority = 0), and the
+-- cursor and the two passes above walk it as before. Every other row is in
+-- message_claim_priority (queue, priority DESC, created_at, id) WHERE
+-- parked_until IS NULL AND priority <> 0: before the passes, one scan takes
+-- the due rows of priority > 0 from its head (on a queue without them: one
+-- probe of an index with no entry of the queue); after them, when the batch
+-- is not full yet, one scan takes those of priority < 0. These scans have no
+-- cursor: they start at the head of their part of the index. A lane's head
+-- competes with its own priority (the messages behind it wait parked, in no
+-- claim index, whatever theirs); the lane's order stays (created_at, id).
+-- No aging: a due message waits while messages of higher priority are due
+-- (an order that changes with the clock cannot be an index's order); use
+-- another queue for work that must not wait behind a higher priority.
+--
 -- Each row carries its lane (NULL: none) last, so that a consumer knows which
 -- of its messages must keep their order among themselves.
 --
@@ -77,7 +94,8 @@
 --
 -- The clock is read once into v_now and the token drawn once into v_token
 -- (scale-out rule: plain values in UPDATE). p_lease NULL means the queue's
--- lease_default. Rows come back oldest first.
+-- lease_default. Rows come back in the order they were taken: highest
+-- priority first, then oldest first.
 --
 -- This overload takes the time from its caller (p_now, NULL = the clock): for
 -- tests only. claim(p_queue, p_owner, p_batch, p_lease) below is the verb.
@@ -196,14 +214,29 @@ BEGIN
         UPDATE message m SET parked_until = NULL
          WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
     END IF;
+    -- Priorities above the default first (see the header).
+    SELECT array_agg(c.ctid), array_agg(c.id) INTO v_tids, v_ids
+      FROM (SELECT s.ctid, s.id
+              FROM message s
+             WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority > 0
+               AND s.visible_at <= v_now AND s.attempt < v_max
+             ORDER BY s.priority DESC, s.created_at, s.id
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) c;
+    IF v_tids IS NOT NULL THEN
+        v_all := v_tids;
+        v_all_ids := v_ids;
+        v_n := cardinality(v_all);
+    END IF;
     FOR pass IN 1 .. 2 LOOP
+        EXIT WHEN v_n = p_batch;
         SELECT array_agg(c.ctid), array_agg(c.id),
                (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
                (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
           INTO v_tids, v_ids, v_at, v_id
           FROM (SELECT s.ctid, s.created_at, s.id
                   FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority = 0
                    AND (s.created_at, s.id) >= (v_from_at, v_from_id)
                    AND (s.created_at, s.id) < (v_to_at, v_to_id)
                    AND s.visible_at <= v_now AND s.attempt < v_max
@@ -226,11 +259,29 @@ BEGIN
         v_to_at := v_cursor_at;
         v_to_id := v_cursor_id;
     END LOOP;
+    -- Priorities below the default last.
+    IF v_n < p_batch THEN
+        SELECT array_agg(c.ctid), array_agg(c.id) INTO v_tids, v_ids
+          FROM (SELECT s.ctid, s.id
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority < 0
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                 ORDER BY s.priority DESC, s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+        END IF;
+    END IF;
     IF v_n = 0 THEN
         RETURN;
     END IF;
 
-    IF v_rescanned IS NULL THEN
+    IF v_last_at IS NULL THEN
+        NULL; -- no row of the default priority: the cursor stays
+    ELSIF v_rescanned IS NULL THEN
         -- No cursor row: queue_create makes one, so only a deleted row gets here.
         INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
         VALUES (p_queue, v_last_at, v_last_id, v_now)
@@ -256,9 +307,10 @@ BEGIN
         UPDATE message m
            SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until
          WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
-        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane, m.priority
     )
-    SELECT * FROM claimed ORDER BY 6, 1;
+    SELECT c.id, c.key, c.payload, c.headers, c.attempt, c.created_at, c.visible_at, c.token, c.lane
+      FROM claimed c ORDER BY c.priority DESC, c.created_at, c.id;
 END
 $$;
 

@@ -73,11 +73,12 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
 
+    -- (the cursor walks the rows of the default priority only: claim.sql)
     SELECT array_agg(c.ctid), array_agg(c.id),
-           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
-           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0))[1],
+           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0))[1]
       INTO v_tids, v_ids, v_last_at, v_last_id
-      FROM (SELECT s.ctid, s.created_at, s.id
+      FROM (SELECT s.ctid, s.created_at, s.id, s.priority
               FROM message s
              WHERE s.queue = p_queue AND s.id = ANY (p_ids)
                AND s.visible_at <= v_now AND s.attempt < v_max

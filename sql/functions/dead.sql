@@ -68,7 +68,7 @@ BEGIN
 
     -- Each lane, locked in name order (lane.sql), after the letters are in:
     -- a lane that emptied meanwhile is created again by _lane_lock.
-    FOR v_lane IN SELECT u FROM unnest(v_lanes) u ORDER BY 1 LOOP
+    FOR v_lane IN SELECT u FROM unnest(v_lanes) u ORDER BY u COLLATE "C" LOOP
         v_l := _lane_lock(p_queue, v_lane, v_now);
         IF v_l.blocked_id = ANY (v_ids) THEN
             -- the letter that stopped the lane: its head again
@@ -113,7 +113,7 @@ BEGIN
     )
     SELECT array_agg(d.id ORDER BY d.id) INTO v_ids FROM d;
     -- the lanes they stopped, locked in name order (lane.sql)
-    FOR v_lane IN SELECT l.name FROM lane l WHERE l.queue = p_queue AND l.blocked_id = ANY (v_ids) ORDER BY l.name FOR UPDATE LOOP
+    FOR v_lane IN SELECT l.name FROM lane l WHERE l.queue = p_queue AND l.blocked_id = ANY (v_ids) ORDER BY l.name COLLATE "C" FOR UPDATE LOOP
         UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = v_lane;
         v_moved := v_moved + _lane_next(p_queue, ARRAY[v_lane], clock_timestamp(), true);
     END LOOP;

@@ -55,13 +55,19 @@
 -- Advisory locks would be no guard (DESIGN: never the only one); the row is
 -- the truth, and under Citus it lives with its queue.
 --
--- Lock order: lane rows first, in name order, then the waiting messages of
--- those lanes. complete, fail and recovery hold only their own in-flight
--- heads when they take the lane locks; cancel and purge lock the lanes before
--- they delete. A transaction that sends to several lanes takes their locks in
--- the order it sends; send_batch takes them in name order. Two transactions
--- that lock lanes in opposite orders may deadlock (PostgreSQL detects it and
--- fails one, to be retried): send to several lanes in name order.
+-- Lock order: lane rows first, in byte order of their names (ORDER BY name
+-- COLLATE "C": one order whatever the database's collation, used by every
+-- statement that locks several lane rows: send_batch, _lane_after -- so
+-- complete, fail, recovery, claim_ids' dead-lettering --, dead_requeue,
+-- dead_delete, queue_cancel, queue_purge, queue_drop), then the waiting
+-- messages of those lanes. complete, fail and recovery hold only their own
+-- in-flight heads when they take the lane locks; cancel and purge lock the
+-- lanes before they delete; queue_drop deletes the messages first (waiting
+-- for completions in progress) and then locks the lanes. A transaction that
+-- sends to several lanes with single sends takes their locks in the order it
+-- sends: send them in byte order of their names, or in one send_batch (Two
+-- transactions that lock lanes in opposite orders may deadlock: PostgreSQL
+-- detects it and fails one, to be retried.)
 --
 -- A dead head (its last attempt failed, or its lease expired on it): with the
 -- queue's lane_dead 'move_on' (the default) the lane moves on to its next
@@ -237,7 +243,7 @@ BEGIN
     SELECT array_agg(l.name) FILTER (WHERE l.blocked_id IS NULL) INTO v_next
       FROM (SELECT k.name, k.blocked_id FROM unnest(p_lanes) u(name)
               JOIN lane k ON k.queue = p_queue AND k.name = u.name
-             ORDER BY k.name
+             ORDER BY k.name COLLATE "C"
                FOR UPDATE OF k) l;
     IF v_next IS NULL THEN
         RETURN;

@@ -75,7 +75,7 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
     SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
-        'send', 'send_batch', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        'send', 'send_batch', 'send_unique', 'send_batch_unique', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
         'queue_info', -- the Worker reads the queue's lease_default and max_attempts (no payloads; consume, queue_rights.sql)
         'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
         'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r

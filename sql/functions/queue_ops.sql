@@ -72,7 +72,7 @@ SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF p_lanes IS NOT NULL AND cardinality(p_lanes) > 0 THEN
-        PERFORM 1 FROM lane l WHERE l.queue = p_queue AND l.name = ANY (p_lanes) ORDER BY l.name FOR UPDATE;
+        PERFORM 1 FROM lane l WHERE l.queue = p_queue AND l.name = ANY (p_lanes) ORDER BY l.name COLLATE "C" FOR UPDATE;
     END IF;
 END
 $$;
@@ -125,7 +125,7 @@ DECLARE
     v_lanes text[];
 BEGIN
     PERFORM _queue_manage(p_queue);
-    PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name FOR UPDATE;
+    PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name COLLATE "C" FOR UPDATE;
     WITH d AS (
         DELETE FROM message m WHERE m.queue = p_queue AND m.status = 'pending'
         RETURNING m.lane, m.parked_until
@@ -145,9 +145,10 @@ $$;
 -- let them finish). Their late calls then fail as calls to an unknown queue
 -- (22023) and change nothing. Returns the number of live messages deleted.
 --
--- Sends that commit after the drop leave messages without a queue, which no
--- verb reaches: stop the senders first. (A send does not lock the queue
--- row: that would put every send of a queue in line behind one row.)
+-- A send in progress makes the drop wait (sends hold the queue row FOR KEY
+-- SHARE, a shared lock: they do not wait for each other) and its message
+-- goes with the rest; a send after the drop fails as a send to an unknown
+-- queue. No message outlives its queue (TestQueueDropRacesSend).
 CREATE OR REPLACE FUNCTION queue_drop(p_queue text, p_force boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -162,9 +163,11 @@ BEGIN
         RAISE EXCEPTION 'p_force must be true or false, got NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM _queue_manage(p_queue);
+    -- Sends hold the queue row FOR KEY SHARE (send.sql): this waits for the
+    -- sends in progress, and a later send finds no queue. So no message is
+    -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    DELETE FROM lane l WHERE l.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.
     WITH d AS (
@@ -177,8 +180,13 @@ BEGIN
             USING ERRCODE = 'object_in_use',
                   HINT = format('SELECT queue_drop(%L, p_force => true) drops it with them; their workers'' calls then fail (unknown queue)', p_queue);
     END IF;
+    -- the lanes after the messages (a completion in progress holds its heads
+    -- and then locks their lanes), in the one lane order (lane.sql)
+    PERFORM 1 FROM lane l WHERE l.queue = p_queue ORDER BY l.name COLLATE "C" FOR UPDATE;
+    DELETE FROM lane l WHERE l.queue = p_queue;
     DELETE FROM message_processed p WHERE p.queue = p_queue;
     DELETE FROM message_dead d WHERE d.queue = p_queue;
+    DELETE FROM message_unique u WHERE u.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)

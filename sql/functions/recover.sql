@@ -12,6 +12,7 @@
 --     such a row anyway; recovery makes the loss visible and fences the owner.
 --   * attempt >= max_attempts: moved to message_dead. claim never hands these
 --     out, so without recovery they would stay in the queue.
+-- It also deletes up to p_batch expired unique windows (send.sql).
 --
 -- Lanes (lane.sql): a released lane head stays its lane's head (the lane
 -- keeps its order: the head is claimed again first). A head dead-lettered
@@ -74,6 +75,14 @@ BEGIN
     INSERT INTO queue_recovery (queue) VALUES (p_queue) ON CONFLICT (queue) DO NOTHING;
     SELECT r.position, r.boundary INTO v_pos, v_bound FROM queue_recovery r WHERE r.queue = p_queue FOR UPDATE;
     v_now := coalesce(p_now, clock_timestamp());
+    -- Expired unique windows (send.sql) go too, up to p_batch a call: a send
+    -- would replace one anyway; this keeps keys never sent again from piling up.
+    DELETE FROM message_unique u
+     WHERE u.queue = p_queue
+       AND u.unique_key = ANY (ARRAY(SELECT w.unique_key FROM message_unique w
+                                      WHERE w.queue = p_queue AND w.until <= v_now
+                                      LIMIT p_batch FOR UPDATE SKIP LOCKED))
+       AND u.until <= v_now;
     IF v_bound IS NULL THEN
         SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;
         v_bound := coalesce(v_bound, 0);

@@ -11,7 +11,7 @@ SELECT has_table('pgsweep', 'message_processed', 'message_processed table');
 SELECT has_table('pgsweep', 'message_dead', 'message_dead table');
 SELECT has_view('pgsweep', 'queue_stats', 'queue_stats view');
 SELECT has_function('pgsweep', 'queue_create', ARRAY['text', 'text', 'integer'], 'queue_create(text, text, int)');
-SELECT has_function('pgsweep', 'send', ARRAY['text', 'jsonb', 'jsonb', 'text', 'timestamp with time zone', 'text'], 'send contract signature (p_lane last)');
+SELECT has_function('pgsweep', 'send', ARRAY['text', 'jsonb', 'jsonb', 'text', 'timestamp with time zone', 'text', 'text', 'interval', 'smallint'], 'send contract signature (p_lane, then p_unique_key, p_unique_for, p_priority)');
 SELECT has_function('pgsweep', 'claim', ARRAY['text', 'text', 'integer', 'interval'], 'claim contract signature');
 SELECT has_function('pgsweep', 'renew', ARRAY['text', 'uuid', 'bigint[]', 'interval'], 'renew contract signature');
 SELECT has_function('pgsweep', 'complete', ARRAY['text', 'uuid', 'bigint[]'], 'complete contract signature');
