@@ -467,6 +467,13 @@ func shadowClientVerbs(t *testing.T, c *pgsweep.Client) {
 	must("send inbox", err)
 	ids, err := c.SendBatch(ctx, "jobs", []pgsweep.Message{{Payload: json.RawMessage(`4`)}, {Payload: json.RawMessage(`5`), Key: "k2", Lane: "M"}, {Payload: json.RawMessage(`6`)}})
 	must("send_batch", err)
+	for range 2 { // the second time, a duplicate of each
+		_, err = c.SendResult(ctx, "jobs", pgsweep.Message{Payload: json.RawMessage(`7`), UniqueKey: "u1", UniqueFor: time.Minute, Priority: 3})
+		must("send_unique", err)
+		_, err = c.SendBatchResults(ctx, "jobs", []pgsweep.Message{{Payload: json.RawMessage(`8`), UniqueKey: "u2", Priority: -2},
+			{Payload: json.RawMessage(`9`), UniqueKey: "u3", UniqueFor: time.Hour, Lane: "N"}})
+		must("send_batch_unique", err)
+	}
 	ds, err := c.Claim(ctx, "jobs", "shadow", 2, time.Minute)
 	must("claim", err)
 	if len(ds) == 0 {
