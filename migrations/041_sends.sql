@@ -361,6 +361,19 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _check_elements(p_arg text, p_got int, p_want int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_got <> p_want THEN
+        RAISE EXCEPTION '% must be NULL or have % elements like p_payloads, got %', p_arg, p_want, p_got
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[], p_keys text[],
                                        p_deliver_at timestamptz[], p_lanes text[], p_unique_keys text[],
                                        p_unique_for interval[], p_priorities smallint[])
@@ -400,34 +413,13 @@ BEGIN
         PERFORM _check_size('p_headers', (SELECT max(pg_column_size(x)) FROM unnest(p_headers) x), 'max_headers_bytes');
         PERFORM _check_size('p_keys', (SELECT max(octet_length(x)) FROM unnest(p_keys) x), 'max_key_bytes');
     END IF;
-    IF p_headers IS NOT NULL AND cardinality(p_headers) <> v_n THEN
-        RAISE EXCEPTION 'p_headers must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_headers)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_keys IS NOT NULL AND cardinality(p_keys) <> v_n THEN
-        RAISE EXCEPTION 'p_keys must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_keys)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_deliver_at IS NOT NULL AND cardinality(p_deliver_at) <> v_n THEN
-        RAISE EXCEPTION 'p_deliver_at must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_deliver_at)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_lanes IS NOT NULL AND cardinality(p_lanes) <> v_n THEN
-        RAISE EXCEPTION 'p_lanes must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_lanes)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_unique_keys IS NOT NULL AND cardinality(p_unique_keys) <> v_n THEN
-        RAISE EXCEPTION 'p_unique_keys must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_unique_keys)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_unique_for IS NOT NULL AND cardinality(p_unique_for) <> v_n THEN
-        RAISE EXCEPTION 'p_unique_for must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_unique_for)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_priorities IS NOT NULL AND cardinality(p_priorities) <> v_n THEN
-        RAISE EXCEPTION 'p_priorities must be NULL or have % elements like p_payloads, got %', v_n, cardinality(p_priorities)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM _check_elements('p_headers', cardinality(p_headers), v_n);
+    PERFORM _check_elements('p_keys', cardinality(p_keys), v_n);
+    PERFORM _check_elements('p_deliver_at', cardinality(p_deliver_at), v_n);
+    PERFORM _check_elements('p_lanes', cardinality(p_lanes), v_n);
+    PERFORM _check_elements('p_unique_keys', cardinality(p_unique_keys), v_n);
+    PERFORM _check_elements('p_unique_for', cardinality(p_unique_for), v_n);
+    PERFORM _check_elements('p_priorities', cardinality(p_priorities), v_n);
     IF p_priorities IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_priorities) x WHERE x IS NULL OR x < -100 OR x > 100) THEN
         FOR i IN 1 .. v_n LOOP
             PERFORM _check_priority(format('p_priorities[%s]', i), p_priorities[i]);
