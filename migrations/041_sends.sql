@@ -1183,5 +1183,43 @@ AS $$
 $$;
 -- pgsweep:end functions/privileges.sql
 
+-- pgsweep:changed functions/citus.sql
+CREATE OR REPLACE FUNCTION _citus_delegated(OUT routine regprocedure, OUT arg_index int, OUT force boolean)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    WITH RECURSIVE notifying(name) AS (
+        -- the functions whose body calls pg_notify, or calls one of those
+        SELECT p.proname::text FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+           AND p.prosrc ~ '\mpg_notify\M'
+        UNION
+        SELECT p.proname::text FROM pg_catalog.pg_proc p, notifying n
+         WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+           AND p.prosrc ~ ('\m' || n.name || '\s*\(')
+    )
+    SELECT p.oid::pg_catalog.regprocedure, a.n::int - 1,
+           p.proname::text NOT IN (SELECT n.name FROM notifying n)
+      FROM pg_catalog.pg_proc p
+     CROSS JOIN LATERAL pg_catalog.unnest(p.proargnames) WITH ORDINALITY a(name, n)
+     WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+       AND p.prokind = 'f'
+       AND a.name = 'p_queue'
+       AND a.n <= p.pronargs
+       AND (p.proargmodes IS NULL OR p.proargmodes[a.n] IN ('i', 'b'))
+       AND p.proargtypes[a.n - 1] = 'pg_catalog.text'::pg_catalog.regtype
+       AND p.proname <> '_queue_get'
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'reference'
+                          AND p.prosrc ~* ('\m(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+' || t.table_name || '\M'))
+       -- a routine that reads a coordinator-only table (stats_history reads
+       -- maintain_snapshot) runs where that table is, not on a worker
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'local' AND p.prosrc ~ ('\m' || t.table_name || '\M'))
+     ORDER BY 1
+$$;
+-- pgsweep:end functions/citus.sql
+
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

@@ -156,7 +156,8 @@ $$;
 -- message table to the queue's shard -- one round trip for renew, complete
 -- or release, a few for claim or an inbox send. Not forced:
 --   * the verbs that NOTIFY (send, send_batch, release, dead_requeue: their
---     body calls pg_notify). Run on a worker inside a transaction that also
+--     body calls pg_notify, or calls a function of the schema that does, as
+--     send calls _send_one). Run on a worker inside a transaction that also
 --     wrote on another node -- the outbox pattern: the application's rows and
 --     the send in one transaction -- they would make the commit fail, since
 --     PostgreSQL cannot PREPARE (two-phase commit) a transaction that ran
@@ -173,8 +174,18 @@ RETURNS SETOF record
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
+    WITH RECURSIVE notifying(name) AS (
+        -- the functions whose body calls pg_notify, or calls one of those
+        SELECT p.proname::text FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+           AND p.prosrc ~ '\mpg_notify\M'
+        UNION
+        SELECT p.proname::text FROM pg_catalog.pg_proc p, notifying n
+         WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+           AND p.prosrc ~ ('\m' || n.name || '\s*\(')
+    )
     SELECT p.oid::pg_catalog.regprocedure, a.n::int - 1,
-           p.prosrc !~ '\mpg_notify\M'
+           p.proname::text NOT IN (SELECT n.name FROM notifying n)
       FROM pg_catalog.pg_proc p
      CROSS JOIN LATERAL pg_catalog.unnest(p.proargnames) WITH ORDINALITY a(name, n)
      WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
