@@ -113,7 +113,8 @@ AS $$
         'cron_job_name', -- the name health_server looks for in pg_cron's jobs (cron.sql)
         'browse_messages', 'browse_message', -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
         'browse_lanes', 'browse_leases', -- keyset pages of a queue's lanes (browse_lanes.sql) and of the leases (lease.sql)
-        'browse_maintenance_passes', 'browse_retention_passes']) r -- keyset pages of the pass histories (browse_passes.sql)
+        'browse_maintenance_passes', 'browse_retention_passes', -- keyset pages of the pass histories (browse_passes.sql)
+        'schedule_next_times']) r -- a cron expression's next slots (schedule_cron.sql): reads no table
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
