@@ -121,7 +121,7 @@ func cases() []testCase {
 	var cs []testCase
 	base := time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 260; i++ {
-		start := base.Add(time.Duration(g.r.Int64N(int64(8*365*24*time.Hour)))).Truncate(time.Second)
+		start := base.Add(time.Duration(g.r.Int64N(int64(8 * 365 * 24 * time.Hour)))).Truncate(time.Second)
 		if g.r.IntN(4) == 0 {
 			start = start.Add(time.Duration(g.r.IntN(1000)) * time.Millisecond)
 		}
