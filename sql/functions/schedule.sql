@@ -148,8 +148,9 @@ BEGIN
     PERFORM _check_size('p_headers', pg_column_size(p_headers), 'max_headers_bytes');
     PERFORM _check_lane('p_lane', p_lane);
     PERFORM _check_schedule_time_zone('p_time_zone', p_time_zone);
-    IF p_catch_up IS NULL OR p_catch_up NOT IN ('none', 'latest', 'all') THEN
-        RAISE EXCEPTION 'p_catch_up must be one of none, latest, all, got %', coalesce(quote_literal(left(p_catch_up, 40)), 'NULL')
+    PERFORM _check_text('p_catch_up', p_catch_up, 20); -- (the message below echoes it)
+    IF p_catch_up NOT IN ('none', 'latest', 'all') THEN
+        RAISE EXCEPTION 'p_catch_up must be one of none, latest, all, got %', quote_literal(p_catch_up)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM _queue_require(p_queue, 'send'); -- the schedule sends as its creator
