@@ -50,6 +50,10 @@ CREATE INDEX schedule_due ON schedule (next_at) WHERE NOT paused;
 -- queue_drop's cascade
 CREATE INDEX schedule_queue ON schedule (queue);
 
+-- browse_maintenance_passes gains the part's column (browse_passes.sql):
+-- a function's result columns change only by dropping it
+DROP FUNCTION browse_maintenance_passes(bigint, int);
+
 INSERT INTO setting (name, value, kind, default_value, min_value, max_value, infinite_ok, description) VALUES
     ('schedule_missed_after', '5 minutes', 'interval', '5 minutes', '1 second', '1 day', false,
      'a schedule with catch-up none does not send a slot that is older than this when a pass finds it (maintain_schedules.sql)')
@@ -925,6 +929,29 @@ SELECT name, queue, cron, time_zone, next_at, last_at, last_id, paused, catch_up
        last_error, created_at, updated_at
   FROM schedule_rows();
 -- pgsweep:end functions/schedule.sql
+
+-- pgsweep:changed functions/browse_passes.sql
+CREATE OR REPLACE FUNCTION browse_maintenance_passes(p_before bigint DEFAULT NULL, p_limit int DEFAULT 50)
+RETURNS TABLE (id bigint, owner text, started_at timestamptz, finished_at timestamptz, duration interval,
+               recovery text, retention text, counts jsonb, error text, stats text, schedules text)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_before IS NOT NULL THEN
+        PERFORM _check_int('p_before', p_before, 1, 9223372036854775807);
+    END IF;
+    PERFORM _check_int('p_limit', p_limit, 1, 1000);
+    RETURN QUERY
+    SELECT v.id, v.owner, v.started_at, v.finished_at, v.duration, v.recovery, v.retention, v.counts, v.error, v.stats,
+           v.schedules
+      FROM maintenance_passes v
+     WHERE v.id < coalesce(p_before, 9223372036854775807)
+     ORDER BY v.id DESC
+     LIMIT p_limit;
+END
+$$;
+-- pgsweep:end functions/browse_passes.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();
