@@ -40,22 +40,24 @@ type MaintenancePass struct {
 	// Duration is how long the pass took; nil while it runs (or after it
 	// was abandoned, until a takeover closes it).
 	Duration *time.Duration `json:"duration"`
-	// Recovery, Stats and Retention are the outcomes of the pass's parts
-	// ("done", "more", "running", "error", …); empty when the part did not run.
+	// Recovery, Schedules, Stats and Retention are the outcomes of the
+	// pass's parts ("done", "more", "running", "error", …); empty when the
+	// part did not run (Schedules: or the install predates it).
 	Recovery  string `json:"recovery"`
+	Schedules string `json:"schedules"`
 	Stats     string `json:"stats"`
 	Retention string `json:"retention"`
 	// Counts is the pass's counters as the database wrote them:
-	// {"recovery": {...}, "retention": {"deleted": {"<policy>": rows}}}.
+	// {"recovery": {...}, "schedules": {"sent": n, ...}, "retention": {"deleted": {"<policy>": rows}}}.
 	Counts json.RawMessage `json:"counts"`
 	Error  string          `json:"error,omitempty"`
 }
 
-const maintenancePassColumns = "SELECT id, owner, started_at, duration, coalesce(recovery, ''), coalesce(retention, ''), counts, coalesce(error, ''), coalesce(stats, '') FROM "
+const maintenancePassColumns = "SELECT id, owner, started_at, duration, coalesce(recovery, ''), coalesce(retention, ''), counts, coalesce(error, ''), coalesce(stats, ''), coalesce(schedules, '') FROM "
 
 func scanMaintenancePass(r pgx.Row) (MaintenancePass, error) {
 	var p MaintenancePass
-	err := r.Scan(&p.ID, &p.Owner, &p.StartedAt, &p.Duration, &p.Recovery, &p.Retention, &p.Counts, &p.Error, &p.Stats)
+	err := r.Scan(&p.ID, &p.Owner, &p.StartedAt, &p.Duration, &p.Recovery, &p.Retention, &p.Counts, &p.Error, &p.Stats, &p.Schedules)
 	return p, err
 }
 

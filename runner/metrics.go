@@ -22,6 +22,7 @@ type Metrics struct {
 	rowsRecovered   prometheus.Counter
 	claimsExpired   prometheus.Counter
 	deadLettered    prometheus.Counter
+	scheduledSent   prometheus.Counter
 	queueDepth      *prometheus.GaugeVec
 	oldestPending   *prometheus.GaugeVec
 	snapshotAt      *prometheus.GaugeVec
@@ -60,6 +61,8 @@ func NewMetrics() *Metrics {
 			Name: "pgsweep_recovery_lost_leases_total", Help: "Message claims (worker leases) recovery found expired."}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgsweep_recovery_dead_lettered_total", Help: "Messages recovery moved to the dead letters (no attempts left)."}),
+		scheduledSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgsweep_schedules_sent_total", Help: "Messages the periodic schedules sent in this runner's passes (one per slot)."}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pgsweep_queue_depth", Help: "Messages per queue and state (pending, due, processing, failed, processed, dead), from the queue's latest snapshot (stats_latest), read after each pass."},
 			[]string{"queue", "kind", "state"}),
@@ -85,7 +88,7 @@ func NewMetrics() *Metrics {
 			[]string{"result"}),
 	}
 	r.MustRegister(m.passes, m.passErrors, m.passDuration, m.partRuns, m.leasesAcquired, m.leasesLost,
-		m.rowsDeleted, m.rowsRecovered, m.claimsExpired, m.deadLettered, m.queueDepth, m.oldestPending, m.snapshotAt, m.findings, m.severities,
+		m.rowsDeleted, m.rowsRecovered, m.claimsExpired, m.deadLettered, m.scheduledSent, m.queueDepth, m.oldestPending, m.snapshotAt, m.findings, m.severities,
 		m.lastSuccess, m.consecutiveFail, m.detached,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -106,6 +109,7 @@ func (m *Metrics) observePass(p *Pass) {
 	m.rowsRecovered.Add(float64(p.Recovery.Recovered))
 	m.claimsExpired.Add(float64(p.Recovery.LostLeases))
 	m.deadLettered.Add(float64(p.Recovery.DeadLettered))
+	m.scheduledSent.Add(float64(p.Schedules.Sent))
 	for policy, n := range p.Deleted {
 		m.rowsDeleted.WithLabelValues(policy).Add(float64(n))
 	}

@@ -17,13 +17,16 @@ import (
 type Pass struct {
 	// ID is the pass's id in the maintenance_passes view.
 	ID int64
-	// Parts maps each part ("recovery", "retention") to what it did: done,
+	// Parts maps each part ("recovery", "schedules", "stats", "retention") to what it did: done,
 	// failed, lost (its lease was taken over), busy (another session ran
 	// it), not due, or no budget.
 	Parts map[string]string
 	// Recovery is what the recovery part did, summed over its steps; zero
 	// when it did not run in this pass.
 	Recovery RecoveryCounts
+	// Schedules is what the schedules part did, summed over its steps;
+	// zero when it did not run in this pass.
+	Schedules ScheduleCounts
 	// Deleted is the number of rows retention deleted, per policy.
 	Deleted map[string]int64
 	// Error is the pass's recorded error ("<part>: <message>; ..."), empty
@@ -42,6 +45,21 @@ type RecoveryCounts struct {
 	// DeadLettered is the number of messages with no attempt left that were
 	// moved to the dead letters.
 	DeadLettered int64 `json:"dead_lettered"`
+}
+
+// ScheduleCounts are the schedules part's counts for one pass
+// (maintain_schedules.sql).
+type ScheduleCounts struct {
+	// Sent is the number of messages the schedules sent.
+	Sent int64 `json:"sent"`
+	// Fired is the number of schedules that sent at least one.
+	Fired int64 `json:"fired"`
+	// Skipped is the number of schedules whose overdue slots their catch-up
+	// mode dropped (latest: all but the latest; none: all).
+	Skipped int64 `json:"skipped"`
+	// Refused is the number of due schedules whose owner lacks send on the
+	// queue: nothing was sent for them.
+	Refused int64 `json:"refused"`
 }
 
 // QueueStats is one row of the queue_stats view (pgsweep.QueueStats).
@@ -172,6 +190,9 @@ func (r *Runner) readPass(ctx context.Context, conn Conn) (*Pass, error) {
 	if row.Recovery != "" {
 		p.Parts["recovery"] = row.Recovery
 	}
+	if row.Schedules != "" {
+		p.Parts["schedules"] = row.Schedules
+	}
 	if row.Stats != "" {
 		p.Parts["stats"] = row.Stats
 	}
@@ -192,6 +213,7 @@ func parseCounts(raw []byte, p *Pass) error {
 	}
 	var c struct {
 		Recovery  RecoveryCounts `json:"recovery"`
+		Schedules ScheduleCounts `json:"schedules"`
 		Retention struct {
 			Deleted map[string]int64 `json:"deleted"`
 		} `json:"retention"`
@@ -200,6 +222,7 @@ func parseCounts(raw []byte, p *Pass) error {
 		return fmt.Errorf("counts %s: %w", raw, err)
 	}
 	p.Recovery = c.Recovery
+	p.Schedules = c.Schedules
 	for k, v := range c.Retention.Deleted {
 		p.Deleted[k] = v
 	}

@@ -417,19 +417,22 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 }
 
 func (r *Runner) logPass(p *Pass, elapsed time.Duration) {
-	attrs := []any{"pass", p.ID, "recovery", p.Parts["recovery"], "stats", p.Parts["stats"], "retention", p.Parts["retention"], "elapsed", elapsed}
+	attrs := []any{"pass", p.ID, "recovery", p.Parts["recovery"], "schedules", p.Parts["schedules"], "stats", p.Parts["stats"],
+		"retention", p.Parts["retention"], "elapsed", elapsed}
 	var deleted int64
 	for _, n := range p.Deleted {
 		deleted += n
 	}
-	if p.Recovery != (RecoveryCounts{}) || deleted > 0 {
+	busy := p.Recovery != (RecoveryCounts{}) || p.Schedules != (ScheduleCounts{}) || deleted > 0
+	if busy {
 		attrs = append(attrs, "recovered", p.Recovery.Recovered, "lost_leases", p.Recovery.LostLeases,
-			"dead_lettered", p.Recovery.DeadLettered, "deleted", deleted)
+			"dead_lettered", p.Recovery.DeadLettered, "scheduled_sent", p.Schedules.Sent, "schedules_refused", p.Schedules.Refused,
+			"deleted", deleted)
 	}
 	switch {
 	case p.Error != "":
 		r.log.Error("maintenance pass recorded an error", append(attrs, "error", pgsweep.RedactSecrets(p.Error))...)
-	case p.Recovery != (RecoveryCounts{}) || deleted > 0:
+	case busy:
 		r.log.Info("maintenance pass", attrs...)
 	default:
 		r.log.Debug("maintenance pass", attrs...)

@@ -99,10 +99,10 @@ func (h *harness) expectPass(interval, jitter time.Duration, counts string, stat
 	}
 	h.mock.ExpectExec(`CALL "pgsweep"\.maintain\(\$1, \$2\)`).WithArgs(owner, 30*time.Second).
 		WillReturnResult(pgconn.NewCommandTag("CALL"))
-	h.mock.ExpectQuery(`SELECT id, owner, started_at, duration, coalesce\(recovery, ''\), coalesce\(retention, ''\), counts, coalesce\(error, ''\), coalesce\(stats, ''\) FROM "pgsweep"\.maintenance_passes WHERE owner OPERATOR\(pg_catalog\.=\) \$1::pg_catalog\.text`).
+	h.mock.ExpectQuery(`SELECT id, owner, started_at, duration, coalesce\(recovery, ''\), coalesce\(retention, ''\), counts, coalesce\(error, ''\), coalesce\(stats, ''\), coalesce\(schedules, ''\) FROM "pgsweep"\.maintenance_passes WHERE owner OPERATOR\(pg_catalog\.=\) \$1::pg_catalog\.text`).
 		WithArgs(owner).
-		WillReturnRows(pgxmock.NewRows([]string{"id", "owner", "started_at", "duration", "recovery", "retention", "counts", "error", "stats"}).
-			AddRow(int64(7), owner, time.Now(), (*time.Duration)(nil), rec, ret, []byte(counts), "", "done"))
+		WillReturnRows(pgxmock.NewRows([]string{"id", "owner", "started_at", "duration", "recovery", "retention", "counts", "error", "stats", "schedules"}).
+			AddRow(int64(7), owner, time.Now(), (*time.Duration)(nil), rec, ret, []byte(counts), "", "done", "done"))
 	h.mock.ExpectQuery(`SELECT "pgsweep"\.setting_interval\(n\) FROM pg_catalog\.unnest\(\$1::pg_catalog\.text\[\]\)`).
 		WithArgs([]string{"runner_interval", "runner_jitter"}).
 		WillReturnRows(pgxmock.NewRows([]string{"setting_interval"}).AddRow(interval).AddRow(jitter))

@@ -49,6 +49,7 @@ var commands = map[string]command{
 	"uninstall": {"remove pgsweep from a database: cron job, schema, the roles it created", runUninstall},
 	"relay":     {"publish an outbox queue to NATS JetStream or RabbitMQ; any number of replicas", runRelay},
 	"queue":     {"pause, resume, purge or drop a queue; queue and lane statistics", runQueue},
+	"schedule":  {"periodic schedules: list, create, pause, resume or drop", runSchedule},
 	"ui":        {"serve the dashboard: queues, lanes, maintenance, leases, retention", runUI},
 }
 

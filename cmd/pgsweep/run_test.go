@@ -48,7 +48,7 @@ func TestRunOnceStatusAndCron(t *testing.T) {
 	if len(rep.Passes) != 1 || rep.Passes[0].Owner != "cli-once" || rep.Passes[0].Recovery != "done" {
 		t.Fatalf("status passes %+v", rep.Passes)
 	}
-	if len(rep.Leases) != 3 || len(rep.Missing) != 0 { // maintain:recovery, maintain:stats, maintain:retention
+	if len(rep.Leases) != 4 || len(rep.Missing) != 0 { // maintain:recovery, maintain:schedules, maintain:stats, maintain:retention
 		t.Fatalf("status leases %+v, missing %v", rep.Leases, rep.Missing)
 	}
 	out, _, code = runCLI(t, append([]string{"status"}, conn...)...)

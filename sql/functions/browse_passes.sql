@@ -11,7 +11,7 @@
 -- primary key, backwards, and each pass's runs (maintain_run_pass).
 CREATE OR REPLACE FUNCTION browse_maintenance_passes(p_before bigint DEFAULT NULL, p_limit int DEFAULT 50)
 RETURNS TABLE (id bigint, owner text, started_at timestamptz, finished_at timestamptz, duration interval,
-               recovery text, retention text, counts jsonb, error text, stats text)
+               recovery text, retention text, counts jsonb, error text, stats text, schedules text)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
@@ -21,7 +21,8 @@ BEGIN
     END IF;
     PERFORM _check_int('p_limit', p_limit, 1, 1000);
     RETURN QUERY
-    SELECT v.id, v.owner, v.started_at, v.finished_at, v.duration, v.recovery, v.retention, v.counts, v.error, v.stats
+    SELECT v.id, v.owner, v.started_at, v.finished_at, v.duration, v.recovery, v.retention, v.counts, v.error, v.stats,
+           v.schedules
       FROM maintenance_passes v
      WHERE v.id < coalesce(p_before, 9223372036854775807)
      ORDER BY v.id DESC

@@ -158,7 +158,8 @@ SELECT p.id,
        p.parts ->> 'retention' AS retention,
        coalesce((SELECT jsonb_object_agg(r.part, r.counts) FROM maintain_run r WHERE r.pass_id = p.id), '{}') AS counts,
        p.error,
-       p.parts ->> 'stats' AS stats -- last: a view's new column goes at its end
+       p.parts ->> 'stats' AS stats, -- a view's new column goes at its end
+       p.parts ->> 'schedules' AS schedules
   FROM maintain_pass p;
 
 CREATE OR REPLACE VIEW maintenance_runs AS

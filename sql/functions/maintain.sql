@@ -133,7 +133,8 @@ $$;
 -- lease; it returns whether another step is worth it. A run that is not a
 -- running run of p_part takes no step (false). The steps: 'recovery', one
 -- bounded step of recovery (maintain_recovery.sql); 'stats', the snapshots
--- (stats.sql), one step per run.
+-- (stats.sql), one step per run; 'schedules', the due slots of at most 100
+-- schedules (maintain_schedules.sql).
 CREATE OR REPLACE FUNCTION _maintain_step(p_run bigint, p_part text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -149,6 +150,7 @@ BEGIN
                                CASE p_part
                                    WHEN 'recovery' THEN _maintain_recovery(v_run.owner, v_run.deadline)
                                    WHEN 'stats' THEN _stats_snapshot(NULL)
+                                   WHEN 'schedules' THEN _schedule_run(NULL, 100)
                                END,
                                NULL, v_run.deadline, NULL);
 END
@@ -249,6 +251,30 @@ BEGIN
             v_failed := false;
             BEGIN
                 v_more := {{ .schema | default "pgsweep" }}.maintain_step_recovery(v_run);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
+                v_failed := true;
+            END;
+            IF v_failed THEN
+                PERFORM {{ .schema | default "pgsweep" }}.maintain_step_failed(v_run, v_msg, v_state);
+                v_more := false;
+            END IF;
+            COMMIT;
+            EXIT WHEN NOT v_more;
+        END LOOP;
+        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
+        COMMIT;
+    END IF;
+
+    -- schedules: steps of at most 100 due schedules each, committed one by
+    -- one, until none is due or the budget is spent (maintain_schedules.sql).
+    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'schedules');
+    COMMIT;
+    IF v_run IS NOT NULL THEN
+        LOOP
+            v_failed := false;
+            BEGIN
+                v_more := {{ .schema | default "pgsweep" }}.maintain_step_schedules(v_run);
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
                 v_failed := true;

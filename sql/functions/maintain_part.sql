@@ -1,4 +1,4 @@
--- The parts of a maintain pass. Each part ('recovery', 'stats', 'retention') runs under
+-- The parts of a maintain pass. Each part ('recovery', 'schedules', 'stats', 'retention') runs under
 --   * the lease 'maintain:<part>' (the truth: holder, fencing token, expiry by
 --     the database clock; TTL from the setting maintain_lease_ttl, renewed
 --     after every step), and
@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION _maintain_parts()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT ARRAY['recovery', 'stats', 'retention'] $$;
+AS $$ SELECT ARRAY['recovery', 'schedules', 'stats', 'retention'] $$;
 
 -- _maintain_part_check raises 22023 naming p_part unless it is one of the
 -- parts (the name rule first: the message echoes it).
@@ -66,6 +66,9 @@ SET search_path FROM CURRENT
 AS $$
     SELECT CASE p_part
            WHEN 'recovery' THEN setting_interval('recovery_interval')
+           -- every pass: a slot is sent by the first pass after it (one
+           -- index probe when nothing is due: maintain_schedules.sql)
+           WHEN 'schedules' THEN interval '0'
            -- at most an hour: one slow run (a lock wait, an I/O stall) must
            -- not silence the snapshots, and the findings read from them,
            -- for ten times as long

@@ -102,6 +102,8 @@ AS $$
         'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_stats', 'maintain_step_failed',
         'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
         'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
+        'maintain_step_schedules', -- the part 'schedules' (maintain_schedules.sql)
+        'schedule_create', 'schedule_pause', 'schedule_resume', 'schedule_drop', -- periodic schedules (schedule.sql)
         'maintain_fail_owner', -- the runner: a pass whose session is gone
         'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
@@ -113,7 +115,9 @@ AS $$
         'cron_job_name', -- the name health_server looks for in pg_cron's jobs (cron.sql)
         'browse_messages', 'browse_message', -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
         'browse_lanes', 'browse_leases', -- keyset pages of a queue's lanes (browse_lanes.sql) and of the leases (lease.sql)
-        'browse_maintenance_passes', 'browse_retention_passes']) r -- keyset pages of the pass histories (browse_passes.sql)
+        'browse_maintenance_passes', 'browse_retention_passes', -- keyset pages of the pass histories (browse_passes.sql)
+        'schedule_next_times', -- a cron expression's next slots (schedule_cron.sql): reads no table
+        'schedule_rows']) r -- the schedules view's rows (schedule.sql): no payload, no header
 $$;
 
 -- The views each role may read (all run as S_owner, their owner).
@@ -124,7 +128,7 @@ SET search_path FROM CURRENT
 AS $$
     SELECT 'monitor', v FROM pg_catalog.unnest(ARRAY[
         'queue_stats', 'leases', 'retention_policies', 'retention_passes', 'maintenance_passes',
-        'maintenance_runs', 'settings']) v
+        'maintenance_runs', 'settings', 'schedules']) v
 $$;
 
 -- _grant_all applies the model to everything in the schema. It runs as the

@@ -243,7 +243,19 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('send_batch(text,jsonb[],jsonb[],text[],timestamp with time zone[],text[],text[],interval[],smallint[])', 'worker', 'p_unique_keys[2]', $$SELECT pgsweep.send_batch('hq', ARRAY['{}'::jsonb, '{}'], p_unique_keys => ARRAY['ok', %L])$$, 'name', '{}'),
     ('send_batch_unique(text,jsonb[],jsonb[],text[],timestamp with time zone[],text[],text[],interval[],smallint[])', 'worker', 'p_queue', $$SELECT pgsweep.send_batch_unique(%L, ARRAY['{}'::jsonb])$$, 'name', '{}'),
     ('send_batch_unique(text,jsonb[],jsonb[],text[],timestamp with time zone[],text[],text[],interval[],smallint[])', 'worker', 'p_unique_keys[2]', $$SELECT pgsweep.send_batch_unique('hq', ARRAY['{}'::jsonb, '{}'], p_unique_keys => ARRAY['ok', %L])$$, 'name', '{}'),
-    ('send_batch_unique(text,jsonb[],jsonb[],text[],timestamp with time zone[],text[],text[],interval[],smallint[])', 'worker', 'p_unique_for[1]', $$SELECT pgsweep.send_batch_unique('hq', ARRAY['{}'::jsonb], p_unique_keys => ARRAY['u'], p_unique_for => ARRAY[%L::interval])$$, 'interval', '{}');
+    ('send_batch_unique(text,jsonb[],jsonb[],text[],timestamp with time zone[],text[],text[],interval[],smallint[])', 'worker', 'p_unique_for[1]', $$SELECT pgsweep.send_batch_unique('hq', ARRAY['{}'::jsonb], p_unique_keys => ARRAY['u'], p_unique_for => ARRAY[%L::interval])$$, 'interval', '{}'),
+    -- periodic schedules (schedule.sql, schedule_cron.sql)
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_name', $$SELECT pgsweep.schedule_create(%L, 'hq', '* * * * *')$$, 'name', '{}'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_queue', $$SELECT pgsweep.schedule_create('s', %L, '* * * * *')$$, 'name', '{}'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_cron', $$SELECT pgsweep.schedule_create('s', 'hq', %L)$$, 'name', '{}'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_lane', $$SELECT pgsweep.schedule_create('s', 'hq', '* * * * *', '{}', '{}', %L)$$, 'name', '{}'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_time_zone', $$SELECT pgsweep.schedule_create('s', 'hq', '* * * * *', '{}', '{}', NULL, %L)$$, 'name', '{}'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_catch_up', $$SELECT pgsweep.schedule_create('s', 'hq', '* * * * *', '{}', '{}', NULL, 'UTC', %L)$$, 'name', '{}'),
+    ('schedule_pause(text)', 'admin', 'p_name', $$SELECT pgsweep.schedule_pause(%L)$$, 'name', '{}'),
+    ('schedule_resume(text)', 'admin', 'p_name', $$SELECT pgsweep.schedule_resume(%L)$$, 'name', '{}'),
+    ('schedule_drop(text)', 'admin', 'p_name', $$SELECT pgsweep.schedule_drop(%L)$$, 'name', '{}'),
+    ('schedule_next_times(text,text,timestamp with time zone,integer)', 'monitor', 'p_cron', $$SELECT * FROM pgsweep.schedule_next_times(%L)$$, 'name', '{}'),
+    ('schedule_next_times(text,text,timestamp with time zone,integer)', 'monitor', 'p_time_zone', $$SELECT * FROM pgsweep.schedule_next_times('* * * * *', %L)$$, 'name', '{}');
 
 -- Sizes and times: one row each (no class to cross with).
 CREATE TEMP TABLE one (routine text, kind text, arg text, call text, label text);
@@ -282,6 +294,12 @@ INSERT INTO one VALUES
      $$SELECT pgsweep.send_batch('hi', ARRAY['{}'::jsonb, '{}'], NULL, ARRAY['k', repeat('€', 1000)])$$, 'a 3000-byte key in a batch'),
     ('send_batch(text,jsonb[],jsonb[],text[],timestamp with time zone[],text[],text[],interval[],smallint[])', 'worker', 'p_headers',
      $$SELECT pgsweep.send_batch('hq', ARRAY['{}'::jsonb, '{}'], ARRAY['{}'::jsonb, jsonb_build_object('x', repeat('x', 5000000))])$$, '5 MB headers in a batch'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_payload',
+     $$SELECT pgsweep.schedule_create('s', 'hq', '* * * * *', jsonb_build_object('x', repeat('x', 20000000)))$$, '20 MB payload'),
+    ('schedule_create(text,text,text,jsonb,jsonb,text,text,text)', 'admin', 'p_headers',
+     $$SELECT pgsweep.schedule_create('s', 'hq', '* * * * *', '{}', jsonb_build_object('x', repeat('x', 5000000)))$$, '5 MB headers'),
+    ('schedule_next_times(text,text,timestamp with time zone,integer)', 'monitor', 'p_count',
+     $$SELECT * FROM pgsweep.schedule_next_times('* * * * *', 'UTC', NULL, 200000)$$, '200,000 slots'),
     ('claim(text,text,integer,interval)', 'worker', 'p_batch', $$SELECT pgsweep.claim('hq', 'w', 200000, '1 minute')$$, 'a batch of 200,000'),
     ('claim_ids(text,text,bigint[],interval)', 'worker', 'p_ids', $$SELECT pgsweep.claim_ids('hq', 'w', ARRAY(SELECT generate_series(1, 200000)::bigint))$$, '200,000 ids'),
     ('renew(text,uuid,bigint[],interval)', 'worker', 'p_ids', $$SELECT pgsweep.renew('hq', gen_random_uuid(), ARRAY(SELECT generate_series(1, 200000)::bigint), '1 minute')$$, '200,000 ids'),
@@ -397,6 +415,7 @@ INSERT INTO elsewhere (routine, kind, arg, call, label) VALUES
     ('maintain_step_part_end(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
     ('maintain_step_recovery(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
     ('maintain_step_stats(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
+    ('maintain_step_schedules(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
     ('maintain_step_renew(bigint)', 'admin', 'p_run', NULL, 'a run id: security_internals.sql'),
     ('maintain_step_retention(bigint)', 'admin', 'p_run', NULL, 'a run id (a procedure): security_internals.sql'),
     ('retention_step(bigint)', 'admin', 'p_pass', NULL, 'a pass id: security_internals.sql'),

@@ -146,7 +146,7 @@ CREATE TEMP TABLE before AS SELECT * FROM pgsweep.maintain_pass;
 SELECT throws_ok($$CALL pgsweep.maintain('x', '2 hours')$$, '22023', 'p_budget must be between 1 second and 1 hour, got 2 hours', 'budget above 1 hour');
 SELECT throws_ok($$CALL pgsweep.maintain('x', '0.5 seconds')$$, '22023', 'p_budget must be between 1 second and 1 hour, got 0.5 seconds', 'budget below 1 second');
 SELECT throws_ok($$CALL pgsweep.maintain('', '10 seconds')$$, '22023', 'p_owner must be a non-empty string of at most 200 characters, got an empty string', 'empty owner');
-SELECT throws_ok($$SELECT pgsweep._maintain_part_begin(1, 'vacuum', 'a', now())$$, '22023', 'p_part must be one of recovery, stats, retention, got ''vacuum''', 'unknown part');
+SELECT throws_ok($$SELECT pgsweep._maintain_part_begin(1, 'vacuum', 'a', now())$$, '22023', 'p_part must be one of recovery, schedules, stats, retention, got ''vacuum''', 'unknown part');
 SELECT set_eq('SELECT * FROM pgsweep.maintain_pass', 'SELECT * FROM before', 'failed calls changed nothing');
 
 SELECT * FROM finish();

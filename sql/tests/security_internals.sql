@@ -16,7 +16,7 @@
 -- The attacker is a role granted <schema>_admin (or _worker) and nothing else.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(80);
+SELECT plan(81);
 
 -- as_role: 'ok' or the SQLSTATE of p_sql run as p_role.
 \ir include/as_role.sql
@@ -99,6 +99,8 @@ SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_recov
     '42501', 'maintain_step_recovery: another session''s run is refused');
 SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_stats(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
     '42501', 'maintain_step_stats: another session''s run is refused');
+SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_schedules(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
+    '42501', 'maintain_step_schedules: another session''s run is refused');
 SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_failed(%s, %L, %L)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'), 'x', 'XX000')),
     '42501', 'maintain_step_failed: refused');
 SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_part_end(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),

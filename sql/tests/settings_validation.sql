@@ -13,6 +13,7 @@ SELECT set_eq(
           'history_retention', 'history_max_rows', 'retention_lock_timeout', 'queue_default_grants',
           'max_payload_bytes', 'max_headers_bytes', 'max_error_bytes', 'max_key_bytes', 'max_batch',
           'stats_interval', 'stats_retention', -- the queue snapshots (stats.sql)
+          'schedule_missed_after', -- periodic schedules, catch-up none (maintain_schedules.sql)
           'health_transaction_age', 'health_idle_in_transaction_age', 'health_prepared_age', 'health_slot_xmin_xids',
           'health_lock_wait', 'health_due_age', 'health_window', 'health_dead_letters', 'health_dead_tuples',
           'health_dead_tuples_percent', 'health_maintain_intervals',
@@ -31,7 +32,7 @@ SELECT results_eq(
              ('max_batch', '10000'), ('max_error_bytes', '65536'), ('max_headers_bytes', '65536'), ('max_key_bytes', '2000'),
              ('max_payload_bytes', '1048576'), ('queue_default_grants', '1'), ('recovery_batch_size', '1000'),
              ('recovery_interval', '5 seconds'), ('retention_check_interval', '1 minute'), ('retention_duty_cycle', '0'), ('retention_lock_timeout', '1 second'), ('runner_interval', '10 seconds'),
-             ('runner_jitter', '2 seconds'), ('stats_interval', '10 seconds'), ('stats_retention', '7 days')$$,
+             ('runner_jitter', '2 seconds'), ('schedule_missed_after', '5 minutes'), ('stats_interval', '10 seconds'), ('stats_retention', '7 days')$$,
     'the documented defaults');
 
 -- start from defaults whatever an earlier session changed (ROLLBACK restores)
@@ -72,7 +73,7 @@ SELECT throws_ok($$SELECT pgsweep.setting_set('recovery_batch_size', '10001')$$,
 SELECT throws_ok($$SELECT pgsweep.setting_set('history_max_rows', 'many')$$, '22023',
     'history_max_rows must be an integer between 10 and 10000000, got ''many''', 'unparseable integer');
 SELECT throws_ok($$SELECT pgsweep.setting_set('nope', '1')$$, '22023',
-    'p_name must be one of dead_letter_retention, health_dead_letters, health_dead_tuples, health_dead_tuples_percent, health_due_age, health_idle_in_transaction_age, health_index_bloat_mb, health_index_bloat_percent, health_lock_wait, health_maintain_intervals, health_max_per_kind, health_prepared_age, health_slot_xmin_xids, health_transaction_age, health_window, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, max_batch, max_error_bytes, max_headers_bytes, max_key_bytes, max_payload_bytes, queue_default_grants, recovery_batch_size, recovery_interval, retention_check_interval, retention_duty_cycle, retention_lock_timeout, runner_interval, runner_jitter, stats_interval, stats_retention, got ''nope''',
+    'p_name must be one of dead_letter_retention, health_dead_letters, health_dead_tuples, health_dead_tuples_percent, health_due_age, health_idle_in_transaction_age, health_index_bloat_mb, health_index_bloat_percent, health_lock_wait, health_maintain_intervals, health_max_per_kind, health_prepared_age, health_slot_xmin_xids, health_transaction_age, health_window, history_max_rows, history_retention, inbox_processed_retention, maintain_lease_ttl, max_batch, max_error_bytes, max_headers_bytes, max_key_bytes, max_payload_bytes, queue_default_grants, recovery_batch_size, recovery_interval, retention_check_interval, retention_duty_cycle, retention_lock_timeout, runner_interval, runner_jitter, schedule_missed_after, stats_interval, stats_retention, got ''nope''',
     'unknown setting');
 SELECT throws_ok($$SELECT pgsweep.setting_get(NULL)$$, '22023', NULL, 'setting_get(NULL)');
 SELECT throws_ok($$SELECT pgsweep.setting_reset('nope')$$, '22023', NULL, 'setting_reset of an unknown setting');
