@@ -88,6 +88,13 @@ INSERT INTO maintain_state (part) VALUES ('schedules') ON CONFLICT (part) DO NOT
 -- computes next slots without parsing. last_slot: every slot up to it is
 -- handled (sent, or skipped by the catch-up mode); next_at: the first slot
 -- after it (NULL: none within the search bound).
+-- In one DO block, each statement through EXECUTE: on a distributed install
+-- the foreign key to queue (a reference table) makes Citus manage the new
+-- table at once, and it refuses to propagate DDL from a multi-statement
+-- string (as 023 and 040 say).
+DO $$
+BEGIN
+    EXECUTE $ddl$
 CREATE TABLE schedule (
     name        text PRIMARY KEY,
     queue       text NOT NULL REFERENCES queue (name) ON DELETE CASCADE,
@@ -113,11 +120,14 @@ CREATE TABLE schedule (
     last_error  text,
     created_at  timestamptz NOT NULL,
     updated_at  timestamptz NOT NULL
-);
--- what the part probes every pass: the due schedules
-CREATE INDEX schedule_due ON schedule (next_at) WHERE NOT paused;
--- queue_drop's cascade
-CREATE INDEX schedule_queue ON schedule (queue);
+)
+    $ddl$;
+    -- what the part probes every pass: the due schedules
+    EXECUTE 'CREATE INDEX schedule_due ON schedule (next_at) WHERE NOT paused';
+    -- queue_drop's cascade
+    EXECUTE 'CREATE INDEX schedule_queue ON schedule (queue)';
+END
+$$;
 
 -- browse_maintenance_passes gains the part's column (browse_passes.sql):
 -- a function's result columns change only by dropping it

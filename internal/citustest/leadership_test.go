@@ -127,7 +127,8 @@ func nonZero(t *testing.T, in *Install, what string, sql string, args ...any) fu
 // it on the coordinator: recovery releases the expired leases of queues on
 // both workers (queue_recover, pushed down per queue), and retention runs
 // the built-in policy of an inbox queue (processed rows past
-// processed_retention, a distributed table swept with the queue's filter).
+// processed_retention, a distributed table swept with the queue's filter),
+// and the schedules part sends a schedule's slot to the queue's shard.
 func TestCitusMaintain(t *testing.T) {
 	in := Shared(t)
 	ctx := context.Background()
@@ -162,6 +163,11 @@ func TestCitusMaintain(t *testing.T) {
 		if _, err := in.Client.Complete(ctx, q, ds[0].Token, ids); err != nil { // 10 processed, 10 left to expire
 			t.Fatal(err)
 		}
+		// a schedule (a reference table) that sends to the queue's shard
+		if err := in.Client.ScheduleCreate(ctx, "every-second-"+q, q, "@every 1 second", nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = in.Client.ScheduleDrop(ctx, "every-second-"+q) })
 	}
 	in.Exec(t, "SELECT "+s+".setting_set('recovery_interval', '0')")
 	in.Exec(t, "SELECT "+s+".setting_set('retention_check_interval', '0')")
@@ -179,6 +185,10 @@ func TestCitusMaintain(t *testing.T) {
 		}
 		if n := in.Int(t, "SELECT count(*) FROM "+in.Rel("message_processed")+" WHERE queue = $1", q); n != 0 {
 			t.Errorf("%s: %d processed rows past processed_retention left (pass %s)", q, n, parts)
+		}
+		// catch-up latest: one message for the slots of the 2.5 s above
+		if n := in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1 AND key LIKE 'pgsweep-schedule:%'", q); n != 1 {
+			t.Errorf("%s: %d scheduled messages after one pass, want 1 (pass %s)", q, n, parts)
 		}
 	}
 	if n := in.Int(t, "SELECT count(*) FROM "+s+".maintain_run WHERE status <> 'done'"); n != 0 {
