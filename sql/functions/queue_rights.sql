@@ -38,6 +38,20 @@
 -- An upgrade from a release without rights gives every existing queue the
 -- rows of setting 1, so an upgraded install behaves as before.
 
+-- _caller_role: the role the session acts as -- what SET ROLE set, or the
+-- session user -- also inside a SECURITY DEFINER function, whose
+-- current_user is its owner. The rule of every right check; the hot verbs
+-- (_queue_require below, browse_lanes) write its CASE inline, since a call
+-- costs as much as their whole check.
+CREATE OR REPLACE FUNCTION _caller_role()
+RETURNS name
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                ELSE pg_catalog.current_setting('role')::name END
+$$;
+
 -- _queue_require raises 42501 unless the calling session holds p_right on
 -- p_queue (an existing queue: the verbs look it up first, so an unknown
 -- queue is their 22023). It is the one place that says who the caller is

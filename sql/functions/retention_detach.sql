@@ -13,16 +13,6 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 'pgsweep_detached_c' || p_leaf::text $$;
 
--- _retention_detach_caller: the role a SECURITY DEFINER function's caller acts as.
-CREATE OR REPLACE FUNCTION _retention_detach_caller()
-RETURNS name
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                ELSE pg_catalog.current_setting('role')::name END
-$$;
-
 -- _retention_detach_can_act: whether p_role may SET ROLE to p_owner, as the
 -- runner does for each statement (PostgreSQL 16 grants SET apart).
 CREATE OR REPLACE FUNCTION _retention_detach_can_act(p_role name, p_owner oid)
@@ -61,7 +51,7 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_caller name := _retention_detach_caller();
+    v_caller name := _caller_role();
     v_now timestamptz := clock_timestamp();
     v_timeout bigint := (extract(epoch FROM setting_interval('retention_lock_timeout')) * 1000)::bigint;
     v_pol retention_policy;
@@ -204,7 +194,7 @@ BEGIN
      ORDER BY u.policy, u.sweep_id, u.unit_no LIMIT 1 FOR UPDATE;
     SELECT * INTO v_pol FROM retention_policy r WHERE r.name = v_u.policy;
     -- only the claim's holder, able to act as the policy's owner, records it
-    IF v_u.policy IS NULL OR NOT _retention_detach_can_act(_retention_detach_caller(), v_pol.owner) THEN
+    IF v_u.policy IS NULL OR NOT _retention_detach_can_act(_caller_role(), v_pol.owner) THEN
         state := 'other';
         RETURN;
     END IF;

@@ -28,17 +28,6 @@
 -- expression or the time zone changed, the next slot is computed afresh from
 -- now; otherwise a slot that is due and not yet sent stays due.
 
--- _schedule_caller: the role the session acts as (the same rule as
--- _queue_require: what SET ROLE set, or the session user).
-CREATE OR REPLACE FUNCTION _schedule_caller()
-RETURNS name
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
-                ELSE pg_catalog.current_setting('role')::name END
-$$;
-
 -- _schedule_owner_may_send: does role p_role (a name) hold send on queue
 -- p_name? _queue_require's rule for another role than the caller's: S_owner,
 -- a superuser, or a member of a role granted send. A role that no longer
@@ -76,7 +65,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v schedule;
-    v_caller name := _schedule_caller();
+    v_caller name := _caller_role();
 BEGIN
     PERFORM _check_text('p_name', p_name, 200);
     SELECT * INTO v FROM schedule s WHERE s.name = p_name FOR UPDATE;
@@ -172,7 +161,7 @@ BEGIN
     v_new.dows := v_parsed.dows;
     v_new.day_or := v_parsed.day_or;
     v_new.every_secs := v_parsed.every_secs;
-    v_new.owner_name := _schedule_caller();
+    v_new.owner_name := _caller_role();
     v_new.updated_at := v_now;
     IF v_old.name IS NULL THEN
         v_new.paused := false;
