@@ -1537,7 +1537,7 @@ BEGIN
               FOR UPDATE SKIP LOCKED LOOP
         SELECT * INTO v_q FROM queue q WHERE q.name = s.queue FOR KEY SHARE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND; -- being dropped (or locked by hand): the next step sees
-        IF NOT _schedule_owner_may_send(s.queue, s.owner_name) THEN
+        IF NOT _queue_role_holds(s.owner_name, s.queue, 'send') THEN
             v_refused := v_refused + 1;
             UPDATE schedule x
                SET last_error = format('role "%s" lacks send on queue "%s": nothing sent (queue_grant, or re-create the schedule as a role that holds it)',
@@ -1607,28 +1607,6 @@ $$;
 -- pgsweep:end functions/maintain_schedules.sql
 
 -- pgsweep:changed functions/schedule.sql
-CREATE OR REPLACE FUNCTION _schedule_owner_may_send(p_name text, p_role name)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF p_role = current_user THEN
-        RETURN true;
-    END IF;
-    IF pg_catalog.to_regrole(pg_catalog.quote_ident(p_role)) IS NULL THEN
-        RETURN false;
-    END IF;
-    IF (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = p_role) THEN
-        RETURN true;
-    END IF;
-    RETURN EXISTS (SELECT 1 FROM queue_right r
-                    WHERE r.queue = p_name AND r.privilege = 'send'
-                      AND r.grantee_name = pg_catalog.pg_get_userbyid(r.grantee)
-                      AND pg_catalog.pg_has_role(p_role, r.grantee, 'MEMBER'));
-END
-$$;
-
 CREATE OR REPLACE FUNCTION _schedule_manage(p_name text, p_must boolean)
 RETURNS schedule
 LANGUAGE plpgsql
@@ -2145,6 +2123,51 @@ SET search_path FROM CURRENT
 AS $$
     SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
                 ELSE pg_catalog.current_setting('role')::name END
+$$;
+
+CREATE OR REPLACE FUNCTION _queue_require(p_queue text, p_right text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_caller name := CASE WHEN pg_catalog.current_setting('role') = 'none' THEN pg_catalog.session_user()
+                          ELSE pg_catalog.current_setting('role')::name END;
+BEGIN
+    -- <schema>_owner owns every queue's rows (on Citus the tier runs as it,
+    -- and Citus's own connections to the workers are its).
+    IF v_caller = current_user OR _queue_role_holds(v_caller, p_queue, p_right) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'permission denied: role "%" lacks % on queue "%"', v_caller, p_right, p_queue
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = pg_catalog.format('A role holding manage on the queue grants it: SELECT queue_grant(%L, %L, ARRAY[%L])',
+                                       p_queue, v_caller, p_right);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _queue_role_holds(p_role name, p_queue text, p_right text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_role = current_user THEN
+        RETURN true;
+    END IF;
+    IF pg_catalog.to_regrole(pg_catalog.quote_ident(p_role)) IS NULL THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM queue_right r
+                WHERE r.queue = p_queue AND r.privilege = p_right
+                  AND pg_catalog.pg_has_role(p_role, pg_catalog.to_regrole(pg_catalog.quote_ident(r.grantee_name)), 'MEMBER')) THEN
+        RETURN true;
+    END IF;
+    -- apart from the probe: on Citus a statement that joins the distributed
+    -- queue_right with a catalog view is planned recursively, and the view's
+    -- pg_authid is then read with S_owner's rights (permission denied)
+    RETURN coalesce((SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = p_role), false);
+END
 $$;
 -- pgsweep:end functions/queue_rights.sql
 

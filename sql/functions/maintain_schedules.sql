@@ -78,7 +78,7 @@ BEGIN
               FOR UPDATE SKIP LOCKED LOOP
         SELECT * INTO v_q FROM queue q WHERE q.name = s.queue FOR KEY SHARE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND; -- being dropped (or locked by hand): the next step sees
-        IF NOT _schedule_owner_may_send(s.queue, s.owner_name) THEN
+        IF NOT _queue_role_holds(s.owner_name, s.queue, 'send') THEN
             v_refused := v_refused + 1;
             UPDATE schedule x
                SET last_error = format('role "%s" lacks send on queue "%s": nothing sent (queue_grant, or re-create the schedule as a role that holds it)',

@@ -54,9 +54,9 @@ $$;
 
 -- _queue_require raises 42501 unless the calling session holds p_right on
 -- p_queue (an existing queue: the verbs look it up first, so an unknown
--- queue is their 22023). It is the one place that says who the caller is
--- and whether it holds a right; every verb calls it, and _queue_allowed
--- asks it.
+-- queue is their 22023). It is the one place that says who the caller is,
+-- and _queue_role_holds (below) the one that says whether a role holds a
+-- right; every verb calls it, and _queue_allowed asks it.
 --
 -- The caller is the role the session acts as. The verbs are SECURITY
 -- DEFINER, so current_user inside them is S_owner; the session's role is
@@ -71,11 +71,12 @@ $$;
 -- of a role granted it, and when it is a superuser (as PostgreSQL's own
 -- checks). A grant names its grantee (see above for why by name).
 --
--- Cost: one function call, one probe of queue_right's primary key and
--- pg_has_role (PostgreSQL caches role membership) per verb call. The
--- caller's name and the check are inline rather than in functions of their
--- own: each call of a function with a pinned search_path costs about as
--- much as the probe itself (docs/benchmarks.md, "The security model's cost").
+-- Cost: two function calls, one probe of queue_right's primary key and
+-- pg_has_role (PostgreSQL caches role membership). The hot verbs reach it
+-- only when _queue_right_held (below, inlined into their statements) has
+-- no row for them: each call of a function with a pinned search_path costs
+-- about as much as the probe itself (docs/benchmarks.md, "The security
+-- model's cost").
 CREATE OR REPLACE FUNCTION _queue_require(p_queue text, p_right text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -87,24 +88,41 @@ DECLARE
 BEGIN
     -- <schema>_owner owns every queue's rows (on Citus the tier runs as it,
     -- and Citus's own connections to the workers are its).
-    IF v_caller = current_user THEN
-        RETURN;
-    END IF;
-    IF EXISTS (SELECT 1 FROM queue_right r
-                WHERE r.queue = p_queue AND r.privilege = p_right
-                  AND pg_catalog.pg_has_role(v_caller, pg_catalog.to_regrole(pg_catalog.quote_ident(r.grantee_name)), 'MEMBER')) THEN
-        RETURN;
-    END IF;
-    -- apart from the probe: on Citus a statement that joins the distributed
-    -- queue_right with a catalog view is planned recursively, and the view's
-    -- pg_authid is then read with S_owner's rights (permission denied)
-    IF (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = v_caller) THEN
+    IF v_caller = current_user OR _queue_role_holds(v_caller, p_queue, p_right) THEN
         RETURN;
     END IF;
     RAISE EXCEPTION 'permission denied: role "%" lacks % on queue "%"', v_caller, p_right, p_queue
         USING ERRCODE = 'insufficient_privilege',
               HINT = pg_catalog.format('A role holding manage on the queue grants it: SELECT queue_grant(%L, %L, ARRAY[%L])',
                                        p_queue, v_caller, p_right);
+END
+$$;
+
+-- _queue_role_holds: the rule of _queue_require for any role p_role (a
+-- name; a role that does not exist holds nothing): S_owner, a member of a
+-- role granted p_right on p_queue, or a superuser. The schedules part asks
+-- it for a schedule's owner (maintain_schedules.sql).
+CREATE OR REPLACE FUNCTION _queue_role_holds(p_role name, p_queue text, p_right text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_role = current_user THEN
+        RETURN true;
+    END IF;
+    IF pg_catalog.to_regrole(pg_catalog.quote_ident(p_role)) IS NULL THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM queue_right r
+                WHERE r.queue = p_queue AND r.privilege = p_right
+                  AND pg_catalog.pg_has_role(p_role, pg_catalog.to_regrole(pg_catalog.quote_ident(r.grantee_name)), 'MEMBER')) THEN
+        RETURN true;
+    END IF;
+    -- apart from the probe: on Citus a statement that joins the distributed
+    -- queue_right with a catalog view is planned recursively, and the view's
+    -- pg_authid is then read with S_owner's rights (permission denied)
+    RETURN coalesce((SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = p_role), false);
 END
 $$;
 
