@@ -222,6 +222,69 @@ func TestCitusVerbs(t *testing.T) {
 		})
 	}
 
+	// Priorities: the claim's per-level positions (claim_cursor, distributed
+	// by queue) are written by the delegated claim on the queue's worker, and
+	// a lane's next head moves its level's position back (_lane_next).
+	t.Run("priorities", func(t *testing.T) {
+		q := in.QueuePerWorker(t, "prio")[1]
+		c := in.Client
+		if err := c.QueueCreate(ctx, q, pgsweep.Outbox, 3); err != nil {
+			t.Fatal(err)
+		}
+		msg := func(p int16, lane string) pgsweep.Message {
+			return pgsweep.Message{Payload: json.RawMessage(fmt.Sprintf(`{"p":%d,"lane":%q}`, p, lane)), Priority: p, Lane: lane}
+		}
+		ids, err := c.SendBatch(ctx, q, []pgsweep.Message{msg(4, "L"), msg(4, "L"), msg(4, ""), msg(0, ""), msg(9, ""), msg(-2, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim := func(n int) []int64 {
+			t.Helper()
+			ds, err := c.Claim(ctx, q, "prio", n, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return deliveryIDs(ds)
+		}
+		first := claim(2) // a rescan: 9, then the lane's head at 4
+		if fmt.Sprint(first) != fmt.Sprint([]int64{ids[4], ids[0]}) {
+			t.Fatalf("claimed %v, want %v", first, []int64{ids[4], ids[0]})
+		}
+		levels := func() string {
+			t.Helper()
+			var s string
+			if err := in.Pool.QueryRow(ctx, "SELECT coalesce(priority_levels::text, '') || ' ' || coalesce(priority_ids::text, '') FROM "+
+				in.Rel("claim_cursor")+" WHERE queue = $1", q).Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		if got, want := levels(), fmt.Sprintf("{9,4} {%d,%d}", ids[4], ids[0]); got != want {
+			t.Fatalf("positions %q, want %q", got, want)
+		}
+		if got := claim(1); fmt.Sprint(got) != fmt.Sprint([]int64{ids[2]}) {
+			t.Fatalf("claimed %v from the positions, want %d", got, ids[2])
+		}
+		ds, err := c.Claim(ctx, q, "prio", 1, time.Minute) // the default priority
+		if err != nil || len(ds) != 1 || ds[0].ID != ids[3] {
+			t.Fatalf("claimed %v %v, want %d", deliveryIDs(ds), err, ids[3])
+		}
+		// complete the lane's head: its next message lies behind level 4's position
+		var headTok pgsweep.Token
+		if err := in.Pool.QueryRow(ctx, "SELECT token FROM "+in.Rel("message")+" WHERE queue = $1 AND id = $2", q, ids[0]).Scan(&headTok); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Complete(ctx, q, headTok, []int64{ids[0]}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := levels(), fmt.Sprintf("{9,4} {%d,%d}", ids[4], ids[1]); got != want {
+			t.Fatalf("positions after the lane moved on %q, want %q", got, want)
+		}
+		if got := claim(5); fmt.Sprint(got) != fmt.Sprint([]int64{ids[1], ids[5]}) {
+			t.Fatalf("claimed %v, want the lane's next head, then -2: %v", got, []int64{ids[1], ids[5]})
+		}
+	})
+
 	// Not pushed down, and correct: the views over every queue, and leases
 	// (reference tables, on the coordinator).
 	// The install is shared: queue_stats holds a row for every queue of it,
@@ -548,4 +611,12 @@ func checkViewsForMonitor(t *testing.T, in *Install, as func(sql string, args ..
 		WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'v' AND c.relname NOT LIKE '\_%'`, in.Schema); n != 0 {
 		t.Errorf("%d of the install's views are distributed objects; citus_distribute keeps them on the coordinator", n)
 	}
+}
+
+func deliveryIDs(ds []pgsweep.Delivery) []int64 {
+	ids := make([]int64, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
+	return ids
 }

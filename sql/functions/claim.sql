@@ -75,13 +75,23 @@
 -- priority 0 (its predicate: parked_until IS NULL AND priority = 0), and the
 -- cursor and the two passes above walk it as before. Every other row is in
 -- message_claim_priority (queue, priority DESC, created_at, id) WHERE
--- parked_until IS NULL AND priority <> 0: before the passes, one scan takes
--- the due rows of priority > 0 from its head (on a queue without them: one
--- probe of an index with no entry of the queue); after them, when the batch
--- is not full yet, one scan takes those of priority < 0. These scans have no
--- cursor: they start at the head of their part of the index. A lane's head
--- competes with its own priority (the messages behind it wait parked, in no
--- claim index, whatever theirs); the lane's order stays (created_at, id).
+-- parked_until IS NULL AND priority <> 0: the due rows of priority > 0 are
+-- taken before the default passes (on a queue without them: one probe of an
+-- index with no entry of the queue), those of priority < 0 after them, when
+-- the batch is not full yet. That index has a cursor of its own, for the
+-- same reason: the level being drained keeps its rows in flight and its
+-- dead entries at its head. The priority cursor (claim_cursor.priority,
+-- priority_created_at, priority_id) is the last row in index order any
+-- claim took; the scan takes the levels above the cursor's level from their
+-- head (a message sent at a higher priority is found at once), the cursor's
+-- level from the cursor on, the levels below from their head. So only the
+-- rows of the cursor's level behind the cursor wait for a rescan, as the
+-- default ones do: a claim that cannot fill its batch otherwise takes them
+-- last, and the first claim claim_rescan after the last rescan of the
+-- priority index (priority_rescanned_at) scans every level from its head.
+-- A lane's head competes with its own priority (the messages behind it wait
+-- parked, in no claim index, whatever theirs); the lane's order stays
+-- (created_at, id).
 -- No aging: a due message waits while messages of higher priority are due
 -- (an order that changes with the clock cannot be an index's order); use
 -- another queue for work that must not wait behind a higher priority.
@@ -133,6 +143,29 @@ DECLARE
     v_held boolean;
     v_read_at timestamptz;
     v_read_id bigint;
+    v_lv smallint[];
+    v_la timestamptz[];
+    v_li bigint[];
+    v_prescanned timestamptz;
+    v_prescan boolean;
+    v_due smallint[];
+    v_kinds int[] := '{}';
+    v_los int[] := '{}';
+    v_his int[] := '{}';
+    v_pos int[] := '{}';
+    v_seg int;
+    v_kind int;
+    v_lo int;
+    v_hi int;
+    v_prev int;
+    v_l int;
+    v_fa timestamptz;
+    v_fi bigint;
+    v_lvls smallint[];
+    v_ats timestamptz[];
+    v_tp smallint[] := '{}';
+    v_ta timestamptz[] := '{}';
+    v_ti bigint[] := '{}';
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -170,8 +203,9 @@ BEGIN
     -- placed by queue on Citus: one shard group); anything else, or no
     -- cursor row, asks _queue_require, the rule.
     SELECT c.created_at, c.id, c.rescanned_at,
+           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at,
            EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_cursor_at, v_cursor_id, v_rescanned, v_held
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_held
       FROM claim_cursor c WHERE c.queue = p_queue;
     IF v_held IS NOT TRUE THEN
         PERFORM _queue_require(p_queue, 'consume');
@@ -214,58 +248,112 @@ BEGIN
         UPDATE message m SET parked_until = NULL
          WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
     END IF;
-    -- Priorities above the default first (see the header).
-    SELECT array_agg(c.ctid), array_agg(c.id) INTO v_tids, v_ids
-      FROM (SELECT s.ctid, s.id
-              FROM message s
-             WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority > 0
-               AND s.visible_at <= v_now AND s.attempt < v_max
-             ORDER BY s.priority DESC, s.created_at, s.id
-             LIMIT p_batch
-               FOR UPDATE SKIP LOCKED) c;
-    IF v_tids IS NOT NULL THEN
-        v_all := v_tids;
-        v_all_ids := v_ids;
-        v_n := cardinality(v_all);
-    END IF;
-    FOR pass IN 1 .. 2 LOOP
-        EXIT WHEN v_n = p_batch;
-        SELECT array_agg(c.ctid), array_agg(c.id),
-               (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
-               (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
-          INTO v_tids, v_ids, v_at, v_id
-          FROM (SELECT s.ctid, s.created_at, s.id
-                  FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority = 0
-                   AND (s.created_at, s.id) >= (v_from_at, v_from_id)
-                   AND (s.created_at, s.id) < (v_to_at, v_to_id)
-                   AND s.visible_at <= v_now AND s.attempt < v_max
-                 ORDER BY s.created_at, s.id
-                 LIMIT p_batch - v_n
-                   FOR UPDATE SKIP LOCKED) c;
-        IF v_tids IS NOT NULL THEN
-            v_all := v_all || v_tids;
-            v_all_ids := v_all_ids || v_ids;
-            v_n := cardinality(v_all);
-            IF v_last_at IS NULL THEN -- pass 1's rows are the newest
-                v_last_at := v_at;
-                v_last_id := v_id;
+    -- The segments of the claim indexes, in the order claims take them (see
+    -- the header): kind 1 the levels lo..hi of message_claim_priority from
+    -- their head, 2 one level from its position (v_pos: its place in the
+    -- arrays), 0 the default priority (message_claim: the passes below).
+    -- Positions are trusted within claim_rescan after the last rescan of the
+    -- priority index, and then only the levels with a due row at or after
+    -- their position are scanned (v_due: one probe, an index descent per
+    -- level); the levels without a position, in the gaps, from their head.
+    v_prescan := v_lv IS NULL OR v_prescanned IS NULL OR v_now < v_prescanned OR v_now >= v_prescanned + v_rescan_every;
+    IF v_prescan THEN
+        v_kinds := '{1,0,1}';
+        v_los := '{1,0,-32768}';
+        v_his := '{32767,0,-1}';
+        v_pos := '{0,0,0}';
+    ELSE
+        SELECT array_agg(l.lvl) INTO v_due
+          FROM unnest(v_lv, v_la, v_li) l(lvl, at, id)
+         WHERE EXISTS (SELECT 1 FROM message s
+                        WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority = l.lvl
+                          AND (s.created_at, s.id) >= (l.at, l.id) AND s.visible_at <= v_now AND s.attempt < v_max);
+        v_prev := 32767;
+        FOR j IN 1 .. cardinality(v_lv) + 1 LOOP -- v_lv is sorted highest first
+            v_l := CASE WHEN j <= cardinality(v_lv) THEN v_lv[j] ELSE -32769 END;
+            IF v_l < 0 AND v_prev >= 0 THEN -- the default priority lies between the positive and the negative levels
+                IF v_prev >= 1 THEN
+                    v_kinds := v_kinds || 1; v_los := v_los || 1; v_his := v_his || v_prev; v_pos := v_pos || 0;
+                END IF;
+                v_kinds := v_kinds || 0; v_los := v_los || 0; v_his := v_his || 0; v_pos := v_pos || 0;
+                v_prev := -1;
             END IF;
+            IF v_l + 1 <= v_prev THEN
+                v_kinds := v_kinds || 1; v_los := v_los || (v_l + 1); v_his := v_his || v_prev; v_pos := v_pos || 0;
+            END IF;
+            IF v_l = ANY (v_due) THEN
+                v_kinds := v_kinds || 2; v_los := v_los || v_l; v_his := v_his || v_l; v_pos := v_pos || j;
+            END IF;
+            v_prev := v_l - 1;
+        END LOOP;
+    END IF;
+    v_seg := 0;
+    LOOP
+        EXIT WHEN v_n = p_batch;
+        v_seg := v_seg + 1;
+        IF v_seg > cardinality(v_kinds) THEN
+            -- A claim short of its batch takes the rows behind the positions
+            -- last (kind 3: every level from its head, but the rows taken),
+            -- and counts as a rescan, as the default passes do.
+            EXIT WHEN v_prescan;
+            v_kinds := v_kinds || 3; v_los := v_los || -32768; v_his := v_his || 32767; v_pos := v_pos || 0;
+            v_prescan := true;
         END IF;
-        EXIT WHEN v_n = p_batch OR v_rescan;
-        v_rescan := true;
-        v_from_at := '-infinity';
-        v_from_id := -9223372036854775808;
-        v_to_at := v_cursor_at;
-        v_to_id := v_cursor_id;
-    END LOOP;
-    -- Priorities below the default last.
-    IF v_n < p_batch THEN
-        SELECT array_agg(c.ctid), array_agg(c.id) INTO v_tids, v_ids
-          FROM (SELECT s.ctid, s.id
+        v_kind := v_kinds[v_seg];
+        v_lo := v_los[v_seg];
+        v_hi := v_his[v_seg];
+        CONTINUE WHEN v_lo > v_hi;
+        IF v_kind = 0 THEN
+            -- The default priority: pass 1 from the cursor on, pass 2 before it.
+            FOR pass IN 1 .. 2 LOOP
+                EXIT WHEN v_n = p_batch;
+                SELECT array_agg(c.ctid), array_agg(c.id),
+                       (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+                       (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+                  INTO v_tids, v_ids, v_at, v_id
+                  FROM (SELECT s.ctid, s.created_at, s.id
+                          FROM message s
+                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority = 0
+                           AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                           AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                           AND s.visible_at <= v_now AND s.attempt < v_max
+                         ORDER BY s.created_at, s.id
+                         LIMIT p_batch - v_n
+                           FOR UPDATE SKIP LOCKED) c;
+                IF v_tids IS NOT NULL THEN
+                    v_all := v_all || v_tids;
+                    v_all_ids := v_all_ids || v_ids;
+                    v_n := cardinality(v_all);
+                    IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                        v_last_at := v_at;
+                        v_last_id := v_id;
+                    END IF;
+                END IF;
+                EXIT WHEN v_n = p_batch OR v_rescan;
+                v_rescan := true;
+                v_from_at := '-infinity';
+                v_from_id := -9223372036854775808;
+                v_to_at := v_cursor_at;
+                v_to_id := v_cursor_id;
+            END LOOP;
+            CONTINUE;
+        END IF;
+        IF v_kind = 2 THEN
+            v_fa := v_la[v_pos[v_seg]];
+            v_fi := v_li[v_pos[v_seg]];
+        ELSE
+            v_fa := '-infinity';
+            v_fi := -9223372036854775808;
+        END IF;
+        SELECT array_agg(c.ctid), array_agg(c.id), array_agg(c.priority), array_agg(c.created_at)
+          INTO v_tids, v_ids, v_lvls, v_ats
+          FROM (SELECT s.ctid, s.id, s.priority, s.created_at
                   FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority < 0
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0
+                   AND s.priority >= v_lo AND s.priority <= v_hi
+                   AND (s.created_at, s.id) >= (v_fa, v_fi)
                    AND s.visible_at <= v_now AND s.attempt < v_max
+                   AND (v_kind <> 3 OR NOT s.id = ANY (v_all_ids))
                  ORDER BY s.priority DESC, s.created_at, s.id
                  LIMIT p_batch - v_n
                    FOR UPDATE SKIP LOCKED) c;
@@ -273,8 +361,11 @@ BEGIN
             v_all := v_all || v_tids;
             v_all_ids := v_all_ids || v_ids;
             v_n := cardinality(v_all);
+            v_tp := v_tp || v_lvls;
+            v_ta := v_ta || v_ats;
+            v_ti := v_ti || v_ids;
         END IF;
-    END IF;
+    END LOOP;
     IF v_n = 0 THEN
         RETURN;
     END IF;
@@ -298,6 +389,32 @@ BEGIN
          WHERE c.queue = p_queue
            AND (v_rescan OR ((c.created_at, c.id) < (v_last_at, v_last_id)
                              AND (c.created_at, c.id) >= (v_read_at, v_read_id)))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    -- The positions move forward to the last row taken at each level, as the
+    -- default cursor does (and not when one went back since this claim read
+    -- it: _lane_next); a level first taken from its head gains one; a rescan
+    -- sets each level it took rows of wherever its rows lead and records
+    -- itself. A queue whose claims never took a row of another priority has
+    -- none, and pays no update here.
+    IF (cardinality(v_tp) > 0 OR (v_prescan AND v_lv IS NOT NULL)) AND v_rescan_every > interval '0' THEN
+        UPDATE claim_cursor c
+           SET (priority_levels, priority_ats, priority_ids) =
+               (SELECT array_agg(x.lvl ORDER BY x.lvl DESC),
+                       array_agg(CASE WHEN x.take THEN x.m_at ELSE x.s_at END ORDER BY x.lvl DESC),
+                       array_agg(CASE WHEN x.take THEN x.m_id ELSE x.s_id END ORDER BY x.lvl DESC)
+                  FROM (SELECT coalesce(st.lvl, m.lvl) AS lvl, st.at AS s_at, st.id AS s_id, m.at AS m_at, m.id AS m_id,
+                               m.lvl IS NOT NULL AND (st.lvl IS NULL OR v_prescan
+                                   OR ((st.at, st.id) < (m.at, m.id)
+                                       AND NOT EXISTS (SELECT 1 FROM unnest(v_lv, v_la, v_li) r(lvl, at, id)
+                                                        WHERE r.lvl = st.lvl AND (st.at, st.id) < (r.at, r.id)))) AS take
+                          FROM unnest(c.priority_levels, c.priority_ats, c.priority_ids) st(lvl, at, id)
+                          FULL JOIN (SELECT DISTINCT ON (t.lvl) t.lvl, t.at, t.id
+                                       FROM unnest(v_tp, v_ta, v_ti) t(lvl, at, id)
+                                      ORDER BY t.lvl, t.at DESC, t.id DESC) m ON m.lvl = st.lvl) x),
+               priority_rescanned_at = CASE WHEN v_prescan THEN v_now ELSE c.priority_rescanned_at END
+         WHERE c.queue = p_queue
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 

@@ -163,14 +163,20 @@ DECLARE
     v_low_at timestamptz;
     v_low_id bigint;
     v_tids tid[];
+    v_p_lvls smallint[];
+    v_p_ats timestamptz[];
+    v_p_ids bigint[];
 BEGIN
     SELECT array_agg(x.id), array_agg(x.ctid), array_agg(u.name),
            array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now),
-           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now))[1],
-           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now))[1]
-      INTO v_ids, v_tids, v_promoted, v_later, v_at, v_low_at, v_low_id
+           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0))[1],
+           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0))[1],
+           array_agg(x.priority) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0),
+           array_agg(x.created_at) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0),
+           array_agg(x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0)
+      INTO v_ids, v_tids, v_promoted, v_later, v_at, v_low_at, v_low_id, v_p_lvls, v_p_ats, v_p_ids
       FROM unnest(p_lanes) u(name)
-     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at FROM message m
+     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at, m.priority FROM message m
                           WHERE m.queue = p_queue AND m.lane = u.name
                           ORDER BY m.created_at, m.id
                           LIMIT 1) x;
@@ -195,6 +201,25 @@ BEGIN
              WHERE c.queue = p_queue
                AND c.ctid = (SELECT k.ctid FROM claim_cursor k
                               WHERE k.queue = p_queue AND (k.created_at, k.id) > (v_low_at, v_low_id)
+                                FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF v_p_lvls IS NOT NULL THEN
+            -- The same for the priority positions (claim.sql): a level's
+            -- position goes back to the oldest new head of that level behind
+            -- it (a level without a position is scanned from its head).
+            UPDATE claim_cursor c
+               SET (priority_ats, priority_ids) =
+                   (SELECT array_agg(coalesce(h.at, st.at) ORDER BY st.n), array_agg(coalesce(h.id, st.id) ORDER BY st.n)
+                      FROM unnest(c.priority_levels, c.priority_ats, c.priority_ids) WITH ORDINALITY st(lvl, at, id, n)
+                      LEFT JOIN LATERAL (SELECT x.at, x.id FROM unnest(v_p_lvls, v_p_ats, v_p_ids) x(lvl, at, id)
+                                          WHERE x.lvl = st.lvl AND (x.at, x.id) < (st.at, st.id)
+                                          ORDER BY x.at, x.id LIMIT 1) h ON true)
+             WHERE c.queue = p_queue
+               AND c.ctid = (SELECT k.ctid FROM claim_cursor k
+                              WHERE k.queue = p_queue
+                                AND EXISTS (SELECT 1 FROM unnest(k.priority_levels, k.priority_ats, k.priority_ids) st(lvl, at, id)
+                                              JOIN unnest(v_p_lvls, v_p_ats, v_p_ids) x(lvl, at, id)
+                                                ON x.lvl = st.lvl AND (x.at, x.id) < (st.at, st.id))
                                 FOR UPDATE SKIP LOCKED);
         END IF;
         IF v_later IS NOT NULL THEN
