@@ -55,6 +55,15 @@ BEGIN
 END
 $$;
 
+-- A dead letter keeps its message's priority, which dead_requeue gives
+-- back (dead.sql); not its unique key (a dead letter is not live, and a new
+-- message may hold the key by then).
+DO $$
+BEGIN
+    EXECUTE 'ALTER TABLE message_dead ADD COLUMN priority smallint NOT NULL DEFAULT 0';
+END
+$$;
+
 -- The priority positions (claim.sql): for each priority level a claim took
 -- rows of, where claims start scanning it in message_claim_priority, highest
 -- level first; and the last rescan of that index. NULL until a claim takes a
@@ -1020,6 +1029,42 @@ BEGIN
     SELECT * FROM claimed ORDER BY 6, 1;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION dead_letter(p_queue text, p_token uuid, p_ids bigint[], p_error text, p_now timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_error text := p_error; -- at most max_error_bytes (_check_size below): refused, never truncated
+    v_dead bigint[];
+    v_lanes text[];
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_token(p_token);
+    PERFORM _check_ids(p_ids);
+    PERFORM _check_size('p_error', octet_length(p_error), 'max_error_bytes');
+    v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'consume');
+    v_now := coalesce(p_now, clock_timestamp());
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority
+    ), x AS (
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority FROM d
+        RETURNING x.id, x.lane
+    )
+    SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, v_dead, v_q.lane_dead = 'block', v_now);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_dead) u;
+END
+$$;
 -- pgsweep:end functions/claim_ids.sql
 
 -- pgsweep:changed functions/dead.sql
@@ -1050,14 +1095,15 @@ BEGIN
            AND NOT (v_q.kind = 'inbox' AND x.key IS NOT NULL AND (
                     EXISTS (SELECT 1 FROM message l WHERE l.queue = p_queue AND l.key = x.key AND l.dedup)
                  OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
-        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at, x.lane
+        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at, x.lane, x.priority
     ), i AS (
         -- a lane's letters wait in their lane (infinity); the head is chosen below
         INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error,
-                                  parked_until, lane)
+                                  parked_until, lane, priority)
         SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
                v_visible, d.created_at, d.last_error,
-               CASE WHEN d.lane IS NOT NULL THEN 'infinity'::timestamptz WHEN v_visible > v_now THEN v_visible END, d.lane
+               CASE WHEN d.lane IS NOT NULL THEN 'infinity'::timestamptz WHEN v_visible > v_now THEN v_visible END, d.lane,
+               d.priority
           FROM d
         RETURNING m.id, m.lane
     )
@@ -1394,13 +1440,13 @@ BEGIN
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.attempt >= v_q.max_attempts
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at, m.lane, m.dedup
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at, m.lane, m.dedup, m.priority
     ), x AS (
-        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup)
+        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
         SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt,
                CASE WHEN d.owner IS NULL THEN d.last_error
                     ELSE 'lease of ' || d.owner || ' expired on the last attempt' END,
-               d.created_at, v_now, d.lane, d.dedup
+               d.created_at, v_now, d.lane, d.dedup, d.priority
           FROM d
         RETURNING message_dead.id, message_dead.lane
     )
@@ -2559,6 +2605,80 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/retention_detach.sql
+
+-- pgsweep:changed functions/fail.sql
+CREATE OR REPLACE FUNCTION fail_details(p_queue text, p_token uuid, p_ids bigint[], p_error text,
+                                        p_retry_after interval, p_now timestamptz)
+RETURNS TABLE (id bigint, dead boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_due timestamptz[];
+    v_k int := 1;
+    v_delay interval;
+    v_jitter double precision;
+    v_error text := p_error; -- at most max_error_bytes (_check_size below): refused, never truncated
+    v_dead bigint[];
+    v_lanes text[];
+BEGIN
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
+    PERFORM _check_token(p_token);
+    PERFORM _check_ids(p_ids);
+    PERFORM _check_size('p_error', octet_length(p_error), 'max_error_bytes');
+    IF p_retry_after IS NOT NULL THEN
+        PERFORM _check_interval('p_retry_after', p_retry_after, interval '0 seconds', interval '30 days');
+    END IF;
+    v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'consume');
+    v_now := coalesce(p_now, clock_timestamp());
+
+    IF p_retry_after IS NOT NULL THEN
+        v_due := ARRAY[v_now + p_retry_after];
+    ELSE
+        v_jitter := 1 - v_q.backoff_jitter * random();
+        LOOP
+            v_delay := least(v_q.backoff_max, v_q.backoff_base * power(2, v_k - 1));
+            v_due[v_k] := v_now + v_delay * v_jitter;
+            EXIT WHEN v_delay >= v_q.backoff_max OR v_k >= v_q.max_attempts OR v_q.backoff_base = interval '0';
+            v_k := v_k + 1;
+        END LOOP;
+    END IF;
+    v_k := cardinality(v_due);
+
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+           AND m.attempt >= v_q.max_attempts
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority
+    ), x AS (
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority FROM d
+        RETURNING x.id, x.lane
+    )
+    SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, v_dead, v_q.lane_dead = 'block', v_now);
+    END IF;
+    RETURN QUERY SELECT u, true FROM unnest(v_dead) u;
+
+    RETURN QUERY
+    UPDATE message m
+       -- coalesce: Citus 13.2 mistakes a bare array element at the top of a
+       -- SET for an array assignment and crashes; every element is set
+       SET status = 'failed', owner = NULL, token = NULL, visible_at = coalesce(v_due[least(m.attempt, v_k)], v_now),
+           last_error = v_error,
+           parked_until = CASE WHEN v_due[least(m.attempt, v_k)] > v_now THEN coalesce(v_due[least(m.attempt, v_k)], v_now) END
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+       AND m.attempt < v_q.max_attempts
+    RETURNING m.id, false;
+END
+$$;
+-- pgsweep:end functions/fail.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

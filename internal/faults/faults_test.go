@@ -169,7 +169,7 @@ func (s *suite) termWorker() {
 	e.Recovery = s.resumed(at, workerResumeBound, true, false)
 	e.Note = fmt.Sprintf("exit 0 after %v, %d claims left behind", stop.Round(time.Millisecond), left)
 	if left != 0 {
-		s.t.Errorf("a worker stopped by SIGTERM left %d messages claimed (want 0: it finishes or releases them)", left)
+		s.errorf("a worker stopped by SIGTERM left %d messages claimed (want 0: it finishes or releases them)", left)
 	}
 }
 
@@ -259,7 +259,7 @@ func (s *suite) retentionTerm() {
 	e := s.record(&event{Kind: "SIGTERM runner mid-retention", Target: p.name, At: at})
 	defer s.done(e)
 	if n := s.count(`SELECT count(*) FROM pgsweep.leases WHERE owner = $1 AND live`, p.name); n != 0 {
-		s.t.Errorf("runner %s exited after SIGTERM holding %d live leases", p.name, n)
+		s.errorf("runner %s exited after SIGTERM holding %d live leases", p.name, n)
 	}
 	before := s.eligible()
 	s.spawn(p.slot)
@@ -291,7 +291,7 @@ func (s *suite) terminateBackends() {
 		return status != "running", err
 	})
 	if status != "failed" || !strings.Contains(errText, "connection was lost") {
-		s.t.Errorf("runner %s's terminated retention run: status %q, error %q (want failed, the pass's connection was lost)", p.name, status, errText)
+		s.errorf("runner %s's terminated retention run: status %q, error %q (want failed, the pass's connection was lost)", p.name, status, errText)
 	}
 	ret := s.retentionResumes("retention resumes after the runner's backend was terminated", at, before, passCycle()+time.Second+retentionSlack)
 	e.Recovery = max(ret, s.resumed(at, workerResumeBound, true, false), s.resumed(at, passCycle()+runnerResumeSlack, false, true))
@@ -434,12 +434,12 @@ func (s *suite) serverDown() {
 			}
 			if h.Code == 200 {
 				if _, seen := first503[p.name]; seen {
-					s.t.Errorf("%s: /healthz 200 again while the server is down: %+v", p.name, h)
+					s.errorf("%s: /healthz 200 again while the server is down: %+v", p.name, h)
 				}
 				continue
 			}
 			if h.Healthy || h.Code != 503 {
-				s.t.Errorf("%s: /healthz %d %+v", p.name, h.Code, h)
+				s.errorf("%s: /healthz %d %+v", p.name, h.Code, h)
 			}
 			if _, seen := first503[p.name]; !seen {
 				first503[p.name] = time.Since(at)
@@ -450,9 +450,9 @@ func (s *suite) serverDown() {
 	for _, p := range s.live("runner") {
 		d, seen := first503[p.name]
 		if !seen {
-			s.t.Errorf("%s: /healthz never 503 during the %v outage", p.name, outage)
+			s.errorf("%s: /healthz never 503 during the %v outage", p.name, outage)
 		} else if limit := passCycle() + 5*time.Second; d > limit {
-			s.t.Errorf("%s: /healthz 503 only %v into the outage (want within %v: one failed pass)", p.name, d, limit)
+			s.errorf("%s: /healthz 503 only %v into the outage (want within %v: one failed pass)", p.name, d, limit)
 		}
 	}
 	if _, err := s.db("ctl", "start", "-w"); err != nil {
@@ -516,19 +516,19 @@ func (s *suite) finish() {
 		[]any{inboxQueue, outboxQueue}, &sent, &sentIn, &poison, &outDone, &inDone, &dead, &deadPoison, &phantom, &poisonHandled)
 	lost := s.count(lostSQL)
 	if lost != 0 {
-		t.Errorf("%d sent messages neither completed nor dead-lettered", lost)
+		s.errorf("%d sent messages neither completed nor dead-lettered", lost)
 	}
 	if phantom != 0 || poisonHandled != 0 {
-		t.Errorf("%d handled messages were never sent, %d poison messages were handled", phantom, poisonHandled)
+		s.errorf("%d handled messages were never sent, %d poison messages were handled", phantom, poisonHandled)
 	}
 	if deadPoison != poison {
-		t.Errorf("%d of %d poison messages dead-lettered", deadPoison, poison)
+		s.errorf("%d of %d poison messages dead-lettered", deadPoison, poison)
 	}
 	var inNotHandled int
 	s.query(`SELECT count(*) FROM pgsweep.message_processed p WHERE p.queue = $1
 		AND NOT EXISTS (SELECT 1 FROM faults.handled h WHERE h.queue = p.queue AND h.key = p.key)`, []any{inboxQueue}, &inNotHandled)
 	if inNotHandled != 0 {
-		t.Errorf("%d inbox messages processed without a handler run", inNotHandled)
+		s.errorf("%d inbox messages processed without a handler run", inNotHandled)
 	}
 
 	// Duplicates: only across a fault, each handling its own claim, at most
@@ -553,7 +553,7 @@ func (s *suite) finish() {
 		extra += len(ats) - 1
 		for i := 1; i < len(ats); i++ {
 			if attempts[i] <= attempts[i-1] {
-				t.Errorf("%s/%s handled twice in one claim: attempts %v by %v", q, k, attempts, workers)
+				s.errorf("%s/%s handled twice in one claim: attempts %v by %v", q, k, attempts, workers)
 			}
 			// The cause: the first fault that was still going on or came
 			// after the earlier handling and began before the later one.
@@ -565,7 +565,7 @@ func (s *suite) finish() {
 				}
 			}
 			if cause == nil {
-				t.Errorf("%s/%s handled again at %v (attempts %v by %v) with no fault since its handling at %v",
+				s.errorf("%s/%s handled again at %v (attempts %v by %v) with no fault since its handling at %v",
 					q, k, ats[i], attempts, workers, ats[i-1])
 				continue
 			}
@@ -578,11 +578,11 @@ func (s *suite) finish() {
 	for _, e := range s.events {
 		inflight += e.InFlight
 		if caused[e] > e.InFlight {
-			t.Errorf("%d messages handled again after %s %s, more than the %d in flight when it hit", caused[e], e.Kind, e.Target, e.InFlight)
+			s.errorf("%d messages handled again after %s %s, more than the %d in flight when it hit", caused[e], e.Kind, e.Target, e.InFlight)
 		}
 	}
 	if extra > inflight {
-		t.Errorf("%d duplicate handlings, more than the %d messages in flight when the faults hit", extra, inflight)
+		s.errorf("%d duplicate handlings, more than the %d messages in flight when the faults hit", extra, inflight)
 	}
 
 	// No part ever ran twice at once (docs/operations.md's proof query).
@@ -590,7 +590,7 @@ func (s *suite) finish() {
 		ON a.part = b.part AND a.id < b.id
 		AND tstzrange(a.started_at, a.finished_at, '[)') && tstzrange(b.started_at, b.finished_at, '[)')`)
 	if overlaps != 0 {
-		t.Errorf("%d overlapping maintenance runs", overlaps)
+		s.errorf("%d overlapping maintenance runs", overlaps)
 	}
 	var runs, open, openPasses int
 	var statuses string
@@ -600,7 +600,7 @@ func (s *suite) finish() {
 			(SELECT status, count(*) n FROM pgsweep.maintain_run GROUP BY status) x)
 		FROM pgsweep.maintain_run`, nil, &runs, &open, &openPasses, &statuses)
 	if open != 0 {
-		t.Errorf("%d maintenance runs without an end after every runner stopped", open)
+		s.errorf("%d maintenance runs without an end after every runner stopped", open)
 	}
 	// A pass whose runner was killed keeps no end (nobody is left to
 	// record it; the takeover ends its run, not the pass) until the history
@@ -611,7 +611,7 @@ func (s *suite) finish() {
 		count(*) FILTER (WHERE owner <> ALL ($1))
 		FROM pgsweep.maintain_pass WHERE finished_at IS NULL`, []any{s.killedRunners}, &unfinished, &strays)
 	if strays != 0 {
-		t.Errorf("%d passes of runners that were not killed have no end: %s", strays, unfinished)
+		s.errorf("%d passes of runners that were not killed have no end: %s", strays, unfinished)
 	}
 	// A run fails only because of a fault: its connection was lost, its
 	// runner stopped, or the statement_timeout window cancelled it.
@@ -620,7 +620,7 @@ func (s *suite) finish() {
 		WHERE status = 'failed' AND error NOT LIKE '%the pass''s connection was lost%'
 		  AND error NOT LIKE '%the runner stopped during this pass%' AND error NOT LIKE '%statement timeout%'`, nil, &unexpected)
 	if unexpected != "" {
-		t.Errorf("maintenance runs failed with errors no fault explains: %s", unexpected)
+		s.errorf("maintenance runs failed with errors no fault explains: %s", unexpected)
 	}
 	var failedRuns string
 	s.query(`SELECT coalesce(string_agg(format('%sx %s %s', n, part, err), '; '), 'none') FROM (

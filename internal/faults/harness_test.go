@@ -69,6 +69,7 @@ type suite struct {
 	mu      sync.Mutex
 	procs   map[string]*proc // current incarnation per slot (w1.., r1..)
 	all     []*proc
+	failed  []string // what errorf reported, said again after the dumps
 	gens    map[string]int
 	events  []*event
 	httpFor map[string]string // runner slot -> its /healthz address
@@ -172,6 +173,7 @@ func newSuite(t *testing.T) *suite {
 	if err := <-built; err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.repeatFailures) // runs after the dump: the failures last, where a truncated log keeps them
 	t.Cleanup(s.dumpOnFailure)
 	t.Cleanup(s.killAll)
 
@@ -403,6 +405,26 @@ func (s *suite) killAll() {
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
+	}
+}
+
+// errorf reports a failure (t.Errorf) and keeps it for repeatFailures.
+func (s *suite) errorf(format string, args ...any) {
+	s.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.failed = append(s.failed, msg)
+	s.mu.Unlock()
+	s.t.Error(msg)
+}
+
+// repeatFailures says the failures again once the dumps are out: a CI log
+// cut to its last lines would otherwise show only the dumps.
+func (s *suite) repeatFailures() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, msg := range s.failed {
+		s.t.Logf("--- failure %d of %d: %s", i+1, len(s.failed), msg)
 	}
 }
 

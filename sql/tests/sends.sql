@@ -1,6 +1,6 @@
 -- Unique sends and priorities (send.sql, claim.sql): exact results.
 BEGIN;
-SELECT plan(22);
+SELECT plan(25);
 SET LOCAL search_path TO pgsweep, public;
 SELECT queue_create('su');
 SELECT queue_create('si', 'inbox');
@@ -37,6 +37,15 @@ SELECT send_batch('su', ARRAY['{"p":0}','{"p":3}','{"p":-1}','{"p":3}','{"p":0}'
 SELECT results_eq($$SELECT (payload->>'p')::int FROM claim('su', 'w', 10)$$, ARRAY[3, 3, 0, 0, -1], 'claimed by priority, then oldest first');
 SELECT is((SELECT count(*) FROM pg_indexes WHERE schemaname = 'pgsweep' AND indexname IN ('message_claim', 'message_claim_priority', 'message_unique_key')),
     3::bigint, 'the claim index split at priority 0, the unique index');
+-- a dead letter keeps its priority for dead_requeue, not its unique key
+SELECT queue_create('sd', 'outbox', 1);
+SELECT send('sd', '"dl"', p_unique_key => 'dk', p_priority => 7::smallint);
+SELECT count(*) FROM fail('sd', (SELECT token FROM claim('sd', 'w', 1) LIMIT 1),
+                          ARRAY(SELECT id FROM message WHERE queue = 'sd'), 'boom', '0'::interval);
+SELECT is((SELECT priority FROM message_dead WHERE queue = 'sd'), 7::smallint, 'the dead letter keeps the priority');
+SELECT is((SELECT count(*) FROM dead_requeue('sd', ARRAY(SELECT id FROM message_dead WHERE queue = 'sd'))), 1::bigint, 'requeued');
+SELECT results_eq($$SELECT priority, unique_key FROM message WHERE queue = 'sd'$$, $$VALUES (7::smallint, NULL::text)$$,
+    'dead_requeue gives the priority back; the unique key stays free');
 -- bad input changes nothing
 SELECT throws_ok($$SELECT send('su', '{}', p_priority => 101::smallint)$$, '22023', 'p_priority must be between -100 and 100, got 101', 'priority out of range');
 SELECT * FROM finish();
