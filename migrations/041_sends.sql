@@ -638,6 +638,7 @@ CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_leas
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
                created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -1565,6 +1566,214 @@ AS $$
        AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
                         WHERE t.placement = 'local' AND p.prosrc ~ ('\m' || t.table_name || '\M'))
      ORDER BY 1
+$$;
+
+CREATE OR REPLACE FUNCTION citus_distribute()
+RETURNS TABLE (object_kind text, object_name text, placement text, changed boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schema text := pg_catalog.current_schema();
+    v_message text := pg_catalog.format('%I.%I', pg_catalog.current_schema(), 'message');
+    v_rel text;
+    r record;
+    v_method "char";
+    v_repmodel "char";
+    v_colocation int;
+    v_message_colocation int;
+    v_pending text[];
+    v_converted text[] := '{}';
+    v_fk_rel text[];
+    v_fk_name text[];
+    v_fk_def text[];
+    v_views text[];
+    v_view_defs text[];
+    v_view_opts text[];
+    v_view_comments text[];
+    v_left int[];
+    v_again int[];
+    v_ddl text;
+    i int;
+BEGIN
+    PERFORM _citus_require();
+    PERFORM _citus_owner_can_login();
+    -- Foreign keys between distributed and reference tables, in one
+    -- transaction with the conversions: one connection per node.
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    -- The tables still to convert, and the foreign keys that touch them.
+    SELECT pg_catalog.array_agg(t.table_name) INTO v_pending
+      FROM _citus_tables() t
+      LEFT JOIN pg_catalog.pg_dist_partition d
+             ON d.logicalrelid = pg_catalog.format('%I.%I', v_schema, t.table_name)::pg_catalog.regclass
+     WHERE (t.placement = 'reference' AND (d.partmethod IS DISTINCT FROM 'n' OR d.repmodel IS DISTINCT FROM 't'))
+        OR (t.placement = 'distributed' AND d.partmethod IS DISTINCT FROM 'h');
+    SELECT pg_catalog.array_agg(f.rel ORDER BY f.conname), pg_catalog.array_agg(f.conname ORDER BY f.conname),
+           pg_catalog.array_agg(f.def ORDER BY f.conname)
+      INTO v_fk_rel, v_fk_name, v_fk_def
+      FROM (SELECT c.conrelid::pg_catalog.regclass::text AS rel, c.conname::text AS conname,
+                   pg_catalog.pg_get_constraintdef(c.oid) AS def
+              FROM pg_catalog.pg_constraint c
+              JOIN pg_catalog.pg_class ch ON ch.oid = c.conrelid
+              JOIN pg_catalog.pg_class pa ON pa.oid = c.confrelid
+             WHERE c.contype = 'f'
+               AND ch.relnamespace = v_schema::pg_catalog.regnamespace
+               AND (ch.relname = ANY (v_pending) OR pa.relname = ANY (v_pending))) f;
+    FOR i IN 1 .. coalesce(pg_catalog.cardinality(v_fk_rel), 0) LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I', v_fk_rel[i], v_fk_name[i]);
+    END LOOP;
+    IF v_pending IS NOT NULL
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                    JOIN pg_catalog.pg_dist_object o
+                      ON o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND o.objid = c.oid AND o.objsubid = 0
+                   WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v'
+                     AND pg_catalog.left(c.relname, 1) <> '_') THEN
+        SELECT pg_catalog.array_agg(c.relname::text ORDER BY c.oid),
+               pg_catalog.array_agg(pg_catalog.pg_get_viewdef(c.oid) ORDER BY c.oid),
+               pg_catalog.array_agg(coalesce(' WITH (' || pg_catalog.array_to_string(c.reloptions, ', ') || ')', '') ORDER BY c.oid),
+               pg_catalog.array_agg(pg_catalog.obj_description(c.oid, 'pg_class') ORDER BY c.oid)
+          INTO v_views, v_view_defs, v_view_opts, v_view_comments
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace = v_schema::pg_catalog.regnamespace AND c.relkind = 'v'
+           AND pg_catalog.left(c.relname, 1) <> '_'; -- not LIKE '\_%': with standard_conforming_strings off that is '_%'
+        IF v_views IS NOT NULL THEN
+            EXECUTE 'DROP VIEW ' || (SELECT pg_catalog.string_agg(pg_catalog.format('%I.%I', v_schema, v), ', ')
+                                       FROM pg_catalog.unnest(v_views) v);
+        END IF;
+    END IF;
+
+    -- Tables, message first.
+    FOR r IN SELECT t.table_name, t.placement FROM _citus_tables() t ORDER BY t.p_order, t.table_name LOOP
+        v_rel := pg_catalog.format('%I.%I', v_schema, r.table_name);
+        SELECT d.partmethod, d.repmodel, d.colocationid INTO v_method, v_repmodel, v_colocation
+          FROM pg_catalog.pg_dist_partition d WHERE d.logicalrelid = v_rel::pg_catalog.regclass;
+        object_kind := 'table';
+        object_name := r.table_name;
+        changed := false;
+        IF r.placement = 'local' THEN
+            placement := 'local (coordinator)';
+        ELSIF r.placement = 'reference' THEN
+            placement := 'reference';
+            IF v_method IS DISTINCT FROM 'n' OR v_repmodel IS DISTINCT FROM 't' THEN
+                PERFORM pg_catalog.create_reference_table(v_rel::pg_catalog.regclass);
+                v_converted := v_converted || v_rel;
+                changed := true;
+            END IF;
+        ELSE
+            placement := 'distributed by queue';
+            IF r.table_name = 'message' THEN
+                IF v_method IS DISTINCT FROM 'h' THEN
+                    PERFORM pg_catalog.create_distributed_table(v_rel::pg_catalog.regclass, 'queue');
+                    v_converted := v_converted || v_rel;
+                    changed := true;
+                END IF;
+                SELECT d.colocationid INTO v_message_colocation
+                  FROM pg_catalog.pg_dist_partition d WHERE d.logicalrelid = v_rel::pg_catalog.regclass;
+            ELSIF v_method IS DISTINCT FROM 'h' THEN
+                PERFORM pg_catalog.create_distributed_table(v_rel::pg_catalog.regclass, 'queue', colocate_with => v_message);
+                v_converted := v_converted || v_rel;
+                changed := true;
+            ELSIF v_colocation IS DISTINCT FROM v_message_colocation THEN
+                PERFORM pg_catalog.update_distributed_table_colocation(v_rel::pg_catalog.regclass, colocate_with => v_message);
+                changed := true;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+
+    -- The rows a conversion copied into the shards stay behind, invisible, in
+    -- the coordinator's own table: drop them.
+    FOREACH v_rel IN ARRAY v_converted LOOP
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table(v_rel::pg_catalog.regclass);
+    END LOOP;
+    FOR i IN 1 .. coalesce(pg_catalog.cardinality(v_fk_rel), 0) LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %s ADD CONSTRAINT %I %s', v_fk_rel[i], v_fk_name[i], v_fk_def[i]);
+    END LOOP;
+
+    -- The views again, on the coordinator only; a view over another view
+    -- waits for it (the order of creation is not always the order of the
+    -- dependencies: CREATE OR REPLACE may have changed them).
+    IF v_views IS NOT NULL THEN
+        v_ddl := pg_catalog.current_setting('citus.enable_ddl_propagation');
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        v_left := ARRAY(SELECT pg_catalog.generate_series(1, pg_catalog.cardinality(v_views)));
+        WHILE pg_catalog.cardinality(v_left) > 0 LOOP
+            v_again := '{}';
+            FOREACH i IN ARRAY v_left LOOP
+                BEGIN
+                    EXECUTE pg_catalog.format('CREATE VIEW %I.%I%s AS %s', v_schema, v_views[i], v_view_opts[i], v_view_defs[i]);
+                    IF v_view_comments[i] IS NOT NULL THEN
+                        EXECUTE pg_catalog.format('COMMENT ON VIEW %I.%I IS %L', v_schema, v_views[i], v_view_comments[i]);
+                    END IF;
+                EXCEPTION WHEN undefined_table THEN
+                    v_again := v_again || i;
+                END;
+            END LOOP;
+            IF pg_catalog.cardinality(v_again) = pg_catalog.cardinality(v_left) THEN
+                RAISE EXCEPTION 'citus_distribute could not create the views % again', v_views
+                    USING ERRCODE = 'internal_error';
+            END IF;
+            v_left := v_again;
+        END LOOP;
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', v_ddl, true);
+        FOR r IN SELECT g.role_kind, g.view_name FROM _view_grants() g WHERE g.view_name = ANY (v_views) LOOP
+            EXECUTE pg_catalog.format('GRANT SELECT ON %I.%I TO %I', v_schema, r.view_name, v_schema || '_' || r.role_kind);
+        END LOOP;
+    END IF;
+
+    -- Functions: the verbs by p_queue (forced where _citus_delegated says);
+    -- every other routine on every node (a delegated verb calls them there)
+    -- but those that read a coordinator table or take its rows: they stay
+    -- on the coordinator, where maintain() and retention_run call them.
+    FOR r IN SELECT p.oid, p.oid::pg_catalog.regprocedure::text AS sig, d.arg_index, d.force,
+                    o.distribution_argument_index AS cur_arg, o.colocationid AS cur_colocation,
+                    coalesce(o.force_delegation, false) AS cur_force, o.objid IS NOT NULL AS is_distributed,
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proconfig) c WHERE c LIKE 'plan_cache_mode=%') AS pins_plans,
+                    EXISTS (SELECT 1 FROM _citus_tables() t
+                              JOIN pg_catalog.pg_class c
+                                ON c.relname = t.table_name AND c.relnamespace = v_schema::pg_catalog.regnamespace
+                             WHERE t.placement = 'local'
+                               AND (p.prosrc ~ ('\m' || t.table_name || '\M')
+                                    OR c.reltype = ANY (p.proargtypes::pg_catalog.oid[] || p.prorettype))) AS local_only
+               FROM pg_catalog.pg_proc p
+               LEFT JOIN _citus_delegated() d ON d.routine = p.oid
+               LEFT JOIN pg_catalog.pg_dist_object o
+                      ON o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND o.objid = p.oid AND o.objsubid = 0
+              WHERE p.pronamespace = v_schema::pg_catalog.regnamespace
+              ORDER BY 2 LOOP
+        object_kind := 'function';
+        object_name := r.sig;
+        changed := false;
+        IF r.arg_index IS NOT NULL THEN
+            placement := CASE WHEN r.force THEN 'delegated by p_queue' ELSE 'delegated by p_queue (not in transaction blocks)' END;
+            IF NOT r.is_distributed OR r.cur_arg IS DISTINCT FROM r.arg_index
+               OR r.cur_colocation IS DISTINCT FROM v_message_colocation OR r.cur_force IS DISTINCT FROM r.force THEN
+                PERFORM pg_catalog.create_distributed_function(r.oid::pg_catalog.regprocedure, '$' || (r.arg_index + 1),
+                                                               colocate_with := v_message, force_delegation := r.force);
+                changed := true;
+            END IF;
+        ELSIF r.local_only THEN
+            placement := 'coordinator only';
+        ELSE
+            placement := 'on every node';
+            IF NOT r.is_distributed OR r.cur_arg IS NOT NULL THEN
+                PERFORM pg_catalog.create_distributed_function(r.oid::pg_catalog.regprocedure);
+                changed := true;
+            END IF;
+        END IF;
+        -- Custom plans on Citus: a routine that asks for generic ones (claim,
+        -- claim.sql) gets the default back, on every node (Citus propagates
+        -- the ALTER). Citus routes a statement to its shard by the queue's
+        -- value, which a generic plan does not have ("could not create
+        -- distributed plan").
+        IF r.pins_plans THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s RESET plan_cache_mode', r.sig);
+            changed := true;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
 $$;
 -- pgsweep:end functions/citus.sql
 

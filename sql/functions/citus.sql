@@ -417,6 +417,7 @@ BEGIN
     FOR r IN SELECT p.oid, p.oid::pg_catalog.regprocedure::text AS sig, d.arg_index, d.force,
                     o.distribution_argument_index AS cur_arg, o.colocationid AS cur_colocation,
                     coalesce(o.force_delegation, false) AS cur_force, o.objid IS NOT NULL AS is_distributed,
+                    EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proconfig) c WHERE c LIKE 'plan_cache_mode=%') AS pins_plans,
                     EXISTS (SELECT 1 FROM _citus_tables() t
                               JOIN pg_catalog.pg_class c
                                 ON c.relname = t.table_name AND c.relnamespace = v_schema::pg_catalog.regnamespace
@@ -448,6 +449,15 @@ BEGIN
                 PERFORM pg_catalog.create_distributed_function(r.oid::pg_catalog.regprocedure);
                 changed := true;
             END IF;
+        END IF;
+        -- Custom plans on Citus: a routine that asks for generic ones (claim,
+        -- claim.sql) gets the default back, on every node (Citus propagates
+        -- the ALTER). Citus routes a statement to its shard by the queue's
+        -- value, which a generic plan does not have ("could not create
+        -- distributed plan").
+        IF r.pins_plans THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s RESET plan_cache_mode', r.sig);
+            changed := true;
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -107,12 +107,20 @@
 -- lease_default. Rows come back in the order they were taken: highest
 -- priority first, then oldest first.
 --
+-- Generic plans (plan_cache_mode): every statement here is an index scan
+-- that its conditions choose, whatever the values. Left to itself, the plan
+-- cache priced the generic plan of a scan with LIMIT p_batch - v_n far above
+-- a custom one (it assumes a tenth of the rows) and planned the scan again
+-- at every call: about a fifth of a claim's time (docs/benchmarks.md,
+-- "Priorities"). On Citus, citus_distribute puts the default back (citus.sql).
+--
 -- This overload takes the time from its caller (p_now, NULL = the clock): for
 -- tests only. claim(p_queue, p_owner, p_batch, p_lease) below is the verb.
 CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
 RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
                created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
 SET search_path FROM CURRENT
 AS $$
 DECLARE
