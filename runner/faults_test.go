@@ -208,7 +208,7 @@ func TestHealthyWhileALongPassMakesProgress(t *testing.T) {
 	db.MustExec(t, fmt.Sprintf(`
 		CREATE TABLE %[1]s.gate (stuck boolean NOT NULL);
 		INSERT INTO %[1]s.gate VALUES (false);
-		GRANT SELECT ON %[1]s.gate TO %[2]s; -- the stand-in runs inside maintain_step_recovery, as the owner role
+		GRANT SELECT ON %[1]s.gate TO %[2]s; -- the stand-in runs inside maintain_step, as the owner role
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$
 		BEGIN

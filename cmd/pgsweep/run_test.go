@@ -130,7 +130,7 @@ func TestRunBinaryKill9StopsItsBackend(t *testing.T) {
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %[1]s.work (at timestamptz NOT NULL);
-		-- the stand-in runs inside maintain_step_recovery, as the owner role
+		-- the stand-in runs inside maintain_step, as the owner role
 		GRANT INSERT ON %[1]s.work TO %[2]s;
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$
@@ -207,7 +207,7 @@ func TestRunBinarySIGTERM(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		CREATE TABLE %[1]s.slow (on_ boolean NOT NULL);
 		INSERT INTO %[1]s.slow VALUES (false);
-		-- the stand-in runs inside maintain_step_recovery, as the owner role
+		-- the stand-in runs inside maintain_step, as the owner role
 		GRANT SELECT ON %[1]s.slow TO %[2]s;
 		CREATE OR REPLACE FUNCTION %[1]s._maintain_recovery(p_owner text, p_deadline timestamptz) RETURNS jsonb
 		LANGUAGE plpgsql AS $$

@@ -34,7 +34,7 @@ func InstallStandIns(t testing.TB, db pgsweep.DBTX, schema, slowOwner string, sl
 // for the owner slowOwner, a few milliseconds otherwise, and asks for more
 // steps at random; retention commits in the middle, as retention_run does.
 // ownerRole (quoted) is the schema's owner role, as which the recovery
-// stand-in runs inside maintain_step_recovery.
+// stand-in runs inside maintain_step.
 func StandInsSQL(s, ownerRole, slowOwner string, slowSleep float64) string {
 	return fmt.Sprintf(`
 		CREATE TABLE %[1]s.activity (id bigserial PRIMARY KEY, part text, owner text, started_at timestamptz, finished_at timestamptz);

@@ -156,15 +156,25 @@ BEGIN
 END
 $$;
 
--- maintain_step_recovery takes one bounded step of recovery for the run
--- p_run (_maintain_step).
-CREATE OR REPLACE FUNCTION maintain_step_recovery(p_run bigint)
+-- maintain_step takes one step of the run p_run -- a run of this session's
+-- pass (42501 otherwise) -- of the part it runs (_maintain_step): one
+-- bounded step of recovery, the due slots of at most 100 schedules, or the
+-- stats snapshots (one step per run). It records the step, renews the
+-- part's lease and returns whether another step has work. A retention run
+-- takes no step here (false): retention steps through
+-- maintain_step_retention.
+CREATE OR REPLACE FUNCTION maintain_step(p_run bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_part text := (_maintain_run_check(p_run)).part;
 BEGIN
-    RETURN _maintain_step(p_run, 'recovery');
+    IF v_part = 'retention' THEN
+        RETURN false;
+    END IF;
+    RETURN _maintain_step(p_run, v_part);
 END
 $$;
 
@@ -232,6 +242,7 @@ DECLARE
     v_pass bigint;
     v_owner pg_catalog.text;
     v_run bigint;
+    v_part pg_catalog.text;
     v_more boolean;
     v_failed boolean;
     v_msg pg_catalog.text;
@@ -240,17 +251,25 @@ BEGIN
     SELECT b.o_pass, b.o_owner INTO v_pass, v_owner FROM {{ .schema | default "pgsweep" }}.maintain_step_begin(p_owner, p_budget) b;
     COMMIT;
 
-    -- recovery: bounded steps, each caught, committed and followed by a
-    -- lease renewal, until the step says it is done or half the budget is
-    -- spent: a recovery backlog must not starve retention (the backlog makes
-    -- recovery due again at once on the next pass).
-    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'recovery');
-    COMMIT;
-    IF v_run IS NOT NULL THEN
+    -- The stepped parts, in this order, each step caught (a failed step is
+    -- recorded and ends its part's run) and committed:
+    --   recovery: bounded steps, each followed by a lease renewal, until the
+    --     step says it is done or half the budget is spent: a recovery
+    --     backlog must not starve retention (the backlog makes recovery due
+    --     again at once on the next pass);
+    --   schedules: steps of at most 100 due schedules each, until none is
+    --     due or the budget is spent (maintain_schedules.sql);
+    --   stats: one step, the queue snapshots (stats.sql), every
+    --     stats_interval.
+    -- maintain_step knows the part of its run: the body needs no operator.
+    FOREACH v_part IN ARRAY ARRAY['recovery', 'schedules', 'stats'] LOOP
+        v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, v_part);
+        COMMIT;
+        CONTINUE WHEN v_run IS NULL;
         LOOP
             v_failed := false;
             BEGIN
-                v_more := {{ .schema | default "pgsweep" }}.maintain_step_recovery(v_run);
+                v_more := {{ .schema | default "pgsweep" }}.maintain_step(v_run);
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
                 v_failed := true;
@@ -264,50 +283,7 @@ BEGIN
         END LOOP;
         PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
         COMMIT;
-    END IF;
-
-    -- schedules: steps of at most 100 due schedules each, committed one by
-    -- one, until none is due or the budget is spent (maintain_schedules.sql).
-    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'schedules');
-    COMMIT;
-    IF v_run IS NOT NULL THEN
-        LOOP
-            v_failed := false;
-            BEGIN
-                v_more := {{ .schema | default "pgsweep" }}.maintain_step_schedules(v_run);
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-                v_failed := true;
-            END;
-            IF v_failed THEN
-                PERFORM {{ .schema | default "pgsweep" }}.maintain_step_failed(v_run, v_msg, v_state);
-                v_more := false;
-            END IF;
-            COMMIT;
-            EXIT WHEN NOT v_more;
-        END LOOP;
-        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
-        COMMIT;
-    END IF;
-
-    -- stats: one step, the queue snapshots (stats.sql), every stats_interval.
-    v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'stats');
-    COMMIT;
-    IF v_run IS NOT NULL THEN
-        v_failed := false;
-        BEGIN
-            v_more := {{ .schema | default "pgsweep" }}.maintain_step_stats(v_run);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT;
-            v_failed := true;
-        END;
-        IF v_failed THEN
-            PERFORM {{ .schema | default "pgsweep" }}.maintain_step_failed(v_run, v_msg, v_state);
-        END IF;
-        COMMIT;
-        PERFORM {{ .schema | default "pgsweep" }}.maintain_step_part_end(v_run);
-        COMMIT;
-    END IF;
+    END LOOP;
 
     -- retention: one call that commits per batch itself (see maintain_retention.sql).
     v_run := {{ .schema | default "pgsweep" }}.maintain_step_part(v_pass, 'retention');

@@ -136,15 +136,3 @@ BEGIN
 END
 $$;
 
--- maintain_step_schedules takes one step of the part for the run p_run (a
--- run of 'schedules' of this session's pass: 42501 otherwise), records it
--- and renews the part's lease; returns whether another step has work.
-CREATE OR REPLACE FUNCTION maintain_step_schedules(p_run bigint)
-RETURNS boolean
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN _maintain_step(p_run, 'schedules');
-END
-$$;

@@ -99,10 +99,9 @@ AS $$
         'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
-        'maintain_step_begin', 'maintain_step_part', 'maintain_step_recovery', 'maintain_step_stats', 'maintain_step_failed',
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step', 'maintain_step_failed',
         'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
         'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
-        'maintain_step_schedules', -- the part 'schedules' (maintain_schedules.sql)
         'schedule_create', 'schedule_pause', 'schedule_resume', 'schedule_drop', -- periodic schedules (schedule.sql)
         'maintain_fail_owner', -- the runner: a pass whose session is gone
         'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',

@@ -167,20 +167,6 @@ BEGIN
 END
 $$;
 
--- maintain_step_stats takes the snapshots for the run p_run (a run of the
--- 'stats' part of this session's pass: 42501 otherwise), records them and
--- renews the part's lease (_maintain_step). One step per run: it returns
--- false.
-CREATE OR REPLACE FUNCTION maintain_step_stats(p_run bigint)
-RETURNS boolean
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    RETURN _maintain_step(p_run, 'stats');
-END
-$$;
-
 -- stats_latest (monitor): every queue with its latest snapshot, one index
 -- probe per queue (O(queues)). A queue without a snapshot yet has NULLs.
 -- Counts only, no payloads: no per-queue right is needed (like queue_stats).

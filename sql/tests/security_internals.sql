@@ -16,7 +16,7 @@
 -- The attacker is a role granted <schema>_admin (or _worker) and nothing else.
 BEGIN;
 SET LOCAL client_min_messages = warning;
-SELECT plan(81);
+SELECT plan(79);
 
 -- as_role: 'ok' or the SQLSTATE of p_sql run as p_role.
 \ir include/as_role.sql
@@ -95,12 +95,8 @@ SELECT (SELECT jsonb_agg(to_jsonb(p) ORDER BY p.id) FROM pgsweep.maintain_pass p
 GRANT SELECT ON si_before TO PUBLIC;
 SELECT is(pg_temp.as_role('si_admin', $$SELECT pgsweep.maintain_step_part((SELECT id FROM pgsweep.maintain_pass WHERE owner = 'other'), 'recovery')$$),
     '42501', 'maintain_step_part: another session''s pass is refused');
-SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_recovery(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
-    '42501', 'maintain_step_recovery: another session''s run is refused');
-SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_stats(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
-    '42501', 'maintain_step_stats: another session''s run is refused');
-SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_schedules(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),
-    '42501', 'maintain_step_schedules: another session''s run is refused');
+SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other' AND part = 'recovery'))),
+    '42501', 'maintain_step: another session''s recovery run is refused');
 SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_failed(%s, %L, %L)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'), 'x', 'XX000')),
     '42501', 'maintain_step_failed: refused');
 SELECT is(pg_temp.as_role('si_admin', format('SELECT pgsweep.maintain_step_part_end(%s)', (SELECT id FROM pgsweep.maintain_run WHERE owner = 'other'))),

@@ -138,7 +138,7 @@ SELECT is(pgsweep._stats_snapshot('2026-01-01 00:00:40+00'), '{"queues": 3, "tri
 SELECT is((SELECT min(taken_at) FROM pgsweep.maintain_snapshot), '2026-01-01 00:00:10+00'::timestamptz, 'only expired rows went');
 
 -- the maintenance step belongs to a pass of this session
-SELECT throws_ok($$SELECT pgsweep.maintain_step_stats(-1)$$, '42501', NULL, 'maintain_step_stats: no such run');
+SELECT throws_ok($$SELECT pgsweep.maintain_step(-1)$$, '42501', NULL, 'maintain_step: no such run');
 SELECT is((SELECT prosecdef FROM pg_proc WHERE oid = 'pgsweep.stats_latest()'::regprocedure), true, 'stats_latest runs as the owner');
 SELECT ok((SELECT proconfig::text ~ 'search_path' FROM pg_proc WHERE oid = 'pgsweep.stats_history(text, timestamptz, timestamptz)'::regprocedure),
     'stats_history pins search_path');
