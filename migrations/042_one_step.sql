@@ -4,13 +4,15 @@
 -- takes one step of whatever part its run runs, so one loop serves the
 -- three (the procedure's body still uses no operator: it cannot pin its
 -- search_path). maintain_step_recovery, maintain_step_stats and
--- maintain_step_schedules go (IF EXISTS: a test installs the migrations
--- rewritten with whole function files, where they never were).
+-- maintain_step_schedules go, and _maintain_step with them: maintain_step
+-- reads the run once and takes the step itself. IF EXISTS: a test installs
+-- the migrations rewritten with whole function files, where they never were.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 DROP FUNCTION IF EXISTS maintain_step_recovery(bigint);
 DROP FUNCTION IF EXISTS maintain_step_stats(bigint);
 DROP FUNCTION IF EXISTS maintain_step_schedules(bigint);
+DROP FUNCTION IF EXISTS _maintain_step(bigint, text);
 
 -- pgsweep:changed functions/maintain.sql
 CREATE OR REPLACE FUNCTION maintain_step(p_run bigint)
@@ -19,12 +21,18 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_part text := (_maintain_run_check(p_run)).part;
+    v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_part = 'retention' THEN
+    IF v_run.status <> 'running' OR v_run.part NOT IN ('recovery', 'stats', 'schedules') THEN
         RETURN false;
     END IF;
-    RETURN _maintain_step(p_run, v_part);
+    RETURN _maintain_part_step(p_run,
+                               CASE v_run.part
+                                   WHEN 'recovery' THEN _maintain_recovery(v_run.owner, v_run.deadline)
+                                   WHEN 'stats' THEN _stats_snapshot(NULL)
+                                   WHEN 'schedules' THEN _schedule_run(NULL, 100)
+                               END,
+                               NULL, v_run.deadline, NULL);
 END
 $$;
 
@@ -144,6 +152,333 @@ AS $$
         'schedule_rows']) r -- the schedules view's rows (schedule.sql): no payload, no header
 $$;
 -- pgsweep:end functions/privileges.sql
+
+-- pgsweep:changed functions/claim.sql
+CREATE OR REPLACE FUNCTION claim(p_queue text, p_owner text, p_batch int, p_lease interval, p_now timestamptz)
+RETURNS TABLE (id bigint, key text, payload jsonb, headers jsonb, attempt int,
+               created_at timestamptz, lease_expires_at timestamptz, token uuid, lane text)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_rescan_every interval;
+    v_max int;
+    v_lease interval;
+    v_now timestamptz;
+    v_until timestamptz;
+    v_cursor_at timestamptz;
+    v_cursor_id bigint;
+    v_rescanned timestamptz;
+    v_rescan boolean;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_to_at timestamptz;
+    v_to_id bigint;
+    v_tids tid[];
+    v_ids bigint[];
+    v_all tid[] := '{}';
+    v_all_ids bigint[] := '{}';
+    v_n int := 0;
+    v_at timestamptz;
+    v_id bigint;
+    v_last_at timestamptz;
+    v_last_id bigint;
+    v_token uuid;
+    v_paused boolean;
+    v_held boolean;
+    v_read_at timestamptz;
+    v_read_id bigint;
+    v_lv smallint[];
+    v_la timestamptz[];
+    v_li bigint[];
+    v_prescanned timestamptz;
+    v_prescan boolean;
+    v_due smallint[];
+    v_kinds int[] := '{}';
+    v_los int[] := '{}';
+    v_his int[] := '{}';
+    v_pos int[] := '{}';
+    v_seg int;
+    v_kind int;
+    v_lo int;
+    v_hi int;
+    v_prev int;
+    v_l int;
+    v_fa timestamptz;
+    v_fi bigint;
+    v_lvls smallint[];
+    v_ats timestamptz[];
+    v_tp smallint[] := '{}';
+    v_ta timestamptz[] := '{}';
+    v_ti bigint[] := '{}';
+BEGIN
+    IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
+        PERFORM _check_now('p_now', p_now);
+    END IF;
+    -- Hot path: one plain expression checks every argument; only a bad
+    -- argument pays for the _check_* calls that name it in the error. The
+    -- expression is a conservative pre-filter, the rules stay in validate.sql:
+    -- an owner of ASCII letters, digits and _.:/@- (no control, invisible or
+    -- white space characters) of at most 200 characters passes the name rule
+    -- (_check_text); a lease of time only (no days, months or years: no
+    -- mixed signs) within the bounds passes _check_interval. Anything else
+    -- goes to the _check_* calls, in the order the arguments come.
+    IF p_owner IS NULL OR length(p_owner) > 200 OR p_owner !~ '^[A-Za-z0-9_.:/@-]+$'
+       OR p_batch IS NULL OR p_batch < 1 OR p_batch > 10000
+       OR p_lease < interval '1 second' OR p_lease > interval '1 hour'
+       OR extract(day FROM p_lease) <> 0 OR extract(month FROM p_lease) <> 0 OR extract(year FROM p_lease) <> 0 THEN
+        PERFORM _check_text('p_owner', p_owner); -- the name rule (validate.sql): control characters, spaces
+        IF p_lease IS NOT NULL THEN
+            PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
+        END IF;
+        PERFORM _check_int('p_batch', p_batch, 1, 10000);
+    END IF;
+    -- Two statements, not a join: on Citus queue is a reference table and
+    -- claim_cursor a distributed one, and a delegated claim may only touch
+    -- its own shard (each statement filters by the queue).
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
+      INTO v_max, v_lease, v_rescan_every, v_paused
+      FROM queue q
+     WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
+    END IF;
+    -- The rights ride along with the cursor (queue_rights.sql): a plain
+    -- grant is the common case, read by this statement (both tables are
+    -- placed by queue on Citus: one shard group); anything else, or no
+    -- cursor row, asks _queue_require, the rule.
+    SELECT c.created_at, c.id, c.rescanned_at,
+           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at,
+           EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_held
+      FROM claim_cursor c WHERE c.queue = p_queue;
+    IF v_held IS NOT TRUE THEN
+        PERFORM _queue_require(p_queue, 'consume');
+    END IF;
+    v_read_at := v_cursor_at;
+    v_read_id := v_cursor_id;
+    IF v_paused THEN
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + v_lease;
+
+    -- The cursor is trusted only within claim_rescan after the last rescan, on
+    -- the clock the caller uses (tests pin p_now in both directions).
+    -- Pass 1 scans from the cursor on; pass 2 scans the rows before it, when
+    -- the cursor is not trusted or pass 1 could not fill the batch.
+    v_rescan := v_rescanned IS NULL OR v_now < v_rescanned OR v_now >= v_rescanned + v_rescan_every;
+    IF v_rescan THEN
+        v_cursor_at := '-infinity';
+        v_cursor_id := -9223372036854775808;
+    END IF;
+    v_from_at := v_cursor_at;
+    v_from_id := v_cursor_id;
+    v_to_at := 'infinity';
+    v_to_id := 9223372036854775807;
+    -- Parked rows that came due join the claim index, where the scans below
+    -- (or the next claims) find them. When none is due this is one probe of
+    -- message_parked; rows other claims are promoting are skipped.
+    SELECT array_agg(p.ctid), array_agg(p.id) INTO v_tids, v_ids
+      FROM (SELECT d.ctid, d.id FROM message d
+             WHERE d.queue = p_queue AND d.parked_until <= v_now
+             ORDER BY d.parked_until
+             LIMIT 4 * p_batch
+               FOR UPDATE SKIP LOCKED) p;
+    IF v_tids IS NOT NULL THEN
+        -- By ctid and id both: whichever the planner takes, it touches only
+        -- these rows. With ctid alone and the queue's statistics stale (a
+        -- queue that grew since the last ANALYZE looks tiny), it took the
+        -- primary key on queue and walked the whole queue.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+    END IF;
+    -- The segments of the claim indexes, in the order claims take them (see
+    -- the header): kind 1 the levels lo..hi of message_claim_priority from
+    -- their head, 2 one level from its position (v_pos: its place in the
+    -- arrays), 0 the default priority (message_claim: the passes below).
+    -- Positions are trusted within claim_rescan after the last rescan of the
+    -- priority index, and then only the levels with a due row at or after
+    -- their position are scanned (v_due: one probe, an index descent per
+    -- level); the levels without a position, in the gaps, from their head.
+    v_prescan := v_lv IS NULL OR v_prescanned IS NULL OR v_now < v_prescanned OR v_now >= v_prescanned + v_rescan_every;
+    IF v_prescan THEN
+        v_kinds := '{1,0,1}';
+        v_los := '{1,0,-32768}';
+        v_his := '{32767,0,-1}';
+        v_pos := '{0,0,0}';
+    ELSE
+        SELECT array_agg(l.lvl) INTO v_due
+          FROM unnest(v_lv, v_la, v_li) l(lvl, at, id)
+         WHERE EXISTS (SELECT 1 FROM message s
+                        WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority = l.lvl
+                          AND (s.created_at, s.id) >= (l.at, l.id) AND s.visible_at <= v_now AND s.attempt < v_max);
+        v_prev := 32767;
+        -- v_lv is sorted highest first; one step past its end (below every
+        -- level) closes the last gap
+        FOR j IN 1 .. cardinality(v_lv) + 1 LOOP
+            v_l := CASE WHEN j <= cardinality(v_lv) THEN v_lv[j] ELSE -32769 END;
+            IF v_l < 0 AND v_prev >= 0 THEN -- the default priority lies between the positive and the negative levels
+                IF v_prev >= 1 THEN
+                    v_kinds := v_kinds || 1; v_los := v_los || 1; v_his := v_his || v_prev; v_pos := v_pos || 0;
+                END IF;
+                v_kinds := v_kinds || 0; v_los := v_los || 0; v_his := v_his || 0; v_pos := v_pos || 0;
+                v_prev := -1;
+            END IF;
+            IF v_l + 1 <= v_prev THEN
+                v_kinds := v_kinds || 1; v_los := v_los || (v_l + 1); v_his := v_his || v_prev; v_pos := v_pos || 0;
+            END IF;
+            IF v_l = ANY (v_due) THEN
+                v_kinds := v_kinds || 2; v_los := v_los || v_l; v_his := v_his || v_l; v_pos := v_pos || j;
+            END IF;
+            v_prev := v_l - 1;
+        END LOOP;
+    END IF;
+    v_seg := 0;
+    LOOP
+        EXIT WHEN v_n = p_batch;
+        v_seg := v_seg + 1;
+        IF v_seg > cardinality(v_kinds) THEN
+            -- A claim short of its batch takes the rows behind the positions
+            -- last (kind 3: every level from its head, but the rows taken),
+            -- and counts as a rescan, as the default passes do.
+            EXIT WHEN v_prescan;
+            v_kinds := v_kinds || 3; v_los := v_los || -32768; v_his := v_his || 32767; v_pos := v_pos || 0;
+            v_prescan := true;
+        END IF;
+        v_kind := v_kinds[v_seg];
+        v_lo := v_los[v_seg];
+        v_hi := v_his[v_seg];
+        CONTINUE WHEN v_lo > v_hi;
+        IF v_kind = 0 THEN
+            -- The default priority: pass 1 from the cursor on, pass 2 before it.
+            FOR pass IN 1 .. 2 LOOP
+                EXIT WHEN v_n = p_batch;
+                SELECT array_agg(c.ctid), array_agg(c.id),
+                       (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
+                       (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
+                  INTO v_tids, v_ids, v_at, v_id
+                  FROM (SELECT s.ctid, s.created_at, s.id
+                          FROM message s
+                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority = 0
+                           AND (s.created_at, s.id) >= (v_from_at, v_from_id)
+                           AND (s.created_at, s.id) < (v_to_at, v_to_id)
+                           AND s.visible_at <= v_now AND s.attempt < v_max
+                         ORDER BY s.created_at, s.id
+                         LIMIT p_batch - v_n
+                           FOR UPDATE SKIP LOCKED) c;
+                IF v_tids IS NOT NULL THEN
+                    v_all := v_all || v_tids;
+                    v_all_ids := v_all_ids || v_ids;
+                    v_n := cardinality(v_all);
+                    IF v_last_at IS NULL THEN -- pass 1's rows are the newest
+                        v_last_at := v_at;
+                        v_last_id := v_id;
+                    END IF;
+                END IF;
+                EXIT WHEN v_n = p_batch OR v_rescan;
+                v_rescan := true;
+                v_from_at := '-infinity';
+                v_from_id := -9223372036854775808;
+                v_to_at := v_cursor_at;
+                v_to_id := v_cursor_id;
+            END LOOP;
+            CONTINUE;
+        END IF;
+        IF v_kind = 2 THEN
+            v_fa := v_la[v_pos[v_seg]];
+            v_fi := v_li[v_pos[v_seg]];
+        ELSE
+            v_fa := '-infinity';
+            v_fi := -9223372036854775808;
+        END IF;
+        SELECT array_agg(c.ctid), array_agg(c.id), array_agg(c.priority), array_agg(c.created_at)
+          INTO v_tids, v_ids, v_lvls, v_ats
+          FROM (SELECT s.ctid, s.id, s.priority, s.created_at
+                  FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0
+                   AND s.priority >= v_lo AND s.priority <= v_hi
+                   AND (s.created_at, s.id) >= (v_fa, v_fi)
+                   AND s.visible_at <= v_now AND s.attempt < v_max
+                   AND (v_kind <> 3 OR NOT s.id = ANY (v_all_ids))
+                 ORDER BY s.priority DESC, s.created_at, s.id
+                 LIMIT p_batch - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_tids IS NOT NULL THEN
+            v_all := v_all || v_tids;
+            v_all_ids := v_all_ids || v_ids;
+            v_n := cardinality(v_all);
+            v_tp := v_tp || v_lvls;
+            v_ta := v_ta || v_ats;
+            v_ti := v_ti || v_ids;
+        END IF;
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    IF v_last_at IS NULL THEN
+        NULL; -- no row of the default priority: the cursor stays
+    ELSIF v_rescanned IS NULL THEN
+        -- No cursor row: queue_create makes one, so only a deleted row gets here.
+        INSERT INTO claim_cursor (queue, created_at, id, rescanned_at)
+        VALUES (p_queue, v_last_at, v_last_id, v_now)
+        ON CONFLICT (queue) DO NOTHING;
+    ELSE
+        -- A rescan may move the cursor back (to the stragglers it found);
+        -- other claims only move it forward, and not when it went back
+        -- since this claim read it (below what it read): a rescan, or the
+        -- new heads of lanes (lane.sql, _lane_next), which a claim moving it
+        -- past them would leave to the pass before the cursor.
+        UPDATE claim_cursor c
+           SET created_at = v_last_at, id = v_last_id,
+               rescanned_at = CASE WHEN v_rescan THEN v_now ELSE c.rescanned_at END
+         WHERE c.queue = p_queue
+           AND (v_rescan OR ((c.created_at, c.id) < (v_last_at, v_last_id)
+                             AND (c.created_at, c.id) >= (v_read_at, v_read_id)))
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    -- The positions move forward to the last row taken at each level, as the
+    -- default cursor does (and not when one went back since this claim read
+    -- it: _lane_next); a level first taken from its head gains one; a rescan
+    -- sets each level it took rows of wherever its rows lead and records
+    -- itself. A queue whose claims never took a row of another priority has
+    -- none, and pays no update here.
+    IF (cardinality(v_tp) > 0 OR (v_prescan AND v_lv IS NOT NULL)) AND v_rescan_every > interval '0' THEN
+        UPDATE claim_cursor c
+           SET (priority_levels, priority_ats, priority_ids) =
+               (SELECT array_agg(x.lvl ORDER BY x.lvl DESC),
+                       array_agg(CASE WHEN x.take THEN x.m_at ELSE x.s_at END ORDER BY x.lvl DESC),
+                       array_agg(CASE WHEN x.take THEN x.m_id ELSE x.s_id END ORDER BY x.lvl DESC)
+                  FROM (SELECT coalesce(st.lvl, m.lvl) AS lvl, st.at AS s_at, st.id AS s_id, m.at AS m_at, m.id AS m_id,
+                               m.lvl IS NOT NULL AND (st.lvl IS NULL OR v_prescan
+                                   OR ((st.at, st.id) < (m.at, m.id)
+                                       AND NOT EXISTS (SELECT 1 FROM unnest(v_lv, v_la, v_li) r(lvl, at, id)
+                                                        WHERE r.lvl = st.lvl AND (st.at, st.id) < (r.at, r.id)))) AS take
+                          FROM unnest(c.priority_levels, c.priority_ats, c.priority_ids) st(lvl, at, id)
+                          FULL JOIN (SELECT DISTINCT ON (t.lvl) t.lvl, t.at, t.id
+                                       FROM unnest(v_tp, v_ta, v_ti) t(lvl, at, id)
+                                      ORDER BY t.lvl, t.at DESC, t.id DESC) m ON m.lvl = st.lvl) x),
+               priority_rescanned_at = CASE WHEN v_prescan THEN v_now ELSE c.priority_rescanned_at END
+         WHERE c.queue = p_queue
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    v_token := gen_random_uuid();
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE message m
+           SET status = 'processing', owner = p_owner, token = v_token, attempt = m.attempt + 1, visible_at = v_until
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_all) AND m.id = ANY (v_all_ids) -- see the promotion
+        RETURNING m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.visible_at, m.token, m.lane, m.priority
+    )
+    SELECT c.id, c.key, c.payload, c.headers, c.attempt, c.created_at, c.visible_at, c.token, c.lane
+      FROM claimed c ORDER BY c.priority DESC, c.created_at, c.id;
+END
+$$;
+-- pgsweep:end functions/claim.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

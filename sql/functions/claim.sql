@@ -78,17 +78,19 @@
 -- parked_until IS NULL AND priority <> 0: the due rows of priority > 0 are
 -- taken before the default passes (on a queue without them: one probe of an
 -- index with no entry of the queue), those of priority < 0 after them, when
--- the batch is not full yet. That index has a cursor of its own, for the
--- same reason: the level being drained keeps its rows in flight and its
--- dead entries at its head. The priority cursor (claim_cursor.priority,
--- priority_created_at, priority_id) is the last row in index order any
--- claim took; the scan takes the levels above the cursor's level from their
--- head (a message sent at a higher priority is found at once), the cursor's
--- level from the cursor on, the levels below from their head. So only the
--- rows of the cursor's level behind the cursor wait for a rescan, as the
--- default ones do: a claim that cannot fill its batch otherwise takes them
--- last, and the first claim claim_rescan after the last rescan of the
--- priority index (priority_rescanned_at) scans every level from its head.
+-- the batch is not full yet. That index has cursors of its own, for the
+-- same reason as message_claim: the level being drained keeps its rows in
+-- flight and its dead entries at its head. Each level a claim took rows of
+-- has a position (claim_cursor.priority_levels, priority_ats, priority_ids:
+-- the last row any claim took there); a claim probes those levels for a due
+-- row at or after their position (one index descent each), scans the ones
+-- that have one from their position, and the levels without a position
+-- from their head (a message sent at a new, higher priority is found at
+-- once). So only the rows behind a level's position wait for a rescan, as
+-- the default ones wait behind the cursor: a claim that cannot fill its
+-- batch otherwise takes them last, and the first claim claim_rescan after
+-- the last rescan of the priority index (priority_rescanned_at) scans every
+-- level from its head.
 -- A lane's head competes with its own priority (the messages behind it wait
 -- parked, in no claim index, whatever theirs); the lane's order stays
 -- (created_at, id).
@@ -277,7 +279,9 @@ BEGIN
                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority = l.lvl
                           AND (s.created_at, s.id) >= (l.at, l.id) AND s.visible_at <= v_now AND s.attempt < v_max);
         v_prev := 32767;
-        FOR j IN 1 .. cardinality(v_lv) + 1 LOOP -- v_lv is sorted highest first
+        -- v_lv is sorted highest first; one step past its end (below every
+        -- level) closes the last gap
+        FOR j IN 1 .. cardinality(v_lv) + 1 LOOP
             v_l := CASE WHEN j <= cardinality(v_lv) THEN v_lv[j] ELSE -32769 END;
             IF v_l < 0 AND v_prev >= 0 THEN -- the default priority lies between the positive and the negative levels
                 IF v_prev >= 1 THEN

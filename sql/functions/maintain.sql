@@ -128,14 +128,15 @@ BEGIN
 END
 $$;
 
--- _maintain_step takes one step of the part p_part for the run p_run (this
--- session's pass: _maintain_run_check), records it and renews the part's
--- lease; it returns whether another step is worth it. A run that is not a
--- running run of p_part takes no step (false). The steps: 'recovery', one
--- bounded step of recovery (maintain_recovery.sql); 'stats', the snapshots
--- (stats.sql), one step per run; 'schedules', the due slots of at most 100
--- schedules (maintain_schedules.sql).
-CREATE OR REPLACE FUNCTION _maintain_step(p_run bigint, p_part text)
+-- maintain_step takes one step of the run p_run -- a run of this session's
+-- pass (_maintain_run_check: 42501 otherwise) -- of the part it runs,
+-- records it and renews the part's lease; it returns whether another step
+-- is worth it. The steps: 'recovery', one bounded step of recovery
+-- (maintain_recovery.sql); 'stats', the snapshots (stats.sql), one step per
+-- run; 'schedules', the due slots of at most 100 schedules
+-- (maintain_schedules.sql). A run that is not running, or a retention run
+-- (retention steps through maintain_step_retention), takes no step (false).
+CREATE OR REPLACE FUNCTION maintain_step(p_run bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -143,38 +144,16 @@ AS $$
 DECLARE
     v_run maintain_run := _maintain_run_check(p_run);
 BEGIN
-    IF v_run.part <> p_part OR v_run.status <> 'running' THEN
+    IF v_run.status <> 'running' OR v_run.part NOT IN ('recovery', 'stats', 'schedules') THEN
         RETURN false;
     END IF;
     RETURN _maintain_part_step(p_run,
-                               CASE p_part
+                               CASE v_run.part
                                    WHEN 'recovery' THEN _maintain_recovery(v_run.owner, v_run.deadline)
                                    WHEN 'stats' THEN _stats_snapshot(NULL)
                                    WHEN 'schedules' THEN _schedule_run(NULL, 100)
                                END,
                                NULL, v_run.deadline, NULL);
-END
-$$;
-
--- maintain_step takes one step of the run p_run -- a run of this session's
--- pass (42501 otherwise) -- of the part it runs (_maintain_step): one
--- bounded step of recovery, the due slots of at most 100 schedules, or the
--- stats snapshots (one step per run). It records the step, renews the
--- part's lease and returns whether another step has work. A retention run
--- takes no step here (false): retention steps through
--- maintain_step_retention.
-CREATE OR REPLACE FUNCTION maintain_step(p_run bigint)
-RETURNS boolean
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_part text := (_maintain_run_check(p_run)).part;
-BEGIN
-    IF v_part = 'retention' THEN
-        RETURN false;
-    END IF;
-    RETURN _maintain_step(p_run, v_part);
 END
 $$;
 
