@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,101 +29,67 @@ func TestPriorityClaimConcurrent(t *testing.T) {
 		I int   `json:"i"`
 		P int16 `json:"p"`
 	}
-	var completed atomic.Int64
-	var sendersLeft atomic.Int64
-	sendersLeft.Store(senders)
 	var mu sync.Mutex
 	done := map[int]int{} // payload i -> completions
-	errc := make(chan error, senders+claimers)
-	var wg sync.WaitGroup
-	for s := range senders {
-		c, _ := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer sendersLeft.Add(-1)
-			r := rand.New(rand.NewPCG(uint64(s), 11))
-			for b := range batches {
-				ms := make([]pgsweep.Message, perBatch)
-				for k := range ms {
-					i := (s*batches+b)*perBatch + k
-					p := int16(r.IntN(13) - 3)
-					ms[k] = pgsweep.Message{Payload: mustJSON(t, body{I: i, P: p}), Priority: p}
-					if r.IntN(4) == 0 && i%7 != 0 { // a failed head would hold its lane for the backoff
-						ms[k].Lane = fmt.Sprintf("L%d", r.IntN(16))
-					}
-				}
-				if _, err := c.SendBatch(ctx, "q", ms); err != nil {
-					errc <- fmt.Errorf("sender %d: %w", s, err)
-					return
+	send := func(c *pgsweep.Client, s int) (int, error) {
+		r := rand.New(rand.NewPCG(uint64(s), 11))
+		for b := range batches {
+			ms := make([]pgsweep.Message, perBatch)
+			for k := range ms {
+				i := (s*batches+b)*perBatch + k
+				p := int16(r.IntN(13) - 3)
+				ms[k] = pgsweep.Message{Payload: mustJSON(t, body{I: i, P: p}), Priority: p}
+				if r.IntN(4) == 0 && i%7 != 0 { // a failed head would hold its lane for the backoff
+					ms[k].Lane = fmt.Sprintf("L%d", r.IntN(16))
 				}
 			}
-		}()
-	}
-	for w := range claimers {
-		c, _ := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				ds, err := c.Claim(ctx, "q", fmt.Sprintf("w%d", w), 10, time.Minute)
-				if err != nil {
-					errc <- fmt.Errorf("claimer %d claim: %w", w, err)
-					return
-				}
-				if len(ds) == 0 {
-					if sendersLeft.Load() == 0 && completed.Load() == total {
-						return
-					}
-					continue
-				}
-				var complete, fail []int64
-				bodies := map[int64]body{}
-				prev := int16(127)
-				for _, d := range ds {
-					var b body
-					if err := json.Unmarshal(d.Payload, &b); err != nil {
-						errc <- err
-						return
-					}
-					if b.P > prev {
-						errc <- fmt.Errorf("claimer %d: a batch out of priority order: %d after %d", w, b.P, prev)
-						return
-					}
-					prev = b.P
-					bodies[d.ID] = b
-					if d.Attempt == 1 && b.I%7 == 0 {
-						fail = append(fail, d.ID)
-					} else {
-						complete = append(complete, d.ID)
-					}
-				}
-				tok := ds[0].Token
-				if len(fail) > 0 {
-					if _, err := c.Fail(ctx, "q", tok, fail, "once", 0); err != nil {
-						errc <- fmt.Errorf("claimer %d fail: %w", w, err)
-						return
-					}
-				}
-				if len(complete) > 0 {
-					ids, err := c.Complete(ctx, "q", tok, complete)
-					if err != nil {
-						errc <- fmt.Errorf("claimer %d complete: %w", w, err)
-						return
-					}
-					mu.Lock()
-					for _, id := range ids {
-						done[bodies[id].I]++
-					}
-					mu.Unlock()
-					completed.Add(int64(len(ids)))
-				}
+			if _, err := c.SendBatch(ctx, "q", ms); err != nil {
+				return b * perBatch, err
 			}
-		}()
+		}
+		return batches * perBatch, nil
 	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+	settle := func(c *pgsweep.Client, w int, ds []pgsweep.Delivery) (int, error) {
+		var complete, fail []int64
+		bodies := map[int64]body{}
+		prev := int16(127)
+		for _, d := range ds {
+			var b body
+			if err := json.Unmarshal(d.Payload, &b); err != nil {
+				return 0, err
+			}
+			if b.P > prev {
+				return 0, fmt.Errorf("a batch out of priority order: %d after %d", b.P, prev)
+			}
+			prev = b.P
+			bodies[d.ID] = b
+			if d.Attempt == 1 && b.I%7 == 0 {
+				fail = append(fail, d.ID)
+			} else {
+				complete = append(complete, d.ID)
+			}
+		}
+		tok := ds[0].Token
+		if len(fail) > 0 {
+			if _, err := c.Fail(ctx, "q", tok, fail, "once", 0); err != nil {
+				return 0, fmt.Errorf("fail: %w", err)
+			}
+		}
+		if len(complete) == 0 {
+			return 0, nil
+		}
+		ids, err := c.Complete(ctx, "q", tok, complete)
+		if err != nil {
+			return 0, fmt.Errorf("complete: %w", err)
+		}
+		mu.Lock()
+		for _, id := range ids {
+			done[bodies[id].I]++
+		}
+		mu.Unlock()
+		return len(ids), nil
+	}
+	for _, err := range sendClaimRace(ctx, t, db, senders, claimers, 10, send, settle) {
 		t.Error(err)
 	}
 	if t.Failed() {

@@ -168,18 +168,18 @@ func TestPriorityClaimOrder(t *testing.T) {
 	for i, p := range prios {
 		ms[i] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Priority: p}
 	}
-	ids, err := c.SendBatch(ctx, "q", ms)
+	sent, err := c.SendBatch(ctx, "q", ms)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []int64{ids[4], ids[1], ids[3], ids[7], ids[0], ids[6], ids[2], ids[5]}
+	want := []int64{sent[4], sent[1], sent[3], sent[7], sent[0], sent[6], sent[2], sent[5]}
 	var got []int64
 	for len(got) < len(want) {
 		ds, err := c.Claim(ctx, "q", "w", 3, time.Minute)
 		if err != nil || len(ds) == 0 {
 			t.Fatalf("claim: %v %v", ds, err)
 		}
-		got = append(got, ids2(ds)...)
+		got = append(got, ids(ds)...)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("claimed %v, want %v", got, want)
@@ -196,18 +196,16 @@ func TestPriorityClaimOrder(t *testing.T) {
 	}
 	ds, err := c.Claim(ctx, "q", "w", 10, time.Minute)
 	if err != nil || len(ds) != 1 || ds[0].ID != lo {
-		t.Fatalf("lane: claimed %v %v, want only the head %d", ids2(ds), err, lo)
+		t.Fatalf("lane: claimed %v %v, want only the head %d", ids(ds), err, lo)
 	}
 	if _, err := c.Complete(ctx, "q", ds[0].Token, []int64{lo}); err != nil {
 		t.Fatal(err)
 	}
 	ds, err = c.Claim(ctx, "q", "w", 10, time.Minute)
 	if err != nil || len(ds) != 1 || ds[0].ID != hi {
-		t.Fatalf("lane: claimed %v %v, want %d", ids2(ds), err, hi)
+		t.Fatalf("lane: claimed %v %v, want %d", ids(ds), err, hi)
 	}
 }
-
-func ids2(ds []pgsweep.Delivery) []int64 { return ids(ds) }
 
 // 32 sessions: 16 send batches to several lanes in random order, 16 claim
 // and complete. No deadlock, and every message sent is completed exactly
@@ -218,68 +216,43 @@ func TestSendBatchLanesCompleteNoDeadlock(t *testing.T) {
 	defer cancel()
 	lanes := []string{"a", "B", "c", "_d", "E", "f-1", "F.2", "g"}
 	const senders, workers, rounds = 16, 16, 25
-	var sent, completed atomic.Int64
-	var sendersLeft atomic.Int64
-	sendersLeft.Store(senders)
-	errc := make(chan error, senders+workers)
-	var wg sync.WaitGroup
-	for s := range senders {
-		c, _ := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer sendersLeft.Add(-1)
-			r := rand.New(rand.NewPCG(uint64(s), 7))
-			for range rounds {
-				perm := r.Perm(len(lanes))
-				var ms []pgsweep.Message
-				for _, k := range perm[:2+r.IntN(len(lanes)-1)] {
-					ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: lanes[k]},
-						pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: lanes[k]})
-				}
-				if _, err := c.SendBatch(ctx, "q", ms); err != nil {
-					errc <- fmt.Errorf("sender %d: %w", s, err)
-					return
-				}
-				sent.Add(int64(len(ms)))
+	var sent atomic.Int64
+	send := func(c *pgsweep.Client, s int) (int, error) {
+		r := rand.New(rand.NewPCG(uint64(s), 7))
+		n := 0
+		for range rounds {
+			perm := r.Perm(len(lanes))
+			var ms []pgsweep.Message
+			for _, k := range perm[:2+r.IntN(len(lanes)-1)] {
+				ms = append(ms, pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: lanes[k]},
+					pgsweep.Message{Payload: json.RawMessage(`{}`), Lane: lanes[k]})
 			}
-		}()
-	}
-	for w := range workers {
-		c, _ := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				ds, err := c.Claim(ctx, "q", fmt.Sprintf("w%d", w), 8, time.Minute)
-				if err != nil {
-					errc <- fmt.Errorf("worker %d claim: %w", w, err)
-					return
-				}
-				if len(ds) == 0 {
-					if sendersLeft.Load() == 0 && completed.Load() == sent.Load() {
-						return
-					}
-					continue
-				}
-				byToken := map[pgsweep.Token][]int64{}
-				for _, d := range ds {
-					byToken[d.Token] = append(byToken[d.Token], d.ID)
-				}
-				for tok, ids := range byToken {
-					done, err := c.Complete(ctx, "q", tok, ids)
-					if err != nil {
-						errc <- fmt.Errorf("worker %d complete: %w", w, err)
-						return
-					}
-					completed.Add(int64(len(done)))
-				}
+			if _, err := c.SendBatch(ctx, "q", ms); err != nil {
+				return n, err
 			}
-		}()
+			n += len(ms)
+			sent.Add(int64(len(ms)))
+		}
+		return n, nil
 	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+	var completed atomic.Int64
+	settle := func(c *pgsweep.Client, _ int, ds []pgsweep.Delivery) (int, error) {
+		byToken := map[pgsweep.Token][]int64{}
+		for _, d := range ds {
+			byToken[d.Token] = append(byToken[d.Token], d.ID)
+		}
+		n := 0
+		for tok, ids := range byToken {
+			done, err := c.Complete(ctx, "q", tok, ids)
+			n += len(done)
+			if err != nil {
+				return n, fmt.Errorf("complete: %w", err)
+			}
+		}
+		completed.Add(int64(n))
+		return n, nil
+	}
+	for _, err := range sendClaimRace(ctx, t, db, senders, workers, 8, send, settle) {
 		if pe := pgtest.PgError(err); pe != nil && pe.Code == "40P01" {
 			t.Errorf("deadlock: %v", err)
 		} else {

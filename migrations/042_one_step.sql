@@ -102,6 +102,26 @@ $$;
 -- pgsweep:end functions/maintain.sql
 
 -- pgsweep:changed functions/privileges.sql
+CREATE OR REPLACE FUNCTION _invoker_routines()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ARRAY[
+        -- the owner proofs: the caller's role becomes (or must own) the policy (retention_register.sql)
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_resolve_table', 'retention_owner_proof',
+        'retention_owner_proof_drop',
+        -- the step that runs a statement as the policy's owner (retention_sql.sql)
+        'retention_step', '_grant_all',
+        -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
+        'cron_schedule', 'cron_unschedule', 'cron_job',
+        -- the pacing's view of live traffic, with the maintenance role's eyes (maintain_retention.sql)
+        'maintain_step_traffic',
+        -- the server's health with the caller's eyes (pg_monitor shows other roles' sessions: health.sql)
+        'health', 'health_server']::text[]
+$$;
+
 CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
 RETURNS SETOF record
 LANGUAGE sql IMMUTABLE
@@ -128,7 +148,7 @@ AS $$
         -- (retention_register.sql) and the pg_cron command (cron.sql)
         'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
         'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
-        'retention_owner_proof',
+        'retention_owner_proof', 'retention_owner_proof_drop',
         'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names
@@ -479,6 +499,88 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/claim.sql
+
+-- pgsweep:changed functions/retention_register.sql
+CREATE OR REPLACE FUNCTION retention_owner_proof_drop(p_proof text, p_done boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_proof IS NULL OR p_proof !~ '^pg_temp\.pgsweep_owner_proof_[0-9a-f]{32}$' OR NOT EXISTS (
+         SELECT FROM pg_catalog.pg_class c
+          WHERE c.oid = pg_catalog.to_regclass(p_proof) AND c.relnamespace = pg_catalog.pg_my_temp_schema()) THEN
+        RAISE EXCEPTION 'p_proof must name one of this session''s proofs (retention_owner_proof), got %',
+            coalesce(pg_catalog.quote_literal(pg_catalog.left(p_proof, 100)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    EXECUTE 'DROP TABLE ' || p_proof;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_time_column text, p_older_than interval,
+    p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
+    p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT r FROM retention_owner_proof() p,
+           retention_register_proved(p::regclass, p_name, p_table, p_time_column, p_older_than,
+                  p_status_column, p_statuses, p_batch_size, p_mode, p_interval) r,
+           retention_owner_proof_drop(p, r IS NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT r FROM retention_owner_proof() p,
+           retention_unregister_proved(p::regclass, p_name) r,
+           retention_owner_proof_drop(p, r IS NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_time_zone_proved(p::regclass, p_name, p_time_zone) r,
+           retention_owner_proof_drop(p, r IS NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_filter_proved(p::regclass, p_name, p_column, p_values) r,
+           retention_owner_proof_drop(p, r IS NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_strategy_proved(p::regclass, p_name, p_strategy) r,
+           retention_owner_proof_drop(p, r IS NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
+RETURNS void
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_lease_ttl_proved(p::regclass, p_name, p_ttl) r,
+           retention_owner_proof_drop(p, r IS NULL)
+$$;
+-- pgsweep:end functions/retention_register.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

@@ -52,6 +52,7 @@ AS $$
         -- the owner proofs: the caller's role becomes (or must own) the policy (retention_register.sql)
         'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
         'retention_set_strategy', 'retention_set_time_zone', 'retention_resolve_table', 'retention_owner_proof',
+        'retention_owner_proof_drop',
         -- the step that runs a statement as the policy's owner (retention_sql.sql)
         'retention_step', '_grant_all',
         -- pg_cron schedules a job as current_user: the caller's (a role the DBA granted cron to)
@@ -95,7 +96,7 @@ AS $$
         -- (retention_register.sql) and the pg_cron command (cron.sql)
         'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
         'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
-        'retention_owner_proof',
+        'retention_owner_proof', 'retention_owner_proof_drop',
         'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
         -- the step routines the procedures call (docs/security.md): each
         -- checks that the caller's session opened the pass it names

@@ -19,8 +19,8 @@ $$;
 -- caller, creates an empty temporary table (retention_owner_proof), which
 -- PostgreSQL records as owned by the calling role, calls its SECURITY DEFINER
 -- half (retention_*_proved), which takes the role from that owner
--- (_retention_proof_role), and drops the table. Code running as another role
--- in the session can prove only its own role.
+-- (_retention_proof_role), and drops the table (retention_owner_proof_drop).
+-- Code running as another role in the session can prove only its own role.
 
 -- retention_owner_proof: a new proof of the calling role, its qualified name.
 CREATE OR REPLACE FUNCTION retention_owner_proof()
@@ -34,6 +34,28 @@ DECLARE
 BEGIN
     EXECUTE 'CREATE TEMPORARY TABLE ' || v_proof || ' ()';
     RETURN v_proof;
+END
+$$;
+
+-- retention_owner_proof_drop drops the proof p_proof once p_done, the proved
+-- call's outcome, is known. Every entry point is one statement:
+--   SELECT r FROM retention_owner_proof() p, retention_X_proved(p::regclass, ...) r,
+--                 retention_owner_proof_drop(p, r IS NULL)
+-- (r depends on p and the drop on r, so they run in that order).
+CREATE OR REPLACE FUNCTION retention_owner_proof_drop(p_proof text, p_done boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_proof IS NULL OR p_proof !~ '^pg_temp\.pgsweep_owner_proof_[0-9a-f]{32}$' OR NOT EXISTS (
+         SELECT FROM pg_catalog.pg_class c
+          WHERE c.oid = pg_catalog.to_regclass(p_proof) AND c.relnamespace = pg_catalog.pg_my_temp_schema()) THEN
+        RAISE EXCEPTION 'p_proof must name one of this session''s proofs (retention_owner_proof), got %',
+            coalesce(pg_catalog.quote_literal(pg_catalog.left(p_proof, 100)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    EXECUTE 'DROP TABLE ' || p_proof;
 END
 $$;
 
@@ -99,16 +121,13 @@ CREATE OR REPLACE FUNCTION retention_register(p_name text, p_table regclass, p_t
     p_status_column text DEFAULT NULL, p_statuses text[] DEFAULT NULL,
     p_batch_size int DEFAULT 1000, p_mode text DEFAULT 'exclusive', p_interval interval DEFAULT '1 minute')
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_proof text := retention_owner_proof();
-BEGIN
-    PERFORM retention_register_proved(v_proof::regclass, p_name, p_table, p_time_column, p_older_than,
-                                      p_status_column, p_statuses, p_batch_size, p_mode, p_interval);
-    EXECUTE 'DROP TABLE ' || v_proof;
-END
+    SELECT r FROM retention_owner_proof() p,
+           retention_register_proved(p::regclass, p_name, p_table, p_time_column, p_older_than,
+                  p_status_column, p_statuses, p_batch_size, p_mode, p_interval) r,
+           retention_owner_proof_drop(p, r IS NULL)
 $$;
 
 -- retention_register_proved: retention_register's SECURITY DEFINER half.
@@ -301,16 +320,12 @@ $$;
 -- retention_unregister removes a policy; false when there was none.
 CREATE OR REPLACE FUNCTION retention_unregister(p_name text)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_proof text := retention_owner_proof();
-    v_result boolean := retention_unregister_proved(v_proof::regclass, p_name);
-BEGIN
-    EXECUTE 'DROP TABLE ' || v_proof;
-    RETURN v_result;
-END
+    SELECT r FROM retention_owner_proof() p,
+           retention_unregister_proved(p::regclass, p_name) r,
+           retention_owner_proof_drop(p, r IS NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION retention_unregister_proved(p_proof regclass, p_name text)
@@ -347,15 +362,12 @@ $$;
 -- The time zone a timestamp or date column is read in (NULL: TimeZone at run time).
 CREATE OR REPLACE FUNCTION retention_set_time_zone(p_name text, p_time_zone text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_proof text := retention_owner_proof();
-BEGIN
-    PERFORM retention_set_time_zone_proved(v_proof::regclass, p_name, p_time_zone);
-    EXECUTE 'DROP TABLE ' || v_proof;
-END
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_time_zone_proved(p::regclass, p_name, p_time_zone) r,
+           retention_owner_proof_drop(p, r IS NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION retention_set_time_zone_proved(p_proof regclass, p_name text, p_time_zone text)
@@ -372,15 +384,12 @@ $$;
 -- A filter: only rows whose p_column is one of p_values go (NULL: none).
 CREATE OR REPLACE FUNCTION retention_set_filter(p_name text, p_column text, p_values text[])
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_proof text := retention_owner_proof();
-BEGIN
-    PERFORM retention_set_filter_proved(v_proof::regclass, p_name, p_column, p_values);
-    EXECUTE 'DROP TABLE ' || v_proof;
-END
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_filter_proved(p::regclass, p_name, p_column, p_values) r,
+           retention_owner_proof_drop(p, r IS NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION retention_set_filter_proved(p_proof regclass, p_name text, p_column text, p_values text[])
@@ -459,15 +468,12 @@ $$;
 -- How a sweep walks the table: 'auto', 'tid_range' or 'keyset'.
 CREATE OR REPLACE FUNCTION retention_set_strategy(p_name text, p_strategy text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_proof text := retention_owner_proof();
-BEGIN
-    PERFORM retention_set_strategy_proved(v_proof::regclass, p_name, p_strategy);
-    EXECUTE 'DROP TABLE ' || v_proof;
-END
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_strategy_proved(p::regclass, p_name, p_strategy) r,
+           retention_owner_proof_drop(p, r IS NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION retention_set_strategy_proved(p_proof regclass, p_name text, p_strategy text)
@@ -489,15 +495,12 @@ $$;
 -- The TTL of an exclusive policy's lease retention:<name>.
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl(p_name text, p_ttl interval)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_proof text := retention_owner_proof();
-BEGIN
-    PERFORM retention_set_lease_ttl_proved(v_proof::regclass, p_name, p_ttl);
-    EXECUTE 'DROP TABLE ' || v_proof;
-END
+    SELECT r FROM retention_owner_proof() p,
+           retention_set_lease_ttl_proved(p::regclass, p_name, p_ttl) r,
+           retention_owner_proof_drop(p, r IS NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION retention_set_lease_ttl_proved(p_proof regclass, p_name text, p_ttl interval)

@@ -197,6 +197,7 @@ INSERT INTO tmpl (routine, kind, arg, call, class, skip) VALUES
     ('retention_set_filter(text,text,text[])', 'admin', 'p_column', $$SELECT pgsweep.retention_set_filter('bih.events', %L, '{done}')$$, 'name', '{}'),
     ('retention_set_strategy(text,text)', 'admin', 'p_name', $$SELECT pgsweep.retention_set_strategy(%L, 'auto')$$, 'name', '{}'),
     ('retention_set_strategy(text,text)', 'admin', 'p_strategy', $$SELECT pgsweep.retention_set_strategy('bih.events', %L)$$, 'name', '{}'),
+    ('retention_owner_proof_drop(text,boolean)', 'admin', 'p_proof', $$SELECT pgsweep.retention_owner_proof_drop(%L, true)$$, 'name', '{}'),
     ('retention_set_lease_ttl(text,interval)', 'admin', 'p_name', $$SELECT pgsweep.retention_set_lease_ttl(%L, '1 minute')$$, 'name', '{}'),
     ('retention_set_lease_ttl(text,interval)', 'admin', 'p_ttl', $$SELECT pgsweep.retention_set_lease_ttl('bih.events', %L)$$, 'interval', '{}'),
     ('retention_run(text,text,interval)', 'admin', 'p_name', $$CALL pgsweep.retention_run(%L, 'o', '1 second')$$, 'name', '{}'),
@@ -439,6 +440,8 @@ INSERT INTO elsewhere (routine, kind, arg, call, label) VALUES
     ('retention_set_strategy_proved(regclass,text,text)', 'admin', NULL, NULL, 'through retention_set_strategy'),
     ('retention_set_time_zone_proved(regclass,text,text)', 'admin', NULL, NULL, 'through retention_set_time_zone');
 -- Arguments with no case although their routine has some, and why:
+--   retention_owner_proof_drop p_done: only orders the drop after the call it
+--     waits for; its value is not read
 --   retention_resolve_table p_search_path: the caller's own search_path,
 --     set for the lookup only and restored; never stored nor shown
 --   maintain_step_pace p_pass, p_batch_start: the pass only names whose row
