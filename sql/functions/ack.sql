@@ -63,9 +63,25 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
+    IF v_q.max_in_flight IS NULL THEN
+        RETURN QUERY
+        UPDATE message m SET visible_at = v_until
+         WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+        RETURNING m.id;
+        RETURN;
+    END IF;
+    -- max_in_flight (flow.sql): a lease is renewed with its slot, and only
+    -- while the slot is still its own (slots before messages)
     RETURN QUERY
+    WITH s AS (
+        UPDATE flow_slot s SET expires_at = v_until
+         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
+           AND EXISTS (SELECT 1 FROM message k
+                        WHERE k.queue = p_queue AND k.id = s.message_id AND k.token = p_token AND k.status = 'processing')
+        RETURNING s.message_id
+    )
     UPDATE message m SET visible_at = v_until
-     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+     WHERE m.queue = p_queue AND m.id IN (SELECT s.message_id FROM s) AND m.token = p_token AND m.status = 'processing'
     RETURNING m.id;
 END
 $$;
@@ -100,6 +116,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
+    v_limited boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -113,7 +130,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind INTO v_kind FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, q.max_in_flight IS NOT NULL INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -121,6 +138,9 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
+    IF v_limited THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
         IF v_kind = 'outbox' THEN
             RETURN QUERY
@@ -194,11 +214,15 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz;
+    v_limit int;
 BEGIN
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
-    PERFORM _queue_get(p_queue);
+    v_limit := (_queue_get(p_queue)).max_in_flight;
     PERFORM _queue_require(p_queue, 'consume');
+    IF v_limit IS NOT NULL THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+    END IF;
     v_now := clock_timestamp();
     RETURN QUERY
     UPDATE message m

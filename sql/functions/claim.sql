@@ -176,6 +176,9 @@ DECLARE
     v_tp smallint[] := '{}';
     v_ta timestamptz[] := '{}';
     v_ti bigint[] := '{}';
+    v_limit int;
+    v_batch int;
+    v_slots tid[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -201,8 +204,8 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused
-      INTO v_max, v_lease, v_rescan_every, v_paused
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused, q.max_in_flight
+      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit
       FROM queue q
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
@@ -227,6 +230,15 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
+    -- max_in_flight (flow.sql): as many rows as free slots, at most.
+    v_batch := p_batch;
+    IF v_limit IS NOT NULL THEN
+        v_slots := _flow_take(p_queue, v_limit, p_batch, v_now);
+        v_batch := coalesce(cardinality(v_slots), 0);
+        IF v_batch = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
 
     -- The cursor is trusted only within claim_rescan after the last rescan, on
     -- the clock the caller uses (tests pin p_now in both directions).
@@ -301,7 +313,7 @@ BEGIN
     END IF;
     v_seg := 0;
     LOOP
-        EXIT WHEN v_n = p_batch;
+        EXIT WHEN v_n = v_batch;
         v_seg := v_seg + 1;
         IF v_seg > cardinality(v_kinds) THEN
             -- A claim short of its batch takes the rows behind the positions
@@ -318,7 +330,7 @@ BEGIN
         IF v_kind = 0 THEN
             -- The default priority: pass 1 from the cursor on, pass 2 before it.
             FOR pass IN 1 .. 2 LOOP
-                EXIT WHEN v_n = p_batch;
+                EXIT WHEN v_n = v_batch;
                 SELECT array_agg(c.ctid), array_agg(c.id),
                        (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC))[1],
                        (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC))[1]
@@ -330,7 +342,7 @@ BEGIN
                            AND (s.created_at, s.id) < (v_to_at, v_to_id)
                            AND s.visible_at <= v_now AND s.attempt < v_max
                          ORDER BY s.created_at, s.id
-                         LIMIT p_batch - v_n
+                         LIMIT v_batch - v_n
                            FOR UPDATE SKIP LOCKED) c;
                 IF v_tids IS NOT NULL THEN
                     v_all := v_all || v_tids;
@@ -341,7 +353,7 @@ BEGIN
                         v_last_id := v_id;
                     END IF;
                 END IF;
-                EXIT WHEN v_n = p_batch OR v_rescan;
+                EXIT WHEN v_n = v_batch OR v_rescan;
                 v_rescan := true;
                 v_from_at := '-infinity';
                 v_from_id := -9223372036854775808;
@@ -367,7 +379,7 @@ BEGIN
                    AND s.visible_at <= v_now AND s.attempt < v_max
                    AND (v_kind <> 3 OR NOT s.id = ANY (v_all_ids))
                  ORDER BY s.priority DESC, s.created_at, s.id
-                 LIMIT p_batch - v_n
+                 LIMIT v_batch - v_n
                    FOR UPDATE SKIP LOCKED) c;
         IF v_tids IS NOT NULL THEN
             v_all := v_all || v_tids;
@@ -431,6 +443,9 @@ BEGIN
     END IF;
 
     v_token := gen_random_uuid();
+    IF v_slots IS NOT NULL THEN
+        PERFORM _flow_hold(p_queue, v_slots, v_all_ids, v_token, v_until);
+    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m

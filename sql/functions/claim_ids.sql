@@ -54,6 +54,8 @@ DECLARE
     v_last_id bigint;
     v_token uuid;
     v_paused boolean;
+    v_limit int;
+    v_slots tid[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_owner', p_owner);
@@ -61,7 +63,8 @@ BEGIN
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused INTO v_max, v_lease, v_paused
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused, q.max_in_flight
+      INTO v_max, v_lease, v_paused, v_limit
       FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
@@ -72,6 +75,12 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
+    IF v_limit IS NOT NULL THEN -- max_in_flight (flow.sql): as many rows as free slots, at most
+        v_slots := _flow_take(p_queue, v_limit, cardinality(p_ids), v_now);
+        IF v_slots IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
 
     -- (the cursor walks the rows of the default priority only: claim.sql)
     SELECT array_agg(c.ctid), array_agg(c.id),
@@ -84,6 +93,7 @@ BEGIN
                AND s.visible_at <= v_now AND s.attempt < v_max
                AND (s.parked_until IS NULL OR s.parked_until <= v_now)
              ORDER BY s.created_at, s.id
+             LIMIT cardinality(v_slots) -- NULL: no limit
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
@@ -97,6 +107,9 @@ BEGIN
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
     v_token := gen_random_uuid();
+    IF v_slots IS NOT NULL THEN
+        PERFORM _flow_hold(p_queue, v_slots, v_ids, v_token, v_until);
+    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m
@@ -152,6 +165,9 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
+    IF v_q.max_in_flight IS NOT NULL THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+    END IF;
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'

@@ -53,6 +53,9 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
+    IF v_q.max_in_flight IS NOT NULL THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+    END IF;
 
     IF p_retry_after IS NOT NULL THEN
         v_due := ARRAY[v_now + p_retry_after];

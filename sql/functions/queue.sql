@@ -97,6 +97,9 @@ $$;
 --                       lane go on with its next message; 'block': the lane
 --                       stops until dead_requeue or lane_skip (lane.sql).
 --                       Lanes blocked already stay blocked when it changes.
+--   max_in_flight       1..100000, or null = no limit: the most messages of
+--                       the queue leased at once, across every worker and
+--                       replica (flow.sql)
 -- JSON rather than one parameter per setting because NULL must be a value
 -- here (keep forever), not "unchanged". Returns the queue row as it is now.
 CREATE OR REPLACE FUNCTION queue_configure(p_queue text, p_settings jsonb)
@@ -118,8 +121,8 @@ BEGIN
     END IF;
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
-                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead)', v_key
+                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -176,6 +179,13 @@ BEGIN
             END IF;
             v_q.lane_dead := p_settings->>'lane_dead';
         END IF;
+        IF p_settings ? 'max_in_flight' THEN
+            v_setting := 'max_in_flight';
+            v_q.max_in_flight := (p_settings->>'max_in_flight')::int;
+            IF v_q.max_in_flight IS NOT NULL THEN
+                PERFORM _check_int('max_in_flight', v_q.max_in_flight, 1, 100000);
+            END IF;
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -202,6 +212,7 @@ BEGIN
                     WHEN 'lease_default' THEN 'an interval between 1 second and 1 hour'
                     WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
                     WHEN 'lane_dead' THEN '"move_on" or "block"'
+                    WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -217,9 +228,13 @@ BEGIN
            processed_retention = v_q.processed_retention,
            dead_retention = v_q.dead_retention,
            lane_dead = v_q.lane_dead,
+           max_in_flight = v_q.max_in_flight,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
+    IF p_settings ? 'max_in_flight' THEN
+        PERFORM _flow_set(p_queue, v_q.max_in_flight, clock_timestamp());
+    END IF;
     RETURN v_q;
 END
 $$;

@@ -1,0 +1,138 @@
+package pgsweep_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// 32 Workers, each on a pool of 4 connections and running up to 4
+// handlers, drain 2,000 messages of a queue with max_in_flight 5. Exact,
+// from two sides: never more than 5 handlers run at once (a handler runs
+// only under its message's lease, and the lease's slot is held until its
+// completion commits), and a sampler on a connection of its own never sees
+// more than 5 live leases in one snapshot; both reach 5, so the limit is
+// what held them back. Every message is completed exactly once. Half the
+// Workers listen (a freed slot's NOTIFY wakes them), half poll.
+func TestMaxInFlightWorkers(t *testing.T) {
+	const workers, perWorker, messages, limit = 32, 4, 2000, 5
+	ctx, db, c := pgtest.Start(t, 2)
+	s := db.Q()
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueueConfigure(ctx, "q", map[string]any{"max_in_flight": limit}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < messages; i += 500 {
+		ms := make([]pgsweep.Message, 500)
+		for k := range ms {
+			ms[k] = pgsweep.Message{Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i+k))}
+		}
+		if _, err := c.SendBatch(ctx, "q", ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var running, peak, completed atomic.Int64
+	var mu sync.Mutex
+	done := map[int]int{}
+	handler := func(hctx context.Context, d *pgsweep.Delivery) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		var b struct{ I int }
+		if err := json.Unmarshal(d.Payload, &b); err != nil {
+			return err
+		}
+		// work, not a wait: it keeps the slot long enough for the others to queue up
+		select {
+		case <-time.After(time.Duration(rand.IntN(2000)) * time.Microsecond):
+		case <-hctx.Done():
+			return hctx.Err()
+		}
+		mu.Lock()
+		done[b.I]++
+		mu.Unlock()
+		return nil
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		pool, err := pgtest.Pool(ctx, db.URL, perWorker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		wk, err := pgsweep.NewWorker(pool, handler, pgsweep.WorkerOptions{
+			Schema: db.Schema, Queue: "q", Owner: fmt.Sprintf("w%d", w), Batch: 4, Concurrency: perWorker,
+			PollInterval: 20 * time.Millisecond, DisableNotify: w%2 == 0, Logger: quietLog,
+			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { completed.Add(int64(n)) }},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := wk.Run(wctx); err != nil {
+				errc <- fmt.Errorf("worker %d: %w", w, err)
+			}
+		})
+	}
+	// the sampler: live leases in one snapshot, as often as it can
+	var sampled, most atomic.Int64
+	sconn := pgtest.Conn(t, db.URL)
+	sampleErr := make(chan error, 1)
+	go func() {
+		defer close(sampleErr)
+		for wctx.Err() == nil {
+			var n int64
+			err := sconn.QueryRow(wctx, "SELECT count(*) FROM "+s+".message WHERE queue = 'q' AND status = 'processing' "+
+				"AND visible_at > clock_timestamp()").Scan(&n)
+			if err != nil {
+				if wctx.Err() == nil {
+					sampleErr <- err
+				}
+				return
+			}
+			sampled.Add(1)
+			if n > most.Load() {
+				most.Store(n)
+			}
+		}
+	}()
+	pgtest.Eventually(t, 3*time.Minute, pgtest.Until("every message completed", func() bool { return completed.Load() >= messages }))
+	stop()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if err := <-sampleErr; err != nil {
+		t.Fatalf("sampler: %v", err)
+	}
+	if p := peak.Load(); p != limit {
+		t.Errorf("at most %d handlers ran at once, want exactly %d (the limit, reached)", p, limit)
+	}
+	if m := most.Load(); m > limit || m < 1 {
+		t.Errorf("the sampler saw %d live leases at most in %d snapshots, want 1..%d", m, sampled.Load(), limit)
+	}
+	if n := completed.Load(); n != messages {
+		t.Errorf("%d completions, want %d", n, messages)
+	}
+	for i := range messages {
+		if done[i] != 1 {
+			t.Fatalf("message %d handled %d times, want once", i, done[i])
+		}
+	}
+	t.Logf("%d snapshots of the leases, at most %d live", sampled.Load(), most.Load())
+}
