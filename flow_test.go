@@ -136,3 +136,79 @@ func TestMaxInFlightWorkers(t *testing.T) {
 	}
 	t.Logf("%d snapshots of the leases, at most %d live", sampled.Load(), most.Load())
 }
+
+// Eight claimers on connections of their own claim (and complete) as fast
+// as they can for 3 seconds from a queue with rate 1000/s and burst 50.
+// Over the span of the database clock from before the first claim to after
+// the last, they took at most 1000 a second plus the burst (the bucket
+// starts full), exactly; and at least half of the rate (the claimers kept
+// up: no claim waits for another, so the tokens did not sit unused).
+func TestRateConcurrent(t *testing.T) {
+	const claimers, rate, burst = 8, 1000, 50
+	ctx, db, c := pgtest.Start(t, 2)
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]pgsweep.Message, 2000)
+	for i := range ms {
+		ms[i].Payload = json.RawMessage(`{}`)
+	}
+	for range 5 {
+		if _, err := c.SendBatch(ctx, "q", ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.QueueConfigure(ctx, "q", map[string]any{"rate": fmt.Sprintf("%d/s", rate), "rate_burst": burst}); err != nil {
+		t.Fatal(err)
+	}
+	clock := func() time.Time {
+		var at time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	start := clock()
+	// time under test: the rate is a number of claims per second
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, claimers)
+	for w := range claimers {
+		cl, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				ds, err := cl.Claim(ctx, "q", fmt.Sprintf("w%d", w), 100, time.Minute)
+				if err != nil {
+					errc <- err
+					return
+				}
+				claimed.Add(int64(len(ds)))
+				if len(ds) > 0 {
+					if _, err := cl.Complete(ctx, "q", ds[0].Token, ids(ds)); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	span := clock().Sub(start).Seconds()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	n := float64(claimed.Load())
+	if most := rate*span + burst; n > most {
+		t.Fatalf("claimed %v in %.3f s of the database clock, more than %v (rate %d/s plus burst %d)", n, span, most, rate, burst)
+	}
+	if least := rate * span / 2; n < least {
+		t.Fatalf("claimed %v in %.3f s, fewer than %v (half the rate): claims held each other back", n, span, least)
+	}
+	t.Logf("claimed %v in %.3f s: %.0f a second", n, span, n/span)
+}

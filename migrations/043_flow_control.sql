@@ -1,13 +1,15 @@
 -- pgsweep 0.43: flow control (issue 26). A queue's max_in_flight
 -- (queue_configure) bounds the messages of the queue leased at once, across
 -- every worker and replica: a claim takes a free slot of flow_slot for each
--- message it takes (flow.sql); a queue without a limit has no slots and
--- pays nothing.
+-- message it takes (flow.sql); a queue's rate ('N/s', 'N/min', with
+-- rate_burst) is a token bucket in flow_bucket that claims refill and spend.
+-- A queue without either has no rows there and pays nothing.
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 DO $$
 BEGIN
-    EXECUTE 'ALTER TABLE queue ADD COLUMN max_in_flight int';
+    EXECUTE 'ALTER TABLE queue ADD COLUMN max_in_flight int, ADD COLUMN rate int, ADD COLUMN rate_per interval, '
+            'ADD COLUMN rate_burst int';
 END
 $$;
 
@@ -23,30 +25,63 @@ COMMENT ON TABLE flow_slot IS 'pgsweep max_in_flight slots: one row per message 
 -- complete, fail, release, dead_letter and renew find their claim's slots by token
 CREATE INDEX flow_slot_token ON flow_slot (queue, token) WHERE token IS NOT NULL;
 
+CREATE TABLE flow_bucket (
+    queue  text PRIMARY KEY,
+    tokens double precision NOT NULL,
+    at     timestamptz NOT NULL
+);
+COMMENT ON TABLE flow_bucket IS 'pgsweep rate token buckets: one row per queue with a rate (flow.sql)';
+
 -- pgsweep:changed functions/flow.sql
-CREATE OR REPLACE FUNCTION _flow_take(p_queue text, p_limit int, p_want int, p_now timestamptz)
-RETURNS tid[]
-LANGUAGE sql
+CREATE OR REPLACE FUNCTION _flow_allow(p_queue text, p_limit int, p_per_second double precision, p_burst int,
+                                       p_want int, p_now timestamptz, OUT slots tid[], OUT allowed int)
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT array_agg(f.ctid)
-      FROM (SELECT s.ctid FROM flow_slot s
-             WHERE s.queue = p_queue AND s.n <= p_limit AND (s.token IS NULL OR s.expires_at <= p_now)
-             ORDER BY s.n
-             LIMIT p_want
-               FOR UPDATE SKIP LOCKED) f
-     WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
-                        WHERE h.queue = p_queue AND h.n > p_limit AND h.token IS NOT NULL AND h.expires_at > p_now)
+BEGIN
+    allowed := p_want;
+    IF p_limit IS NOT NULL THEN
+        SELECT array_agg(f.ctid) INTO slots
+          FROM (SELECT s.ctid FROM flow_slot s
+                 WHERE s.queue = p_queue AND s.n <= p_limit AND (s.token IS NULL OR s.expires_at <= p_now)
+                 ORDER BY s.n
+                 LIMIT p_want
+                   FOR UPDATE SKIP LOCKED) f
+         WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
+                            WHERE h.queue = p_queue AND h.n > p_limit AND h.token IS NOT NULL AND h.expires_at > p_now);
+        allowed := coalesce(cardinality(slots), 0);
+        IF allowed = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF p_per_second IS NOT NULL THEN
+        UPDATE flow_bucket b
+           SET tokens = least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))),
+               at = greatest(b.at, p_now)
+         WHERE b.queue = p_queue
+           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED)
+        RETURNING least(allowed, floor(b.tokens)::int) INTO allowed;
+        allowed := coalesce(allowed, 0);
+    END IF;
+END
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_hold(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz)
+CREATE OR REPLACE FUNCTION _flow_claimed(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz,
+                                         p_rated boolean)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
-      FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
-     WHERE s.queue = p_queue AND s.ctid = x.slot
+BEGIN
+    IF p_slots IS NOT NULL THEN
+        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
+          FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
+         WHERE s.queue = p_queue AND s.ctid = x.slot;
+    END IF;
+    IF p_rated THEN
+        UPDATE flow_bucket b SET tokens = b.tokens - cardinality(p_ids) WHERE b.queue = p_queue;
+    END IF;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[])
@@ -62,12 +97,18 @@ AS $$
     SELECT pg_notify(notify_channel(), p_queue) WHERE EXISTS (SELECT 1 FROM f)
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_now timestamptz)
+CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_rated boolean, p_burst int, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
+    IF p_rated THEN
+        INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_queue, p_burst, p_now)
+        ON CONFLICT (queue) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
+    ELSE
+        DELETE FROM flow_bucket b WHERE b.queue = p_queue;
+    END IF;
     IF p_limit IS NULL THEN
         DELETE FROM flow_slot s WHERE s.queue = p_queue;
         RETURN;
@@ -293,6 +334,8 @@ DECLARE
     v_ta timestamptz[] := '{}';
     v_ti bigint[] := '{}';
     v_limit int;
+    v_rate double precision;
+    v_burst int;
     v_batch int;
     v_slots tid[];
 BEGIN
@@ -320,8 +363,9 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused, q.max_in_flight
-      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused,
+           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
+      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit, v_rate, v_burst
       FROM queue q
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
@@ -346,11 +390,10 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    -- max_in_flight (flow.sql): as many rows as free slots, at most.
+    -- Flow control (flow.sql): as many rows as free slots and tokens, at most.
     v_batch := p_batch;
-    IF v_limit IS NOT NULL THEN
-        v_slots := _flow_take(p_queue, v_limit, p_batch, v_now);
-        v_batch := coalesce(cardinality(v_slots), 0);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        SELECT a.slots, a.allowed INTO v_slots, v_batch FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, p_batch, v_now) a;
         IF v_batch = 0 THEN
             RETURN;
         END IF;
@@ -559,8 +602,8 @@ BEGIN
     END IF;
 
     v_token := gen_random_uuid();
-    IF v_slots IS NOT NULL THEN
-        PERFORM _flow_hold(p_queue, v_slots, v_all_ids, v_token, v_until);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL);
     END IF;
     RETURN QUERY
     WITH claimed AS (
@@ -594,6 +637,9 @@ DECLARE
     v_token uuid;
     v_paused boolean;
     v_limit int;
+    v_rate double precision;
+    v_burst int;
+    v_allowed int;
     v_slots tid[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
@@ -602,8 +648,9 @@ BEGIN
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused, q.max_in_flight
-      INTO v_max, v_lease, v_paused, v_limit
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused,
+           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
+      INTO v_max, v_lease, v_paused, v_limit, v_rate, v_burst
       FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
@@ -614,9 +661,9 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    IF v_limit IS NOT NULL THEN -- max_in_flight (flow.sql): as many rows as free slots, at most
-        v_slots := _flow_take(p_queue, v_limit, cardinality(p_ids), v_now);
-        IF v_slots IS NULL THEN
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as slots and tokens
+        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now) a;
+        IF v_allowed = 0 THEN
             RETURN;
         END IF;
     END IF;
@@ -632,7 +679,7 @@ BEGIN
                AND s.visible_at <= v_now AND s.attempt < v_max
                AND (s.parked_until IS NULL OR s.parked_until <= v_now)
              ORDER BY s.created_at, s.id
-             LIMIT cardinality(v_slots) -- NULL: no limit
+             LIMIT v_allowed -- NULL: no limit
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
@@ -646,8 +693,8 @@ BEGIN
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
     v_token := gen_random_uuid();
-    IF v_slots IS NOT NULL THEN
-        PERFORM _flow_hold(p_queue, v_slots, v_ids, v_token, v_until);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL);
     END IF;
     RETURN QUERY
     WITH claimed AS (
@@ -798,8 +845,9 @@ BEGIN
     END IF;
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
-                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight)', v_key
+                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight',
+                         'rate', 'rate_burst') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -863,6 +911,28 @@ BEGIN
                 PERFORM _check_int('max_in_flight', v_q.max_in_flight, 1, 100000);
             END IF;
         END IF;
+        IF p_settings ? 'rate' THEN
+            v_setting := 'rate';
+            IF jsonb_typeof(p_settings->'rate') = 'null' THEN
+                v_q.rate := NULL;
+                v_q.rate_per := NULL;
+            ELSIF jsonb_typeof(p_settings->'rate') <> 'string' OR p_settings->>'rate' !~ '^[0-9]{1,7}/(s|min)$' THEN
+                RAISE EXCEPTION 'rate must be ''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate), got %',
+                    p_settings->'rate'
+                    USING ERRCODE = 'invalid_parameter_value';
+            ELSE
+                v_q.rate := split_part(p_settings->>'rate', '/', 1)::int;
+                PERFORM _check_int('rate', v_q.rate, 1, 1000000);
+                v_q.rate_per := CASE split_part(p_settings->>'rate', '/', 2) WHEN 's' THEN interval '1 second' ELSE interval '1 minute' END;
+            END IF;
+        END IF;
+        IF p_settings ? 'rate_burst' THEN
+            v_setting := 'rate_burst';
+            v_q.rate_burst := (p_settings->>'rate_burst')::int;
+            IF v_q.rate_burst IS NOT NULL THEN
+                PERFORM _check_int('rate_burst', v_q.rate_burst, 1, 1000000);
+            END IF;
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -890,6 +960,7 @@ BEGIN
                     WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
                     WHEN 'lane_dead' THEN '"move_on" or "block"'
                     WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
+                    WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -906,11 +977,14 @@ BEGIN
            dead_retention = v_q.dead_retention,
            lane_dead = v_q.lane_dead,
            max_in_flight = v_q.max_in_flight,
+           rate = v_q.rate,
+           rate_per = v_q.rate_per,
+           rate_burst = v_q.rate_burst,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
-    IF p_settings ? 'max_in_flight' THEN
-        PERFORM _flow_set(p_queue, v_q.max_in_flight, clock_timestamp());
+    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst'] THEN
+        PERFORM _flow_set(p_queue, v_q.max_in_flight, v_q.rate IS NOT NULL, coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
     END IF;
     RETURN v_q;
 END
@@ -957,6 +1031,7 @@ BEGIN
     DELETE FROM message_dead d WHERE d.queue = p_queue;
     DELETE FROM message_unique u WHERE u.queue = p_queue;
     DELETE FROM flow_slot f WHERE f.queue = p_queue;
+    DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)

@@ -177,6 +177,8 @@ DECLARE
     v_ta timestamptz[] := '{}';
     v_ti bigint[] := '{}';
     v_limit int;
+    v_rate double precision;
+    v_burst int;
     v_batch int;
     v_slots tid[];
 BEGIN
@@ -204,8 +206,9 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused, q.max_in_flight
-      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused,
+           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
+      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit, v_rate, v_burst
       FROM queue q
      WHERE q.name = p_queue;
     IF NOT FOUND THEN
@@ -230,11 +233,10 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    -- max_in_flight (flow.sql): as many rows as free slots, at most.
+    -- Flow control (flow.sql): as many rows as free slots and tokens, at most.
     v_batch := p_batch;
-    IF v_limit IS NOT NULL THEN
-        v_slots := _flow_take(p_queue, v_limit, p_batch, v_now);
-        v_batch := coalesce(cardinality(v_slots), 0);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        SELECT a.slots, a.allowed INTO v_slots, v_batch FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, p_batch, v_now) a;
         IF v_batch = 0 THEN
             RETURN;
         END IF;
@@ -443,8 +445,8 @@ BEGIN
     END IF;
 
     v_token := gen_random_uuid();
-    IF v_slots IS NOT NULL THEN
-        PERFORM _flow_hold(p_queue, v_slots, v_all_ids, v_token, v_until);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL);
     END IF;
     RETURN QUERY
     WITH claimed AS (

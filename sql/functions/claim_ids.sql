@@ -55,6 +55,9 @@ DECLARE
     v_token uuid;
     v_paused boolean;
     v_limit int;
+    v_rate double precision;
+    v_burst int;
+    v_allowed int;
     v_slots tid[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
@@ -63,8 +66,9 @@ BEGIN
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused, q.max_in_flight
-      INTO v_max, v_lease, v_paused, v_limit
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused,
+           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
+      INTO v_max, v_lease, v_paused, v_limit, v_rate, v_burst
       FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
@@ -75,9 +79,9 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    IF v_limit IS NOT NULL THEN -- max_in_flight (flow.sql): as many rows as free slots, at most
-        v_slots := _flow_take(p_queue, v_limit, cardinality(p_ids), v_now);
-        IF v_slots IS NULL THEN
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as slots and tokens
+        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now) a;
+        IF v_allowed = 0 THEN
             RETURN;
         END IF;
     END IF;
@@ -93,7 +97,7 @@ BEGIN
                AND s.visible_at <= v_now AND s.attempt < v_max
                AND (s.parked_until IS NULL OR s.parked_until <= v_now)
              ORDER BY s.created_at, s.id
-             LIMIT cardinality(v_slots) -- NULL: no limit
+             LIMIT v_allowed -- NULL: no limit
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
@@ -107,8 +111,8 @@ BEGIN
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
     v_token := gen_random_uuid();
-    IF v_slots IS NOT NULL THEN
-        PERFORM _flow_hold(p_queue, v_slots, v_ids, v_token, v_until);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL);
     END IF;
     RETURN QUERY
     WITH claimed AS (

@@ -32,37 +32,76 @@
 -- queue never holds more than the new limit because of a claim made after
 -- the change. NULL removes the limit and every slot.
 --
--- queue_drop deletes a queue's slots with the queue.
+-- Rate: a queue's rate ('N/s' or 'N/min') is a token bucket on the
+-- database clock, one flow_bucket row per rated queue: a claim refills it
+-- for the time since its last claim (N tokens a period, at most rate_burst
+-- saved, N by default), takes at most as many messages as whole tokens and
+-- spends one per message taken, in its transaction. The row is locked for
+-- that; a claim that finds it locked takes nothing (SKIP LOCKED: claimers
+-- never wait), and the next claim finds the tokens the first one left. So
+-- over any span of time claims take at most N per period plus rate_burst.
+--
+-- queue_drop deletes a queue's slots and bucket with the queue.
 
--- _flow_take: up to p_want free slots of p_queue at p_now (locked, lowest
--- first), as ctids for _flow_hold; NULL when none is free, or while a slot
--- above the limit is held (the limit was lowered).
-CREATE OR REPLACE FUNCTION _flow_take(p_queue text, p_limit int, p_want int, p_now timestamptz)
-RETURNS tid[]
-LANGUAGE sql
+-- _flow_allow: how many messages a claim of p_want at p_now may take, and
+-- the free slots it takes for them (locked, lowest first; NULL without a
+-- max_in_flight p_limit). None while a slot above the limit is held (the
+-- limit was lowered). With a rate (p_per_second tokens a second, at most
+-- p_burst saved), the queue's bucket is refilled for the time since it was
+-- last, and locked: a claim that finds it locked by another takes nothing
+-- rather than wait (SKIP LOCKED); _flow_claimed spends what was taken.
+CREATE OR REPLACE FUNCTION _flow_allow(p_queue text, p_limit int, p_per_second double precision, p_burst int,
+                                       p_want int, p_now timestamptz, OUT slots tid[], OUT allowed int)
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT array_agg(f.ctid)
-      FROM (SELECT s.ctid FROM flow_slot s
-             WHERE s.queue = p_queue AND s.n <= p_limit AND (s.token IS NULL OR s.expires_at <= p_now)
-             ORDER BY s.n
-             LIMIT p_want
-               FOR UPDATE SKIP LOCKED) f
-     WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
-                        WHERE h.queue = p_queue AND h.n > p_limit AND h.token IS NOT NULL AND h.expires_at > p_now)
+BEGIN
+    allowed := p_want;
+    IF p_limit IS NOT NULL THEN
+        SELECT array_agg(f.ctid) INTO slots
+          FROM (SELECT s.ctid FROM flow_slot s
+                 WHERE s.queue = p_queue AND s.n <= p_limit AND (s.token IS NULL OR s.expires_at <= p_now)
+                 ORDER BY s.n
+                 LIMIT p_want
+                   FOR UPDATE SKIP LOCKED) f
+         WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
+                            WHERE h.queue = p_queue AND h.n > p_limit AND h.token IS NOT NULL AND h.expires_at > p_now);
+        allowed := coalesce(cardinality(slots), 0);
+        IF allowed = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF p_per_second IS NOT NULL THEN
+        UPDATE flow_bucket b
+           SET tokens = least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))),
+               at = greatest(b.at, p_now)
+         WHERE b.queue = p_queue
+           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED)
+        RETURNING least(allowed, floor(b.tokens)::int) INTO allowed;
+        allowed := coalesce(allowed, 0);
+    END IF;
+END
 $$;
 
--- _flow_hold: the slots p_slots (from _flow_take) now hold p_ids, one each
--- in order, under the claim's p_token until p_until; the slots left over
--- stay free.
-CREATE OR REPLACE FUNCTION _flow_hold(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz)
+-- _flow_claimed: the claim p_token took p_ids: each of the slots p_slots
+-- (from _flow_allow; NULL: no limit) holds one of them, in order, until
+-- p_until, the slots left over stay free; p_rated spends a token each.
+CREATE OR REPLACE FUNCTION _flow_claimed(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz,
+                                         p_rated boolean)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
-      FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
-     WHERE s.queue = p_queue AND s.ctid = x.slot
+BEGIN
+    IF p_slots IS NOT NULL THEN
+        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
+          FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
+         WHERE s.queue = p_queue AND s.ctid = x.slot;
+    END IF;
+    IF p_rated THEN
+        UPDATE flow_bucket b SET tokens = b.tokens - cardinality(p_ids) WHERE b.queue = p_queue;
+    END IF;
+END
 $$;
 
 -- _flow_free: the slots of the claim p_token that hold p_ids are free; a
@@ -81,13 +120,20 @@ AS $$
     SELECT pg_notify(notify_channel(), p_queue) WHERE EXISTS (SELECT 1 FROM f)
 $$;
 
--- _flow_set: p_queue's slots for max_in_flight p_limit (NULL: none).
-CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_now timestamptz)
+-- _flow_set: p_queue's slots for max_in_flight p_limit (NULL: none), and
+-- its bucket for a rate (p_rated; a new bucket starts full: p_burst tokens).
+CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_rated boolean, p_burst int, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
+    IF p_rated THEN
+        INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_queue, p_burst, p_now)
+        ON CONFLICT (queue) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
+    ELSE
+        DELETE FROM flow_bucket b WHERE b.queue = p_queue;
+    END IF;
     IF p_limit IS NULL THEN
         DELETE FROM flow_slot s WHERE s.queue = p_queue;
         RETURN;

@@ -100,6 +100,11 @@ $$;
 --   max_in_flight       1..100000, or null = no limit: the most messages of
 --                       the queue leased at once, across every worker and
 --                       replica (flow.sql)
+--   rate                'N/s' or 'N/min' (N 1..1000000), or null = none: the
+--                       most messages claims take per second or minute, a
+--                       token bucket on the database clock (flow.sql)
+--   rate_burst          1..1000000, or null = N: the most tokens saved up,
+--                       so the most one moment's claims take
 -- JSON rather than one parameter per setting because NULL must be a value
 -- here (keep forever), not "unchanged". Returns the queue row as it is now.
 CREATE OR REPLACE FUNCTION queue_configure(p_queue text, p_settings jsonb)
@@ -121,8 +126,9 @@ BEGIN
     END IF;
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
-                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight)', v_key
+                         'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight',
+                         'rate', 'rate_burst') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -186,6 +192,28 @@ BEGIN
                 PERFORM _check_int('max_in_flight', v_q.max_in_flight, 1, 100000);
             END IF;
         END IF;
+        IF p_settings ? 'rate' THEN
+            v_setting := 'rate';
+            IF jsonb_typeof(p_settings->'rate') = 'null' THEN
+                v_q.rate := NULL;
+                v_q.rate_per := NULL;
+            ELSIF jsonb_typeof(p_settings->'rate') <> 'string' OR p_settings->>'rate' !~ '^[0-9]{1,7}/(s|min)$' THEN
+                RAISE EXCEPTION 'rate must be ''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate), got %',
+                    p_settings->'rate'
+                    USING ERRCODE = 'invalid_parameter_value';
+            ELSE
+                v_q.rate := split_part(p_settings->>'rate', '/', 1)::int;
+                PERFORM _check_int('rate', v_q.rate, 1, 1000000);
+                v_q.rate_per := CASE split_part(p_settings->>'rate', '/', 2) WHEN 's' THEN interval '1 second' ELSE interval '1 minute' END;
+            END IF;
+        END IF;
+        IF p_settings ? 'rate_burst' THEN
+            v_setting := 'rate_burst';
+            v_q.rate_burst := (p_settings->>'rate_burst')::int;
+            IF v_q.rate_burst IS NOT NULL THEN
+                PERFORM _check_int('rate_burst', v_q.rate_burst, 1, 1000000);
+            END IF;
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -213,6 +241,7 @@ BEGIN
                     WHEN 'claim_rescan' THEN 'an interval between 0 seconds and 1 minute'
                     WHEN 'lane_dead' THEN '"move_on" or "block"'
                     WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
+                    WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -229,11 +258,14 @@ BEGIN
            dead_retention = v_q.dead_retention,
            lane_dead = v_q.lane_dead,
            max_in_flight = v_q.max_in_flight,
+           rate = v_q.rate,
+           rate_per = v_q.rate_per,
+           rate_burst = v_q.rate_burst,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
-    IF p_settings ? 'max_in_flight' THEN
-        PERFORM _flow_set(p_queue, v_q.max_in_flight, clock_timestamp());
+    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst'] THEN
+        PERFORM _flow_set(p_queue, v_q.max_in_flight, v_q.rate IS NOT NULL, coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
     END IF;
     RETURN v_q;
 END
