@@ -86,15 +86,16 @@ $$;
 
 CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[])
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    WITH f AS (
-        UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = NULL
-         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-        RETURNING 1
-    )
-    SELECT pg_notify(notify_channel(), p_queue) WHERE EXISTS (SELECT 1 FROM f)
+BEGIN
+    UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = NULL
+     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
+    IF FOUND AND NOT _citus_available() THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_rated boolean, p_burst int, p_now timestamptz)

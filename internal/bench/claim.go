@@ -53,7 +53,7 @@ const claimCommand = "bench claim"
 
 // claimContenders are the contenders of bench claim, in the order they run
 // and are reported.
-var claimContenders = []string{"pop", "seed003", "pgsweep", "stats", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}
+var claimContenders = []string{"pop", "seed003", "pgsweep", "stats", "limited", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}
 
 // claimNeeds is the flag a contender needs and lacks ("": none): lanes,
 // laneworker and serial need --lanes N, heads and blocked --blocked N.
@@ -84,8 +84,12 @@ type ClaimOptions struct {
 	// StatsInterval is the stats contender's stats_interval, 1s..1m (its
 	// maintain() runs every second; the snapshot when this has passed).
 	StatsInterval time.Duration
-	Lanes         int // also drain with every message in one of this many ordered lanes (0: not)
-	Priorities    int // send pgsweep's messages with priorities 0..Priorities-1, uniform (0 or 1: all the default)
+	// MaxInFlight is the limited contender's max_in_flight, 1..100000
+	// (0: workers x batch, so that the limit never holds a claim back and
+	// the contender measures what the slots cost).
+	MaxInFlight int
+	Lanes       int // also drain with every message in one of this many ordered lanes (0: not)
+	Priorities  int // send pgsweep's messages with priorities 0..Priorities-1, uniform (0 or 1: all the default)
 	// Blocked adds the contenders heads and blocked (claim_blocked.go):
 	// drains of Messages unordered messages behind BlockedHeads lane heads
 	// in flight, with Blocked messages waiting behind the heads and with
@@ -109,6 +113,7 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Batch, "batch", 100, "messages claimed per call (1..10000)")
 	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker, serial (default all; lanes and laneworker with --lanes, serial with --lanes 1)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", 0, "the limited contender's max_in_flight, 1..100000 (0: workers x batch: the slots' cost without the limit holding claims back)")
 	fs.DurationVar(&o.StatsInterval, "stats-interval", time.Second, "the stats contender's stats_interval, 1s..1m (maintain() runs every second; "+
 		"1s is ten times the default, 10s the default)")
 	fs.DurationVar(&o.ClaimRescan, "claim-rescan", time.Second, "the bench queue's claim_rescan setting, 0s..1m (0: exact oldest-first order, every claim scans from the head)")
@@ -148,9 +153,13 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return fmt.Errorf("%w: --stats-interval must be 1s..1m, got %v", ErrUsage, o.StatsInterval)
 	}
 	if n < 1 || workers < 1 || batch < 1 || batch > 10000 || rounds < 1 || rounds > 100 || rescan < 0 || rescan > time.Minute ||
-		lanes < 0 || lanes > n || blocked < 0 || o.BlockedHeads < 1 || o.BlockedHeads > 1000000 || o.Priorities < 0 || o.Priorities > 101 {
+		lanes < 0 || lanes > n || blocked < 0 || o.BlockedHeads < 1 || o.BlockedHeads > 1000000 || o.Priorities < 0 || o.Priorities > 101 ||
+		o.MaxInFlight < 0 || o.MaxInFlight > 100000 {
 		return fmt.Errorf("%w: --messages and --workers must be >= 1, --batch 1..10000, --rounds 1..100, --claim-rescan 0s..1m, --lanes 0..messages, "+
-			"--blocked >= 0, --blocked-heads 1..1000000, --priorities 0..101", ErrUsage)
+			"--blocked >= 0, --blocked-heads 1..1000000, --priorities 0..101, --max-in-flight 0..100000", ErrUsage)
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = min(workers*batch, 100000)
 	}
 	if o.Citus != "" {
 		if only != "" || lanes != 0 || blocked != 0 {
@@ -161,7 +170,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	if only != "" {
 		for _, name := range strings.Split(only, ",") {
 			if !slices.Contains(claimContenders, name) {
-				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, stats, pgsweep1rt and worker, comma-separated; got %q "+
+				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, stats, limited, pgsweep1rt and worker, comma-separated; got %q "+
 					"(with --lanes N also lanes, laneworker and serial; with --blocked N also heads and blocked)", ErrUsage, name)
 			}
 			if need := claimNeeds(name, lanes, blocked); need != "" {
@@ -186,7 +195,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		return err
 	}
 	b := &claimBench{scratch: o.scratch, queue: fmt.Sprintf("bench_claim_%d", os.Getpid()), pool: pool, schema: o.DB.Schema, n: n, w: workers, b: batch,
-		rescan: rescan, statsEvery: o.StatsInterval, lanes: lanes, priorities: o.Priorities, blocked: blocked, heads: o.BlockedHeads, claimMs: map[string][]float64{}, out: out}
+		rescan: rescan, statsEvery: o.StatsInterval, lanes: lanes, priorities: o.Priorities, blocked: blocked, heads: o.BlockedHeads, maxInFlight: o.MaxInFlight, claimMs: map[string][]float64{}, out: out}
 	defer b.cleanup(context.WithoutCancel(ctx))
 	// pgsweep into its own scratch schema: refused, before anything is
 	// installed, when the schema exists and is not ours.
@@ -210,7 +219,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 			name string
 			run  func(context.Context) (time.Duration, error)
 		}{
-			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"stats", b.pgsweepWithStats}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
+			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"stats", b.pgsweepWithStats}, {"limited", b.pgsweepLimited}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
 			{"lanes", b.pgsweepLanes}, {"laneworker", b.laneWorker}, {"serial", b.serial},
 			{"heads", b.headsInFlight}, {"blocked", b.blockedBehindHeads},
 		} {
@@ -243,6 +252,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"seed003":    "seed-003 claim CTE + delete by id",
 		"pgsweep":    "pgsweep claim + complete (SQL API)",
 		"stats":      "the same, maintain() every second, stats_interval --stats-interval",
+		"limited":    fmt.Sprintf("the same, max_in_flight %d", o.MaxInFlight),
 		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
 		"worker":     "pgsweep Go Worker, no-op handler",
 		"lanes":      fmt.Sprintf("pgsweep claim + complete, %d ordered lanes", lanes),
@@ -274,6 +284,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("pgsweep", "seed003", "pgsweep / seed-003 (target >= 1.0)")
 	ratio("pgsweep", "pop", "pgsweep / pop (target >= 0.6, stretch 0.8)")
 	ratio("stats", "pgsweep", fmt.Sprintf("snapshots every %v / none (target >= 0.95)", b.statsEvery))
+	ratio("limited", "pgsweep", fmt.Sprintf("max_in_flight %d / none (target >= 0.8)", o.MaxInFlight))
 	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
 	ratio("worker", "pop", "Worker / pop")
@@ -303,6 +314,7 @@ type claimBench struct {
 	statsEvery     time.Duration        // the stats contender's stats_interval
 	lanes          int                  // --lanes: the lanes contender's lane count
 	priorities     int                  // --priorities: priority levels of pgsweep's messages (0, 1: the default only)
+	maxInFlight    int                  // --max-in-flight: the limited contender's max_in_flight
 	blocked, heads int                  // --blocked, --blocked-heads
 	claimMs        map[string][]float64 // heads, blocked: mean claim (ms) of each round
 	out            io.Writer
@@ -601,6 +613,23 @@ func (b *claimBench) pgsweepSQL(ctx context.Context) (time.Duration, error) {
 // stats_interval --stats-interval (default 1 s: a snapshot of the queue
 // every second, ten times the default), to show what the snapshots cost the
 // claims.
+// pgsweepLimited is pgsweep's claim + complete on the queue with
+// max_in_flight set (flow.sql): every claim takes slots, every complete
+// frees them; the limit is removed again after the drain.
+func (b *claimBench) pgsweepLimited(ctx context.Context) (time.Duration, error) {
+	c, err := b.enqueuePgsweep(ctx, "limited")
+	if err != nil {
+		return 0, err
+	}
+	if err := c.QueueConfigure(ctx, b.queue, map[string]any{"max_in_flight": b.maxInFlight}); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = c.QueueConfigure(context.WithoutCancel(ctx), b.queue, map[string]any{"max_in_flight": nil})
+	}()
+	return b.drain(ctx, "limited", b.claimComplete(b.b, nil))
+}
+
 func (b *claimBench) pgsweepWithStats(ctx context.Context) (time.Duration, error) {
 	c, err := b.enqueuePgsweep(ctx, "stats")
 	if err != nil {

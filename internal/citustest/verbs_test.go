@@ -285,6 +285,66 @@ func TestCitusVerbs(t *testing.T) {
 		}
 	})
 
+	// Flow control on a distributed queue: the slots and the bucket live in
+	// the queue's shard group, and the claims, pushed down to its worker,
+	// hold the limit there; a completion inside a transaction block frees
+	// its slots without a NOTIFY (which would break the two-phase commit).
+	t.Run("flow control", func(t *testing.T) {
+		q := in.QueuePerWorker(t, "flow")[0]
+		c := in.Client
+		if err := c.QueueCreate(ctx, q, pgsweep.Outbox, 3); err != nil {
+			t.Fatal(err)
+		}
+		ms := make([]pgsweep.Message, 10)
+		for i := range ms {
+			ms[i].Payload = json.RawMessage(`{}`)
+		}
+		if _, err := c.SendBatch(ctx, q, ms); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueueConfigure(ctx, q, map[string]any{"max_in_flight": 2}); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(n int) []pgsweep.Delivery {
+			t.Helper()
+			ds, err := c.Claim(ctx, q, "flow", n, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ds
+		}
+		first := claim(5)
+		if len(first) != 2 {
+			t.Fatalf("claimed %d with max_in_flight 2, want 2", len(first))
+		}
+		if got := claim(5); len(got) != 0 {
+			t.Fatalf("claimed %d more with every slot taken, want 0", len(got))
+		}
+		tx, err := in.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		txc, _ := pgsweep.NewClient(tx, &pgsweep.ClientOptions{Schema: in.Schema})
+		if done, err := txc.Complete(ctx, q, first[0].Token, deliveryIDs(first)); err != nil || len(done) != 2 {
+			t.Fatalf("complete in a transaction block: %v %v", done, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if got := claim(5); len(got) != 2 {
+			t.Fatalf("claimed %d after the completion freed the slots, want 2", len(got))
+		}
+		if err := c.QueueConfigure(ctx, q, map[string]any{"max_in_flight": nil, "rate": "1/min", "rate_burst": 3}); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(5); len(got) != 3 {
+			t.Fatalf("claimed %d with a full bucket of 3, want 3", len(got))
+		}
+		if got := claim(5); len(got) != 0 {
+			t.Fatalf("claimed %d from an empty bucket, want 0", len(got))
+		}
+	})
+
 	// Not pushed down, and correct: the views over every queue, and leases
 	// (reference tables, on the coordinator).
 	// The install is shared: queue_stats holds a row for every queue of it,

@@ -107,17 +107,23 @@ $$;
 -- _flow_free: the slots of the claim p_token that hold p_ids are free; a
 -- NOTIFY on the queue's channel wakes the workers waiting for one (at
 -- commit, and once per transaction: PostgreSQL folds equal notifications).
+-- Not on Citus: there the verbs that free slots run on the worker node
+-- that holds the queue, whose notifications no coordinator listener
+-- hears, and a NOTIFY would make a two-phase commit fail (PostgreSQL cannot
+-- PREPARE a transaction that ran NOTIFY); Workers find the slots at their
+-- next poll.
 CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[])
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    WITH f AS (
-        UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = NULL
-         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-        RETURNING 1
-    )
-    SELECT pg_notify(notify_channel(), p_queue) WHERE EXISTS (SELECT 1 FROM f)
+BEGIN
+    UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = NULL
+     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
+    IF FOUND AND NOT _citus_available() THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
 $$;
 
 -- _flow_set: p_queue's slots for max_in_flight p_limit (NULL: none), and
