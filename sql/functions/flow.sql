@@ -144,9 +144,17 @@ BEGIN
         DELETE FROM flow_slot s WHERE s.queue = p_queue;
         RETURN;
     END IF;
-    INSERT INTO flow_slot (queue, n) SELECT p_queue, g FROM generate_series(1, p_limit) g
+    -- Neither statement waits for a claim in progress: the slots that exist
+    -- are not inserted again, and a free slot above the limit that a claim
+    -- has locked stays (claims take no slot above the limit).
+    INSERT INTO flow_slot (queue, n)
+    SELECT p_queue, g FROM generate_series(1, p_limit) g
+     WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_queue AND e.n = g)
     ON CONFLICT (queue, n) DO NOTHING;
     DELETE FROM flow_slot s
-     WHERE s.queue = p_queue AND s.n > p_limit AND (s.token IS NULL OR s.expires_at <= p_now);
+     WHERE s.queue = p_queue
+       AND s.ctid IN (SELECT f.ctid FROM flow_slot f
+                       WHERE f.queue = p_queue AND f.n > p_limit AND (f.token IS NULL OR f.expires_at <= p_now)
+                         FOR UPDATE SKIP LOCKED);
 END
 $$;
