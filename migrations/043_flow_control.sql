@@ -18,10 +18,13 @@ CREATE TABLE flow_slot (
     n          int NOT NULL,
     message_id bigint,
     token      uuid,
-    expires_at timestamptz,
+    -- free once passed: '-infinity' when settled, the lease's expiry while held
+    expires_at timestamptz NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (queue, n)
 );
 COMMENT ON TABLE flow_slot IS 'pgsweep max_in_flight slots: one row per message a queue may have in flight (flow.sql)';
+-- claims find the free slots (expires_at passed) without reading the held ones
+CREATE INDEX flow_slot_free ON flow_slot (queue, expires_at);
 -- complete, fail, release, dead_letter and renew find their claim's slots by token
 CREATE INDEX flow_slot_token ON flow_slot (queue, token) WHERE token IS NOT NULL;
 
@@ -33,6 +36,26 @@ CREATE TABLE flow_bucket (
 COMMENT ON TABLE flow_bucket IS 'pgsweep rate token buckets: one row per queue with a rate (flow.sql)';
 
 -- pgsweep:changed functions/flow.sql
+CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
+                                      p_want int, p_now timestamptz)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE
+        WHEN p_limit IS NOT NULL AND EXISTS (SELECT 1 FROM flow_slot h
+                                              WHERE h.queue = p_queue AND h.n > p_limit AND h.expires_at > p_now) THEN 0
+        ELSE least(p_want,
+                   CASE WHEN p_limit IS NULL THEN p_want
+                        ELSE (SELECT count(*)::int FROM (SELECT 1 FROM flow_slot s
+                                                          WHERE s.queue = p_queue AND s.expires_at <= p_now AND s.n <= p_limit
+                                                          LIMIT p_want) f) END,
+                   CASE WHEN p_per_second IS NULL THEN p_want
+                        ELSE coalesce((SELECT floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int
+                                         FROM flow_bucket b WHERE b.queue = p_queue), 0) END)
+    END
+$$;
+
 CREATE OR REPLACE FUNCTION _flow_allow(p_queue text, p_limit int, p_per_second double precision, p_burst int,
                                        p_want int, p_now timestamptz, OUT slots tid[], OUT allowed int)
 LANGUAGE plpgsql
@@ -43,12 +66,12 @@ BEGIN
     IF p_limit IS NOT NULL THEN
         SELECT array_agg(f.ctid) INTO slots
           FROM (SELECT s.ctid FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.n <= p_limit AND (s.token IS NULL OR s.expires_at <= p_now)
-                 ORDER BY s.n
+                 WHERE s.queue = p_queue AND s.expires_at <= p_now AND s.n <= p_limit
+                 ORDER BY s.expires_at, s.n
                  LIMIT p_want
                    FOR UPDATE SKIP LOCKED) f
          WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
-                            WHERE h.queue = p_queue AND h.n > p_limit AND h.token IS NOT NULL AND h.expires_at > p_now);
+                            WHERE h.queue = p_queue AND h.n > p_limit AND h.expires_at > p_now);
         allowed := coalesce(cardinality(slots), 0);
         IF allowed = 0 THEN
             RETURN;
@@ -84,25 +107,51 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[])
+CREATE OR REPLACE FUNCTION _notify_local(p_queue text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = NULL
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
-    IF FOUND AND NOT _citus_available() THEN
+    IF NOT _citus_available() THEN
         PERFORM pg_notify(notify_channel(), p_queue);
     END IF;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_rated boolean, p_burst int, p_now timestamptz)
+CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[], p_limit int)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_gone boolean;
+BEGIN
+    DELETE FROM flow_slot s WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids) AND s.n > p_limit;
+    v_gone := FOUND;
+    UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = '-infinity'
+     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
+    IF FOUND OR v_gone THEN
+        PERFORM _notify_local(p_queue);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_leases boolean, p_rated boolean, p_burst int, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+    v_tokens uuid[];
+    v_untils timestamptz[];
+    v_free int[];
+    v_top int;
+    v_id bigint;
+    v_token uuid;
+    v_until timestamptz;
+    v_n int;
 BEGIN
     IF p_rated THEN
         INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_queue, p_burst, p_now)
@@ -124,8 +173,42 @@ BEGIN
     DELETE FROM flow_slot s
      WHERE s.queue = p_queue
        AND s.ctid IN (SELECT f.ctid FROM flow_slot f
-                       WHERE f.queue = p_queue AND f.n > p_limit AND (f.token IS NULL OR f.expires_at <= p_now)
+                       WHERE f.queue = p_queue AND f.n > p_limit AND f.expires_at <= p_now
                          FOR UPDATE SKIP LOCKED);
+    IF NOT p_leases THEN
+        RETURN;
+    END IF;
+    -- The leases without a slot (claimed while the queue had no limit): one
+    -- each, free ones first, then new ones above the limit and every slot
+    -- (so that claims wait for them as for a lowered limit). A read of the
+    -- queue's messages: queue_configure is rare.
+    SELECT array_agg(m.id ORDER BY m.id), array_agg(m.token ORDER BY m.id), array_agg(m.visible_at ORDER BY m.id)
+      INTO v_ids, v_tokens, v_untils
+      FROM message m
+     WHERE m.queue = p_queue AND m.status = 'processing' AND m.visible_at > p_now
+       AND NOT EXISTS (SELECT 1 FROM flow_slot s WHERE s.queue = p_queue AND s.token = m.token AND s.message_id = m.id);
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(f.n ORDER BY f.n) INTO v_free
+      FROM (SELECT s.n FROM flow_slot s WHERE s.queue = p_queue AND s.n <= p_limit AND s.expires_at <= p_now
+              FOR UPDATE SKIP LOCKED) f;
+    SELECT greatest(p_limit, max(s.n)) INTO v_top FROM flow_slot s WHERE s.queue = p_queue;
+    FOR i IN 1 .. cardinality(v_ids) LOOP
+        -- plain values in the statements (Citus: no bare array element in a SET)
+        v_id := v_ids[i];
+        v_token := v_tokens[i];
+        v_until := v_untils[i];
+        IF i <= coalesce(cardinality(v_free), 0) THEN
+            v_n := v_free[i];
+        ELSE
+            v_top := v_top + 1;
+            v_n := v_top;
+            INSERT INTO flow_slot (queue, n) VALUES (p_queue, v_n);
+        END IF;
+        UPDATE flow_slot s SET message_id = v_id, token = v_token, expires_at = v_until
+         WHERE s.queue = p_queue AND s.n = v_n;
+    END LOOP;
 END
 $$;
 -- pgsweep:end functions/flow.sql
@@ -138,7 +221,9 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_q queue;
+    v_now timestamptz;
     v_until timestamptz;
+    v_held bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -150,7 +235,8 @@ BEGIN
     END IF;
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + coalesce(p_lease, v_q.lease_default);
     IF v_q.max_in_flight IS NULL THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
@@ -158,19 +244,25 @@ BEGIN
         RETURNING m.id;
         RETURN;
     END IF;
-    -- max_in_flight (flow.sql): a lease is renewed with its slot, and only
-    -- while the slot is still its own (slots before messages)
+    -- max_in_flight (flow.sql): the claim's slots first (the lock order of
+    -- every verb), a lease renewed only while its slot is still its own --
+    -- and not a slot above a lowered limit that expired: claims may have
+    -- used the room since -- then the slots of the leases renewed.
+    SELECT array_agg(x.message_id) INTO v_held
+      FROM (SELECT s.message_id FROM flow_slot s
+             WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
+               AND (s.n <= v_q.max_in_flight OR s.expires_at > v_now)
+               FOR UPDATE) x;
     RETURN QUERY
-    WITH s AS (
+    WITH r AS (
+        UPDATE message m SET visible_at = v_until
+         WHERE m.queue = p_queue AND m.id = ANY (v_held) AND m.token = p_token AND m.status = 'processing'
+        RETURNING m.id
+    ), s AS (
         UPDATE flow_slot s SET expires_at = v_until
-         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-           AND EXISTS (SELECT 1 FROM message k
-                        WHERE k.queue = p_queue AND k.id = s.message_id AND k.token = p_token AND k.status = 'processing')
-        RETURNING s.message_id
+         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id IN (SELECT r.id FROM r)
     )
-    UPDATE message m SET visible_at = v_until
-     WHERE m.queue = p_queue AND m.id IN (SELECT s.message_id FROM s) AND m.token = p_token AND m.status = 'processing'
-    RETURNING m.id;
+    SELECT r.id FROM r;
 END
 $$;
 
@@ -181,7 +273,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
-    v_limited boolean;
+    v_limit int;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -195,7 +287,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, q.max_in_flight IS NOT NULL INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, q.max_in_flight INTO v_kind, v_limit FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -203,8 +295,8 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_limited THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+    IF v_limit IS NOT NULL THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
     END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
         IF v_kind = 'outbox' THEN
@@ -267,7 +359,7 @@ BEGIN
     v_limit := (_queue_get(p_queue)).max_in_flight;
     PERFORM _queue_require(p_queue, 'consume');
     IF v_limit IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY
@@ -346,6 +438,7 @@ DECLARE
     v_rate double precision;
     v_burst int;
     v_batch int;
+    v_keep int;
     v_slots tid[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
@@ -399,10 +492,11 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    -- Flow control (flow.sql): as many rows as free slots and tokens, at most.
+    -- Flow control (flow.sql): look for as many rows as there are free
+    -- slots and tokens, at most.
     v_batch := p_batch;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        SELECT a.slots, a.allowed INTO v_slots, v_batch FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, p_batch, v_now) a;
+        v_batch := _flow_room(p_queue, v_limit, v_rate, v_burst, p_batch, v_now);
         IF v_batch = 0 THEN
             RETURN;
         END IF;
@@ -561,6 +655,22 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    -- Flow control: keep as many rows as the claim locks slots and tokens
+    -- for. In a race that cut it no cursor or position moves: the rows let
+    -- go stay where the next claim looks.
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        SELECT a.slots, a.allowed INTO v_slots, v_keep FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, v_n, v_now) a;
+        IF v_keep = 0 THEN
+            RETURN;
+        ELSIF v_keep < v_n THEN
+            v_all := v_all[1:v_keep];
+            v_all_ids := v_all_ids[1:v_keep];
+            v_n := v_keep;
+            v_last_at := NULL;
+            v_tp := '{}';
+            v_prescan := false;
+        END IF;
+    END IF;
 
     IF v_last_at IS NULL THEN
         NULL; -- no row of the default priority: the cursor stays
@@ -671,7 +781,7 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as slots and tokens
-        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now) a;
+        v_allowed := _flow_room(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now);
         IF v_allowed = 0 THEN
             RETURN;
         END IF;
@@ -692,6 +802,16 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
+    END IF;
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- keep what the claim locks slots and tokens for
+        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(v_ids), v_now) a;
+        IF v_allowed = 0 THEN
+            RETURN;
+        ELSIF v_allowed < cardinality(v_ids) THEN
+            v_tids := v_tids[1:v_allowed];
+            v_ids := v_ids[1:v_allowed];
+            v_last_at := NULL; -- no cursor move
+        END IF;
     END IF;
 
     -- Forward only, and only when the cursor row's lock is free (claim.sql).
@@ -737,7 +857,7 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     IF v_q.max_in_flight IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
         DELETE FROM message m
@@ -788,7 +908,7 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     IF v_q.max_in_flight IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
 
     IF p_retry_after IS NOT NULL THEN
@@ -970,6 +1090,7 @@ BEGIN
                     WHEN 'lane_dead' THEN '"move_on" or "block"'
                     WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
                     WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
+                    WHEN 'rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -993,7 +1114,8 @@ BEGIN
      WHERE name = p_queue
     RETURNING * INTO v_q;
     IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst'] THEN
-        PERFORM _flow_set(p_queue, v_q.max_in_flight, v_q.rate IS NOT NULL, coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
+        PERFORM _flow_set(p_queue, v_q.max_in_flight, p_settings ? 'max_in_flight', v_q.rate IS NOT NULL,
+                          coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
     END IF;
     RETURN v_q;
 END
@@ -1020,6 +1142,10 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
+    -- Flow control's slots and bucket before the messages: the lock order
+    -- of every verb (flow.sql).
+    DELETE FROM flow_slot f WHERE f.queue = p_queue;
+    DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.
     WITH d AS (
@@ -1039,8 +1165,6 @@ BEGIN
     DELETE FROM message_processed p WHERE p.queue = p_queue;
     DELETE FROM message_dead d WHERE d.queue = p_queue;
     DELETE FROM message_unique u WHERE u.queue = p_queue;
-    DELETE FROM flow_slot f WHERE f.queue = p_queue;
-    DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
@@ -1051,6 +1175,45 @@ BEGIN
 END
 $$;
 -- pgsweep:end functions/queue_ops.sql
+
+-- pgsweep:changed functions/citus.sql
+CREATE OR REPLACE FUNCTION _citus_delegated(OUT routine regprocedure, OUT arg_index int, OUT force boolean)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    WITH RECURSIVE notifying(name) AS (
+        -- the functions whose body calls pg_notify, or calls one of those;
+        -- not _notify_local, which never notifies on Citus (flow.sql)
+        SELECT p.proname::text FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+           AND p.prosrc ~ '\mpg_notify\M' AND p.proname <> '_notify_local'
+        UNION
+        SELECT p.proname::text FROM pg_catalog.pg_proc p, notifying n
+         WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+           AND p.prosrc ~ ('\m' || n.name || '\s*\(')
+    )
+    SELECT p.oid::pg_catalog.regprocedure, a.n::int - 1,
+           p.proname::text NOT IN (SELECT n.name FROM notifying n)
+      FROM pg_catalog.pg_proc p
+     CROSS JOIN LATERAL pg_catalog.unnest(p.proargnames) WITH ORDINALITY a(name, n)
+     WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+       AND p.prokind = 'f'
+       AND a.name = 'p_queue'
+       AND a.n <= p.pronargs
+       AND (p.proargmodes IS NULL OR p.proargmodes[a.n] IN ('i', 'b'))
+       AND p.proargtypes[a.n - 1] = 'pg_catalog.text'::pg_catalog.regtype
+       AND p.proname <> '_queue_get'
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'reference'
+                          AND p.prosrc ~* ('\m(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+' || t.table_name || '\M'))
+       -- a routine that reads a coordinator-only table (stats_history reads
+       -- maintain_snapshot) runs where that table is, not on a worker
+       AND NOT EXISTS (SELECT 1 FROM _citus_tables() t
+                        WHERE t.placement = 'local' AND p.prosrc ~ ('\m' || t.table_name || '\M'))
+     ORDER BY 1
+$$;
+-- pgsweep:end functions/citus.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

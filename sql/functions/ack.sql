@@ -50,7 +50,9 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_q queue;
+    v_now timestamptz;
     v_until timestamptz;
+    v_held bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -62,7 +64,8 @@ BEGIN
     END IF;
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    v_until := coalesce(p_now, clock_timestamp()) + coalesce(p_lease, v_q.lease_default);
+    v_now := coalesce(p_now, clock_timestamp());
+    v_until := v_now + coalesce(p_lease, v_q.lease_default);
     IF v_q.max_in_flight IS NULL THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
@@ -70,19 +73,25 @@ BEGIN
         RETURNING m.id;
         RETURN;
     END IF;
-    -- max_in_flight (flow.sql): a lease is renewed with its slot, and only
-    -- while the slot is still its own (slots before messages)
+    -- max_in_flight (flow.sql): the claim's slots first (the lock order of
+    -- every verb), a lease renewed only while its slot is still its own --
+    -- and not a slot above a lowered limit that expired: claims may have
+    -- used the room since -- then the slots of the leases renewed.
+    SELECT array_agg(x.message_id) INTO v_held
+      FROM (SELECT s.message_id FROM flow_slot s
+             WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
+               AND (s.n <= v_q.max_in_flight OR s.expires_at > v_now)
+               FOR UPDATE) x;
     RETURN QUERY
-    WITH s AS (
+    WITH r AS (
+        UPDATE message m SET visible_at = v_until
+         WHERE m.queue = p_queue AND m.id = ANY (v_held) AND m.token = p_token AND m.status = 'processing'
+        RETURNING m.id
+    ), s AS (
         UPDATE flow_slot s SET expires_at = v_until
-         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-           AND EXISTS (SELECT 1 FROM message k
-                        WHERE k.queue = p_queue AND k.id = s.message_id AND k.token = p_token AND k.status = 'processing')
-        RETURNING s.message_id
+         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id IN (SELECT r.id FROM r)
     )
-    UPDATE message m SET visible_at = v_until
-     WHERE m.queue = p_queue AND m.id IN (SELECT s.message_id FROM s) AND m.token = p_token AND m.status = 'processing'
-    RETURNING m.id;
+    SELECT r.id FROM r;
 END
 $$;
 
@@ -116,7 +125,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
-    v_limited boolean;
+    v_limit int;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -130,7 +139,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, q.max_in_flight IS NOT NULL INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, q.max_in_flight INTO v_kind, v_limit FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -138,8 +147,8 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_limited THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+    IF v_limit IS NOT NULL THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
     END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
         IF v_kind = 'outbox' THEN
@@ -221,7 +230,7 @@ BEGIN
     v_limit := (_queue_get(p_queue)).max_in_flight;
     PERFORM _queue_require(p_queue, 'consume');
     IF v_limit IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY

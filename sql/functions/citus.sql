@@ -175,10 +175,11 @@ LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
     WITH RECURSIVE notifying(name) AS (
-        -- the functions whose body calls pg_notify, or calls one of those
+        -- the functions whose body calls pg_notify, or calls one of those;
+        -- not _notify_local, which never notifies on Citus (flow.sql)
         SELECT p.proname::text FROM pg_catalog.pg_proc p
          WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
-           AND p.prosrc ~ '\mpg_notify\M'
+           AND p.prosrc ~ '\mpg_notify\M' AND p.proname <> '_notify_local'
         UNION
         SELECT p.proname::text FROM pg_catalog.pg_proc p, notifying n
          WHERE p.pronamespace = pg_catalog.current_schema()::pg_catalog.regnamespace

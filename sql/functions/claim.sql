@@ -180,6 +180,7 @@ DECLARE
     v_rate double precision;
     v_burst int;
     v_batch int;
+    v_keep int;
     v_slots tid[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
@@ -233,10 +234,11 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    -- Flow control (flow.sql): as many rows as free slots and tokens, at most.
+    -- Flow control (flow.sql): look for as many rows as there are free
+    -- slots and tokens, at most.
     v_batch := p_batch;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        SELECT a.slots, a.allowed INTO v_slots, v_batch FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, p_batch, v_now) a;
+        v_batch := _flow_room(p_queue, v_limit, v_rate, v_burst, p_batch, v_now);
         IF v_batch = 0 THEN
             RETURN;
         END IF;
@@ -394,6 +396,22 @@ BEGIN
     END LOOP;
     IF v_n = 0 THEN
         RETURN;
+    END IF;
+    -- Flow control: keep as many rows as the claim locks slots and tokens
+    -- for. In a race that cut it no cursor or position moves: the rows let
+    -- go stay where the next claim looks.
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        SELECT a.slots, a.allowed INTO v_slots, v_keep FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, v_n, v_now) a;
+        IF v_keep = 0 THEN
+            RETURN;
+        ELSIF v_keep < v_n THEN
+            v_all := v_all[1:v_keep];
+            v_all_ids := v_all_ids[1:v_keep];
+            v_n := v_keep;
+            v_last_at := NULL;
+            v_tp := '{}';
+            v_prescan := false;
+        END IF;
     END IF;
 
     IF v_last_at IS NULL THEN

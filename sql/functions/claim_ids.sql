@@ -80,7 +80,7 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as slots and tokens
-        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now) a;
+        v_allowed := _flow_room(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now);
         IF v_allowed = 0 THEN
             RETURN;
         END IF;
@@ -101,6 +101,16 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
+    END IF;
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- keep what the claim locks slots and tokens for
+        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(v_ids), v_now) a;
+        IF v_allowed = 0 THEN
+            RETURN;
+        ELSIF v_allowed < cardinality(v_ids) THEN
+            v_tids := v_tids[1:v_allowed];
+            v_ids := v_ids[1:v_allowed];
+            v_last_at := NULL; -- no cursor move
+        END IF;
     END IF;
 
     -- Forward only, and only when the cursor row's lock is free (claim.sql).
@@ -170,7 +180,7 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     IF v_q.max_in_flight IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
         DELETE FROM message m

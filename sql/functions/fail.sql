@@ -54,7 +54,7 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     IF v_q.max_in_flight IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids); -- slots before messages, in every verb (flow.sql)
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
 
     IF p_retry_after IS NOT NULL THEN

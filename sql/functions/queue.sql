@@ -242,6 +242,7 @@ BEGIN
                     WHEN 'lane_dead' THEN '"move_on" or "block"'
                     WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
                     WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
+                    WHEN 'rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -265,7 +266,8 @@ BEGIN
      WHERE name = p_queue
     RETURNING * INTO v_q;
     IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst'] THEN
-        PERFORM _flow_set(p_queue, v_q.max_in_flight, v_q.rate IS NOT NULL, coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
+        PERFORM _flow_set(p_queue, v_q.max_in_flight, p_settings ? 'max_in_flight', v_q.rate IS NOT NULL,
+                          coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
     END IF;
     RETURN v_q;
 END

@@ -168,6 +168,10 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
+    -- Flow control's slots and bucket before the messages: the lock order
+    -- of every verb (flow.sql).
+    DELETE FROM flow_slot f WHERE f.queue = p_queue;
+    DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.
     WITH d AS (
@@ -187,8 +191,6 @@ BEGIN
     DELETE FROM message_processed p WHERE p.queue = p_queue;
     DELETE FROM message_dead d WHERE d.queue = p_queue;
     DELETE FROM message_unique u WHERE u.queue = p_queue;
-    DELETE FROM flow_slot f WHERE f.queue = p_queue;
-    DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)

@@ -7,7 +7,7 @@
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
 DELETE FROM pgsweep.flow_slot;
-SELECT plan(46);
+SELECT plan(62);
 
 SELECT pgsweep.queue_create('f', 'outbox', 2);
 SELECT pgsweep.queue_create('u', 'outbox', 2);
@@ -103,6 +103,31 @@ SELECT is((SELECT count(*) FROM pgsweep.flow_slot WHERE queue = 'f'), 0::bigint,
 SELECT is(pg_temp.claim('j', 5, '25 s'), 5::bigint, 'claims take whole batches again');
 SELECT is((SELECT count(*) FROM pgsweep.complete('f', pg_temp.token('j'), pg_temp.ids('j'), pg_temp.at('25 s'))), 5::bigint,
     'and settle without slots');
+
+-- renew does not bring back a slot above a lowered limit once it expired
+SELECT is((SELECT max_in_flight FROM pgsweep.queue_configure('f', '{"max_in_flight": 2}')), 2, 'limit 2 again');
+SELECT is(pg_temp.claim('k', 2, '35 s'), 2::bigint, 'once h''s and i''s leases ended (T + 34 s), k takes both slots (until T + 45 s)');
+SELECT is((SELECT max_in_flight FROM pgsweep.queue_configure('f', '{"max_in_flight": 1}')), 1, 'lower the limit to 1');
+SELECT is(pg_temp.claim('l', 5, '46 s'), 1::bigint, 'k''s leases expired: one claim fills the new limit');
+SELECT is((SELECT count(*) FROM pgsweep.renew('f', pg_temp.token('k'), pg_temp.ids('k'), '60 seconds', pg_temp.at('46 s'))), 0::bigint,
+    'k''s renewal gets nothing back: one slot was taken, the other is above the limit');
+SELECT is(pg_temp.leased('46 s'), 1::bigint, 'one lease, the limit');
+SELECT is((SELECT count(*) FROM pgsweep.complete('f', pg_temp.token('l'), pg_temp.ids('l'), pg_temp.at('46 s'))), 1::bigint, 'l settles');
+
+-- a limit set on a busy queue: the leases already out get a slot each
+-- (the leases of the pinned clock above end in 2030: gone first)
+DELETE FROM pgsweep.message WHERE queue = 'f' AND status = 'processing';
+SELECT is((SELECT max_in_flight FROM pgsweep.queue_configure('f', '{"max_in_flight": null}')), NULL::int, 'no limit');
+SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'm', 3, '1 hour')), 3::bigint, 'm takes three, without slots');
+SELECT is((SELECT max_in_flight FROM pgsweep.queue_configure('f', '{"max_in_flight": 2}')), 2, 'limit 2 while three are out');
+SELECT results_eq($$SELECT n FROM pgsweep.flow_slot WHERE queue = 'f' AND token IS NOT NULL ORDER BY n$$, $$VALUES (1), (2), (3)$$,
+    'the three leases hold slots 1, 2 and a third above the limit');
+SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'n', 3, '1 hour')), 0::bigint, 'claims take nothing while they are out');
+SELECT is((SELECT count(*) FROM pgsweep.renew('f', pg_temp.token('m'), pg_temp.ids('m'), '1 hour')), 3::bigint,
+    'and their renewals go on');
+SELECT is((SELECT count(*) FROM pgsweep.complete('f', pg_temp.token('m'), pg_temp.ids('m'))), 3::bigint, 'm settles');
+SELECT is((SELECT count(*) FROM pgsweep.flow_slot WHERE queue = 'f'), 2::bigint, 'the slot above the limit is gone with its lease');
+SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'n', 3, '1 hour')), 2::bigint, 'claims take the limit again');
 
 SELECT * FROM finish();
 ROLLBACK;
