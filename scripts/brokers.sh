@@ -33,11 +33,16 @@ log() { echo "brokers: $*" >&2; }
 # in_use PORT: something listens on 127.0.0.1:PORT.
 in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# free_port: a port nothing listens on, from the ephemeral range's lower neighbours.
+# free_port: a port nothing listens on, and its neighbour (RabbitMQ's
+# distribution port), both below the ephemeral range: a port in that range
+# may be taken at any moment by an outgoing connection, which no listener
+# check sees (RabbitMQ then failed with dist_port_already_used, not_erlang).
 free_port() {
-	local p
+	local p lo
+	lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((10000 + RANDOM % (lo - 10002)))
 		in_use "$p" || in_use "$((p + 1))" || { echo "$p"; return 0; }
 	done
 	log "no free port found"
