@@ -89,7 +89,8 @@ func TestPriorityClaimConcurrent(t *testing.T) {
 		mu.Unlock()
 		return len(ids), nil
 	}
-	for _, err := range sendClaimRace(ctx, t, db, senders, claimers, 10, send, settle) {
+	_, _, errs := sendClaimRace(ctx, t, db, senders, claimers, 10, send, settle)
+	for _, err := range errs {
 		t.Error(err)
 	}
 	if t.Failed() {

@@ -17,14 +17,14 @@ import (
 // many messages it sent. Each claimer claims up to batch messages at a time
 // and hands them to settle(c, w, ds), which returns how many it completed.
 // Claimers stop once every sender has returned and the completions reach
-// what was sent, or when ctx ends. It returns every goroutine's error,
-// named by its role and number.
+// what was sent, or when ctx ends. It returns how many were sent and
+// completed, and every goroutine's error, named by its role and number.
 func sendClaimRace(ctx context.Context, t *testing.T, db *pgtest.DB, senders, claimers, batch int,
 	send func(c *pgsweep.Client, s int) (int, error),
 	settle func(c *pgsweep.Client, w int, ds []pgsweep.Delivery) (int, error),
-) []error {
+) (sent, completed int64, errs []error) {
 	t.Helper()
-	var sent, completed, sendersLeft atomic.Int64
+	var sentN, completedN, sendersLeft atomic.Int64
 	sendersLeft.Store(int64(senders))
 	errc := make(chan error, senders+claimers)
 	client := func() *pgsweep.Client {
@@ -40,7 +40,7 @@ func sendClaimRace(ctx context.Context, t *testing.T, db *pgtest.DB, senders, cl
 		wg.Go(func() {
 			defer sendersLeft.Add(-1)
 			n, err := send(c, s)
-			sent.Add(int64(n))
+			sentN.Add(int64(n))
 			if err != nil {
 				errc <- fmt.Errorf("sender %d: %w", s, err)
 			}
@@ -57,13 +57,13 @@ func sendClaimRace(ctx context.Context, t *testing.T, db *pgtest.DB, senders, cl
 				}
 				if len(ds) == 0 {
 					// sent is final once no sender is left
-					if sendersLeft.Load() == 0 && completed.Load() == sent.Load() {
+					if sendersLeft.Load() == 0 && completedN.Load() == sentN.Load() {
 						return
 					}
 					continue
 				}
 				n, err := settle(c, w, ds)
-				completed.Add(int64(n))
+				completedN.Add(int64(n))
 				if err != nil {
 					errc <- fmt.Errorf("claimer %d: %w", w, err)
 					return
@@ -73,9 +73,8 @@ func sendClaimRace(ctx context.Context, t *testing.T, db *pgtest.DB, senders, cl
 	}
 	wg.Wait()
 	close(errc)
-	var errs []error
 	for err := range errc {
 		errs = append(errs, err)
 	}
-	return errs
+	return sentN.Load(), completedN.Load(), errs
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,7 +215,6 @@ func TestSendBatchLanesCompleteNoDeadlock(t *testing.T) {
 	defer cancel()
 	lanes := []string{"a", "B", "c", "_d", "E", "f-1", "F.2", "g"}
 	const senders, workers, rounds = 16, 16, 25
-	var sent atomic.Int64
 	send := func(c *pgsweep.Client, s int) (int, error) {
 		r := rand.New(rand.NewPCG(uint64(s), 7))
 		n := 0
@@ -231,11 +229,9 @@ func TestSendBatchLanesCompleteNoDeadlock(t *testing.T) {
 				return n, err
 			}
 			n += len(ms)
-			sent.Add(int64(len(ms)))
 		}
 		return n, nil
 	}
-	var completed atomic.Int64
 	settle := func(c *pgsweep.Client, _ int, ds []pgsweep.Delivery) (int, error) {
 		byToken := map[pgsweep.Token][]int64{}
 		for _, d := range ds {
@@ -249,10 +245,10 @@ func TestSendBatchLanesCompleteNoDeadlock(t *testing.T) {
 				return n, fmt.Errorf("complete: %w", err)
 			}
 		}
-		completed.Add(int64(n))
 		return n, nil
 	}
-	for _, err := range sendClaimRace(ctx, t, db, senders, workers, 8, send, settle) {
+	sent, completed, errs := sendClaimRace(ctx, t, db, senders, workers, 8, send, settle)
+	for _, err := range errs {
 		if pe := pgtest.PgError(err); pe != nil && pe.Code == "40P01" {
 			t.Errorf("deadlock: %v", err)
 		} else {
@@ -262,11 +258,11 @@ func TestSendBatchLanesCompleteNoDeadlock(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if want := int64(senders * rounds); sent.Load() < 2*2*want/2 {
-		t.Fatalf("sent %d messages, too few", sent.Load())
+	if want := int64(senders * rounds); sent < 2*2*want/2 {
+		t.Fatalf("sent %d messages, too few", sent)
 	}
-	if completed.Load() != sent.Load() {
-		t.Fatalf("completed %d of %d", completed.Load(), sent.Load())
+	if completed != sent {
+		t.Fatalf("completed %d of %d", completed, sent)
 	}
 	if n := count(t, db, "message", "queue = 'q'"); n != 0 {
 		t.Fatalf("%d messages left", n)
