@@ -320,6 +320,9 @@ func TestCitusVerbs(t *testing.T) {
 		if got := claim(5); len(got) != 0 {
 			t.Fatalf("claimed %d more with every slot taken, want 0", len(got))
 		}
+		if renewed, err := c.Renew(ctx, q, first[0].Token, deliveryIDs(first), time.Minute); err != nil || len(renewed) != 2 {
+			t.Fatalf("renew with the slots held: %v %v", renewed, err)
+		}
 		tx, err := in.Pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -331,8 +334,18 @@ func TestCitusVerbs(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatalf("commit: %v", err)
 		}
+		second := claim(5)
+		if len(second) != 2 {
+			t.Fatalf("claimed %d after the completion freed the slots, want 2", len(second))
+		}
+		if got, err := c.Release(ctx, q, second[0].Token, []int64{second[0].ID}); err != nil || len(got) != 1 {
+			t.Fatalf("release: %v %v", got, err)
+		}
+		if got, err := c.Fail(ctx, q, second[1].Token, []int64{second[1].ID}, "boom", 0); err != nil || len(got) != 1 {
+			t.Fatalf("fail: %v %v", got, err)
+		}
 		if got := claim(5); len(got) != 2 {
-			t.Fatalf("claimed %d after the completion freed the slots, want 2", len(got))
+			t.Fatalf("claimed %d after release and fail freed the slots, want 2", len(got))
 		}
 		if err := c.QueueConfigure(ctx, q, map[string]any{"max_in_flight": nil, "rate": "1/min", "rate_burst": 3}); err != nil {
 			t.Fatal(err)

@@ -59,21 +59,31 @@
 CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
                                       p_want int, p_now timestamptz)
 RETURNS int
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT CASE
-        WHEN p_limit IS NOT NULL AND EXISTS (SELECT 1 FROM flow_slot h
-                                              WHERE h.queue = p_queue AND h.n > p_limit AND h.expires_at > p_now) THEN 0
-        ELSE least(p_want,
-                   CASE WHEN p_limit IS NULL THEN p_want
-                        ELSE (SELECT count(*)::int FROM (SELECT 1 FROM flow_slot s
-                                                          WHERE s.queue = p_queue AND s.expires_at <= p_now AND s.n <= p_limit
-                                                          LIMIT p_want) f) END,
-                   CASE WHEN p_per_second IS NULL THEN p_want
-                        ELSE coalesce((SELECT floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int
-                                         FROM flow_bucket b WHERE b.queue = p_queue), 0) END)
-    END
+-- plpgsql, not sql: Citus cannot plan a SQL function's statements on a
+-- distributed table with its parameters in them
+DECLARE
+    v_room int := p_want;
+BEGIN
+    IF p_limit IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM flow_slot h WHERE h.queue = p_queue AND h.n > p_limit AND h.expires_at > p_now) THEN
+            RETURN 0;
+        END IF;
+        SELECT count(*)::int INTO v_room
+          FROM (SELECT 1 FROM flow_slot s
+                 WHERE s.queue = p_queue AND s.expires_at <= p_now AND s.n <= p_limit
+                 LIMIT p_want) f;
+    END IF;
+    IF p_per_second IS NOT NULL AND v_room > 0 THEN
+        SELECT least(v_room, floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int)
+          INTO v_room
+          FROM flow_bucket b WHERE b.queue = p_queue;
+        v_room := coalesce(v_room, 0);
+    END IF;
+    RETURN v_room;
+END
 $$;
 
 -- _flow_allow: of the p_want messages a claim found at p_now, how many it
