@@ -4,27 +4,84 @@
 -- message it takes (flow.sql); a queue's rate ('N/s', 'N/min', with
 -- rate_burst) is a token bucket in flow_bucket that claims refill and spend.
 -- A queue without either has no rows there and pays nothing.
+-- Groups: send's p_group puts a message in a group (message.grp); claims
+-- take turns between the groups with due messages (message_group, the
+-- rotation's position in claim_cursor), and group_max_in_flight with the
+-- per-group group_overrides bound each group's leases with slots of its own
+-- (flow_slot.grp). Grouped rows leave message_claim and
+-- message_claim_priority, which are built again (a lock on message while
+-- they build: for the rows waiting or in flight).
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 
 DO $$
 BEGIN
     EXECUTE 'ALTER TABLE queue ADD COLUMN max_in_flight int, ADD COLUMN rate int, ADD COLUMN rate_per interval, '
-            'ADD COLUMN rate_burst int';
+            'ADD COLUMN rate_burst int, ADD COLUMN group_max_in_flight int, ADD COLUMN group_overrides jsonb';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE 'ALTER TABLE message ADD COLUMN grp text';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE 'ALTER TABLE message_dead ADD COLUMN grp text';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE 'DROP INDEX message_claim';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE 'CREATE INDEX message_claim ON message (queue, created_at, id) WHERE parked_until IS NULL AND priority = 0 AND grp IS NULL';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE 'DROP INDEX message_claim_priority';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE 'CREATE INDEX message_claim_priority ON message (queue, priority DESC, created_at, id) '
+            'WHERE parked_until IS NULL AND priority <> 0 AND grp IS NULL';
+END
+$$;
+-- the claimable grouped rows: a claim's rotation walks the groups of a
+-- queue in name order (one descent per group) and each group by priority,
+-- then age (claim.sql, _claim_groups)
+DO $$
+BEGIN
+    EXECUTE 'CREATE INDEX message_group ON message (queue, grp, priority DESC, created_at, id) '
+            'WHERE parked_until IS NULL AND grp IS NOT NULL';
+END
+$$;
+-- where the next claim's rotation starts (after group_after; NULL: the
+-- first group), and how many groups the last one served (the share it
+-- leaves the messages without a group)
+DO $$
+BEGIN
+    EXECUTE 'ALTER TABLE claim_cursor ADD COLUMN group_after text, ADD COLUMN group_count int';
 END
 $$;
 
 CREATE TABLE flow_slot (
     queue      text NOT NULL,
+    -- '' the queue's own slots (max_in_flight), else a group's (group names are never empty)
+    grp        text NOT NULL DEFAULT '',
     n          int NOT NULL,
     message_id bigint,
     token      uuid,
     -- free once passed: '-infinity' when settled, the lease's expiry while held
     expires_at timestamptz NOT NULL DEFAULT '-infinity',
-    PRIMARY KEY (queue, n)
+    PRIMARY KEY (queue, grp, n)
 );
-COMMENT ON TABLE flow_slot IS 'pgsweep max_in_flight slots: one row per message a queue may have in flight (flow.sql)';
+COMMENT ON TABLE flow_slot IS 'pgsweep max_in_flight slots: one row per message a queue or a group may have in flight (flow.sql)';
 -- claims find the free slots (expires_at passed) without reading the held ones
-CREATE INDEX flow_slot_free ON flow_slot (queue, expires_at);
+CREATE INDEX flow_slot_free ON flow_slot (queue, grp, expires_at);
 -- complete, fail, release, dead_letter and renew find their claim's slots by token
 CREATE INDEX flow_slot_token ON flow_slot (queue, token) WHERE token IS NOT NULL;
 
@@ -34,6 +91,14 @@ CREATE TABLE flow_bucket (
     at     timestamptz NOT NULL
 );
 COMMENT ON TABLE flow_bucket IS 'pgsweep rate token buckets: one row per queue with a rate (flow.sql)';
+
+DROP FUNCTION send(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint);
+DROP FUNCTION send_unique(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint);
+DROP FUNCTION _send_one(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint);
+DROP FUNCTION _send(queue, jsonb, jsonb, text, timestamptz, timestamptz, text, text, interval, smallint);
+DROP FUNCTION send_batch(text, jsonb[], jsonb[], text[], timestamptz[], text[], text[], interval[], smallint[]);
+DROP FUNCTION send_batch_unique(text, jsonb[], jsonb[], text[], timestamptz[], text[], text[], interval[], smallint[]);
+DROP FUNCTION _send_batch(text, jsonb[], jsonb[], text[], timestamptz[], text[], text[], interval[], smallint[]);
 
 -- pgsweep:changed functions/flow.sql
 CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
@@ -48,12 +113,12 @@ DECLARE
     v_room int := p_want;
 BEGIN
     IF p_limit IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM flow_slot h WHERE h.queue = p_queue AND h.n > p_limit AND h.expires_at > p_now) THEN
+        IF EXISTS (SELECT 1 FROM flow_slot h WHERE h.queue = p_queue AND h.grp = '' AND h.n > p_limit AND h.expires_at > p_now) THEN
             RETURN 0;
         END IF;
         SELECT count(*)::int INTO v_room
           FROM (SELECT 1 FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.expires_at <= p_now AND s.n <= p_limit
+                 WHERE s.queue = p_queue AND s.grp = '' AND s.expires_at <= p_now AND s.n <= p_limit
                  LIMIT p_want) f;
     END IF;
     IF p_per_second IS NOT NULL AND v_room > 0 THEN
@@ -76,12 +141,12 @@ BEGIN
     IF p_limit IS NOT NULL THEN
         SELECT array_agg(f.ctid) INTO slots
           FROM (SELECT s.ctid FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.expires_at <= p_now AND s.n <= p_limit
+                 WHERE s.queue = p_queue AND s.grp = '' AND s.expires_at <= p_now AND s.n <= p_limit
                  ORDER BY s.expires_at, s.n
                  LIMIT p_want
                    FOR UPDATE SKIP LOCKED) f
          WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
-                            WHERE h.queue = p_queue AND h.n > p_limit AND h.expires_at > p_now);
+                            WHERE h.queue = p_queue AND h.grp = '' AND h.n > p_limit AND h.expires_at > p_now);
         allowed := coalesce(cardinality(slots), 0);
         IF allowed = 0 THEN
             RETURN;
@@ -100,7 +165,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_claimed(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz,
-                                         p_rated boolean)
+                                         p_rated boolean, p_gslots tid[], p_gids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -110,6 +175,11 @@ BEGIN
         UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
           FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
          WHERE s.queue = p_queue AND s.ctid = x.slot;
+    END IF;
+    IF cardinality(p_gslots) > 0 THEN
+        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
+          FROM unnest(p_gslots, p_gids) x(slot, id)
+         WHERE s.queue = p_queue AND s.ctid = x.slot AND x.id = ANY (p_ids);
     END IF;
     IF p_rated THEN
         UPDATE flow_bucket b SET tokens = b.tokens - cardinality(p_ids) WHERE b.queue = p_queue;
@@ -137,7 +207,8 @@ AS $$
 DECLARE
     v_gone boolean;
 BEGIN
-    DELETE FROM flow_slot s WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids) AND s.n > p_limit;
+    DELETE FROM flow_slot s
+     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids) AND s.grp = '' AND s.n > p_limit;
     v_gone := FOUND;
     UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = '-infinity'
      WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
@@ -147,78 +218,315 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_set(p_queue text, p_limit int, p_leases boolean, p_rated boolean, p_burst int, p_now timestamptz)
+CREATE OR REPLACE FUNCTION _flow_set(p_q queue, p_leases boolean, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_ids bigint[];
-    v_tokens uuid[];
-    v_untils timestamptz[];
-    v_free int[];
-    v_top int;
+    v_limit int := p_q.max_in_flight;
+    v_l record;
+    v_n int;
     v_id bigint;
     v_token uuid;
     v_until timestamptz;
-    v_n int;
+    v_grp text;
 BEGIN
-    IF p_rated THEN
-        INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_queue, p_burst, p_now)
+    IF p_q.rate IS NOT NULL THEN
+        INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_q.name, coalesce(p_q.rate_burst, p_q.rate), p_now)
         ON CONFLICT (queue) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
     ELSE
-        DELETE FROM flow_bucket b WHERE b.queue = p_queue;
+        DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
     END IF;
-    IF p_limit IS NULL THEN
-        DELETE FROM flow_slot s WHERE s.queue = p_queue;
-        RETURN;
+    IF v_limit IS NULL THEN
+        DELETE FROM flow_slot s WHERE s.queue = p_q.name AND s.grp = '';
+    ELSE
+        -- Neither statement waits for a claim in progress: the slots that exist
+        -- are not inserted again, and a free slot above the limit that a claim
+        -- has locked stays (claims take no slot above the limit).
+        INSERT INTO flow_slot (queue, grp, n)
+        SELECT p_q.name, '', g FROM generate_series(1, v_limit) g
+         WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = '' AND e.n = g)
+        ON CONFLICT (queue, grp, n) DO NOTHING;
+        DELETE FROM flow_slot s
+         WHERE s.queue = p_q.name
+           AND s.ctid IN (SELECT f.ctid FROM flow_slot f
+                           WHERE f.queue = p_q.name AND f.grp = '' AND f.n > v_limit AND f.expires_at <= p_now
+                             FOR UPDATE SKIP LOCKED);
     END IF;
-    -- Neither statement waits for a claim in progress: the slots that exist
-    -- are not inserted again, and a free slot above the limit that a claim
-    -- has locked stays (claims take no slot above the limit).
-    INSERT INTO flow_slot (queue, n)
-    SELECT p_queue, g FROM generate_series(1, p_limit) g
-     WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_queue AND e.n = g)
-    ON CONFLICT (queue, n) DO NOTHING;
+    -- the groups' free slots above their limits (none without one); the
+    -- groups' first claims make their slots (_flow_group_slots)
     DELETE FROM flow_slot s
-     WHERE s.queue = p_queue
+     WHERE s.queue = p_q.name
        AND s.ctid IN (SELECT f.ctid FROM flow_slot f
-                       WHERE f.queue = p_queue AND f.n > p_limit AND f.expires_at <= p_now
+                       WHERE f.queue = p_q.name AND f.grp <> ''
+                         AND (f.expires_at <= p_now OR _flow_group_limit(p_q, f.grp) IS NULL)
+                         AND f.n > coalesce(_flow_group_limit(p_q, f.grp), 0)
                          FOR UPDATE SKIP LOCKED);
-    IF NOT p_leases THEN
+    IF NOT p_leases OR NOT _flow_slotted(p_q) THEN
         RETURN;
     END IF;
-    -- The leases without a slot (claimed while the queue had no limit): one
-    -- each, free ones first, then new ones above the limit and every slot
-    -- (so that claims wait for them as for a lowered limit). A read of the
-    -- queue's messages: queue_configure is rare.
-    SELECT array_agg(m.id ORDER BY m.id), array_agg(m.token ORDER BY m.id), array_agg(m.visible_at ORDER BY m.id)
-      INTO v_ids, v_tokens, v_untils
-      FROM message m
-     WHERE m.queue = p_queue AND m.status = 'processing' AND m.visible_at > p_now
-       AND NOT EXISTS (SELECT 1 FROM flow_slot s WHERE s.queue = p_queue AND s.token = m.token AND s.message_id = m.id);
-    IF v_ids IS NULL THEN
-        RETURN;
-    END IF;
-    SELECT array_agg(f.n ORDER BY f.n) INTO v_free
-      FROM (SELECT s.n FROM flow_slot s WHERE s.queue = p_queue AND s.n <= p_limit AND s.expires_at <= p_now
-              FOR UPDATE SKIP LOCKED) f;
-    SELECT greatest(p_limit, max(s.n)) INTO v_top FROM flow_slot s WHERE s.queue = p_queue;
-    FOR i IN 1 .. cardinality(v_ids) LOOP
-        -- plain values in the statements (Citus: no bare array element in a SET)
-        v_id := v_ids[i];
-        v_token := v_tokens[i];
-        v_until := v_untils[i];
-        IF i <= coalesce(cardinality(v_free), 0) THEN
-            v_n := v_free[i];
-        ELSE
-            v_top := v_top + 1;
-            v_n := v_top;
-            INSERT INTO flow_slot (queue, n) VALUES (p_queue, v_n);
+    -- The leases without a slot they need (claimed while the queue or their
+    -- group had no limit): one each, a free one first, else a new one above
+    -- the limit and every slot (so that claims wait for it as for a lowered
+    -- limit). A read of the queue's messages: queue_configure is rare.
+    FOR v_l IN
+        SELECT m.id, m.token, m.visible_at AS until, k.grp, k.lim
+          FROM message m
+         CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
+         WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
+           AND k.grp IS NOT NULL AND k.lim IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM flow_slot s
+                            WHERE s.queue = p_q.name AND s.grp = k.grp AND s.token = m.token AND s.message_id = m.id)
+         ORDER BY k.grp, m.id
+    LOOP
+        SELECT f.n INTO v_n
+          FROM flow_slot f
+         WHERE f.queue = p_q.name AND f.grp = v_l.grp AND f.n <= v_l.lim AND f.expires_at <= p_now
+         ORDER BY f.n
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            -- a group's slot not made yet, else one above the limit
+            SELECT coalesce((SELECT g FROM generate_series(1, v_l.lim) g
+                              WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = v_l.grp AND e.n = g)
+                              ORDER BY g LIMIT 1),
+                            greatest(v_l.lim, max(f.n)) + 1)
+              INTO v_n FROM flow_slot f WHERE f.queue = p_q.name AND f.grp = v_l.grp;
+            INSERT INTO flow_slot (queue, grp, n) VALUES (p_q.name, v_l.grp, v_n);
         END IF;
+        v_id := v_l.id;
+        v_token := v_l.token;
+        v_until := v_l.until;
+        v_grp := v_l.grp;
         UPDATE flow_slot s SET message_id = v_id, token = v_token, expires_at = v_until
-         WHERE s.queue = p_queue AND s.n = v_n;
+         WHERE s.queue = p_q.name AND s.grp = v_grp AND s.n = v_n;
     END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_group_limit(p_q queue, p_grp text)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_slotted(p_q queue)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_q.max_in_flight IS NOT NULL OR p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL
+$$;
+
+CREATE OR REPLACE FUNCTION _check_group(p_arg text, p_group text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_group IS NOT NULL THEN
+        PERFORM _check_text(p_arg, p_group, 200);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _claim_groups(p_q queue, p_from text, p_want int, p_taken bigint[], p_taken_grps text[],
+                                         p_now timestamptz, OUT tids tid[], OUT ids bigint[], OUT grps text[],
+                                         OUT last_grp text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_quantum int := 1;
+    v_served int;
+    v_from text;
+    v_to text;
+    v_t tid[];
+    v_i bigint[];
+    v_g text[];
+    v_all_i bigint[] := coalesce(p_taken, '{}');
+    v_all_g text[] := coalesce(p_taken_grps, '{}');
+    v_limited boolean := p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL;
+BEGIN
+    tids := '{}';
+    ids := '{}';
+    grps := '{}';
+    FOR v_round IN 1 .. 8 LOOP
+        v_served := 0;
+        -- one round: the groups after p_from, then from the first to p_from
+        FOR v_half IN 1 .. 2 LOOP
+            EXIT WHEN cardinality(ids) >= p_want;
+            IF v_half = 1 THEN
+                v_from := coalesce(p_from, '');
+                v_to := NULL;
+            ELSIF p_from IS NULL THEN
+                EXIT;
+            ELSE
+                v_from := '';
+                v_to := p_from;
+            END IF;
+            WITH RECURSIVE r(g, k) AS (
+                SELECT (SELECT min(s.grp) FROM message s
+                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > v_from), 1
+                UNION ALL
+                SELECT (SELECT min(s.grp) FROM message s
+                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
+                  FROM r
+                 WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g < v_to)
+            )
+            SELECT array_agg(x.ctid ORDER BY x.k, x.priority DESC, x.created_at, x.id),
+                   array_agg(x.id ORDER BY x.k, x.priority DESC, x.created_at, x.id),
+                   array_agg(x.grp ORDER BY x.k, x.priority DESC, x.created_at, x.id)
+              INTO v_t, v_i, v_g
+              FROM (SELECT r.k, t.ctid, t.id, t.grp, t.priority, t.created_at
+                      FROM r
+                     CROSS JOIN LATERAL (
+                           SELECT s.ctid, s.id, s.grp, s.priority, s.created_at
+                             FROM message s
+                            WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp = r.g
+                              AND s.visible_at <= p_now AND s.attempt < p_q.max_attempts
+                              AND NOT s.id = ANY (v_all_i)
+                            ORDER BY s.priority DESC, s.created_at, s.id
+                            LIMIT CASE WHEN NOT v_limited OR _flow_group_limit(p_q, r.g) IS NULL THEN v_quantum
+                                       ELSE greatest(0, least(v_quantum,
+                                                _flow_group_limit(p_q, r.g)
+                                                - (SELECT count(*)::int FROM flow_slot f
+                                                    WHERE f.queue = p_q.name AND f.grp = r.g AND f.expires_at > p_now)
+                                                - coalesce(cardinality(array_positions(v_all_g, r.g)), 0))) END
+                              FOR UPDATE SKIP LOCKED) t
+                     WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g <= v_to)
+                     LIMIT p_want - cardinality(ids)) x;
+            IF v_i IS NOT NULL THEN
+                tids := tids || v_t;
+                ids := ids || v_i;
+                grps := grps || v_g;
+                v_all_i := v_all_i || v_i;
+                v_all_g := v_all_g || v_g;
+                v_served := v_served + (SELECT count(DISTINCT u) FROM unnest(v_g) u)::int;
+                IF v_round = 1 THEN
+                    last_grp := v_g[cardinality(v_g)];
+                END IF;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(ids) >= p_want OR v_served = 0;
+        -- the next round: an equal part of what is left for each group served
+        v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_group_slots(p_q queue, p_ids bigint[], p_grps text[], p_now timestamptz,
+                                             OUT kept bigint[], OUT slots tid[], OUT slot_ids bigint[])
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_g record;
+    v_s tid[];
+BEGIN
+    slots := '{}';
+    slot_ids := '{}';
+    FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
+                 FROM unnest(p_ids, p_grps) WITH ORDINALITY u(id, g, o)
+                WHERE u.g IS NOT NULL
+                GROUP BY u.g
+                ORDER BY u.g COLLATE "C" LOOP
+        CONTINUE WHEN v_g.lim IS NULL;
+        SELECT array_agg(f.ctid) INTO v_s
+          FROM (SELECT s.ctid FROM flow_slot s
+                 WHERE s.queue = p_q.name AND s.grp = v_g.g AND s.expires_at <= p_now AND s.n <= v_g.lim
+                 ORDER BY s.expires_at, s.n
+                 LIMIT cardinality(v_g.ids)
+                   FOR UPDATE SKIP LOCKED) f;
+        IF coalesce(cardinality(v_s), 0) < cardinality(v_g.ids) THEN
+            -- the group's first claims: its slots up to the limit (a claim
+            -- making the same ones at once waits for this one's commit)
+            WITH made AS (
+                INSERT INTO flow_slot AS s (queue, grp, n)
+                SELECT p_q.name, v_g.g, g.n FROM generate_series(1, v_g.lim) g(n)
+                 WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = v_g.g AND e.n = g.n)
+                 LIMIT cardinality(v_g.ids) - coalesce(cardinality(v_s), 0)
+                ON CONFLICT (queue, grp, n) DO NOTHING
+                RETURNING s.ctid
+            )
+            SELECT coalesce(v_s, '{}') || coalesce(array_agg(made.ctid), '{}') INTO v_s FROM made;
+        END IF;
+        IF cardinality(v_s) > 0 THEN
+            slots := slots || v_s;
+            slot_ids := slot_ids || v_g.ids[1:cardinality(v_s)];
+        END IF;
+    END LOOP;
+    SELECT array_agg(u.id ORDER BY u.o) INTO kept
+      FROM unnest(p_ids, p_grps) WITH ORDINALITY u(id, g, o)
+     WHERE u.g IS NULL OR _flow_group_limit(p_q, u.g) IS NULL OR u.id = ANY (slot_ids);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _check_group_overrides(p_have jsonb, p_given jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_e record;
+    v_out jsonb := coalesce(p_have, '{}');
+    v_lim int;
+BEGIN
+    IF jsonb_typeof(p_given) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(p_given) <> 'object' THEN
+        RAISE EXCEPTION 'group_overrides must be an object of groups, each {"max_in_flight": 1..100000} or null (no override), got %', p_given
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_e IN SELECT e.key, e.value FROM jsonb_each(p_given) e ORDER BY e.key LOOP
+        PERFORM _check_group(format('group_overrides key %s', to_jsonb(v_e.key)), v_e.key);
+        IF jsonb_typeof(v_e.value) = 'null' THEN
+            v_out := v_out - v_e.key;
+            CONTINUE;
+        END IF;
+        IF jsonb_typeof(v_e.value) <> 'object' OR EXISTS (SELECT 1 FROM jsonb_object_keys(v_e.value) k WHERE k <> 'max_in_flight')
+           OR jsonb_typeof(v_e.value->'max_in_flight') IS DISTINCT FROM 'number' THEN
+            RAISE EXCEPTION 'group_overrides.% must be {"max_in_flight": 1..100000} or null (no override), got %', v_e.key, v_e.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        v_lim := (v_e.value->>'max_in_flight')::int; -- 1.5: 22P02, named by queue_configure
+        PERFORM _check_int(format('group_overrides.%s.max_in_flight', v_e.key), v_lim, 1, 100000);
+        v_out := v_out || jsonb_build_object(v_e.key, jsonb_build_object('max_in_flight', v_lim));
+    END LOOP;
+    IF (SELECT count(*) FROM jsonb_object_keys(v_out)) > 10000 THEN
+        RAISE EXCEPTION 'group_overrides: at most 10000 groups may have an override, got %', (SELECT count(*) FROM jsonb_object_keys(v_out))
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN nullif(v_out, '{}');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION group_stats(p_queue text, p_limit int DEFAULT 1000)
+RETURNS TABLE (group_name text, in_flight bigint, waiting bigint, oldest_age interval, max_in_flight int)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM _check_int('p_limit', p_limit, 1, 10000);
+    v_q := _queue_get(p_queue);
+    RETURN QUERY
+    SELECT g.grp, g.in_flight, g.waiting, g.oldest_age, _flow_group_limit(v_q, g.grp)
+      FROM (SELECT m.grp,
+                   count(*) FILTER (WHERE m.status = 'processing' AND m.visible_at > v_now) AS in_flight,
+                   count(*) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS waiting,
+                   v_now - min(m.created_at) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS oldest_age
+              FROM message m
+             WHERE m.queue = p_queue AND m.grp IS NOT NULL
+             GROUP BY m.grp) g
+     ORDER BY g.oldest_age DESC NULLS LAST, g.grp
+     LIMIT p_limit;
 END
 $$;
 -- pgsweep:end functions/flow.sql
@@ -247,22 +555,30 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + coalesce(p_lease, v_q.lease_default);
-    IF v_q.max_in_flight IS NULL THEN
+    IF NOT _flow_slotted(v_q) THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id;
         RETURN;
     END IF;
-    -- max_in_flight (flow.sql): the claim's slots first (the lock order of
-    -- every verb), a lease renewed only while its slot is still its own --
-    -- and not a slot above a lowered limit that expired: claims may have
-    -- used the room since -- then the slots of the leases renewed.
-    SELECT array_agg(x.message_id) INTO v_held
-      FROM (SELECT s.message_id FROM flow_slot s
-             WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-               AND (s.n <= v_q.max_in_flight OR s.expires_at > v_now)
-               FOR UPDATE) x;
+    -- Flow control (flow.sql): the claim's slots first (the lock order of
+    -- every verb); a lease is renewed only while every slot it needs (the
+    -- queue's, its group's) is still its own -- and not a slot above a
+    -- lowered limit that expired: claims may have used the room since --
+    -- then the slots of the leases renewed.
+    PERFORM 1 FROM flow_slot s
+     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
+       FOR UPDATE;
+    SELECT array_agg(m.id) INTO v_held
+      FROM message m
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+       AND NOT EXISTS (
+           SELECT 1 FROM (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
+            WHERE k.grp IS NOT NULL AND k.lim IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM flow_slot s
+                               WHERE s.queue = p_queue AND s.grp = k.grp AND s.token = p_token AND s.message_id = m.id
+                                 AND (s.n <= k.lim OR s.expires_at > v_now)));
     RETURN QUERY
     WITH r AS (
         UPDATE message m SET visible_at = v_until
@@ -284,6 +600,7 @@ AS $$
 DECLARE
     v_kind text;
     v_limit int;
+    v_slotted boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -297,7 +614,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, q.max_in_flight INTO v_kind, v_limit FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, q.max_in_flight, _flow_slotted(q) INTO v_kind, v_limit, v_slotted FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -305,7 +622,7 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_limit IS NOT NULL THEN
+    IF v_slotted THEN
         PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
     END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
@@ -362,14 +679,14 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz;
-    v_limit int;
+    v_q queue;
 BEGIN
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
-    v_limit := (_queue_get(p_queue)).max_in_flight;
+    v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    IF v_limit IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
+    IF _flow_slotted(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY
@@ -450,6 +767,17 @@ DECLARE
     v_batch int;
     v_keep int;
     v_slots tid[];
+    v_q queue;
+    v_gafter text;
+    v_gcount int;
+    v_gshare int;
+    v_gr record;
+    v_glast text;
+    v_g_ids bigint[] := '{}';
+    v_g_grps text[] := '{}';
+    v_gs record;
+    v_gslots tid[];
+    v_gslot_ids bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -475,22 +803,25 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused,
-           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
-      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit, v_rate, v_burst
-      FROM queue q
-     WHERE q.name = p_queue;
+    SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    v_max := v_q.max_attempts;
+    v_lease := coalesce(p_lease, v_q.lease_default);
+    v_rescan_every := v_q.claim_rescan;
+    v_paused := v_q.paused;
+    v_limit := v_q.max_in_flight;
+    v_rate := v_q.rate / extract(epoch FROM v_q.rate_per);
+    v_burst := coalesce(v_q.rate_burst, v_q.rate);
     -- The rights ride along with the cursor (queue_rights.sql): a plain
     -- grant is the common case, read by this statement (both tables are
     -- placed by queue on Citus: one shard group); anything else, or no
     -- cursor row, asks _queue_require, the rule.
     SELECT c.created_at, c.id, c.rescanned_at,
-           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at,
+           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at, c.group_after, c.group_count,
            EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_held
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_gafter, v_gcount, v_held
       FROM claim_cursor c WHERE c.queue = p_queue;
     IF v_held IS NOT TRUE THEN
         PERFORM _queue_require(p_queue, 'consume');
@@ -560,7 +891,7 @@ BEGIN
         SELECT array_agg(l.lvl) INTO v_due
           FROM unnest(v_lv, v_la, v_li) l(lvl, at, id)
          WHERE EXISTS (SELECT 1 FROM message s
-                        WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority = l.lvl
+                        WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NULL AND s.priority <> 0 AND s.priority = l.lvl
                           AND (s.created_at, s.id) >= (l.at, l.id) AND s.visible_at <= v_now AND s.attempt < v_max);
         v_prev := 32767;
         -- v_lv is sorted highest first; one step past its end (below every
@@ -582,6 +913,21 @@ BEGIN
             END IF;
             v_prev := v_l - 1;
         END LOOP;
+    END IF;
+    -- Groups (flow.sql): the groups' part of the batch first, all but the
+    -- share of the messages without a group (one part in the groups the
+    -- last claim served + 1).
+    IF v_gcount > 0 THEN
+        v_gshare := v_batch - ceil(v_batch::numeric / (v_gcount + 1))::int;
+        IF v_gshare > 0 THEN
+            SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
+            v_all := v_gr.tids;
+            v_all_ids := v_gr.ids;
+            v_g_ids := v_gr.ids;
+            v_g_grps := v_gr.grps;
+            v_glast := v_gr.last_grp;
+            v_n := cardinality(v_all);
+        END IF;
     END IF;
     v_seg := 0;
     LOOP
@@ -609,7 +955,7 @@ BEGIN
                   INTO v_tids, v_ids, v_at, v_id
                   FROM (SELECT s.ctid, s.created_at, s.id
                           FROM message s
-                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority = 0
+                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NULL AND s.priority = 0
                            AND (s.created_at, s.id) >= (v_from_at, v_from_id)
                            AND (s.created_at, s.id) < (v_to_at, v_to_id)
                            AND s.visible_at <= v_now AND s.attempt < v_max
@@ -645,7 +991,7 @@ BEGIN
           INTO v_tids, v_ids, v_lvls, v_ats
           FROM (SELECT s.ctid, s.id, s.priority, s.created_at
                   FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NULL AND s.priority <> 0
                    AND s.priority >= v_lo AND s.priority <= v_hi
                    AND (s.created_at, s.id) >= (v_fa, v_fi)
                    AND s.visible_at <= v_now AND s.attempt < v_max
@@ -662,8 +1008,48 @@ BEGIN
             v_ti := v_ti || v_ids;
         END IF;
     END LOOP;
+    -- The groups again when the batch has room: the rest of their turns,
+    -- or every group's when the last claim served none.
+    IF v_n < v_batch THEN
+        SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr
+          FROM _claim_groups(v_q, coalesce(v_glast, v_gafter), v_batch - v_n, v_g_ids, v_g_grps, v_now) g;
+        IF cardinality(v_gr.ids) > 0 THEN
+            v_all := v_all || v_gr.tids;
+            v_all_ids := v_all_ids || v_gr.ids;
+            v_g_ids := v_g_ids || v_gr.ids;
+            v_g_grps := v_g_grps || v_gr.grps;
+            v_glast := coalesce(v_gr.last_grp, v_glast);
+            v_n := cardinality(v_all);
+        END IF;
+    END IF;
+    IF cardinality(v_g_ids) > 0 OR v_gcount > 0 THEN
+        -- where the next claim's rotation starts, and how many groups this
+        -- one served (none: the messages without a group get whole batches)
+        UPDATE claim_cursor c
+           SET group_after = coalesce(v_glast, c.group_after),
+               group_count = (SELECT count(DISTINCT u)::int FROM unnest(v_g_grps) u)
+         WHERE c.queue = p_queue
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
     IF v_n = 0 THEN
         RETURN;
+    END IF;
+    -- Group limits: each row of a limited group keeps a slot of its group,
+    -- or is let go (flow.sql).
+    IF cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) THEN
+        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_g_ids, v_g_grps, v_now) g;
+        v_gslots := v_gs.slots;
+        v_gslot_ids := v_gs.slot_ids;
+        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_g_ids) THEN
+            SELECT coalesce(array_agg(u.t ORDER BY u.o), '{}'), coalesce(array_agg(u.i ORDER BY u.o), '{}')
+              INTO v_all, v_all_ids
+              FROM unnest(v_all, v_all_ids) WITH ORDINALITY u(t, i, o)
+             WHERE NOT u.i = ANY (v_g_ids) OR u.i = ANY (v_gs.kept);
+            v_n := cardinality(v_all);
+            IF v_n = 0 THEN
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     -- Flow control: keep as many rows as the claim locks slots and tokens
     -- for. In a race that cut it no cursor or position moves: the rows let
@@ -731,8 +1117,8 @@ BEGIN
     END IF;
 
     v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
     END IF;
     RETURN QUERY
     WITH claimed AS (
@@ -770,6 +1156,11 @@ DECLARE
     v_burst int;
     v_allowed int;
     v_slots tid[];
+    v_q queue;
+    v_grps text[];
+    v_gs record;
+    v_gslots tid[];
+    v_gslot_ids bigint[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_owner', p_owner);
@@ -777,13 +1168,16 @@ BEGIN
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused,
-           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
-      INTO v_max, v_lease, v_paused, v_limit, v_rate, v_burst
-      FROM queue q WHERE q.name = p_queue;
+    SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    v_max := v_q.max_attempts;
+    v_lease := coalesce(p_lease, v_q.lease_default);
+    v_paused := v_q.paused;
+    v_limit := v_q.max_in_flight;
+    v_rate := v_q.rate / extract(epoch FROM v_q.rate_per);
+    v_burst := coalesce(v_q.rate_burst, v_q.rate);
     PERFORM _queue_require(p_queue, 'consume');
     IF v_paused THEN
         RETURN;
@@ -798,11 +1192,11 @@ BEGIN
     END IF;
 
     -- (the cursor walks the rows of the default priority only: claim.sql)
-    SELECT array_agg(c.ctid), array_agg(c.id),
-           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0))[1],
-           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0))[1]
-      INTO v_tids, v_ids, v_last_at, v_last_id
-      FROM (SELECT s.ctid, s.created_at, s.id, s.priority
+    SELECT array_agg(c.ctid), array_agg(c.id), array_agg(c.grp),
+           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0 AND c.grp IS NULL))[1],
+           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0 AND c.grp IS NULL))[1]
+      INTO v_tids, v_ids, v_grps, v_last_at, v_last_id
+      FROM (SELECT s.ctid, s.created_at, s.id, s.priority, s.grp
               FROM message s
              WHERE s.queue = p_queue AND s.id = ANY (p_ids)
                AND s.visible_at <= v_now AND s.attempt < v_max
@@ -812,6 +1206,21 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
+    END IF;
+    -- group limits (flow.sql): a row of a limited group keeps a slot of its group
+    IF (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) AND EXISTS (SELECT 1 FROM unnest(v_grps) g WHERE g IS NOT NULL) THEN
+        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_ids, v_grps, v_now) g;
+        v_gslots := v_gs.slots;
+        v_gslot_ids := v_gs.slot_ids;
+        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_ids) THEN
+            SELECT array_agg(u.t ORDER BY u.o), array_agg(u.i ORDER BY u.o) INTO v_tids, v_ids
+              FROM unnest(v_tids, v_ids) WITH ORDINALITY u(t, i, o)
+             WHERE u.i = ANY (v_gs.kept);
+            v_last_at := NULL; -- no cursor move
+            IF v_tids IS NULL THEN
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- keep what the claim locks slots and tokens for
         SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(v_ids), v_now) a;
@@ -832,8 +1241,8 @@ BEGIN
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
     v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
     END IF;
     RETURN QUERY
     WITH claimed AS (
@@ -866,16 +1275,16 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_q.max_in_flight IS NOT NULL THEN
+    IF _flow_slotted(v_q) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority, m.grp
     ), x AS (
-        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
-        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority FROM d
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority, grp)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority, d.grp FROM d
         RETURNING x.id, x.lane
     )
     SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;
@@ -917,7 +1326,7 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_q.max_in_flight IS NOT NULL THEN
+    IF _flow_slotted(v_q) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
 
@@ -938,10 +1347,10 @@ BEGIN
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
            AND m.attempt >= v_q.max_attempts
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority, m.grp
     ), x AS (
-        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
-        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority FROM d
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority, grp)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority, d.grp FROM d
         RETURNING x.id, x.lane
     )
     SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;
@@ -985,8 +1394,8 @@ BEGIN
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
                          'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight',
-                         'rate', 'rate_burst') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst)', v_key
+                         'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -997,7 +1406,8 @@ BEGIN
     -- own error is the detail. Arrays and objects are refused before any
     -- cast: the interval parser would read '[30]' as 30 seconds.
     BEGIN
-        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e WHERE jsonb_typeof(e.value) IN ('array', 'object') LOOP
+        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e
+                          WHERE jsonb_typeof(e.value) IN ('array', 'object') AND e.key <> 'group_overrides' LOOP
             RAISE EXCEPTION 'a JSON % is not a value of %', jsonb_typeof(p_settings->v_setting), v_setting
                 USING ERRCODE = 'invalid_text_representation';
         END LOOP;
@@ -1072,6 +1482,17 @@ BEGIN
                 PERFORM _check_int('rate_burst', v_q.rate_burst, 1, 1000000);
             END IF;
         END IF;
+        IF p_settings ? 'group_max_in_flight' THEN
+            v_setting := 'group_max_in_flight';
+            v_q.group_max_in_flight := (p_settings->>'group_max_in_flight')::int;
+            IF v_q.group_max_in_flight IS NOT NULL THEN
+                PERFORM _check_int('group_max_in_flight', v_q.group_max_in_flight, 1, 100000);
+            END IF;
+        END IF;
+        IF p_settings ? 'group_overrides' THEN
+            v_setting := 'group_overrides';
+            v_q.group_overrides := _check_group_overrides(v_q.group_overrides, p_settings->'group_overrides');
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -1101,6 +1522,8 @@ BEGIN
                     WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
                     WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
                     WHEN 'rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
+                    WHEN 'group_max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
+                    WHEN 'group_overrides' THEN 'an object of groups, each {"max_in_flight": 1..100000} or null (no override)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -1120,12 +1543,13 @@ BEGIN
            rate = v_q.rate,
            rate_per = v_q.rate_per,
            rate_burst = v_q.rate_burst,
+           group_max_in_flight = v_q.group_max_in_flight,
+           group_overrides = v_q.group_overrides,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
-    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst'] THEN
-        PERFORM _flow_set(p_queue, v_q.max_in_flight, p_settings ? 'max_in_flight', v_q.rate IS NOT NULL,
-                          coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
+    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides'] THEN
+        PERFORM _flow_set(v_q, p_settings ?| ARRAY['max_in_flight', 'group_max_in_flight', 'group_overrides'], clock_timestamp());
     END IF;
     RETURN v_q;
 END
@@ -1224,6 +1648,767 @@ AS $$
      ORDER BY 1
 $$;
 -- pgsweep:end functions/citus.sql
+
+-- pgsweep:changed functions/dead.sql
+CREATE OR REPLACE FUNCTION dead_requeue(p_queue text, p_ids bigint[], p_deliver_at timestamptz DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_visible timestamptz;
+    v_ids bigint[];
+    v_lanes text[];
+    v_lane text;
+    v_l record;
+BEGIN
+    PERFORM _check_ids(p_ids);
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
+    v_q := _queue_get(p_queue);
+    PERFORM _queue_require(p_queue, 'manage');
+    v_now := clock_timestamp();
+    v_visible := coalesce(p_deliver_at, v_now);
+
+    WITH d AS (
+        DELETE FROM message_dead x
+         WHERE x.queue = p_queue AND x.id = ANY (p_ids)
+           AND NOT (v_q.kind = 'inbox' AND x.key IS NOT NULL AND (
+                    EXISTS (SELECT 1 FROM message l WHERE l.queue = p_queue AND l.key = x.key AND l.dedup)
+                 OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
+        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at, x.lane, x.priority, x.grp
+    ), i AS (
+        -- a lane's letters wait in their lane (infinity); the head is chosen below
+        INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error,
+                                  parked_until, lane, priority, grp)
+        SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
+               v_visible, d.created_at, d.last_error,
+               CASE WHEN d.lane IS NOT NULL THEN 'infinity'::timestamptz WHEN v_visible > v_now THEN v_visible END, d.lane,
+               d.priority, d.grp
+          FROM d
+        RETURNING m.id, m.lane
+    )
+    SELECT array_agg(i.id), array_agg(DISTINCT i.lane) FILTER (WHERE i.lane IS NOT NULL) INTO v_ids, v_lanes FROM i;
+
+    -- Each lane, locked in name order (lane.sql), after the letters are in:
+    -- a lane that emptied meanwhile is created again by _lane_lock.
+    FOR v_lane IN SELECT u FROM unnest(v_lanes) u ORDER BY u COLLATE "C" LOOP
+        v_l := _lane_lock(p_queue, v_lane, v_now);
+        IF v_l.blocked_id = ANY (v_ids) THEN
+            -- the letter that stopped the lane: its head again
+            UPDATE message m SET parked_until = CASE WHEN v_visible > v_now THEN v_visible END
+             WHERE m.queue = p_queue AND m.id = v_l.blocked_id;
+            UPDATE lane l SET blocked_id = NULL WHERE l.queue = p_queue AND l.name = v_lane;
+        ELSIF v_l.created THEN
+            -- a lane that had no message: its oldest requeued letter leads
+            PERFORM _lane_next(p_queue, ARRAY[v_lane], v_now, false);
+        ELSE
+            PERFORM _lane_busy(p_queue, v_lane, v_l.blocked_id, v_now); -- a head, or the lane is blocked
+        END IF;
+    END LOOP;
+
+    IF v_ids IS NOT NULL THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN QUERY SELECT u FROM unnest(v_ids) u;
+END
+$$;
+-- pgsweep:end functions/dead.sql
+
+-- pgsweep:changed functions/maintain_schedules.sql
+CREATE OR REPLACE FUNCTION _schedule_run(p_now timestamptz DEFAULT NULL, p_limit int DEFAULT 100)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_missed interval := setting_interval('schedule_missed_after');
+    s schedule;
+    v_q queue;
+    v_slots timestamptz[];
+    v_slot timestamptz;
+    v_latest timestamptz;
+    v_r record;
+    v_key text;
+    v_last_id bigint;
+    v_rows int := 0; -- schedules moved on
+    v_sent int := 0;
+    v_fired int := 0;
+    v_skipped int := 0;
+    v_refused int := 0;
+    v_more boolean := false;
+BEGIN
+    PERFORM _check_now('p_now', p_now);
+    PERFORM _check_int('p_limit', p_limit, 1, 10000);
+    FOR s IN SELECT * FROM schedule x
+              WHERE NOT x.paused AND x.next_at <= v_now
+              ORDER BY x.last_error IS NOT NULL, x.next_at -- a refused schedule (it stays due) does not hold up the others
+              LIMIT p_limit
+              FOR UPDATE SKIP LOCKED LOOP
+        SELECT * INTO v_q FROM queue q WHERE q.name = s.queue FOR KEY SHARE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND; -- being dropped (or locked by hand): the next step sees
+        IF NOT _queue_role_holds(s.owner_name, s.queue, 'send') THEN
+            v_refused := v_refused + 1;
+            UPDATE schedule x
+               SET last_error = format('role "%s" lacks send on queue "%s": nothing sent (queue_grant, or re-create the schedule as a role that holds it)',
+                                       s.owner_name, s.queue)
+             WHERE x.name = s.name;
+            CONTINUE;
+        END IF;
+        IF s.catch_up = 'all' THEN
+            v_slots := ARRAY(SELECT t FROM _cron_next(s.minutes, s.hours, s.doms, s.months, s.dows, s.day_or,
+                                                       s.every_secs, s.time_zone, s.last_slot, 1000, v_now) t);
+            v_latest := v_slots[cardinality(v_slots)];
+            IF cardinality(v_slots) = 1000 AND _schedule_next(s, v_latest) <= v_now THEN
+                v_more := true;
+            END IF;
+        ELSE
+            v_latest := _cron_latest(s.minutes, s.hours, s.doms, s.months, s.dows, s.day_or, s.every_secs,
+                                     s.time_zone, s.last_slot, v_now);
+            v_slots := CASE WHEN v_latest IS NULL THEN '{}'
+                            WHEN s.catch_up = 'none' AND v_latest < v_now - v_missed THEN '{}'
+                            ELSE ARRAY[v_latest] END;
+            IF v_latest IS NOT NULL AND (cardinality(v_slots) = 0 OR v_latest > s.next_at) THEN
+                v_skipped := v_skipped + 1;
+            END IF;
+        END IF;
+        v_last_id := s.last_id;
+        FOREACH v_slot IN ARRAY v_slots LOOP
+            -- the slot is the message's key (its identity for a relay, the
+            -- de-duplication of an inbox) and, on an outbox, its unique key:
+            -- a slot sent twice would be a duplicate while the first is live
+            v_key := 'pgsweep-schedule:' || s.name || '@' || _schedule_slot_text(v_slot);
+            v_r := _send(v_q, s.payload,
+                         s.headers || jsonb_build_object('pgsweep-schedule', s.name, 'pgsweep-slot', _schedule_slot_text(v_slot)),
+                         v_key, NULL, v_now, s.lane, CASE WHEN v_q.kind = 'outbox' THEN v_key END, NULL, 0::smallint, NULL::text);
+            IF NOT v_r.duplicate THEN
+                v_sent := v_sent + 1;
+                v_last_id := v_r.id;
+            END IF;
+        END LOOP;
+        IF cardinality(v_slots) > 0 THEN
+            v_fired := v_fired + 1;
+            PERFORM pg_notify(notify_channel(), s.queue);
+        END IF;
+        v_rows := v_rows + 1;
+        v_latest := coalesce(v_latest, s.next_at); -- (no slot found: the next is past the bound; move on)
+        UPDATE schedule x
+           SET last_slot = v_latest,
+               next_at = _schedule_next(s, v_latest),
+               last_at = CASE WHEN cardinality(v_slots) > 0 THEN v_now ELSE x.last_at END,
+               last_id = v_last_id,
+               last_error = NULL
+         WHERE x.name = s.name;
+    END LOOP;
+    RETURN jsonb_build_object('sent', v_sent, 'fired', v_fired, 'skipped', v_skipped, 'refused', v_refused,
+                              'more', v_more OR v_rows = p_limit);
+END
+$$;
+-- pgsweep:end functions/maintain_schedules.sql
+
+-- pgsweep:changed functions/privileges.sql
+CREATE OR REPLACE FUNCTION _routine_grants(OUT role_kind text, OUT routine text)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT 'worker', r FROM pg_catalog.unnest(ARRAY[
+        'send', 'send_batch', 'send_unique', 'send_batch_unique', 'claim', 'renew', 'complete', 'fail', 'fail_details', 'release',
+        'queue_info', -- the Worker reads the queue's lease_default and max_attempts (no payloads; consume, queue_rights.sql)
+        'claim_ids', 'dead_letter', -- the relay: direct dispatch, permanent broker failures
+        'lease_acquire', 'lease_renew', 'lease_release', 'notify_channel', 'version']) r
+    UNION ALL
+    SELECT 'admin', r FROM pg_catalog.unnest(ARRAY[
+        'queue_create', 'queue_configure', 'dead_requeue', 'dead_delete', 'queue_recover', 'lease_release_owner',
+        'queue_pause', 'queue_resume', 'message_cancel', 'queue_purge', 'queue_drop', 'lane_skip', -- queue_ops.sql, lane.sql
+        'queue_grant', 'queue_revoke', 'queue_rights', -- per-queue rights (queue_rights.sql)
+        'setting_get', 'setting_set', 'setting_reset', 'setting_int', 'setting_interval',
+        'retention_register', 'retention_unregister', 'retention_set_filter', 'retention_set_lease_ttl',
+        'retention_set_strategy', 'retention_set_time_zone', 'retention_builtin_sync', 'retention_due',
+        'retention_run', 'maintain', 'cron_schedule', 'cron_unschedule', 'cron_job', 'cron_job_name',
+        'notify_channel', 'version',
+        'citus_distribute', -- Citus: distribute this install over the cluster (citus.sql)
+        'retention_detach_claim', 'retention_detach_done', -- the runner's DETACH ... CONCURRENTLY (retention_detach.sql)
+        -- what the invoker wrappers call: the owner proof's definer halves
+        -- (retention_register.sql) and the pg_cron command (cron.sql)
+        'retention_register_proved', 'retention_unregister_proved', 'retention_set_filter_proved',
+        'retention_set_lease_ttl_proved', 'retention_set_strategy_proved', 'retention_set_time_zone_proved',
+        'retention_owner_proof', 'retention_owner_proof_drop',
+        'cron_command', 'cron_available', 'retention_resolve_table', 'retention_table_name_check',
+        -- the step routines the procedures call (docs/security.md): each
+        -- checks that the caller's session opened the pass it names
+        'maintain_step_begin', 'maintain_step_part', 'maintain_step', 'maintain_step_failed',
+        'maintain_step_part_end', 'maintain_step_end', 'maintain_step_retention', 'maintain_step_go',
+        'maintain_step_renew', 'maintain_step_traffic', 'maintain_step_pace', 'maintain_step_tally',
+        'schedule_create', 'schedule_pause', 'schedule_resume', 'schedule_drop', -- periodic schedules (schedule.sql)
+        'maintain_fail_owner', -- the runner: a pass whose session is gone
+        'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
+        'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
+    UNION ALL
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'group_stats', 'version',
+        'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
+        'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
+        'health', 'health_server', 'health_install', -- the findings (health.sql): no payload, header or query text
+        'cron_job_name', -- the name health_server looks for in pg_cron's jobs (cron.sql)
+        'browse_messages', 'browse_message', -- a queue's messages by state, one by id (browse.sql): payloads only with the browse right
+        'browse_lanes', 'browse_leases', -- keyset pages of a queue's lanes (browse_lanes.sql) and of the leases (lease.sql)
+        'browse_maintenance_passes', 'browse_retention_passes', -- keyset pages of the pass histories (browse_passes.sql)
+        'schedule_next_times', -- a cron expression's next slots (schedule_cron.sql): reads no table
+        'schedule_rows']) r -- the schedules view's rows (schedule.sql): no payload, no header
+$$;
+-- pgsweep:end functions/privileges.sql
+
+-- pgsweep:changed functions/recover.sql
+CREATE OR REPLACE FUNCTION _queue_recover(p_queue text, p_batch int, p_now timestamptz DEFAULT NULL)
+RETURNS TABLE (recovered int, dead_lettered int)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz;
+    v_pos bigint;
+    v_bound bigint;
+    v_ids bigint[];
+    v_last bigint;
+    v_rec int := 0;
+    v_dead int := 0;
+    v_dead_ids bigint[];
+    v_lanes text[];
+BEGIN
+    PERFORM _check_int('p_batch', p_batch, 1, 10000);
+    PERFORM _check_now('p_now', p_now);
+    v_q := _queue_get(p_queue);
+
+    INSERT INTO queue_recovery (queue) VALUES (p_queue) ON CONFLICT (queue) DO NOTHING;
+    SELECT r.position, r.boundary INTO v_pos, v_bound FROM queue_recovery r WHERE r.queue = p_queue FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    -- Expired unique windows (send.sql) go too, up to p_batch a call: a send
+    -- would replace one anyway; this keeps keys never sent again from piling up.
+    DELETE FROM message_unique u
+     WHERE u.queue = p_queue
+       AND u.unique_key = ANY (ARRAY(SELECT w.unique_key FROM message_unique w
+                                      WHERE w.queue = p_queue AND w.until <= v_now
+                                      LIMIT p_batch FOR UPDATE SKIP LOCKED))
+       AND u.until <= v_now;
+    IF v_bound IS NULL THEN
+        SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;
+        v_bound := coalesce(v_bound, 0);
+        v_pos := 0;
+    END IF;
+
+    SELECT array_agg(s.id ORDER BY s.id), max(s.id) INTO v_ids, v_last
+      FROM (SELECT m.id
+              FROM message m
+             WHERE m.queue = p_queue AND m.id > v_pos AND m.id <= v_bound AND m.visible_at <= v_now
+               AND (m.owner IS NOT NULL OR m.attempt >= v_q.max_attempts)
+             ORDER BY m.id
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) s;
+
+    IF v_ids IS NULL THEN
+        -- empty pass: wrap; the next call captures a new boundary
+        UPDATE queue_recovery SET position = 0, boundary = NULL, updated_at = v_now WHERE queue = p_queue;
+        RETURN QUERY SELECT 0, 0;
+        RETURN;
+    END IF;
+
+    WITH d AS (
+        DELETE FROM message m
+         WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.attempt >= v_q.max_attempts
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at, m.lane, m.dedup, m.priority, m.grp
+    ), x AS (
+        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority, grp)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt,
+               CASE WHEN d.owner IS NULL THEN d.last_error
+                    ELSE 'lease of ' || d.owner || ' expired on the last attempt' END,
+               d.created_at, v_now, d.lane, d.dedup, d.priority, d.grp
+          FROM d
+        RETURNING message_dead.id, message_dead.lane
+    )
+    SELECT count(*), array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL)
+      INTO v_dead, v_dead_ids, v_lanes FROM x;
+    IF v_lanes IS NOT NULL THEN
+        PERFORM _lane_after(p_queue, v_lanes, v_dead_ids, v_q.lane_dead = 'block', v_now);
+    END IF;
+
+    UPDATE message m
+       SET status = 'failed', owner = NULL, token = NULL, visible_at = v_now, last_error = 'lease expired'
+     WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.owner IS NOT NULL AND m.attempt < v_q.max_attempts;
+    GET DIAGNOSTICS v_rec = ROW_COUNT;
+
+    UPDATE queue_recovery SET position = v_last, boundary = v_bound, updated_at = v_now WHERE queue = p_queue;
+    RETURN QUERY SELECT v_rec, v_dead;
+END
+$$;
+-- pgsweep:end functions/recover.sql
+
+-- pgsweep:changed functions/send.sql
+CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz,
+                                 p_now timestamptz, p_lane text, p_unique_key text, p_unique_for interval,
+                                 p_priority smallint, p_group text, OUT id bigint, OUT duplicate boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+    v_dup bigint;
+    v_headers jsonb := coalesce(p_headers, '{}');
+    v_visible timestamptz := coalesce(p_deliver_at, p_now);
+    v_parked timestamptz := CASE WHEN p_deliver_at > p_now THEN p_deliver_at END; -- see claim.sql
+    v_created timestamptz := p_now;
+    v_inbox boolean := p_q.kind = 'inbox' AND p_key IS NOT NULL;
+    v_snapshot boolean; -- REPEATABLE READ or SERIALIZABLE: one snapshot for the transaction
+    v_free boolean;
+    v_lane record;
+    v_head boolean;
+BEGIN
+    duplicate := false;
+    IF v_inbox THEN
+        IF _inbox_key_kept(p_q.name, p_key) THEN
+            duplicate := true;
+            RETURN;
+        END IF;
+        v_snapshot := current_setting('transaction_isolation') IN ('repeatable read', 'serializable');
+        IF v_snapshot AND EXISTS (SELECT 1 FROM message m WHERE m.queue = p_q.name AND m.key = p_key AND m.dedup) THEN
+            duplicate := true;
+            RETURN; -- 1b
+        END IF;
+    END IF;
+    IF p_lane IS NOT NULL THEN
+        v_lane := _lane_lock(p_q.name, p_lane, p_now);
+        v_created := greatest(p_now, v_lane.last_at);
+        v_head := v_lane.created OR NOT _lane_busy(p_q.name, p_lane, v_lane.blocked_id, p_now);
+        IF NOT v_head THEN
+            v_parked := 'infinity';
+        END IF;
+    END IF;
+
+    <<ins>>
+    BEGIN
+        IF v_inbox THEN
+            INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until, lane, priority, grp)
+            VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority, p_group)
+            ON CONFLICT (queue, key) WHERE dedup DO NOTHING
+            RETURNING message.id INTO v_id;
+            EXIT ins WHEN v_id IS NULL;
+            IF v_snapshot THEN
+                -- 3b: raises 40001 when a processed row with the key committed after our snapshot.
+                INSERT INTO message_processed AS p (queue, id, key, payload, headers, attempts, created_at, processed_at)
+                VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now)
+                ON CONFLICT (queue, key) DO NOTHING
+                RETURNING true INTO v_free;
+                IF v_free THEN
+                    DELETE FROM message_processed p WHERE p.queue = p_q.name AND p.id = v_id;
+                    -- 3c: the same for a dead letter with the key (message_dead's
+                    -- inbox keys are unique since 0.23)
+                    v_free := NULL;
+                    INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, created_at, dead_at, dedup)
+                    VALUES (p_q.name, v_id, p_key, 'null', '{}', 0, p_now, p_now, true)
+                    ON CONFLICT (queue, key) WHERE dedup DO NOTHING
+                    RETURNING true INTO v_free;
+                    IF v_free THEN
+                        DELETE FROM message_dead x WHERE x.queue = p_q.name AND x.id = v_id;
+                        EXIT ins;
+                    END IF;
+                END IF;
+                DELETE FROM message m WHERE m.queue = p_q.name AND m.id = v_id;
+                v_id := NULL;
+                EXIT ins;
+            END IF;
+            IF _inbox_key_kept(p_q.name, p_key) THEN
+                DELETE FROM message m WHERE m.queue = p_q.name AND m.id = v_id;
+                v_id := NULL;
+            END IF;
+        ELSIF p_unique_key IS NULL THEN
+            INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane, priority, grp)
+            VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority, p_group)
+            RETURNING message.id INTO v_id;
+        ELSE
+            -- unique send, step 1 (header)
+            LOOP
+                INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane, priority,
+                                     unique_key, grp)
+                VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority,
+                        p_unique_key, p_group)
+                ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+                RETURNING message.id INTO v_id;
+                EXIT WHEN v_id IS NOT NULL;
+                SELECT m.id INTO v_dup FROM message m WHERE m.queue = p_q.name AND m.unique_key = p_unique_key;
+                EXIT WHEN v_dup IS NOT NULL;
+            END LOOP;
+            IF v_id IS NOT NULL THEN
+                -- step 2: the window
+                v_dup := _unique_window(p_q.name, p_unique_key, v_id, p_unique_for, p_now,
+                                        current_setting('transaction_isolation') IN ('repeatable read', 'serializable'));
+                IF v_dup IS NOT NULL THEN
+                    DELETE FROM message m WHERE m.queue = p_q.name AND m.id = v_id;
+                    v_id := NULL;
+                END IF;
+            END IF;
+        END IF;
+    END ins;
+
+    IF p_lane IS NOT NULL THEN
+        IF v_id IS NULL THEN
+            -- a duplicate: the lane is as it was (a row we created goes again)
+            IF v_lane.created THEN
+                DELETE FROM lane l WHERE l.queue = p_q.name AND l.name = p_lane;
+            END IF;
+        ELSIF NOT v_lane.created THEN
+            UPDATE lane l SET last_at = v_created WHERE l.queue = p_q.name AND l.name = p_lane;
+        END IF;
+    END IF;
+    IF v_id IS NULL THEN
+        id := v_dup;
+        duplicate := true;
+    ELSE
+        id := v_id;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _send_one(p_queue text, p_payload jsonb, p_headers jsonb, p_key text,
+                                     p_deliver_at timestamptz, p_lane text, p_unique_key text,
+                                     p_unique_for interval, p_priority smallint, p_group text,
+                                     OUT id bigint, OUT duplicate boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue := _queue_for_send(p_queue);
+    v_r record;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'send') THEN -- the rule: _queue_require
+        PERFORM _queue_require(p_queue, 'send');
+    END IF;
+    PERFORM _check_message(p_payload, p_headers, p_key);
+    -- (_check_size passes any size up to 100 without a read: validate.sql)
+    IF pg_column_size(p_payload) > 100 OR pg_column_size(p_headers) > 100 OR octet_length(p_key) > 100 THEN
+        PERFORM _check_size('p_payload', pg_column_size(p_payload), 'max_payload_bytes');
+        PERFORM _check_size('p_headers', pg_column_size(p_headers), 'max_headers_bytes');
+        PERFORM _check_size('p_key', octet_length(p_key), 'max_key_bytes');
+    END IF;
+    PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
+    PERFORM _check_lane('p_lane', p_lane);
+    PERFORM _check_group('p_group', p_group);
+    IF p_priority IS DISTINCT FROM 0 THEN
+        PERFORM _check_priority('p_priority', p_priority);
+    END IF;
+    IF p_unique_key IS NOT NULL OR p_unique_for IS NOT NULL THEN
+        PERFORM _check_unique('p_unique_key', p_unique_key, 'p_unique_for', p_unique_for,
+                              v_q.kind = 'inbox' AND p_key IS NOT NULL);
+    END IF;
+    v_r := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp(), p_lane,
+                 p_unique_key, p_unique_for, p_priority, p_group);
+    id := v_r.id;
+    duplicate := v_r.duplicate;
+    IF NOT duplicate THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
+                                p_deliver_at timestamptz DEFAULT NULL, p_lane text DEFAULT NULL,
+                                p_unique_key text DEFAULT NULL, p_unique_for interval DEFAULT NULL,
+                                p_priority smallint DEFAULT 0, p_group text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_r record;
+BEGIN
+    v_r := _send_one(p_queue, p_payload, p_headers, p_key, p_deliver_at, p_lane, p_unique_key, p_unique_for, p_priority,
+                     p_group);
+    RETURN v_r.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION send_unique(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}',
+                                       p_key text DEFAULT NULL, p_deliver_at timestamptz DEFAULT NULL,
+                                       p_lane text DEFAULT NULL, p_unique_key text DEFAULT NULL,
+                                       p_unique_for interval DEFAULT NULL, p_priority smallint DEFAULT 0,
+                                       p_group text DEFAULT NULL)
+RETURNS TABLE (id bigint, duplicate boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT s.id, s.duplicate
+                   FROM _send_one(p_queue, p_payload, p_headers, p_key, p_deliver_at, p_lane, p_unique_key,
+                                  p_unique_for, p_priority, p_group) s;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[], p_keys text[],
+                                       p_deliver_at timestamptz[], p_lanes text[], p_unique_keys text[],
+                                       p_unique_for interval[], p_priorities smallint[], p_groups text[])
+RETURNS TABLE (id bigint, duplicate boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_q queue := _queue_for_send(p_queue);
+    v_r record;
+    v_dups boolean[];
+    v_n int := coalesce(cardinality(p_payloads), 0);
+    v_now timestamptz;
+    v_ids bigint[];
+    v_any boolean := false;
+    v_lane record;
+    v_l record;
+    v_names text[] := '{}';
+    v_firsts bigint[] := '{}';
+    v_busies boolean[] := '{}';
+    v_lasts timestamptz[] := '{}';
+    v_news boolean[] := '{}';
+    i int;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'send') THEN -- the rule: _queue_require
+        PERFORM _queue_require(p_queue, 'send');
+    END IF;
+    -- (_check_size passes any size up to 100 without a read: validate.sql)
+    IF p_payloads IS NULL OR v_n < 1 OR v_n > 100 THEN
+        PERFORM _check_int('cardinality(p_payloads)', cardinality(p_payloads), 1, 10000); -- NULL p_payloads: got NULL
+        PERFORM _check_size('p_payloads', cardinality(p_payloads), 'max_batch');
+    END IF;
+    IF (SELECT max(greatest(pg_column_size(u.p), pg_column_size(u.h), octet_length(u.k)))
+          FROM unnest(p_payloads, p_headers, p_keys) u(p, h, k)) > 100 THEN
+        PERFORM _check_size('p_payloads', (SELECT max(pg_column_size(x)) FROM unnest(p_payloads) x), 'max_payload_bytes'); -- its largest element
+        PERFORM _check_size('p_headers', (SELECT max(pg_column_size(x)) FROM unnest(p_headers) x), 'max_headers_bytes');
+        PERFORM _check_size('p_keys', (SELECT max(octet_length(x)) FROM unnest(p_keys) x), 'max_key_bytes');
+    END IF;
+    PERFORM _check_elements('p_headers', cardinality(p_headers), v_n);
+    PERFORM _check_elements('p_keys', cardinality(p_keys), v_n);
+    PERFORM _check_elements('p_deliver_at', cardinality(p_deliver_at), v_n);
+    PERFORM _check_elements('p_lanes', cardinality(p_lanes), v_n);
+    PERFORM _check_elements('p_unique_keys', cardinality(p_unique_keys), v_n);
+    PERFORM _check_elements('p_unique_for', cardinality(p_unique_for), v_n);
+    PERFORM _check_elements('p_priorities', cardinality(p_priorities), v_n);
+    PERFORM _check_elements('p_groups', cardinality(p_groups), v_n);
+    IF p_groups IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_groups) x WHERE length(x) > 200 OR x !~ '^[A-Za-z0-9_.:/@-]+$') THEN
+        FOR i IN 1 .. v_n LOOP
+            PERFORM _check_group(format('p_groups[%s]', i), p_groups[i]);
+        END LOOP;
+    END IF;
+    IF p_priorities IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_priorities) x WHERE x IS NULL OR x < -100 OR x > 100) THEN
+        FOR i IN 1 .. v_n LOOP
+            PERFORM _check_priority(format('p_priorities[%s]', i), p_priorities[i]);
+        END LOOP;
+    END IF;
+    IF p_unique_keys IS NOT NULL OR p_unique_for IS NOT NULL THEN
+        FOR i IN 1 .. v_n LOOP
+            PERFORM _check_unique(format('p_unique_keys[%s]', i), p_unique_keys[i], format('p_unique_for[%s]', i),
+                                  p_unique_for[i], v_q.kind = 'inbox' AND p_keys[i] IS NOT NULL);
+        END LOOP;
+    END IF;
+    -- The elements: one plain statement finds whether any could be bad (a
+    -- conservative pre-filter: NULL payload, headers not an object, a key or
+    -- lane that is not ASCII letters, digits and _.:/@- within its length, a
+    -- deliver_at not plainly within range); only then the _check_* calls,
+    -- element by element, name the first bad one.
+    IF EXISTS (SELECT 1 FROM unnest(p_payloads, p_headers, p_keys, p_deliver_at, p_lanes) u(p, h, k, d, l)
+                WHERE u.p IS NULL OR jsonb_typeof(u.h) <> 'object'
+                   OR length(u.k) > 1000 OR u.k !~ '^[A-Za-z0-9_.:/@-]+$'
+                   OR NOT (isfinite(u.d) AND u.d <= clock_timestamp() + interval '10 years')
+                   OR length(u.l) > 200 OR u.l !~ '^[A-Za-z0-9_.:/@-]+$') THEN
+        FOR i IN 1 .. v_n LOOP
+            PERFORM _check_message(p_payloads[i], p_headers[i], p_keys[i]);
+            PERFORM _check_deliver_at(format('p_deliver_at[%s]', i), p_deliver_at[i]);
+            PERFORM _check_lane(format('p_lanes[%s]', i), p_lanes[i]);
+        END LOOP;
+    END IF;
+    v_now := clock_timestamp();
+
+    -- The lanes, each locked once, in name order; busy: it has a head (or is
+    -- blocked), so every message of the batch waits; otherwise the batch's
+    -- first message of the lane (first: its index) becomes its head.
+    -- (unnest, not subscripts, in the statements below: a subscript of a
+    -- text or jsonb array walks the array from its start, once per row.)
+    FOR v_lane IN SELECT u.lane, min(u.k) AS first FROM unnest(p_lanes) WITH ORDINALITY u(lane, k)
+                   WHERE u.lane IS NOT NULL GROUP BY u.lane ORDER BY u.lane COLLATE "C" LOOP
+        v_l := _lane_lock(v_q.name, v_lane.lane, v_now);
+        v_names := v_names || v_lane.lane;
+        v_firsts := v_firsts || v_lane.first;
+        v_busies := v_busies || (NOT v_l.created AND _lane_busy(v_q.name, v_lane.lane, v_l.blocked_id, v_now));
+        v_lasts := v_lasts || v_l.last_at;
+        v_news := v_news || v_l.created;
+    END LOOP;
+
+    IF (v_q.kind = 'inbox' AND p_keys IS NOT NULL) OR p_unique_keys IS NOT NULL THEN
+        -- De-duplication needs the per-message steps of _send (which finds
+        -- the lanes locked already).
+        FOR i IN 1 .. v_n LOOP
+            v_r := _send(v_q, p_payloads[i], p_headers[i], p_keys[i], p_deliver_at[i], v_now, p_lanes[i],
+                         p_unique_keys[i], p_unique_for[i], coalesce(p_priorities[i], 0::smallint), p_groups[i]);
+            v_ids[i] := v_r.id;
+            v_dups[i] := v_r.duplicate;
+            v_any := v_any OR NOT v_r.duplicate;
+        END LOOP;
+        -- lanes created above whose every message was a duplicate
+        IF true = ANY (v_news) THEN
+            DELETE FROM lane l
+             WHERE l.queue = v_q.name AND l.name = ANY (ARRAY(SELECT x.name FROM unnest(v_names, v_news) x(name, new) WHERE x.new))
+               AND NOT EXISTS (SELECT 1 FROM message m WHERE m.queue = v_q.name AND m.lane = l.name);
+        END IF;
+    ELSE
+        -- Ids are drawn first (after the lane locks) so that they can be
+        -- returned in input order (INSERT … RETURNING does not promise an order).
+        v_ids := ARRAY(SELECT nextval('message_id_seq') FROM generate_series(1, v_n));
+        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until, lane, priority, grp)
+        SELECT v_q.name, u.id, u.key, u.payload, coalesce(u.headers, '{}'), coalesce(u.deliver_at, v_now),
+               CASE WHEN x.name IS NULL THEN v_now ELSE greatest(v_now, x.last_at) END,
+               CASE WHEN x.name IS NOT NULL AND (x.busy OR x.first <> u.k) THEN 'infinity'::timestamptz
+                    WHEN u.deliver_at > v_now THEN u.deliver_at END,
+               u.lane, coalesce(u.priority, 0), u.grp
+          FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes, p_priorities, p_groups)
+               WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, priority, grp, k)
+          LEFT JOIN unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at) ON x.name = u.lane;
+        IF false = ANY (v_news) THEN -- a lane created here has last_at = v_now already
+            UPDATE lane l SET last_at = greatest(v_now, x.last_at)
+              FROM unnest(v_names, v_lasts, v_news) x(name, last_at, new)
+             WHERE l.queue = v_q.name AND l.name = ANY (v_names) AND l.name = x.name AND NOT x.new;
+        END IF;
+        v_any := true;
+    END IF;
+    IF v_any THEN
+        PERFORM pg_notify(notify_channel(), p_queue);
+    END IF;
+    RETURN QUERY SELECT u.id, coalesce(u.dup, false) FROM unnest(v_ids, v_dups) u(id, dup);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
+                                      p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL,
+                                      p_lanes text[] DEFAULT NULL, p_unique_keys text[] DEFAULT NULL,
+                                      p_unique_for interval[] DEFAULT NULL, p_priorities smallint[] DEFAULT NULL,
+                                      p_groups text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT b.id FROM _send_batch(p_queue, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes,
+                                              p_unique_keys, p_unique_for, p_priorities, p_groups) b;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION send_batch_unique(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
+                                             p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL,
+                                             p_lanes text[] DEFAULT NULL, p_unique_keys text[] DEFAULT NULL,
+                                             p_unique_for interval[] DEFAULT NULL, p_priorities smallint[] DEFAULT NULL,
+                                             p_groups text[] DEFAULT NULL)
+RETURNS TABLE (id bigint, duplicate boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT b.id, b.duplicate
+                   FROM _send_batch(p_queue, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes,
+                                    p_unique_keys, p_unique_for, p_priorities, p_groups) b;
+END
+$$;
+-- pgsweep:end functions/send.sql
+
+-- pgsweep:changed functions/lane.sql
+CREATE OR REPLACE FUNCTION _lane_next(p_queue text, p_lanes text[], p_now timestamptz, p_drop_empty boolean)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_until timestamptz;
+    v_one bigint;
+    v_ids bigint[];
+    v_later bigint[];
+    v_at timestamptz[];
+    v_promoted text[];
+    v_low_at timestamptz;
+    v_low_id bigint;
+    v_tids tid[];
+    v_p_lvls smallint[];
+    v_p_ats timestamptz[];
+    v_p_ids bigint[];
+BEGIN
+    SELECT array_agg(x.id), array_agg(x.ctid), array_agg(u.name),
+           array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now),
+           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0 AND x.grp IS NULL))[1],
+           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0 AND x.grp IS NULL))[1],
+           array_agg(x.priority) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0 AND x.grp IS NULL),
+           array_agg(x.created_at) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0 AND x.grp IS NULL),
+           array_agg(x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0 AND x.grp IS NULL)
+      INTO v_ids, v_tids, v_promoted, v_later, v_at, v_low_at, v_low_id, v_p_lvls, v_p_ats, v_p_ids
+      FROM unnest(p_lanes) u(name)
+     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at, m.priority, m.grp FROM message m
+                          WHERE m.queue = p_queue AND m.lane = u.name
+                          ORDER BY m.created_at, m.id
+                          LIMIT 1) x;
+    IF v_ids IS NOT NULL THEN
+        -- By ctid (and id, as claim does: whichever the planner takes, it
+        -- touches only these rows): the rows are locked by nobody else --
+        -- waiting messages are touched only under their lane's lock, which
+        -- the caller holds -- so their ctids stay. By id alone, each row cost
+        -- a descent of the primary key.
+        UPDATE message m SET parked_until = NULL
+         WHERE m.queue = p_queue AND m.ctid = ANY (v_tids) AND m.id = ANY (v_ids);
+        IF v_low_at IS NOT NULL THEN
+            -- The new heads usually lie behind the claim cursor (their lanes
+            -- were sent long ago), where only a claim's pass before the
+            -- cursor finds them, walking every dead entry and row in flight
+            -- from the head of the queue (claim.sql). Move the cursor back to
+            -- the oldest of them, so the next claims start there. Only when
+            -- the row is free (SKIP LOCKED, like the claims' own updates):
+            -- the cursor is a hint, and the pass before it still finds every
+            -- due row.
+            UPDATE claim_cursor c SET created_at = v_low_at, id = v_low_id
+             WHERE c.queue = p_queue
+               AND c.ctid = (SELECT k.ctid FROM claim_cursor k
+                              WHERE k.queue = p_queue AND (k.created_at, k.id) > (v_low_at, v_low_id)
+                                FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF v_p_lvls IS NOT NULL THEN
+            -- The same for the priority positions (claim.sql): a level's
+            -- position goes back to the oldest new head of that level behind
+            -- it (a level without a position is scanned from its head).
+            UPDATE claim_cursor c
+               SET (priority_ats, priority_ids) =
+                   (SELECT array_agg(coalesce(h.at, st.at) ORDER BY st.n), array_agg(coalesce(h.id, st.id) ORDER BY st.n)
+                      FROM unnest(c.priority_levels, c.priority_ats, c.priority_ids) WITH ORDINALITY st(lvl, at, id, n)
+                      LEFT JOIN LATERAL (SELECT x.at, x.id FROM unnest(v_p_lvls, v_p_ats, v_p_ids) x(lvl, at, id)
+                                          WHERE x.lvl = st.lvl AND (x.at, x.id) < (st.at, st.id)
+                                          ORDER BY x.at, x.id LIMIT 1) h ON true)
+             WHERE c.queue = p_queue
+               AND c.ctid = (SELECT k.ctid FROM claim_cursor k
+                              WHERE k.queue = p_queue
+                                AND EXISTS (SELECT 1 FROM unnest(k.priority_levels, k.priority_ats, k.priority_ids) st(lvl, at, id)
+                                              JOIN unnest(v_p_lvls, v_p_ats, v_p_ids) x(lvl, at, id)
+                                                ON x.lvl = st.lvl AND (x.at, x.id) < (st.at, st.id))
+                                FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF v_later IS NOT NULL THEN
+            -- scheduled for later: parked until its time, as send parks it
+            -- (plain values: Citus 13.2 crashes on a bare array element at the
+            -- top of an UPDATE's SET)
+            FOR i IN 1 .. cardinality(v_later) LOOP
+                v_until := v_at[i];
+                v_one := v_later[i];
+                UPDATE message m SET parked_until = v_until WHERE m.queue = p_queue AND m.id = v_one;
+            END LOOP;
+        END IF;
+    END IF;
+    IF p_drop_empty AND coalesce(cardinality(v_ids), 0) < cardinality(p_lanes) THEN
+        DELETE FROM lane l
+         WHERE l.queue = p_queue AND l.name = ANY (p_lanes) AND NOT l.name = ANY (coalesce(v_promoted, '{}'));
+    END IF;
+    RETURN coalesce(cardinality(v_ids), 0);
+END
+$$;
+-- pgsweep:end functions/lane.sql
 
 -- Ownership, SECURITY DEFINER and grants as privileges.sql says (every migration ends so).
 SELECT _grant_all();

@@ -66,22 +66,30 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + coalesce(p_lease, v_q.lease_default);
-    IF v_q.max_in_flight IS NULL THEN
+    IF NOT _flow_slotted(v_q) THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id;
         RETURN;
     END IF;
-    -- max_in_flight (flow.sql): the claim's slots first (the lock order of
-    -- every verb), a lease renewed only while its slot is still its own --
-    -- and not a slot above a lowered limit that expired: claims may have
-    -- used the room since -- then the slots of the leases renewed.
-    SELECT array_agg(x.message_id) INTO v_held
-      FROM (SELECT s.message_id FROM flow_slot s
-             WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-               AND (s.n <= v_q.max_in_flight OR s.expires_at > v_now)
-               FOR UPDATE) x;
+    -- Flow control (flow.sql): the claim's slots first (the lock order of
+    -- every verb); a lease is renewed only while every slot it needs (the
+    -- queue's, its group's) is still its own -- and not a slot above a
+    -- lowered limit that expired: claims may have used the room since --
+    -- then the slots of the leases renewed.
+    PERFORM 1 FROM flow_slot s
+     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
+       FOR UPDATE;
+    SELECT array_agg(m.id) INTO v_held
+      FROM message m
+     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+       AND NOT EXISTS (
+           SELECT 1 FROM (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
+            WHERE k.grp IS NOT NULL AND k.lim IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM flow_slot s
+                               WHERE s.queue = p_queue AND s.grp = k.grp AND s.token = p_token AND s.message_id = m.id
+                                 AND (s.n <= k.lim OR s.expires_at > v_now)));
     RETURN QUERY
     WITH r AS (
         UPDATE message m SET visible_at = v_until
@@ -126,6 +134,7 @@ AS $$
 DECLARE
     v_kind text;
     v_limit int;
+    v_slotted boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -139,7 +148,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, q.max_in_flight INTO v_kind, v_limit FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, q.max_in_flight, _flow_slotted(q) INTO v_kind, v_limit, v_slotted FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -147,7 +156,7 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_limit IS NOT NULL THEN
+    IF v_slotted THEN
         PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
     END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
@@ -223,14 +232,14 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now timestamptz;
-    v_limit int;
+    v_q queue;
 BEGIN
     PERFORM _check_token(p_token);
     PERFORM _check_ids(p_ids);
-    v_limit := (_queue_get(p_queue)).max_in_flight;
+    v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    IF v_limit IS NOT NULL THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
+    IF _flow_slotted(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY

@@ -182,6 +182,17 @@ DECLARE
     v_batch int;
     v_keep int;
     v_slots tid[];
+    v_q queue;
+    v_gafter text;
+    v_gcount int;
+    v_gshare int;
+    v_gr record;
+    v_glast text;
+    v_g_ids bigint[] := '{}';
+    v_g_grps text[] := '{}';
+    v_gs record;
+    v_gslots tid[];
+    v_gslot_ids bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -207,22 +218,25 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused,
-           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
-      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit, v_rate, v_burst
-      FROM queue q
-     WHERE q.name = p_queue;
+    SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    v_max := v_q.max_attempts;
+    v_lease := coalesce(p_lease, v_q.lease_default);
+    v_rescan_every := v_q.claim_rescan;
+    v_paused := v_q.paused;
+    v_limit := v_q.max_in_flight;
+    v_rate := v_q.rate / extract(epoch FROM v_q.rate_per);
+    v_burst := coalesce(v_q.rate_burst, v_q.rate);
     -- The rights ride along with the cursor (queue_rights.sql): a plain
     -- grant is the common case, read by this statement (both tables are
     -- placed by queue on Citus: one shard group); anything else, or no
     -- cursor row, asks _queue_require, the rule.
     SELECT c.created_at, c.id, c.rescanned_at,
-           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at,
+           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at, c.group_after, c.group_count,
            EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_held
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_gafter, v_gcount, v_held
       FROM claim_cursor c WHERE c.queue = p_queue;
     IF v_held IS NOT TRUE THEN
         PERFORM _queue_require(p_queue, 'consume');
@@ -292,7 +306,7 @@ BEGIN
         SELECT array_agg(l.lvl) INTO v_due
           FROM unnest(v_lv, v_la, v_li) l(lvl, at, id)
          WHERE EXISTS (SELECT 1 FROM message s
-                        WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0 AND s.priority = l.lvl
+                        WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NULL AND s.priority <> 0 AND s.priority = l.lvl
                           AND (s.created_at, s.id) >= (l.at, l.id) AND s.visible_at <= v_now AND s.attempt < v_max);
         v_prev := 32767;
         -- v_lv is sorted highest first; one step past its end (below every
@@ -314,6 +328,21 @@ BEGIN
             END IF;
             v_prev := v_l - 1;
         END LOOP;
+    END IF;
+    -- Groups (flow.sql): the groups' part of the batch first, all but the
+    -- share of the messages without a group (one part in the groups the
+    -- last claim served + 1).
+    IF v_gcount > 0 THEN
+        v_gshare := v_batch - ceil(v_batch::numeric / (v_gcount + 1))::int;
+        IF v_gshare > 0 THEN
+            SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
+            v_all := v_gr.tids;
+            v_all_ids := v_gr.ids;
+            v_g_ids := v_gr.ids;
+            v_g_grps := v_gr.grps;
+            v_glast := v_gr.last_grp;
+            v_n := cardinality(v_all);
+        END IF;
     END IF;
     v_seg := 0;
     LOOP
@@ -341,7 +370,7 @@ BEGIN
                   INTO v_tids, v_ids, v_at, v_id
                   FROM (SELECT s.ctid, s.created_at, s.id
                           FROM message s
-                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority = 0
+                         WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NULL AND s.priority = 0
                            AND (s.created_at, s.id) >= (v_from_at, v_from_id)
                            AND (s.created_at, s.id) < (v_to_at, v_to_id)
                            AND s.visible_at <= v_now AND s.attempt < v_max
@@ -377,7 +406,7 @@ BEGIN
           INTO v_tids, v_ids, v_lvls, v_ats
           FROM (SELECT s.ctid, s.id, s.priority, s.created_at
                   FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.priority <> 0
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NULL AND s.priority <> 0
                    AND s.priority >= v_lo AND s.priority <= v_hi
                    AND (s.created_at, s.id) >= (v_fa, v_fi)
                    AND s.visible_at <= v_now AND s.attempt < v_max
@@ -394,8 +423,48 @@ BEGIN
             v_ti := v_ti || v_ids;
         END IF;
     END LOOP;
+    -- The groups again when the batch has room: the rest of their turns,
+    -- or every group's when the last claim served none.
+    IF v_n < v_batch THEN
+        SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr
+          FROM _claim_groups(v_q, coalesce(v_glast, v_gafter), v_batch - v_n, v_g_ids, v_g_grps, v_now) g;
+        IF cardinality(v_gr.ids) > 0 THEN
+            v_all := v_all || v_gr.tids;
+            v_all_ids := v_all_ids || v_gr.ids;
+            v_g_ids := v_g_ids || v_gr.ids;
+            v_g_grps := v_g_grps || v_gr.grps;
+            v_glast := coalesce(v_gr.last_grp, v_glast);
+            v_n := cardinality(v_all);
+        END IF;
+    END IF;
+    IF cardinality(v_g_ids) > 0 OR v_gcount > 0 THEN
+        -- where the next claim's rotation starts, and how many groups this
+        -- one served (none: the messages without a group get whole batches)
+        UPDATE claim_cursor c
+           SET group_after = coalesce(v_glast, c.group_after),
+               group_count = (SELECT count(DISTINCT u)::int FROM unnest(v_g_grps) u)
+         WHERE c.queue = p_queue
+           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+    END IF;
     IF v_n = 0 THEN
         RETURN;
+    END IF;
+    -- Group limits: each row of a limited group keeps a slot of its group,
+    -- or is let go (flow.sql).
+    IF cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) THEN
+        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_g_ids, v_g_grps, v_now) g;
+        v_gslots := v_gs.slots;
+        v_gslot_ids := v_gs.slot_ids;
+        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_g_ids) THEN
+            SELECT coalesce(array_agg(u.t ORDER BY u.o), '{}'), coalesce(array_agg(u.i ORDER BY u.o), '{}')
+              INTO v_all, v_all_ids
+              FROM unnest(v_all, v_all_ids) WITH ORDINALITY u(t, i, o)
+             WHERE NOT u.i = ANY (v_g_ids) OR u.i = ANY (v_gs.kept);
+            v_n := cardinality(v_all);
+            IF v_n = 0 THEN
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     -- Flow control: keep as many rows as the claim locks slots and tokens
     -- for. In a race that cut it no cursor or position moves: the rows let
@@ -463,8 +532,8 @@ BEGIN
     END IF;
 
     v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
     END IF;
     RETURN QUERY
     WITH claimed AS (

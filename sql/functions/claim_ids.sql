@@ -59,6 +59,11 @@ DECLARE
     v_burst int;
     v_allowed int;
     v_slots tid[];
+    v_q queue;
+    v_grps text[];
+    v_gs record;
+    v_gslots tid[];
+    v_gslot_ids bigint[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_owner', p_owner);
@@ -66,13 +71,16 @@ BEGIN
     IF p_lease IS NOT NULL THEN
         PERFORM _check_interval('p_lease', p_lease, interval '1 second', interval '1 hour');
     END IF;
-    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.paused,
-           q.max_in_flight, q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
-      INTO v_max, v_lease, v_paused, v_limit, v_rate, v_burst
-      FROM queue q WHERE q.name = p_queue;
+    SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
+    v_max := v_q.max_attempts;
+    v_lease := coalesce(p_lease, v_q.lease_default);
+    v_paused := v_q.paused;
+    v_limit := v_q.max_in_flight;
+    v_rate := v_q.rate / extract(epoch FROM v_q.rate_per);
+    v_burst := coalesce(v_q.rate_burst, v_q.rate);
     PERFORM _queue_require(p_queue, 'consume');
     IF v_paused THEN
         RETURN;
@@ -87,11 +95,11 @@ BEGIN
     END IF;
 
     -- (the cursor walks the rows of the default priority only: claim.sql)
-    SELECT array_agg(c.ctid), array_agg(c.id),
-           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0))[1],
-           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0))[1]
-      INTO v_tids, v_ids, v_last_at, v_last_id
-      FROM (SELECT s.ctid, s.created_at, s.id, s.priority
+    SELECT array_agg(c.ctid), array_agg(c.id), array_agg(c.grp),
+           (array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0 AND c.grp IS NULL))[1],
+           (array_agg(c.id ORDER BY c.created_at DESC, c.id DESC) FILTER (WHERE c.priority = 0 AND c.grp IS NULL))[1]
+      INTO v_tids, v_ids, v_grps, v_last_at, v_last_id
+      FROM (SELECT s.ctid, s.created_at, s.id, s.priority, s.grp
               FROM message s
              WHERE s.queue = p_queue AND s.id = ANY (p_ids)
                AND s.visible_at <= v_now AND s.attempt < v_max
@@ -101,6 +109,21 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
     IF v_tids IS NULL THEN
         RETURN;
+    END IF;
+    -- group limits (flow.sql): a row of a limited group keeps a slot of its group
+    IF (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) AND EXISTS (SELECT 1 FROM unnest(v_grps) g WHERE g IS NOT NULL) THEN
+        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_ids, v_grps, v_now) g;
+        v_gslots := v_gs.slots;
+        v_gslot_ids := v_gs.slot_ids;
+        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_ids) THEN
+            SELECT array_agg(u.t ORDER BY u.o), array_agg(u.i ORDER BY u.o) INTO v_tids, v_ids
+              FROM unnest(v_tids, v_ids) WITH ORDINALITY u(t, i, o)
+             WHERE u.i = ANY (v_gs.kept);
+            v_last_at := NULL; -- no cursor move
+            IF v_tids IS NULL THEN
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- keep what the claim locks slots and tokens for
         SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(v_ids), v_now) a;
@@ -121,8 +144,8 @@ BEGIN
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
     v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL);
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
+        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
     END IF;
     RETURN QUERY
     WITH claimed AS (
@@ -179,16 +202,16 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_q.max_in_flight IS NOT NULL THEN
+    IF _flow_slotted(v_q) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.created_at, m.lane, m.dedup, m.priority, m.grp
     ), x AS (
-        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
-        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority FROM d
+        INSERT INTO message_dead AS x (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority, grp)
+        SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt, v_error, d.created_at, v_now, d.lane, d.dedup, d.priority, d.grp FROM d
         RETURNING x.id, x.lane
     )
     SELECT array_agg(x.id), array_agg(DISTINCT x.lane) FILTER (WHERE x.lane IS NOT NULL) INTO v_dead, v_lanes FROM x;

@@ -23,7 +23,7 @@
 -- means next, being older than them. A lane that has no message and is not
 -- blocked takes its oldest requeued letter as its head.
 --
--- A letter comes back with its priority; not with its unique key (the key
+-- A letter comes back with its priority and its group; not with its unique key (the key
 -- was free while the message was dead, and another message may hold it).
 --
 -- Returns the ids that were requeued. Ids that are not dead letters of the
@@ -56,15 +56,15 @@ BEGIN
            AND NOT (v_q.kind = 'inbox' AND x.key IS NOT NULL AND (
                     EXISTS (SELECT 1 FROM message l WHERE l.queue = p_queue AND l.key = x.key AND l.dedup)
                  OR EXISTS (SELECT 1 FROM message_processed p WHERE p.queue = p_queue AND p.key = x.key)))
-        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at, x.lane, x.priority
+        RETURNING x.queue, x.id, x.key, x.payload, x.headers, x.last_error, x.created_at, x.lane, x.priority, x.grp
     ), i AS (
         -- a lane's letters wait in their lane (infinity); the head is chosen below
         INSERT INTO message AS m (queue, id, key, dedup, payload, headers, status, attempt, visible_at, created_at, last_error,
-                                  parked_until, lane, priority)
+                                  parked_until, lane, priority, grp)
         SELECT d.queue, d.id, d.key, v_q.kind = 'inbox' AND d.key IS NOT NULL, d.payload, d.headers, 'pending', 0,
                v_visible, d.created_at, d.last_error,
                CASE WHEN d.lane IS NOT NULL THEN 'infinity'::timestamptz WHEN v_visible > v_now THEN v_visible END, d.lane,
-               d.priority
+               d.priority, d.grp
           FROM d
         RETURNING m.id, m.lane
     )

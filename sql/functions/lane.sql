@@ -169,14 +169,14 @@ DECLARE
 BEGIN
     SELECT array_agg(x.id), array_agg(x.ctid), array_agg(u.name),
            array_agg(x.id) FILTER (WHERE x.visible_at > p_now), array_agg(x.visible_at) FILTER (WHERE x.visible_at > p_now),
-           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0))[1],
-           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0))[1],
-           array_agg(x.priority) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0),
-           array_agg(x.created_at) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0),
-           array_agg(x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0)
+           (array_agg(x.created_at ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0 AND x.grp IS NULL))[1],
+           (array_agg(x.id ORDER BY x.created_at, x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority = 0 AND x.grp IS NULL))[1],
+           array_agg(x.priority) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0 AND x.grp IS NULL),
+           array_agg(x.created_at) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0 AND x.grp IS NULL),
+           array_agg(x.id) FILTER (WHERE x.visible_at <= p_now AND x.priority <> 0 AND x.grp IS NULL)
       INTO v_ids, v_tids, v_promoted, v_later, v_at, v_low_at, v_low_id, v_p_lvls, v_p_ats, v_p_ids
       FROM unnest(p_lanes) u(name)
-     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at, m.priority FROM message m
+     CROSS JOIN LATERAL (SELECT m.ctid, m.id, m.visible_at, m.created_at, m.priority, m.grp FROM message m
                           WHERE m.queue = p_queue AND m.lane = u.name
                           ORDER BY m.created_at, m.id
                           LIMIT 1) x;

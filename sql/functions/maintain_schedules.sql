@@ -111,7 +111,7 @@ BEGIN
             v_key := 'pgsweep-schedule:' || s.name || '@' || _schedule_slot_text(v_slot);
             v_r := _send(v_q, s.payload,
                          s.headers || jsonb_build_object('pgsweep-schedule', s.name, 'pgsweep-slot', _schedule_slot_text(v_slot)),
-                         v_key, NULL, v_now, s.lane, CASE WHEN v_q.kind = 'outbox' THEN v_key END, NULL, 0::smallint);
+                         v_key, NULL, v_now, s.lane, CASE WHEN v_q.kind = 'outbox' THEN v_key END, NULL, 0::smallint, NULL::text);
             IF NOT v_r.duplicate THEN
                 v_sent := v_sent + 1;
                 v_last_id := v_r.id;

@@ -127,8 +127,8 @@ BEGIN
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
                          'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight',
-                         'rate', 'rate_burst') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst)', v_key
+                         'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -139,7 +139,8 @@ BEGIN
     -- own error is the detail. Arrays and objects are refused before any
     -- cast: the interval parser would read '[30]' as 30 seconds.
     BEGIN
-        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e WHERE jsonb_typeof(e.value) IN ('array', 'object') LOOP
+        FOR v_setting IN SELECT e.key FROM jsonb_each(p_settings) e
+                          WHERE jsonb_typeof(e.value) IN ('array', 'object') AND e.key <> 'group_overrides' LOOP
             RAISE EXCEPTION 'a JSON % is not a value of %', jsonb_typeof(p_settings->v_setting), v_setting
                 USING ERRCODE = 'invalid_text_representation';
         END LOOP;
@@ -214,6 +215,17 @@ BEGIN
                 PERFORM _check_int('rate_burst', v_q.rate_burst, 1, 1000000);
             END IF;
         END IF;
+        IF p_settings ? 'group_max_in_flight' THEN
+            v_setting := 'group_max_in_flight';
+            v_q.group_max_in_flight := (p_settings->>'group_max_in_flight')::int;
+            IF v_q.group_max_in_flight IS NOT NULL THEN
+                PERFORM _check_int('group_max_in_flight', v_q.group_max_in_flight, 1, 100000);
+            END IF;
+        END IF;
+        IF p_settings ? 'group_overrides' THEN
+            v_setting := 'group_overrides';
+            v_q.group_overrides := _check_group_overrides(v_q.group_overrides, p_settings->'group_overrides');
+        END IF;
         IF p_settings ? 'processed_retention' THEN
             v_setting := 'processed_retention';
             v_q.processed_retention := (p_settings->>'processed_retention')::interval;
@@ -243,6 +255,8 @@ BEGIN
                     WHEN 'max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
                     WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
                     WHEN 'rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
+                    WHEN 'group_max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
+                    WHEN 'group_overrides' THEN 'an object of groups, each {"max_in_flight": 1..100000} or null (no override)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -262,12 +276,13 @@ BEGIN
            rate = v_q.rate,
            rate_per = v_q.rate_per,
            rate_burst = v_q.rate_burst,
+           group_max_in_flight = v_q.group_max_in_flight,
+           group_overrides = v_q.group_overrides,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
-    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst'] THEN
-        PERFORM _flow_set(p_queue, v_q.max_in_flight, p_settings ? 'max_in_flight', v_q.rate IS NOT NULL,
-                          coalesce(v_q.rate_burst, v_q.rate), clock_timestamp());
+    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides'] THEN
+        PERFORM _flow_set(v_q, p_settings ?| ARRAY['max_in_flight', 'group_max_in_flight', 'group_overrides'], clock_timestamp());
     END IF;
     RETURN v_q;
 END

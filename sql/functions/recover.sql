@@ -108,13 +108,13 @@ BEGIN
     WITH d AS (
         DELETE FROM message m
          WHERE m.queue = p_queue AND m.id = ANY (v_ids) AND m.attempt >= v_q.max_attempts
-        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at, m.lane, m.dedup, m.priority
+        RETURNING m.queue, m.id, m.key, m.payload, m.headers, m.attempt, m.owner, m.last_error, m.created_at, m.lane, m.dedup, m.priority, m.grp
     ), x AS (
-        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority)
+        INSERT INTO message_dead (queue, id, key, payload, headers, attempts, last_error, created_at, dead_at, lane, dedup, priority, grp)
         SELECT d.queue, d.id, d.key, d.payload, d.headers, d.attempt,
                CASE WHEN d.owner IS NULL THEN d.last_error
                     ELSE 'lease of ' || d.owner || ' expired on the last attempt' END,
-               d.created_at, v_now, d.lane, d.dedup, d.priority
+               d.created_at, v_now, d.lane, d.dedup, d.priority, d.grp
           FROM d
         RETURNING message_dead.id, message_dead.lane
     )

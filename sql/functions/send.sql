@@ -249,7 +249,7 @@ $$;
 -- the key, and true.
 CREATE OR REPLACE FUNCTION _send(p_q queue, p_payload jsonb, p_headers jsonb, p_key text, p_deliver_at timestamptz,
                                  p_now timestamptz, p_lane text, p_unique_key text, p_unique_for interval,
-                                 p_priority smallint, OUT id bigint, OUT duplicate boolean)
+                                 p_priority smallint, p_group text, OUT id bigint, OUT duplicate boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -290,8 +290,8 @@ BEGIN
     <<ins>>
     BEGIN
         IF v_inbox THEN
-            INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until, lane, priority)
-            VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority)
+            INSERT INTO message (queue, key, dedup, payload, headers, visible_at, created_at, parked_until, lane, priority, grp)
+            VALUES (p_q.name, p_key, true, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority, p_group)
             ON CONFLICT (queue, key) WHERE dedup DO NOTHING
             RETURNING message.id INTO v_id;
             EXIT ins WHEN v_id IS NULL;
@@ -324,16 +324,16 @@ BEGIN
                 v_id := NULL;
             END IF;
         ELSIF p_unique_key IS NULL THEN
-            INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane, priority)
-            VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority)
+            INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane, priority, grp)
+            VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority, p_group)
             RETURNING message.id INTO v_id;
         ELSE
             -- unique send, step 1 (header)
             LOOP
                 INSERT INTO message (queue, key, payload, headers, visible_at, created_at, parked_until, lane, priority,
-                                     unique_key)
+                                     unique_key, grp)
                 VALUES (p_q.name, p_key, p_payload, v_headers, v_visible, v_created, v_parked, p_lane, p_priority,
-                        p_unique_key)
+                        p_unique_key, p_group)
                 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
                 RETURNING message.id INTO v_id;
                 EXIT WHEN v_id IS NOT NULL;
@@ -375,7 +375,7 @@ $$;
 -- _send, the notification.
 CREATE OR REPLACE FUNCTION _send_one(p_queue text, p_payload jsonb, p_headers jsonb, p_key text,
                                      p_deliver_at timestamptz, p_lane text, p_unique_key text,
-                                     p_unique_for interval, p_priority smallint,
+                                     p_unique_for interval, p_priority smallint, p_group text,
                                      OUT id bigint, OUT duplicate boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -396,6 +396,7 @@ BEGIN
     END IF;
     PERFORM _check_deliver_at('p_deliver_at', p_deliver_at);
     PERFORM _check_lane('p_lane', p_lane);
+    PERFORM _check_group('p_group', p_group);
     IF p_priority IS DISTINCT FROM 0 THEN
         PERFORM _check_priority('p_priority', p_priority);
     END IF;
@@ -404,7 +405,7 @@ BEGIN
                               v_q.kind = 'inbox' AND p_key IS NOT NULL);
     END IF;
     v_r := _send(v_q, p_payload, p_headers, p_key, p_deliver_at, clock_timestamp(), p_lane,
-                 p_unique_key, p_unique_for, p_priority);
+                 p_unique_key, p_unique_for, p_priority, p_group);
     id := v_r.id;
     duplicate := v_r.duplicate;
     IF NOT duplicate THEN
@@ -421,11 +422,14 @@ $$;
 -- handed out only after every message sent to the lane before it has left
 -- the queue. p_unique_key (at most 1000 characters) and p_unique_for (1
 -- second to 365 days): see the header. p_priority -100..100, higher claimed
--- first (claim.sql). send_unique says which of the ids are duplicates.
+-- first (claim.sql). p_group (NULL: none; else at most 200 characters)
+-- puts it in that group of the queue: claims take turns between the groups
+-- with due messages, and group limits apply to it (flow.sql). send_unique
+-- says which of the ids are duplicates.
 CREATE OR REPLACE FUNCTION send(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}', p_key text DEFAULT NULL,
                                 p_deliver_at timestamptz DEFAULT NULL, p_lane text DEFAULT NULL,
                                 p_unique_key text DEFAULT NULL, p_unique_for interval DEFAULT NULL,
-                                p_priority smallint DEFAULT 0)
+                                p_priority smallint DEFAULT 0, p_group text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -433,7 +437,8 @@ AS $$
 DECLARE
     v_r record;
 BEGIN
-    v_r := _send_one(p_queue, p_payload, p_headers, p_key, p_deliver_at, p_lane, p_unique_key, p_unique_for, p_priority);
+    v_r := _send_one(p_queue, p_payload, p_headers, p_key, p_deliver_at, p_lane, p_unique_key, p_unique_for, p_priority,
+                     p_group);
     RETURN v_r.id;
 END
 $$;
@@ -444,7 +449,8 @@ $$;
 CREATE OR REPLACE FUNCTION send_unique(p_queue text, p_payload jsonb, p_headers jsonb DEFAULT '{}',
                                        p_key text DEFAULT NULL, p_deliver_at timestamptz DEFAULT NULL,
                                        p_lane text DEFAULT NULL, p_unique_key text DEFAULT NULL,
-                                       p_unique_for interval DEFAULT NULL, p_priority smallint DEFAULT 0)
+                                       p_unique_for interval DEFAULT NULL, p_priority smallint DEFAULT 0,
+                                       p_group text DEFAULT NULL)
 RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -452,7 +458,7 @@ AS $$
 BEGIN
     RETURN QUERY SELECT s.id, s.duplicate
                    FROM _send_one(p_queue, p_payload, p_headers, p_key, p_deliver_at, p_lane, p_unique_key,
-                                  p_unique_for, p_priority) s;
+                                  p_unique_for, p_priority, p_group) s;
 END
 $$;
 
@@ -481,7 +487,7 @@ $$;
 -- per batch.
 CREATE OR REPLACE FUNCTION _send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[], p_keys text[],
                                        p_deliver_at timestamptz[], p_lanes text[], p_unique_keys text[],
-                                       p_unique_for interval[], p_priorities smallint[])
+                                       p_unique_for interval[], p_priorities smallint[], p_groups text[])
 RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -525,6 +531,12 @@ BEGIN
     PERFORM _check_elements('p_unique_keys', cardinality(p_unique_keys), v_n);
     PERFORM _check_elements('p_unique_for', cardinality(p_unique_for), v_n);
     PERFORM _check_elements('p_priorities', cardinality(p_priorities), v_n);
+    PERFORM _check_elements('p_groups', cardinality(p_groups), v_n);
+    IF p_groups IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_groups) x WHERE length(x) > 200 OR x !~ '^[A-Za-z0-9_.:/@-]+$') THEN
+        FOR i IN 1 .. v_n LOOP
+            PERFORM _check_group(format('p_groups[%s]', i), p_groups[i]);
+        END LOOP;
+    END IF;
     IF p_priorities IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_priorities) x WHERE x IS NULL OR x < -100 OR x > 100) THEN
         FOR i IN 1 .. v_n LOOP
             PERFORM _check_priority(format('p_priorities[%s]', i), p_priorities[i]);
@@ -574,7 +586,7 @@ BEGIN
         -- the lanes locked already).
         FOR i IN 1 .. v_n LOOP
             v_r := _send(v_q, p_payloads[i], p_headers[i], p_keys[i], p_deliver_at[i], v_now, p_lanes[i],
-                         p_unique_keys[i], p_unique_for[i], coalesce(p_priorities[i], 0::smallint));
+                         p_unique_keys[i], p_unique_for[i], coalesce(p_priorities[i], 0::smallint), p_groups[i]);
             v_ids[i] := v_r.id;
             v_dups[i] := v_r.duplicate;
             v_any := v_any OR NOT v_r.duplicate;
@@ -589,14 +601,14 @@ BEGIN
         -- Ids are drawn first (after the lane locks) so that they can be
         -- returned in input order (INSERT … RETURNING does not promise an order).
         v_ids := ARRAY(SELECT nextval('message_id_seq') FROM generate_series(1, v_n));
-        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until, lane, priority)
+        INSERT INTO message (queue, id, key, payload, headers, visible_at, created_at, parked_until, lane, priority, grp)
         SELECT v_q.name, u.id, u.key, u.payload, coalesce(u.headers, '{}'), coalesce(u.deliver_at, v_now),
                CASE WHEN x.name IS NULL THEN v_now ELSE greatest(v_now, x.last_at) END,
                CASE WHEN x.name IS NOT NULL AND (x.busy OR x.first <> u.k) THEN 'infinity'::timestamptz
                     WHEN u.deliver_at > v_now THEN u.deliver_at END,
-               u.lane, coalesce(u.priority, 0)
-          FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes, p_priorities)
-               WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, priority, k)
+               u.lane, coalesce(u.priority, 0), u.grp
+          FROM unnest(v_ids, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes, p_priorities, p_groups)
+               WITH ORDINALITY u(id, payload, headers, key, deliver_at, lane, priority, grp, k)
           LEFT JOIN unnest(v_names, v_firsts, v_busies, v_lasts) x(name, first, busy, last_at) ON x.name = u.lane;
         IF false = ANY (v_news) THEN -- a lane created here has last_at = v_now already
             UPDATE lane l SET last_at = greatest(v_now, x.last_at)
@@ -615,21 +627,22 @@ $$;
 -- send_batch sends up to 10000 messages at once and returns one id per input
 -- element, in input order, as send returns it (NULL for an inbox duplicate,
 -- also a duplicate within the batch; a unique duplicate: the holder's id).
--- p_headers, p_keys, p_deliver_at, p_lanes, p_unique_keys, p_unique_for and
--- p_priorities are NULL or arrays of the same length as p_payloads; each
+-- p_headers, p_keys, p_deliver_at, p_lanes, p_unique_keys, p_unique_for,
+-- p_priorities and p_groups are NULL or arrays of the same length as p_payloads; each
 -- element as send's argument of that name (NULL: none; a priority may not
 -- be NULL). send_batch_unique says which are duplicates.
 CREATE OR REPLACE FUNCTION send_batch(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
                                       p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL,
                                       p_lanes text[] DEFAULT NULL, p_unique_keys text[] DEFAULT NULL,
-                                      p_unique_for interval[] DEFAULT NULL, p_priorities smallint[] DEFAULT NULL)
+                                      p_unique_for interval[] DEFAULT NULL, p_priorities smallint[] DEFAULT NULL,
+                                      p_groups text[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN QUERY SELECT b.id FROM _send_batch(p_queue, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes,
-                                              p_unique_keys, p_unique_for, p_priorities) b;
+                                              p_unique_keys, p_unique_for, p_priorities, p_groups) b;
 END
 $$;
 
@@ -638,7 +651,8 @@ $$;
 CREATE OR REPLACE FUNCTION send_batch_unique(p_queue text, p_payloads jsonb[], p_headers jsonb[] DEFAULT NULL,
                                              p_keys text[] DEFAULT NULL, p_deliver_at timestamptz[] DEFAULT NULL,
                                              p_lanes text[] DEFAULT NULL, p_unique_keys text[] DEFAULT NULL,
-                                             p_unique_for interval[] DEFAULT NULL, p_priorities smallint[] DEFAULT NULL)
+                                             p_unique_for interval[] DEFAULT NULL, p_priorities smallint[] DEFAULT NULL,
+                                             p_groups text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -646,6 +660,6 @@ AS $$
 BEGIN
     RETURN QUERY SELECT b.id, b.duplicate
                    FROM _send_batch(p_queue, p_payloads, p_headers, p_keys, p_deliver_at, p_lanes,
-                                    p_unique_keys, p_unique_for, p_priorities) b;
+                                    p_unique_keys, p_unique_for, p_priorities, p_groups) b;
 END
 $$;
