@@ -329,7 +329,10 @@ func (c *Client) QueueCreate(ctx context.Context, queue string, kind QueueKind, 
 // backoff_max, backoff_jitter (a number 0..1), lease_default, claim_rescan,
 // processed_retention, dead_retention (intervals as PostgreSQL interval text
 // such as "30 seconds"; nil retention = forever), lane_dead ("move_on" or
-// "block"). docs/queues.md has the
+// "block"), and flow control (docs/queues.md, "Flow control"): max_in_flight,
+// rate ("N/s", "N/min"), rate_burst, group_max_in_flight and
+// group_overrides (map[string]any{"acme": map[string]any{"max_in_flight":
+// 10}}; a group mapped to nil loses its override). docs/queues.md has the
 // ranges; a value out of range is an ErrInvalidArgument and changes nothing.
 func (c *Client) QueueConfigure(ctx context.Context, queue string, settings map[string]any) error {
 	b, err := json.Marshal(settings)

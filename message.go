@@ -44,6 +44,13 @@ type Message struct {
 	// first; -100..100, default 0. A lane stays in its order: its head
 	// competes with its own priority. docs/queues.md, "Priorities".
 	Priority int16
+	// Group puts the message in a group of its queue (a tenant, a customer,
+	// a downstream host; at most 200 characters, empty: none). Claims take
+	// turns between the groups with due messages, so one group's backlog
+	// does not starve the others, and the queue's group_max_in_flight and
+	// group_overrides (QueueConfigure) bound each group's leases. A message
+	// may have a Lane too: the lane orders it, the group gives it its turns.
+	Group string
 }
 
 // SendResult is what a send did with one message.

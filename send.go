@@ -33,7 +33,7 @@ func defaultClient(db DBTX) *Client {
 // nothing was inserted: an inbox duplicate (id 0) or a unique duplicate
 // (m.UniqueKey held: id is the holder's). SendResult says which.
 func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool, error) {
-	if m.UniqueKey != "" || m.UniqueFor != 0 || m.Priority != 0 {
+	if m.UniqueKey != "" || m.UniqueFor != 0 || m.Priority != 0 || m.Group != "" {
 		r, err := c.SendResult(ctx, queue, m)
 		return r.ID, err == nil && !r.Duplicate, err
 	}
@@ -70,9 +70,9 @@ func (c *Client) SendResult(ctx context.Context, queue string, m Message) (SendR
 	var r SendResult
 	err = c.db.QueryRow(ctx, "SELECT s.id, s.duplicate FROM "+c.fn("send_unique")+
 		"($1::pg_catalog.text, $2::pg_catalog.jsonb, $3::pg_catalog.jsonb, $4::pg_catalog.text, $5::pg_catalog.timestamptz, "+
-		"$6::pg_catalog.text, $7::pg_catalog.text, $8::pg_catalog.interval, $9::pg_catalog.int2) s",
+		"$6::pg_catalog.text, $7::pg_catalog.text, $8::pg_catalog.interval, $9::pg_catalog.int2, $10::pg_catalog.text) s",
 		queue, payloadArg(m.Payload), headers, nullString(m.Key), nullTime(m.DeliverAt),
-		nullString(m.Lane), nullString(m.UniqueKey), nullDuration(m.UniqueFor), m.Priority).Scan(&id, &r.Duplicate)
+		nullString(m.Lane), nullString(m.UniqueKey), nullDuration(m.UniqueFor), m.Priority, nullString(m.Group)).Scan(&id, &r.Duplicate)
 	if err != nil {
 		return SendResult{}, wrapErr("send", err)
 	}
@@ -106,7 +106,7 @@ func (c *Client) SendBatchResults(ctx context.Context, queue string, ms []Messag
 func (c *Client) sendBatch(ctx context.Context, queue string, ms []Message, results bool) ([]SendResult, error) {
 	payloads := make([]*string, len(ms))
 	headers := make([]*string, len(ms))
-	var keys, lanes, uniques []*string
+	var keys, lanes, uniques, groups []*string
 	var at []*time.Time
 	var uniqueFor []*time.Duration
 	var priorities []int16
@@ -158,6 +158,13 @@ func (c *Client) sendBatch(ctx context.Context, queue string, ms []Message, resu
 			d := m.UniqueFor
 			uniqueFor[i] = &d
 		}
+		if m.Group != "" {
+			if groups == nil {
+				groups = make([]*string, len(ms))
+			}
+			g := m.Group
+			groups[i] = &g
+		}
 		if m.Priority != 0 && priorities == nil {
 			priorities = make([]int16, len(ms))
 		}
@@ -169,10 +176,10 @@ func (c *Client) sendBatch(ctx context.Context, queue string, ms []Message, resu
 	sql := "SELECT " + c.fn("send_batch") + "($1, " + head + ")"
 	args := []any{queue, payloads, headers, keys, at}
 	switch {
-	case results || uniques != nil || uniqueFor != nil || priorities != nil:
+	case results || uniques != nil || uniqueFor != nil || priorities != nil || groups != nil:
 		sql = "SELECT b.id, b.duplicate FROM " + c.fn("send_batch_unique") + "($1::pg_catalog.text, " + head +
-			", $6::pg_catalog.text[], $7::pg_catalog.text[], $8::pg_catalog.interval[], $9::pg_catalog.int2[]) b"
-		args = append(args, lanes, uniques, uniqueFor, priorities)
+			", $6::pg_catalog.text[], $7::pg_catalog.text[], $8::pg_catalog.interval[], $9::pg_catalog.int2[], $10::pg_catalog.text[]) b"
+		args = append(args, lanes, uniques, uniqueFor, priorities, groups)
 		results = true
 	case lanes != nil:
 		sql = "SELECT " + c.fn("send_batch") + "($1, " + head + ", $6::pg_catalog.text[])"

@@ -98,6 +98,13 @@
 -- (an order that changes with the clock cannot be an index's order); use
 -- another queue for work that must not wait behind a higher priority.
 --
+-- Groups (send's p_group; flow.sql, "Groups"). Grouped rows are in neither
+-- claim index above but in message_group, and claims take turns between
+-- the groups (_claim_groups): the groups' part of the batch first, then the
+-- passes above for the messages without a group, then the groups again
+-- while the batch has room. A queue without grouped rows pays one probe of
+-- message_group.
+--
 -- Each row carries its lane (NULL: none) last, so that a consumer knows which
 -- of its messages must keep their order among themselves.
 --
@@ -186,6 +193,7 @@ DECLARE
     v_gafter text;
     v_gcount int;
     v_gshare int;
+    v_grouped boolean;
     v_gr record;
     v_glast text;
     v_g_ids bigint[] := '{}';
@@ -331,9 +339,11 @@ BEGIN
     END IF;
     -- Groups (flow.sql): the groups' part of the batch first, all but the
     -- share of the messages without a group (one part in the groups the
-    -- last claim served + 1).
-    IF v_gcount > 0 THEN
-        v_gshare := v_batch - ceil(v_batch::numeric / (v_gcount + 1))::int;
+    -- last claim served + 1, at least 1). A queue whose messages have no
+    -- group pays one probe of message_group here.
+    v_grouped := v_gcount > 0 OR EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
+    IF v_grouped THEN
+        v_gshare := v_batch - ceil(v_batch::numeric / (greatest(v_gcount, 1) + 1))::int;
         IF v_gshare > 0 THEN
             SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
             v_all := v_gr.tids;
@@ -425,7 +435,7 @@ BEGIN
     END LOOP;
     -- The groups again when the batch has room: the rest of their turns,
     -- or every group's when the last claim served none.
-    IF v_n < v_batch THEN
+    IF v_n < v_batch AND v_grouped THEN
         SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr
           FROM _claim_groups(v_q, coalesce(v_glast, v_gafter), v_batch - v_n, v_g_ids, v_g_grps, v_now) g;
         IF cardinality(v_gr.ids) > 0 THEN
