@@ -92,7 +92,7 @@ func TestBenchClaimOnlyAndRescan(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ args, want string }{
-		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, stats, pgsweep1rt and worker, comma-separated; got "bogus"`},
+		{"--only pop,bogus", `--only takes pop, seed003, pgsweep, stats, limited, pgsweep1rt and worker, comma-separated; got "bogus"`},
 		{"--claim-rescan 2m", "--claim-rescan 0s..1m"},
 		{"--stats-interval 500ms", "--stats-interval must be 1s..1m, got 500ms"},
 		{"--stats-interval 2m", "--stats-interval must be 1s..1m, got 2m0s"},
