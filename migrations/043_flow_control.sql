@@ -1,14 +1,14 @@
 -- pgsweep 0.43: flow control (issue 26). A queue's max_in_flight
 -- (queue_configure) bounds the messages of the queue leased at once, across
--- every worker and replica: a claim takes a free slot of flow_slot for each
--- message it takes (flow.sql); a queue's rate ('N/s', 'N/min', with
+-- every worker and replica: a claim records what it keeps in a grant, under
+-- a gate's lock (flow_gate, flow_grant; flow.sql); a queue's rate ('N/s', 'N/min', with
 -- rate_burst) is a token bucket in flow_bucket that claims refill and spend.
 -- A queue without either has no rows there and pays nothing.
 -- Groups: send's p_group puts a message in a group (message.grp); claims
 -- take turns between the groups with due messages (message_group, the
 -- rotation's position in claim_cursor), and group_max_in_flight with the
--- per-group group_overrides bound each group's leases with slots of its own
--- (flow_slot.grp). Grouped rows leave message_claim and
+-- per-group group_overrides bound each group's leases with a gate of its own
+-- (flow_gate.grp). Grouped rows leave message_claim and
 -- message_claim_priority, which are built again (a lock on message while
 -- they build: for the rows waiting or in flight).
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
@@ -68,22 +68,28 @@ BEGIN
 END
 $$;
 
-CREATE TABLE flow_slot (
-    queue      text NOT NULL,
-    -- '' the queue's own slots (max_in_flight), else a group's (group names are never empty)
-    grp        text NOT NULL DEFAULT '',
-    n          int NOT NULL,
-    message_id bigint,
-    token      uuid,
-    -- free once passed: '-infinity' when settled, the lease's expiry while held
-    expires_at timestamptz NOT NULL DEFAULT '-infinity',
-    PRIMARY KEY (queue, grp, n)
+-- max_in_flight (flow.sql): a claim keeps rows under a gate's row lock and
+-- records them in a grant; the messages leased are the ids of the live
+-- grants. A queue's limit has up to eight gates, a limited group one.
+CREATE TABLE flow_gate (
+    queue  text NOT NULL,
+    grp    text NOT NULL, -- '' the queue's own gates, else a group's (group names are never empty)
+    stripe int NOT NULL,
+    PRIMARY KEY (queue, grp, stripe)
 );
-COMMENT ON TABLE flow_slot IS 'pgsweep max_in_flight slots: one row per message a queue or a group may have in flight (flow.sql)';
--- claims find the free slots (expires_at passed) without reading the held ones
-CREATE INDEX flow_slot_free ON flow_slot (queue, grp, expires_at);
--- complete, fail, release, dead_letter and renew find their claim's slots by token
-CREATE INDEX flow_slot_token ON flow_slot (queue, token) WHERE token IS NOT NULL;
+COMMENT ON TABLE flow_gate IS 'pgsweep max_in_flight gates: the row a claim locks to take room (flow.sql)';
+CREATE TABLE flow_grant (
+    queue      text NOT NULL,
+    grp        text NOT NULL,
+    stripe     int NOT NULL,
+    token      uuid NOT NULL,      -- the claim's
+    ids        bigint[] NOT NULL,  -- the messages it holds
+    expires_at timestamptz NOT NULL, -- its leases' expiry: counts for nothing once passed
+    PRIMARY KEY (queue, grp, stripe, token)
+);
+COMMENT ON TABLE flow_grant IS 'pgsweep max_in_flight grants: the messages a claim holds under a gate (flow.sql)';
+-- complete, fail, release, dead_letter and renew find their claim's grants by token
+CREATE INDEX flow_grant_token ON flow_grant (queue, token);
 
 CREATE TABLE flow_bucket (
     queue  text PRIMARY KEY,
@@ -101,8 +107,19 @@ DROP FUNCTION send_batch_unique(text, jsonb[], jsonb[], text[], timestamptz[], t
 DROP FUNCTION _send_batch(text, jsonb[], jsonb[], text[], timestamptz[], text[], text[], interval[], smallint[]);
 
 -- pgsweep:changed functions/flow.sql
-CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
-                                      p_want int, p_now timestamptz)
+CREATE OR REPLACE FUNCTION _flow_stripes(p_limit int)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT least(8, p_limit) $$;
+
+CREATE OR REPLACE FUNCTION _flow_cap(p_limit int, p_stripe int)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_limit / least(8, p_limit) + CASE WHEN p_stripe <= p_limit % least(8, p_limit) THEN 1 ELSE 0 END $$;
+
+CREATE OR REPLACE FUNCTION _flow_used(p_queue text, p_grp text, p_stripe int, p_now timestamptz)
 RETURNS int
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -110,16 +127,26 @@ AS $$
 -- plpgsql, not sql: Citus cannot plan a SQL function's statements on a
 -- distributed table with its parameters in them
 DECLARE
+    v_used int;
+BEGIN
+    SELECT coalesce(sum(cardinality(g.ids)), 0)::int INTO v_used
+      FROM flow_grant g
+     WHERE g.queue = p_queue AND g.grp = p_grp AND (p_stripe IS NULL OR g.stripe = p_stripe) AND g.expires_at > p_now;
+    RETURN v_used;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
+                                      p_want int, p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
     v_room int := p_want;
 BEGIN
     IF p_limit IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM flow_slot h WHERE h.queue = p_queue AND h.grp = '' AND h.n > p_limit AND h.expires_at > p_now) THEN
-            RETURN 0;
-        END IF;
-        SELECT count(*)::int INTO v_room
-          FROM (SELECT 1 FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.grp = '' AND s.expires_at <= p_now AND s.n <= p_limit
-                 LIMIT p_want) f;
+        v_room := least(v_room, p_limit - _flow_used(p_queue, '', NULL, p_now));
     END IF;
     IF p_per_second IS NOT NULL AND v_room > 0 THEN
         SELECT least(v_room, floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int)
@@ -127,63 +154,118 @@ BEGIN
           FROM flow_bucket b WHERE b.queue = p_queue;
         v_room := coalesce(v_room, 0);
     END IF;
-    RETURN v_room;
+    RETURN greatest(v_room, 0);
 END
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_allow(p_queue text, p_limit int, p_per_second double precision, p_burst int,
-                                       p_want int, p_now timestamptz, OUT slots tid[], OUT allowed int)
+CREATE OR REPLACE FUNCTION _flow_gates(p_queue text, p_grp text, p_limit int, p_want int, p_now timestamptz,
+                                       OUT stripes int[], OUT rooms int[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_n int := CASE WHEN p_grp = '' THEN _flow_stripes(p_limit) ELSE 1 END; -- a group: one gate
+    v_s int;
+    v_room int;
+    v_got int := 0;
 BEGIN
-    allowed := p_want;
-    IF p_limit IS NOT NULL THEN
-        SELECT array_agg(f.ctid) INTO slots
-          FROM (SELECT s.ctid FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.grp = '' AND s.expires_at <= p_now AND s.n <= p_limit
-                 ORDER BY s.expires_at, s.n
-                 LIMIT p_want
-                   FOR UPDATE SKIP LOCKED) f
-         WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
-                            WHERE h.queue = p_queue AND h.grp = '' AND h.n > p_limit AND h.expires_at > p_now);
-        allowed := coalesce(cardinality(slots), 0);
-        IF allowed = 0 THEN
-            RETURN;
+    stripes := '{}';
+    rooms := '{}';
+    FOR v_i IN 0 .. v_n - 1 LOOP
+        EXIT WHEN v_got >= p_want;
+        v_s := 1 + (pg_backend_pid() + v_i) % v_n;
+        PERFORM 1 FROM flow_gate g WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE WHEN p_grp = ''; -- the queue's gates exist (_flow_set): locked by another claim
+            -- a group's gate is made by its first claim (one that makes it at
+            -- the same moment waits for this one's commit); one that exists
+            -- was locked by another claim
+            INSERT INTO flow_gate (queue, grp, stripe) VALUES (p_queue, p_grp, v_s) ON CONFLICT DO NOTHING;
+            CONTINUE WHEN NOT FOUND;
+        END IF;
+        v_room := least(p_want - v_got, CASE WHEN p_grp = '' THEN _flow_cap(p_limit, v_s) ELSE p_limit END
+                                        - _flow_used(p_queue, p_grp, v_s, p_now));
+        IF v_room > 0 THEN
+            stripes := stripes || v_s;
+            rooms := rooms || v_room;
+            v_got := v_got + v_room;
+        END IF;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_keep(p_q queue, p_ids bigint[], p_gids bigint[], p_ggrps text[], p_token uuid,
+                                      p_until timestamptz, p_now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kept bigint[] := p_ids;
+    v_g record;
+    v_gate record;
+    v_allowed int;
+    v_group_ids bigint[] := '{}';
+    v_group_grps text[] := '{}';
+    v_rate double precision := p_q.rate / extract(epoch FROM p_q.rate_per);
+BEGIN
+    -- the groups' gates, in name order (one lock order)
+    IF (p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL) AND cardinality(p_gids) > 0 THEN
+        FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
+                     FROM unnest(p_gids, p_ggrps) WITH ORDINALITY u(id, g, o)
+                    GROUP BY u.g
+                    ORDER BY u.g COLLATE "C" LOOP
+            CONTINUE WHEN v_g.lim IS NULL;
+            SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, v_g.g, v_g.lim, cardinality(v_g.ids), p_now) f;
+            v_allowed := coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int;
+            IF v_allowed < cardinality(v_g.ids) THEN
+                v_kept := ARRAY(SELECT k FROM unnest(v_kept) WITH ORDINALITY x(k, o)
+                                 WHERE NOT k = ANY (v_g.ids[v_allowed + 1:]) ORDER BY o);
+            END IF;
+            IF v_allowed > 0 THEN
+                v_group_ids := v_group_ids || v_g.ids[1:v_allowed];
+                v_group_grps := v_group_grps || array_fill(v_g.g, ARRAY[v_allowed]);
+            END IF;
+        END LOOP;
+    END IF;
+    -- the queue's gates
+    IF p_q.max_in_flight IS NOT NULL AND cardinality(v_kept) > 0 THEN
+        SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, '', p_q.max_in_flight, cardinality(v_kept), p_now) f;
+        v_kept := v_kept[1:coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int];
+    END IF;
+    -- the bucket
+    IF v_rate IS NOT NULL AND cardinality(v_kept) > 0 THEN
+        UPDATE flow_bucket b
+           SET tokens = least(coalesce(p_q.rate_burst, p_q.rate), b.tokens + v_rate * greatest(0, extract(epoch FROM p_now - b.at))),
+               at = greatest(b.at, p_now)
+         WHERE b.queue = p_q.name
+           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_q.name FOR UPDATE SKIP LOCKED)
+        RETURNING least(cardinality(v_kept), floor(b.tokens)::int) INTO v_allowed;
+        v_kept := v_kept[1:coalesce(v_allowed, 0)];
+        IF cardinality(v_kept) > 0 THEN
+            UPDATE flow_bucket b SET tokens = b.tokens - cardinality(v_kept) WHERE b.queue = p_q.name;
         END IF;
     END IF;
-    IF p_per_second IS NOT NULL THEN
-        UPDATE flow_bucket b
-           SET tokens = least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))),
-               at = greatest(b.at, p_now)
-         WHERE b.queue = p_queue
-           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED)
-        RETURNING least(allowed, floor(b.tokens)::int) INTO allowed;
-        allowed := coalesce(allowed, 0);
+    IF cardinality(v_kept) = 0 THEN
+        RETURN v_kept;
     END IF;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION _flow_claimed(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz,
-                                         p_rated boolean, p_gslots tid[], p_gids bigint[])
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF p_slots IS NOT NULL THEN
-        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
-          FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
-         WHERE s.queue = p_queue AND s.ctid = x.slot;
+    -- the grants of what is kept: the queue's, filling its gates in order
+    IF p_q.max_in_flight IS NOT NULL THEN
+        INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+        SELECT p_q.name, '', x.stripe, p_token, v_kept[x.upto - x.room + 1:least(x.upto, cardinality(v_kept))], p_until
+          FROM (SELECT s.stripe, s.room, sum(s.room) OVER (ORDER BY s.o)::int AS upto
+                  FROM unnest(v_gate.stripes, v_gate.rooms) WITH ORDINALITY s(stripe, room, o)) x
+         WHERE x.upto - x.room < cardinality(v_kept);
     END IF;
-    IF cardinality(p_gslots) > 0 THEN
-        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
-          FROM unnest(p_gslots, p_gids) x(slot, id)
-         WHERE s.queue = p_queue AND s.ctid = x.slot AND x.id = ANY (p_ids);
+    -- and each group's
+    IF cardinality(v_group_ids) > 0 THEN
+        INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+        SELECT p_q.name, u.g, 1, p_token, array_agg(u.id ORDER BY u.id), p_until
+          FROM unnest(v_group_ids, v_group_grps) u(id, g)
+         WHERE u.id = ANY (v_kept)
+         GROUP BY u.g;
     END IF;
-    IF p_rated THEN
-        UPDATE flow_bucket b SET tokens = b.tokens - cardinality(p_ids) WHERE b.queue = p_queue;
-    END IF;
+    RETURN v_kept;
 END
 $$;
 
@@ -199,20 +281,16 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[], p_limit int)
+CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_gone boolean;
 BEGIN
-    DELETE FROM flow_slot s
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids) AND s.grp = '' AND s.n > p_limit;
-    v_gone := FOUND;
-    UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = '-infinity'
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
-    IF FOUND OR v_gone THEN
+    UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
+     WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids;
+    IF FOUND THEN
+        DELETE FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token AND cardinality(g.ids) = 0;
         PERFORM _notify_local(p_queue);
     END IF;
 END
@@ -225,12 +303,9 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_limit int := p_q.max_in_flight;
-    v_l record;
-    v_n int;
-    v_id bigint;
-    v_token uuid;
-    v_until timestamptz;
-    v_grp text;
+    v_tokens uuid[];
+    v_ids bigint[];
+    v_untils timestamptz[];
 BEGIN
     IF p_q.rate IS NOT NULL THEN
         INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_q.name, coalesce(p_q.rate_burst, p_q.rate), p_now)
@@ -238,70 +313,61 @@ BEGIN
     ELSE
         DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
     END IF;
-    IF v_limit IS NULL THEN
-        DELETE FROM flow_slot s WHERE s.queue = p_q.name AND s.grp = '';
-    ELSE
-        -- Neither statement waits for a claim in progress: the slots that exist
-        -- are not inserted again, and a free slot above the limit that a claim
-        -- has locked stays (claims take no slot above the limit).
-        INSERT INTO flow_slot (queue, grp, n)
-        SELECT p_q.name, '', g FROM generate_series(1, v_limit) g
-         WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = '' AND e.n = g)
-        ON CONFLICT (queue, grp, n) DO NOTHING;
-        DELETE FROM flow_slot s
-         WHERE s.queue = p_q.name
-           AND s.ctid IN (SELECT f.ctid FROM flow_slot f
-                           WHERE f.queue = p_q.name AND f.grp = '' AND f.n > v_limit AND f.expires_at <= p_now
-                             FOR UPDATE SKIP LOCKED);
+    IF p_q.group_max_in_flight IS NULL AND p_q.group_overrides IS NULL THEN
+        DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp <> '';
+        DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp <> '';
     END IF;
-    -- the groups' free slots above their limits (none without one); the
-    -- groups' first claims make their slots (_flow_group_slots)
-    DELETE FROM flow_slot s
-     WHERE s.queue = p_q.name
-       AND s.ctid IN (SELECT f.ctid FROM flow_slot f
-                       WHERE f.queue = p_q.name AND f.grp <> ''
-                         AND (f.expires_at <= p_now OR _flow_group_limit(p_q, f.grp) IS NULL)
-                         AND f.n > coalesce(_flow_group_limit(p_q, f.grp), 0)
-                         FOR UPDATE SKIP LOCKED);
-    IF NOT p_leases OR NOT _flow_slotted(p_q) THEN
+    IF v_limit IS NULL THEN
+        DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
+        DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp = '';
+    ELSE
+        INSERT INTO flow_gate (queue, grp, stripe)
+        SELECT p_q.name, '', s FROM generate_series(1, 8) s
+        ON CONFLICT DO NOTHING;
+    END IF;
+    IF NOT p_leases OR NOT _flow_limited(p_q) THEN
         RETURN;
     END IF;
-    -- The leases without a slot they need (claimed while the queue or their
-    -- group had no limit): one each, a free one first, else a new one above
-    -- the limit and every slot (so that claims wait for it as for a lowered
-    -- limit). A read of the queue's messages: queue_configure is rare.
-    FOR v_l IN
-        SELECT m.id, m.token, m.visible_at AS until, k.grp, k.lim
-          FROM message m
-         CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
-         WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
-           AND k.grp IS NOT NULL AND k.lim IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM flow_slot s
-                            WHERE s.queue = p_q.name AND s.grp = k.grp AND s.token = m.token AND s.message_id = m.id)
-         ORDER BY k.grp, m.id
-    LOOP
-        SELECT f.n INTO v_n
-          FROM flow_slot f
-         WHERE f.queue = p_q.name AND f.grp = v_l.grp AND f.n <= v_l.lim AND f.expires_at <= p_now
-         ORDER BY f.n
-         LIMIT 1
-           FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            -- a group's slot not made yet, else one above the limit
-            SELECT coalesce((SELECT g FROM generate_series(1, v_l.lim) g
-                              WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = v_l.grp AND e.n = g)
-                              ORDER BY g LIMIT 1),
-                            greatest(v_l.lim, max(f.n)) + 1)
-              INTO v_n FROM flow_slot f WHERE f.queue = p_q.name AND f.grp = v_l.grp;
-            INSERT INTO flow_slot (queue, grp, n) VALUES (p_q.name, v_l.grp, v_n);
-        END IF;
-        v_id := v_l.id;
-        v_token := v_l.token;
-        v_until := v_l.until;
-        v_grp := v_l.grp;
-        UPDATE flow_slot s SET message_id = v_id, token = v_token, expires_at = v_until
-         WHERE s.queue = p_q.name AND s.grp = v_grp AND s.n = v_n;
-    END LOOP;
+    -- every gate, in order: the claims deciding now finish first
+    PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
+    -- The leases out that no live grant holds (a read of the queue's
+    -- messages: queue_configure is rare): a grant for each claim, on the
+    -- queue's first gate and on their group's.
+    INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+    SELECT p_q.name, k.grp, 1, m.token, array_agg(m.id ORDER BY m.id), max(m.visible_at)
+      FROM message m
+     CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
+     WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
+       AND k.grp IS NOT NULL AND k.lim IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM flow_grant g
+                        WHERE g.queue = p_q.name AND g.grp = k.grp AND g.token = m.token AND m.id = ANY (g.ids)
+                          AND g.expires_at > p_now)
+     GROUP BY k.grp, m.token
+    ON CONFLICT (queue, grp, stripe, token) DO UPDATE
+       SET ids = flow_grant.ids || excluded.ids, expires_at = greatest(flow_grant.expires_at, excluded.expires_at);
+    IF v_limit IS NULL THEN
+        RETURN;
+    END IF;
+    -- The queue's live grants over its gates again: their ids in order,
+    -- gate by gate up to its share, the rest (above the limit) on the first.
+    SELECT array_agg(u.token ORDER BY u.token, u.id), array_agg(u.id ORDER BY u.token, u.id),
+           array_agg(u.expires_at ORDER BY u.token, u.id)
+      INTO v_tokens, v_ids, v_untils
+      FROM (SELECT g.token, x.id, g.expires_at FROM flow_grant g, unnest(g.ids) x(id)
+             WHERE g.queue = p_q.name AND g.grp = '' AND g.expires_at > p_now) u;
+    DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+    SELECT p_q.name, '', coalesce(c.stripe, 1), u.token, array_agg(u.id ORDER BY u.id), max(u.until)
+      FROM unnest(v_tokens, v_ids, v_untils) WITH ORDINALITY u(token, id, until, k)
+      LEFT JOIN LATERAL (SELECT s.stripe
+                           FROM (SELECT s, sum(_flow_cap(v_limit, s)) OVER (ORDER BY s) AS upto
+                                   FROM generate_series(1, _flow_stripes(v_limit)) s) s(stripe, upto)
+                          WHERE s.upto >= u.k
+                          ORDER BY s.stripe LIMIT 1) c ON true
+     GROUP BY coalesce(c.stripe, 1), u.token;
 END
 $$;
 
@@ -313,7 +379,7 @@ AS $$
     SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_slotted(p_q queue)
+CREATE OR REPLACE FUNCTION _flow_limited(p_q queue)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
@@ -393,8 +459,7 @@ BEGIN
                             LIMIT CASE WHEN NOT v_limited OR _flow_group_limit(p_q, r.g) IS NULL THEN v_quantum
                                        ELSE greatest(0, least(v_quantum,
                                                 _flow_group_limit(p_q, r.g)
-                                                - (SELECT count(*)::int FROM flow_slot f
-                                                    WHERE f.queue = p_q.name AND f.grp = r.g AND f.expires_at > p_now)
+                                                - _flow_used(p_q.name, r.g, NULL, p_now)
                                                 - coalesce(cardinality(array_positions(v_all_g, r.g)), 0))) END
                               FOR UPDATE SKIP LOCKED) t
                      WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g <= v_to)
@@ -415,53 +480,6 @@ BEGIN
         -- the next round: an equal part of what is left for each group served
         v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
     END LOOP;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION _flow_group_slots(p_q queue, p_ids bigint[], p_grps text[], p_now timestamptz,
-                                             OUT kept bigint[], OUT slots tid[], OUT slot_ids bigint[])
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_g record;
-    v_s tid[];
-BEGIN
-    slots := '{}';
-    slot_ids := '{}';
-    FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
-                 FROM unnest(p_ids, p_grps) WITH ORDINALITY u(id, g, o)
-                WHERE u.g IS NOT NULL
-                GROUP BY u.g
-                ORDER BY u.g COLLATE "C" LOOP
-        CONTINUE WHEN v_g.lim IS NULL;
-        SELECT array_agg(f.ctid) INTO v_s
-          FROM (SELECT s.ctid FROM flow_slot s
-                 WHERE s.queue = p_q.name AND s.grp = v_g.g AND s.expires_at <= p_now AND s.n <= v_g.lim
-                 ORDER BY s.expires_at, s.n
-                 LIMIT cardinality(v_g.ids)
-                   FOR UPDATE SKIP LOCKED) f;
-        IF coalesce(cardinality(v_s), 0) < cardinality(v_g.ids) THEN
-            -- the group's first claims: its slots up to the limit (a claim
-            -- making the same ones at once waits for this one's commit)
-            WITH made AS (
-                INSERT INTO flow_slot AS s (queue, grp, n)
-                SELECT p_q.name, v_g.g, g.n FROM generate_series(1, v_g.lim) g(n)
-                 WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = v_g.g AND e.n = g.n)
-                 LIMIT cardinality(v_g.ids) - coalesce(cardinality(v_s), 0)
-                ON CONFLICT (queue, grp, n) DO NOTHING
-                RETURNING s.ctid
-            )
-            SELECT coalesce(v_s, '{}') || coalesce(array_agg(made.ctid), '{}') INTO v_s FROM made;
-        END IF;
-        IF cardinality(v_s) > 0 THEN
-            slots := slots || v_s;
-            slot_ids := slot_ids || v_g.ids[1:cardinality(v_s)];
-        END IF;
-    END LOOP;
-    SELECT array_agg(u.id ORDER BY u.o) INTO kept
-      FROM unnest(p_ids, p_grps) WITH ORDINALITY u(id, g, o)
-     WHERE u.g IS NULL OR _flow_group_limit(p_q, u.g) IS NULL OR u.id = ANY (slot_ids);
 END
 $$;
 
@@ -555,38 +573,35 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + coalesce(p_lease, v_q.lease_default);
-    IF NOT _flow_slotted(v_q) THEN
+    IF NOT _flow_limited(v_q) THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id;
         RETURN;
     END IF;
-    -- Flow control (flow.sql): the claim's slots first (the lock order of
-    -- every verb); a lease is renewed only while every slot it needs (the
-    -- queue's, its group's) is still its own -- and not a slot above a
-    -- lowered limit that expired: claims may have used the room since --
-    -- then the slots of the leases renewed.
-    PERFORM 1 FROM flow_slot s
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-       FOR UPDATE;
+    -- Flow control (flow.sql): the claim's grants first (the lock order of
+    -- every verb); a lease is renewed only while the grants that hold it
+    -- (the queue's, its group's) are live -- an expired grant's room may
+    -- have been taken since -- and then those grants last as long.
+    PERFORM 1 FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token FOR UPDATE;
     SELECT array_agg(m.id) INTO v_held
       FROM message m
      WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
        AND NOT EXISTS (
            SELECT 1 FROM (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
             WHERE k.grp IS NOT NULL AND k.lim IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM flow_slot s
-                               WHERE s.queue = p_queue AND s.grp = k.grp AND s.token = p_token AND s.message_id = m.id
-                                 AND (s.n <= k.lim OR s.expires_at > v_now)));
+              AND NOT EXISTS (SELECT 1 FROM flow_grant g
+                               WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
+                                 AND g.expires_at > v_now));
     RETURN QUERY
     WITH r AS (
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (v_held) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id
-    ), s AS (
-        UPDATE flow_slot s SET expires_at = v_until
-         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id IN (SELECT r.id FROM r)
+    ), g AS (
+        UPDATE flow_grant g SET expires_at = greatest(g.expires_at, v_until)
+         WHERE g.queue = p_queue AND g.token = p_token AND g.expires_at > v_now AND g.ids && v_held
     )
     SELECT r.id FROM r;
 END
@@ -599,8 +614,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
-    v_limit int;
-    v_slotted boolean;
+    v_limited boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -614,7 +628,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, q.max_in_flight, _flow_slotted(q) INTO v_kind, v_limit, v_slotted FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, _flow_limited(q) INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -622,8 +636,8 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_slotted THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
+    IF v_limited THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
         IF v_kind = 'outbox' THEN
@@ -685,8 +699,8 @@ BEGIN
     PERFORM _check_ids(p_ids);
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    IF _flow_slotted(v_q) THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
+    IF _flow_limited(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY
@@ -765,8 +779,7 @@ DECLARE
     v_rate double precision;
     v_burst int;
     v_batch int;
-    v_keep int;
-    v_slots tid[];
+    v_kept bigint[];
     v_q queue;
     v_gafter text;
     v_gcount int;
@@ -776,9 +789,6 @@ DECLARE
     v_glast text;
     v_g_ids bigint[] := '{}';
     v_g_grps text[] := '{}';
-    v_gs record;
-    v_gslots tid[];
-    v_gslot_ids bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -835,7 +845,7 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
     -- Flow control (flow.sql): look for as many rows as there are free
-    -- slots and tokens, at most.
+    -- room and tokens, at most.
     v_batch := p_batch;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
         v_batch := _flow_room(p_queue, v_limit, v_rate, v_burst, p_batch, v_now);
@@ -1037,34 +1047,21 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    -- Group limits: each row of a limited group keeps a slot of its group,
-    -- or is let go (flow.sql).
-    IF cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) THEN
-        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_g_ids, v_g_grps, v_now) g;
-        v_gslots := v_gs.slots;
-        v_gslot_ids := v_gs.slot_ids;
-        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_g_ids) THEN
-            SELECT coalesce(array_agg(u.t ORDER BY u.o), '{}'), coalesce(array_agg(u.i ORDER BY u.o), '{}')
-              INTO v_all, v_all_ids
-              FROM unnest(v_all, v_all_ids) WITH ORDINALITY u(t, i, o)
-             WHERE NOT u.i = ANY (v_g_ids) OR u.i = ANY (v_gs.kept);
-            v_n := cardinality(v_all);
-            IF v_n = 0 THEN
-                RETURN;
-            END IF;
-        END IF;
-    END IF;
-    -- Flow control: keep as many rows as the claim locks slots and tokens
-    -- for. In a race that cut it no cursor or position moves: the rows let
-    -- go stay where the next claim looks.
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        SELECT a.slots, a.allowed INTO v_slots, v_keep FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, v_n, v_now) a;
-        IF v_keep = 0 THEN
+    -- Flow control (flow.sql): keep the rows the claim has room and tokens
+    -- for, under the gates of the queue and of its groups. In a race that
+    -- cut it no cursor or position moves: the rows let go stay where the
+    -- next claim looks.
+    v_token := gen_random_uuid();
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL
+       OR (cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL)) THEN
+        v_kept := _flow_keep(v_q, v_all_ids, v_g_ids, v_g_grps, v_token, v_until, v_now);
+        IF cardinality(v_kept) = 0 THEN
             RETURN;
-        ELSIF v_keep < v_n THEN
-            v_all := v_all[1:v_keep];
-            v_all_ids := v_all_ids[1:v_keep];
-            v_n := v_keep;
+        ELSIF cardinality(v_kept) < v_n THEN
+            SELECT array_agg(u.t ORDER BY u.o), array_agg(u.i ORDER BY u.o) INTO v_all, v_all_ids
+              FROM unnest(v_all, v_all_ids) WITH ORDINALITY u(t, i, o)
+             WHERE u.i = ANY (v_kept);
+            v_n := cardinality(v_all);
             v_last_at := NULL;
             v_tp := '{}';
             v_prescan := false;
@@ -1119,10 +1116,6 @@ BEGIN
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 
-    v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
-    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m
@@ -1158,12 +1151,9 @@ DECLARE
     v_rate double precision;
     v_burst int;
     v_allowed int;
-    v_slots tid[];
     v_q queue;
     v_grps text[];
-    v_gs record;
-    v_gslots tid[];
-    v_gslot_ids bigint[];
+    v_kept bigint[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_owner', p_owner);
@@ -1187,7 +1177,7 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as slots and tokens
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as room and tokens
         v_allowed := _flow_room(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now);
         IF v_allowed = 0 THEN
             RETURN;
@@ -1210,28 +1200,19 @@ BEGIN
     IF v_tids IS NULL THEN
         RETURN;
     END IF;
-    -- group limits (flow.sql): a row of a limited group keeps a slot of its group
-    IF (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) AND EXISTS (SELECT 1 FROM unnest(v_grps) g WHERE g IS NOT NULL) THEN
-        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_ids, v_grps, v_now) g;
-        v_gslots := v_gs.slots;
-        v_gslot_ids := v_gs.slot_ids;
-        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_ids) THEN
+    -- flow control (flow.sql): keep what the claim has room and tokens for
+    v_token := gen_random_uuid();
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL THEN
+        v_kept := _flow_keep(v_q, v_ids,
+                             ARRAY(SELECT u.id FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
+                             ARRAY(SELECT u.g FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
+                             v_token, v_until, v_now);
+        IF cardinality(v_kept) = 0 THEN
+            RETURN;
+        ELSIF cardinality(v_kept) < cardinality(v_ids) THEN
             SELECT array_agg(u.t ORDER BY u.o), array_agg(u.i ORDER BY u.o) INTO v_tids, v_ids
               FROM unnest(v_tids, v_ids) WITH ORDINALITY u(t, i, o)
-             WHERE u.i = ANY (v_gs.kept);
-            v_last_at := NULL; -- no cursor move
-            IF v_tids IS NULL THEN
-                RETURN;
-            END IF;
-        END IF;
-    END IF;
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- keep what the claim locks slots and tokens for
-        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(v_ids), v_now) a;
-        IF v_allowed = 0 THEN
-            RETURN;
-        ELSIF v_allowed < cardinality(v_ids) THEN
-            v_tids := v_tids[1:v_allowed];
-            v_ids := v_ids[1:v_allowed];
+             WHERE u.i = ANY (v_kept);
             v_last_at := NULL; -- no cursor move
         END IF;
     END IF;
@@ -1243,10 +1224,6 @@ BEGIN
        AND (c.created_at, c.id) < (v_last_at, v_last_id)
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
-    v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
-    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m
@@ -1278,8 +1255,8 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF _flow_slotted(v_q) THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
+    IF _flow_limited(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
         DELETE FROM message m
@@ -1329,8 +1306,8 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF _flow_slotted(v_q) THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
+    IF _flow_limited(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
 
     IF p_retry_after IS NOT NULL THEN
@@ -1579,9 +1556,10 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    -- Flow control's slots and bucket before the messages: the lock order
+    -- Flow control's grants, gates and bucket before the messages: the lock order
     -- of every verb (flow.sql).
-    DELETE FROM flow_slot f WHERE f.queue = p_queue;
+    DELETE FROM flow_grant f WHERE f.queue = p_queue;
+    DELETE FROM flow_gate f WHERE f.queue = p_queue;
     DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.

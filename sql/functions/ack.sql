@@ -66,38 +66,35 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + coalesce(p_lease, v_q.lease_default);
-    IF NOT _flow_slotted(v_q) THEN
+    IF NOT _flow_limited(v_q) THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id;
         RETURN;
     END IF;
-    -- Flow control (flow.sql): the claim's slots first (the lock order of
-    -- every verb); a lease is renewed only while every slot it needs (the
-    -- queue's, its group's) is still its own -- and not a slot above a
-    -- lowered limit that expired: claims may have used the room since --
-    -- then the slots of the leases renewed.
-    PERFORM 1 FROM flow_slot s
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids)
-       FOR UPDATE;
+    -- Flow control (flow.sql): the claim's grants first (the lock order of
+    -- every verb); a lease is renewed only while the grants that hold it
+    -- (the queue's, its group's) are live -- an expired grant's room may
+    -- have been taken since -- and then those grants last as long.
+    PERFORM 1 FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token FOR UPDATE;
     SELECT array_agg(m.id) INTO v_held
       FROM message m
      WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
        AND NOT EXISTS (
            SELECT 1 FROM (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
             WHERE k.grp IS NOT NULL AND k.lim IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM flow_slot s
-                               WHERE s.queue = p_queue AND s.grp = k.grp AND s.token = p_token AND s.message_id = m.id
-                                 AND (s.n <= k.lim OR s.expires_at > v_now)));
+              AND NOT EXISTS (SELECT 1 FROM flow_grant g
+                               WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
+                                 AND g.expires_at > v_now));
     RETURN QUERY
     WITH r AS (
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (v_held) AND m.token = p_token AND m.status = 'processing'
         RETURNING m.id
-    ), s AS (
-        UPDATE flow_slot s SET expires_at = v_until
-         WHERE s.queue = p_queue AND s.token = p_token AND s.message_id IN (SELECT r.id FROM r)
+    ), g AS (
+        UPDATE flow_grant g SET expires_at = greatest(g.expires_at, v_until)
+         WHERE g.queue = p_queue AND g.token = p_token AND g.expires_at > v_now AND g.ids && v_held
     )
     SELECT r.id FROM r;
 END
@@ -133,8 +130,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_kind text;
-    v_limit int;
-    v_slotted boolean;
+    v_limited boolean;
     v_now timestamptz;
     v_ids bigint[];
     v_lanes text[];
@@ -148,7 +144,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, q.max_in_flight, _flow_slotted(q) INTO v_kind, v_limit, v_slotted FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, _flow_limited(q) INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -156,8 +152,8 @@ BEGIN
         PERFORM _queue_require(p_queue, 'consume');
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
-    IF v_slotted THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_limit); -- slots before messages, in every verb (flow.sql)
+    IF v_limited THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     IF NOT EXISTS (SELECT 1 FROM lane l WHERE l.queue = p_queue) THEN
         IF v_kind = 'outbox' THEN
@@ -238,8 +234,8 @@ BEGIN
     PERFORM _check_ids(p_ids);
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    IF _flow_slotted(v_q) THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
+    IF _flow_limited(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY

@@ -187,8 +187,7 @@ DECLARE
     v_rate double precision;
     v_burst int;
     v_batch int;
-    v_keep int;
-    v_slots tid[];
+    v_kept bigint[];
     v_q queue;
     v_gafter text;
     v_gcount int;
@@ -198,9 +197,6 @@ DECLARE
     v_glast text;
     v_g_ids bigint[] := '{}';
     v_g_grps text[] := '{}';
-    v_gs record;
-    v_gslots tid[];
-    v_gslot_ids bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -257,7 +253,7 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
     -- Flow control (flow.sql): look for as many rows as there are free
-    -- slots and tokens, at most.
+    -- room and tokens, at most.
     v_batch := p_batch;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
         v_batch := _flow_room(p_queue, v_limit, v_rate, v_burst, p_batch, v_now);
@@ -459,34 +455,21 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    -- Group limits: each row of a limited group keeps a slot of its group,
-    -- or is let go (flow.sql).
-    IF cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) THEN
-        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_g_ids, v_g_grps, v_now) g;
-        v_gslots := v_gs.slots;
-        v_gslot_ids := v_gs.slot_ids;
-        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_g_ids) THEN
-            SELECT coalesce(array_agg(u.t ORDER BY u.o), '{}'), coalesce(array_agg(u.i ORDER BY u.o), '{}')
-              INTO v_all, v_all_ids
-              FROM unnest(v_all, v_all_ids) WITH ORDINALITY u(t, i, o)
-             WHERE NOT u.i = ANY (v_g_ids) OR u.i = ANY (v_gs.kept);
-            v_n := cardinality(v_all);
-            IF v_n = 0 THEN
-                RETURN;
-            END IF;
-        END IF;
-    END IF;
-    -- Flow control: keep as many rows as the claim locks slots and tokens
-    -- for. In a race that cut it no cursor or position moves: the rows let
-    -- go stay where the next claim looks.
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        SELECT a.slots, a.allowed INTO v_slots, v_keep FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, v_n, v_now) a;
-        IF v_keep = 0 THEN
+    -- Flow control (flow.sql): keep the rows the claim has room and tokens
+    -- for, under the gates of the queue and of its groups. In a race that
+    -- cut it no cursor or position moves: the rows let go stay where the
+    -- next claim looks.
+    v_token := gen_random_uuid();
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL
+       OR (cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL)) THEN
+        v_kept := _flow_keep(v_q, v_all_ids, v_g_ids, v_g_grps, v_token, v_until, v_now);
+        IF cardinality(v_kept) = 0 THEN
             RETURN;
-        ELSIF v_keep < v_n THEN
-            v_all := v_all[1:v_keep];
-            v_all_ids := v_all_ids[1:v_keep];
-            v_n := v_keep;
+        ELSIF cardinality(v_kept) < v_n THEN
+            SELECT array_agg(u.t ORDER BY u.o), array_agg(u.i ORDER BY u.o) INTO v_all, v_all_ids
+              FROM unnest(v_all, v_all_ids) WITH ORDINALITY u(t, i, o)
+             WHERE u.i = ANY (v_kept);
+            v_n := cardinality(v_all);
             v_last_at := NULL;
             v_tp := '{}';
             v_prescan := false;
@@ -541,10 +524,6 @@ BEGIN
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 
-    v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_all_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
-    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m

@@ -58,12 +58,9 @@ DECLARE
     v_rate double precision;
     v_burst int;
     v_allowed int;
-    v_slots tid[];
     v_q queue;
     v_grps text[];
-    v_gs record;
-    v_gslots tid[];
-    v_gslot_ids bigint[];
+    v_kept bigint[];
 BEGIN
     PERFORM _check_now('p_now', p_now);
     PERFORM _check_text('p_owner', p_owner);
@@ -87,7 +84,7 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + v_lease;
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as slots and tokens
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- flow control (flow.sql): as many rows as room and tokens
         v_allowed := _flow_room(p_queue, v_limit, v_rate, v_burst, cardinality(p_ids), v_now);
         IF v_allowed = 0 THEN
             RETURN;
@@ -110,28 +107,19 @@ BEGIN
     IF v_tids IS NULL THEN
         RETURN;
     END IF;
-    -- group limits (flow.sql): a row of a limited group keeps a slot of its group
-    IF (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL) AND EXISTS (SELECT 1 FROM unnest(v_grps) g WHERE g IS NOT NULL) THEN
-        SELECT g.kept, g.slots, g.slot_ids INTO v_gs FROM _flow_group_slots(v_q, v_ids, v_grps, v_now) g;
-        v_gslots := v_gs.slots;
-        v_gslot_ids := v_gs.slot_ids;
-        IF coalesce(cardinality(v_gs.kept), 0) < cardinality(v_ids) THEN
+    -- flow control (flow.sql): keep what the claim has room and tokens for
+    v_token := gen_random_uuid();
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL THEN
+        v_kept := _flow_keep(v_q, v_ids,
+                             ARRAY(SELECT u.id FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
+                             ARRAY(SELECT u.g FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
+                             v_token, v_until, v_now);
+        IF cardinality(v_kept) = 0 THEN
+            RETURN;
+        ELSIF cardinality(v_kept) < cardinality(v_ids) THEN
             SELECT array_agg(u.t ORDER BY u.o), array_agg(u.i ORDER BY u.o) INTO v_tids, v_ids
               FROM unnest(v_tids, v_ids) WITH ORDINALITY u(t, i, o)
-             WHERE u.i = ANY (v_gs.kept);
-            v_last_at := NULL; -- no cursor move
-            IF v_tids IS NULL THEN
-                RETURN;
-            END IF;
-        END IF;
-    END IF;
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN -- keep what the claim locks slots and tokens for
-        SELECT a.slots, a.allowed INTO v_slots, v_allowed FROM _flow_allow(p_queue, v_limit, v_rate, v_burst, cardinality(v_ids), v_now) a;
-        IF v_allowed = 0 THEN
-            RETURN;
-        ELSIF v_allowed < cardinality(v_ids) THEN
-            v_tids := v_tids[1:v_allowed];
-            v_ids := v_ids[1:v_allowed];
+             WHERE u.i = ANY (v_kept);
             v_last_at := NULL; -- no cursor move
         END IF;
     END IF;
@@ -143,10 +131,6 @@ BEGIN
        AND (c.created_at, c.id) < (v_last_at, v_last_id)
        AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
 
-    v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_gslots IS NOT NULL THEN
-        PERFORM _flow_claimed(p_queue, v_slots, v_ids, v_token, v_until, v_rate IS NOT NULL, v_gslots, v_gslot_ids);
-    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m
@@ -202,8 +186,8 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF _flow_slotted(v_q) THEN
-        PERFORM _flow_free(p_queue, p_token, p_ids, v_q.max_in_flight); -- slots before messages, in every verb (flow.sql)
+    IF _flow_limited(v_q) THEN
+        PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
         DELETE FROM message m

@@ -1,42 +1,42 @@
--- Flow control: a queue's max_in_flight and rate (queue_configure).
+-- Flow control: a queue's max_in_flight and rate, its groups' limits
+-- (queue_configure; groups below, at "Groups").
 --
--- max_in_flight: slots, not a counter. A limited queue has a row per slot
--- in flow_slot (n = 1..max_in_flight). A slot is free when its expires_at
--- has passed: '-infinity' once its message is settled, the lease's expiry
--- while it holds one, so a crashed worker's slots free themselves when its
--- leases end, with no reconciliation. A claim first reads how many slots
--- are free (no lock: _flow_room) and scans for at most that many messages;
--- then it locks that many free slots FOR UPDATE SKIP LOCKED (_flow_allow),
--- keeps as many messages as it got slots, and writes into each slot the
--- message, the claim's token and the lease's expiry (_flow_claimed), in its
--- own transaction. So a claim locks no slot it does not use -- but in a
--- race, when another claim took the slots between the two reads; then it
--- moves no claim cursor, and the rows it let go are found by the next
--- claim. complete, fail, release and dead_letter settle their claim's slots
--- (by token and id, before they touch the messages: the lock order of every
--- verb) and notify the queue's channel, so waiting workers claim again;
--- renew locks its claim's slots, renews the leases whose slot is still
--- theirs, and extends those slots to the new expiry.
+-- max_in_flight: grants under gates. A claim that keeps rows of a limited
+-- queue records them in a grant (flow_grant: the claim's token, the ids it
+-- holds, until when: the lease's expiry), and the messages leased at once
+-- are the ids of the grants not yet expired. The check and the grant are
+-- made under a gate's row lock (flow_gate), so two claims never both take
+-- the same room. A queue's limit is split over up to eight gates (stripes:
+-- 20 = 3+3+3+3+2+2+2+2), each with its own grants, so up to eight claims
+-- decide at once; a claim locks the gates it needs FOR UPDATE SKIP LOCKED,
+-- starting from one its session picks, and never waits: a claim that gets
+-- no gate keeps nothing. It costs a claim a lock, a sum over the gate's few
+-- grants and an insert -- per claim, not per message -- and settling costs
+-- an update of the claim's grant: the ids settled leave it (by token; an
+-- empty grant goes). An expired grant counts for nothing: a crashed
+-- worker's room comes back when its leases end, with no reconciliation.
 --
--- So the messages leased at once never exceed the slots: every leased
--- message was claimed with a slot whose expiry is its lease's, a slot is
--- held by one claim at a time (its row lock, then its token), and claimers
--- never wait for each other (SKIP LOCKED): with every slot taken, a claim
--- returns fewer rows, or none.
+-- A claim first reads its room without locks (_flow_room: the limit minus
+-- the ids of the live grants, and the bucket's whole tokens) and looks for
+-- at most that many rows; then it takes what it keeps under the gates
+-- (_flow_keep). A claim that lost a race keeps fewer rows, and then moves
+-- no claim cursor: the rows it let go are found by the next claim.
 --
--- A queue without a limit has no slot rows, and its verbs never read
--- flow_slot: the limit is read with the queue row they read anyway.
+-- complete, fail, release and dead_letter take their ids out of their
+-- claim's grants first (the lock order of every verb: grants, then
+-- messages) and notify the queue's channel, so waiting workers claim again.
+-- renew renews a lease only while the grants that hold it are live: an
+-- expired grant's room may have been taken, and is never brought back.
 --
--- Changing the limit: raising it adds slots at once. Leases already out
--- when a limit is set (or claimed by a claim that read the queue just
--- before) get a slot each, above the limit when the free ones run out.
--- Lowering it removes the free slots above the new limit; leases are never
--- taken away, so the slots above it that are held stay until their
--- messages are settled (their slots then go) or their leases end, and
--- until then claims take nothing (one probe of the primary key past the
--- limit), and renew does not bring back such a slot once it expired: the
--- queue never holds more than the new limit because of a claim made after
--- the change. NULL removes the limit and every slot.
+-- Changing the limit rebalances the queue's live grants over its gates
+-- (_flow_set, under every gate's lock: it waits for the claims deciding):
+-- each gate holds at most its share, and what is left over -- the leases
+-- above a lowered limit -- is held by the first gate, so claims take
+-- nothing until the queue is below its new limit; leases are never taken
+-- away. Setting a limit on a busy queue gives the leases already out
+-- grants the same way. NULL removes the limit, the gates and the grants.
+-- A queue without a limit has no gate, and its verbs never read the grants:
+-- the limits are read with the queue row they read anyway.
 --
 -- Rate: a queue's rate ('N/s' or 'N/min') is a token bucket on the
 -- database clock, one flow_bucket row per rated queue: a claim refills it
@@ -47,17 +47,29 @@
 -- keeps nothing (SKIP LOCKED: claimers never wait), and the next claim
 -- finds the tokens the first one left. So over any span of time claims take
 -- at most N per period plus rate_burst. A claim inside a longer transaction
--- holds the bucket until it commits: rated queues want autocommit claims.
+-- holds its gates and the bucket until it commits: limited and rated
+-- queues want autocommit claims.
 --
--- queue_drop deletes a queue's slots and bucket with the queue, before its
--- messages (the lock order above).
+-- queue_drop deletes a queue's gates, grants and bucket with the queue,
+-- before its messages (the lock order above).
 
--- _flow_room: how many messages a claim of p_want at p_now may look for:
--- the free slots within the limit p_limit (none while a slot above it is
--- held), the whole tokens of the bucket (p_per_second, p_burst). Read
--- without locks; _flow_allow then locks what the claim keeps.
-CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
-                                      p_want int, p_now timestamptz)
+-- _flow_stripes: the gates a limit p_limit is split over; _flow_cap: the
+-- share of gate p_stripe (1.._flow_stripes).
+CREATE OR REPLACE FUNCTION _flow_stripes(p_limit int)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT least(8, p_limit) $$;
+
+CREATE OR REPLACE FUNCTION _flow_cap(p_limit int, p_stripe int)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT p_limit / least(8, p_limit) + CASE WHEN p_stripe <= p_limit % least(8, p_limit) THEN 1 ELSE 0 END $$;
+
+-- _flow_used: the messages held at p_now by the live grants of p_grp (''
+-- the queue's own) of queue p_queue, of gate p_stripe (NULL: every gate).
+CREATE OR REPLACE FUNCTION _flow_used(p_queue text, p_grp text, p_stripe int, p_now timestamptz)
 RETURNS int
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -65,16 +77,30 @@ AS $$
 -- plpgsql, not sql: Citus cannot plan a SQL function's statements on a
 -- distributed table with its parameters in them
 DECLARE
+    v_used int;
+BEGIN
+    SELECT coalesce(sum(cardinality(g.ids)), 0)::int INTO v_used
+      FROM flow_grant g
+     WHERE g.queue = p_queue AND g.grp = p_grp AND (p_stripe IS NULL OR g.stripe = p_stripe) AND g.expires_at > p_now;
+    RETURN v_used;
+END
+$$;
+
+-- _flow_room: how many messages a claim of p_want at p_now may look for:
+-- the room under the limit p_limit, the whole tokens of the bucket
+-- (p_per_second, p_burst). Read without locks; _flow_keep then takes what
+-- the claim keeps.
+CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
+                                      p_want int, p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
     v_room int := p_want;
 BEGIN
     IF p_limit IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM flow_slot h WHERE h.queue = p_queue AND h.grp = '' AND h.n > p_limit AND h.expires_at > p_now) THEN
-            RETURN 0;
-        END IF;
-        SELECT count(*)::int INTO v_room
-          FROM (SELECT 1 FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.grp = '' AND s.expires_at <= p_now AND s.n <= p_limit
-                 LIMIT p_want) f;
+        v_room := least(v_room, p_limit - _flow_used(p_queue, '', NULL, p_now));
     END IF;
     IF p_per_second IS NOT NULL AND v_room > 0 THEN
         SELECT least(v_room, floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int)
@@ -82,75 +108,130 @@ BEGIN
           FROM flow_bucket b WHERE b.queue = p_queue;
         v_room := coalesce(v_room, 0);
     END IF;
-    RETURN v_room;
+    RETURN greatest(v_room, 0);
 END
 $$;
 
--- _flow_allow: of the p_want messages a claim found at p_now, how many it
--- keeps, and the free slots it takes for them (locked, lowest expiry
--- first; NULL without a limit p_limit). With a rate (p_per_second tokens a
--- second, at most p_burst saved) the queue's bucket is refilled for the
--- time since it was last, and locked; a claim that finds it locked by
--- another keeps nothing rather than wait (SKIP LOCKED). _flow_claimed
--- spends what was kept.
-CREATE OR REPLACE FUNCTION _flow_allow(p_queue text, p_limit int, p_per_second double precision, p_burst int,
-                                       p_want int, p_now timestamptz, OUT slots tid[], OUT allowed int)
+-- _flow_gates: the room claim p_token may take under the limit p_limit of
+-- p_grp ('' the queue's own) of queue p_queue at p_now, for at most p_want
+-- messages: the gates it locked (FOR UPDATE SKIP LOCKED, from one its
+-- session picks; a group's first claim makes the group's gate) and the
+-- room under each, in the order to fill them. A gate locked by another
+-- claim is skipped, not waited for.
+CREATE OR REPLACE FUNCTION _flow_gates(p_queue text, p_grp text, p_limit int, p_want int, p_now timestamptz,
+                                       OUT stripes int[], OUT rooms int[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_n int := CASE WHEN p_grp = '' THEN _flow_stripes(p_limit) ELSE 1 END; -- a group: one gate
+    v_s int;
+    v_room int;
+    v_got int := 0;
 BEGIN
-    allowed := p_want;
-    IF p_limit IS NOT NULL THEN
-        SELECT array_agg(f.ctid) INTO slots
-          FROM (SELECT s.ctid FROM flow_slot s
-                 WHERE s.queue = p_queue AND s.grp = '' AND s.expires_at <= p_now AND s.n <= p_limit
-                 ORDER BY s.expires_at, s.n
-                 LIMIT p_want
-                   FOR UPDATE SKIP LOCKED) f
-         WHERE NOT EXISTS (SELECT 1 FROM flow_slot h
-                            WHERE h.queue = p_queue AND h.grp = '' AND h.n > p_limit AND h.expires_at > p_now);
-        allowed := coalesce(cardinality(slots), 0);
-        IF allowed = 0 THEN
-            RETURN;
+    stripes := '{}';
+    rooms := '{}';
+    FOR v_i IN 0 .. v_n - 1 LOOP
+        EXIT WHEN v_got >= p_want;
+        v_s := 1 + (pg_backend_pid() + v_i) % v_n;
+        PERFORM 1 FROM flow_gate g WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE WHEN p_grp = ''; -- the queue's gates exist (_flow_set): locked by another claim
+            -- a group's gate is made by its first claim (one that makes it at
+            -- the same moment waits for this one's commit); one that exists
+            -- was locked by another claim
+            INSERT INTO flow_gate (queue, grp, stripe) VALUES (p_queue, p_grp, v_s) ON CONFLICT DO NOTHING;
+            CONTINUE WHEN NOT FOUND;
+        END IF;
+        v_room := least(p_want - v_got, CASE WHEN p_grp = '' THEN _flow_cap(p_limit, v_s) ELSE p_limit END
+                                        - _flow_used(p_queue, p_grp, v_s, p_now));
+        IF v_room > 0 THEN
+            stripes := stripes || v_s;
+            rooms := rooms || v_room;
+            v_got := v_got + v_room;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- _flow_keep: of the rows p_ids a claim p_token of queue p_q found at p_now
+-- (in the order it took them; the grouped ones p_gids with their groups
+-- p_ggrps), those it keeps, in order: a row of a limited group only with
+-- room under its group's gate, every row only with room under the queue's
+-- gates and a token of its bucket. It records what it keeps: a grant per
+-- gate, held until p_until, and the tokens spent.
+CREATE OR REPLACE FUNCTION _flow_keep(p_q queue, p_ids bigint[], p_gids bigint[], p_ggrps text[], p_token uuid,
+                                      p_until timestamptz, p_now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_kept bigint[] := p_ids;
+    v_g record;
+    v_gate record;
+    v_allowed int;
+    v_group_ids bigint[] := '{}';
+    v_group_grps text[] := '{}';
+    v_rate double precision := p_q.rate / extract(epoch FROM p_q.rate_per);
+BEGIN
+    -- the groups' gates, in name order (one lock order)
+    IF (p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL) AND cardinality(p_gids) > 0 THEN
+        FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
+                     FROM unnest(p_gids, p_ggrps) WITH ORDINALITY u(id, g, o)
+                    GROUP BY u.g
+                    ORDER BY u.g COLLATE "C" LOOP
+            CONTINUE WHEN v_g.lim IS NULL;
+            SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, v_g.g, v_g.lim, cardinality(v_g.ids), p_now) f;
+            v_allowed := coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int;
+            IF v_allowed < cardinality(v_g.ids) THEN
+                v_kept := ARRAY(SELECT k FROM unnest(v_kept) WITH ORDINALITY x(k, o)
+                                 WHERE NOT k = ANY (v_g.ids[v_allowed + 1:]) ORDER BY o);
+            END IF;
+            IF v_allowed > 0 THEN
+                v_group_ids := v_group_ids || v_g.ids[1:v_allowed];
+                v_group_grps := v_group_grps || array_fill(v_g.g, ARRAY[v_allowed]);
+            END IF;
+        END LOOP;
+    END IF;
+    -- the queue's gates
+    IF p_q.max_in_flight IS NOT NULL AND cardinality(v_kept) > 0 THEN
+        SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, '', p_q.max_in_flight, cardinality(v_kept), p_now) f;
+        v_kept := v_kept[1:coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int];
+    END IF;
+    -- the bucket
+    IF v_rate IS NOT NULL AND cardinality(v_kept) > 0 THEN
+        UPDATE flow_bucket b
+           SET tokens = least(coalesce(p_q.rate_burst, p_q.rate), b.tokens + v_rate * greatest(0, extract(epoch FROM p_now - b.at))),
+               at = greatest(b.at, p_now)
+         WHERE b.queue = p_q.name
+           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_q.name FOR UPDATE SKIP LOCKED)
+        RETURNING least(cardinality(v_kept), floor(b.tokens)::int) INTO v_allowed;
+        v_kept := v_kept[1:coalesce(v_allowed, 0)];
+        IF cardinality(v_kept) > 0 THEN
+            UPDATE flow_bucket b SET tokens = b.tokens - cardinality(v_kept) WHERE b.queue = p_q.name;
         END IF;
     END IF;
-    IF p_per_second IS NOT NULL THEN
-        UPDATE flow_bucket b
-           SET tokens = least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))),
-               at = greatest(b.at, p_now)
-         WHERE b.queue = p_queue
-           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED)
-        RETURNING least(allowed, floor(b.tokens)::int) INTO allowed;
-        allowed := coalesce(allowed, 0);
+    IF cardinality(v_kept) = 0 THEN
+        RETURN v_kept;
     END IF;
-END
-$$;
-
--- _flow_claimed: the claim p_token took p_ids: each of the slots p_slots
--- (from _flow_allow; NULL: no limit) holds one of them, in order, until
--- p_until, the slots left over stay free; so does each group slot p_gslots
--- for its id in p_gids (_flow_group_slots), when that id is one of p_ids;
--- p_rated spends a token each.
-CREATE OR REPLACE FUNCTION _flow_claimed(p_queue text, p_slots tid[], p_ids bigint[], p_token uuid, p_until timestamptz,
-                                         p_rated boolean, p_gslots tid[], p_gids bigint[])
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF p_slots IS NOT NULL THEN
-        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
-          FROM unnest(p_slots[1:cardinality(p_ids)], p_ids) x(slot, id)
-         WHERE s.queue = p_queue AND s.ctid = x.slot;
+    -- the grants of what is kept: the queue's, filling its gates in order
+    IF p_q.max_in_flight IS NOT NULL THEN
+        INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+        SELECT p_q.name, '', x.stripe, p_token, v_kept[x.upto - x.room + 1:least(x.upto, cardinality(v_kept))], p_until
+          FROM (SELECT s.stripe, s.room, sum(s.room) OVER (ORDER BY s.o)::int AS upto
+                  FROM unnest(v_gate.stripes, v_gate.rooms) WITH ORDINALITY s(stripe, room, o)) x
+         WHERE x.upto - x.room < cardinality(v_kept);
     END IF;
-    IF cardinality(p_gslots) > 0 THEN
-        UPDATE flow_slot s SET message_id = x.id, token = p_token, expires_at = p_until
-          FROM unnest(p_gslots, p_gids) x(slot, id)
-         WHERE s.queue = p_queue AND s.ctid = x.slot AND x.id = ANY (p_ids);
+    -- and each group's
+    IF cardinality(v_group_ids) > 0 THEN
+        INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+        SELECT p_q.name, u.g, 1, p_token, array_agg(u.id ORDER BY u.id), p_until
+          FROM unnest(v_group_ids, v_group_grps) u(id, g)
+         WHERE u.id = ANY (v_kept)
+         GROUP BY u.g;
     END IF;
-    IF p_rated THEN
-        UPDATE flow_bucket b SET tokens = b.tokens - cardinality(p_ids) WHERE b.queue = p_queue;
-    END IF;
+    RETURN v_kept;
 END
 $$;
 
@@ -171,38 +252,36 @@ BEGIN
     END IF;
 END
 $$;
-
--- _flow_free: the slots of the claim p_token that hold p_ids are settled:
--- free again, or gone when one of the queue's above its limit p_limit (it
--- was lowered; a group's stay, unused above its limit); a
--- NOTIFY wakes the Workers waiting for one (_notify_local; at commit, once
--- per transaction: PostgreSQL folds equal notifications).
-CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[], p_limit int)
+-- _flow_free: the claim p_token settled p_ids (complete, fail, release,
+-- dead_letter): they leave its grants, an empty grant goes, and a NOTIFY
+-- wakes the Workers waiting for room (_notify_local; at commit, once per
+-- transaction: PostgreSQL folds equal notifications). Whether or not each
+-- message was still the claim's: a lease that was not had expired, and its
+-- grant with it.
+CREATE OR REPLACE FUNCTION _flow_free(p_queue text, p_token uuid, p_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_gone boolean;
 BEGIN
-    DELETE FROM flow_slot s
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids) AND s.grp = '' AND s.n > p_limit;
-    v_gone := FOUND;
-    UPDATE flow_slot s SET message_id = NULL, token = NULL, expires_at = '-infinity'
-     WHERE s.queue = p_queue AND s.token = p_token AND s.message_id = ANY (p_ids);
-    IF FOUND OR v_gone THEN
+    UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
+     WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids;
+    IF FOUND THEN
+        DELETE FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token AND cardinality(g.ids) = 0;
         PERFORM _notify_local(p_queue);
     END IF;
 END
 $$;
 
--- _flow_set: the slots and the bucket of queue p_q (its row as
--- queue_configure just wrote it) at p_now: the queue's slots for its
--- max_in_flight (NULL: none), its groups' for their limits
--- (group_max_in_flight, group_overrides; none without either: their slots
--- go), its bucket for a rate (a new bucket starts full: rate_burst
--- tokens). p_leases: give the leases out now that hold no slot one each
--- (a limit was just set or changed).
+-- _flow_set: the gates, grants and bucket of queue p_q (its row as
+-- queue_configure just wrote it) at p_now. The queue's gates for its
+-- max_in_flight (none without one: its gates and grants go); the groups'
+-- gates and grants go when the queue has no group limit left; the bucket
+-- for a rate (a new bucket starts full: rate_burst tokens). p_leases (a
+-- limit was just set or changed): under every gate's lock, the leases out
+-- that no live grant holds get one (leases claimed while the queue or
+-- their group had no limit), and the queue's live grants are spread over
+-- its gates again (header).
 CREATE OR REPLACE FUNCTION _flow_set(p_q queue, p_leases boolean, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -210,12 +289,9 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_limit int := p_q.max_in_flight;
-    v_l record;
-    v_n int;
-    v_id bigint;
-    v_token uuid;
-    v_until timestamptz;
-    v_grp text;
+    v_tokens uuid[];
+    v_ids bigint[];
+    v_untils timestamptz[];
 BEGIN
     IF p_q.rate IS NOT NULL THEN
         INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_q.name, coalesce(p_q.rate_burst, p_q.rate), p_now)
@@ -223,73 +299,63 @@ BEGIN
     ELSE
         DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
     END IF;
-    IF v_limit IS NULL THEN
-        DELETE FROM flow_slot s WHERE s.queue = p_q.name AND s.grp = '';
-    ELSE
-        -- Neither statement waits for a claim in progress: the slots that exist
-        -- are not inserted again, and a free slot above the limit that a claim
-        -- has locked stays (claims take no slot above the limit).
-        INSERT INTO flow_slot (queue, grp, n)
-        SELECT p_q.name, '', g FROM generate_series(1, v_limit) g
-         WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = '' AND e.n = g)
-        ON CONFLICT (queue, grp, n) DO NOTHING;
-        DELETE FROM flow_slot s
-         WHERE s.queue = p_q.name
-           AND s.ctid IN (SELECT f.ctid FROM flow_slot f
-                           WHERE f.queue = p_q.name AND f.grp = '' AND f.n > v_limit AND f.expires_at <= p_now
-                             FOR UPDATE SKIP LOCKED);
+    IF p_q.group_max_in_flight IS NULL AND p_q.group_overrides IS NULL THEN
+        DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp <> '';
+        DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp <> '';
     END IF;
-    -- the groups' free slots above their limits (none without one); the
-    -- groups' first claims make their slots (_flow_group_slots)
-    DELETE FROM flow_slot s
-     WHERE s.queue = p_q.name
-       AND s.ctid IN (SELECT f.ctid FROM flow_slot f
-                       WHERE f.queue = p_q.name AND f.grp <> ''
-                         AND (f.expires_at <= p_now OR _flow_group_limit(p_q, f.grp) IS NULL)
-                         AND f.n > coalesce(_flow_group_limit(p_q, f.grp), 0)
-                         FOR UPDATE SKIP LOCKED);
-    IF NOT p_leases OR NOT _flow_slotted(p_q) THEN
+    IF v_limit IS NULL THEN
+        DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
+        DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp = '';
+    ELSE
+        INSERT INTO flow_gate (queue, grp, stripe)
+        SELECT p_q.name, '', s FROM generate_series(1, 8) s
+        ON CONFLICT DO NOTHING;
+    END IF;
+    IF NOT p_leases OR NOT _flow_limited(p_q) THEN
         RETURN;
     END IF;
-    -- The leases without a slot they need (claimed while the queue or their
-    -- group had no limit): one each, a free one first, else a new one above
-    -- the limit and every slot (so that claims wait for it as for a lowered
-    -- limit). A read of the queue's messages: queue_configure is rare.
-    FOR v_l IN
-        SELECT m.id, m.token, m.visible_at AS until, k.grp, k.lim
-          FROM message m
-         CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
-         WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
-           AND k.grp IS NOT NULL AND k.lim IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM flow_slot s
-                            WHERE s.queue = p_q.name AND s.grp = k.grp AND s.token = m.token AND s.message_id = m.id)
-         ORDER BY k.grp, m.id
-    LOOP
-        SELECT f.n INTO v_n
-          FROM flow_slot f
-         WHERE f.queue = p_q.name AND f.grp = v_l.grp AND f.n <= v_l.lim AND f.expires_at <= p_now
-         ORDER BY f.n
-         LIMIT 1
-           FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            -- a group's slot not made yet, else one above the limit
-            SELECT coalesce((SELECT g FROM generate_series(1, v_l.lim) g
-                              WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = v_l.grp AND e.n = g)
-                              ORDER BY g LIMIT 1),
-                            greatest(v_l.lim, max(f.n)) + 1)
-              INTO v_n FROM flow_slot f WHERE f.queue = p_q.name AND f.grp = v_l.grp;
-            INSERT INTO flow_slot (queue, grp, n) VALUES (p_q.name, v_l.grp, v_n);
-        END IF;
-        v_id := v_l.id;
-        v_token := v_l.token;
-        v_until := v_l.until;
-        v_grp := v_l.grp;
-        UPDATE flow_slot s SET message_id = v_id, token = v_token, expires_at = v_until
-         WHERE s.queue = p_q.name AND s.grp = v_grp AND s.n = v_n;
-    END LOOP;
+    -- every gate, in order: the claims deciding now finish first
+    PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
+    -- The leases out that no live grant holds (a read of the queue's
+    -- messages: queue_configure is rare): a grant for each claim, on the
+    -- queue's first gate and on their group's.
+    INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+    SELECT p_q.name, k.grp, 1, m.token, array_agg(m.id ORDER BY m.id), max(m.visible_at)
+      FROM message m
+     CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
+     WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
+       AND k.grp IS NOT NULL AND k.lim IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM flow_grant g
+                        WHERE g.queue = p_q.name AND g.grp = k.grp AND g.token = m.token AND m.id = ANY (g.ids)
+                          AND g.expires_at > p_now)
+     GROUP BY k.grp, m.token
+    ON CONFLICT (queue, grp, stripe, token) DO UPDATE
+       SET ids = flow_grant.ids || excluded.ids, expires_at = greatest(flow_grant.expires_at, excluded.expires_at);
+    IF v_limit IS NULL THEN
+        RETURN;
+    END IF;
+    -- The queue's live grants over its gates again: their ids in order,
+    -- gate by gate up to its share, the rest (above the limit) on the first.
+    SELECT array_agg(u.token ORDER BY u.token, u.id), array_agg(u.id ORDER BY u.token, u.id),
+           array_agg(u.expires_at ORDER BY u.token, u.id)
+      INTO v_tokens, v_ids, v_untils
+      FROM (SELECT g.token, x.id, g.expires_at FROM flow_grant g, unnest(g.ids) x(id)
+             WHERE g.queue = p_q.name AND g.grp = '' AND g.expires_at > p_now) u;
+    DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
+    SELECT p_q.name, '', coalesce(c.stripe, 1), u.token, array_agg(u.id ORDER BY u.id), max(u.until)
+      FROM unnest(v_tokens, v_ids, v_untils) WITH ORDINALITY u(token, id, until, k)
+      LEFT JOIN LATERAL (SELECT s.stripe
+                           FROM (SELECT s, sum(_flow_cap(v_limit, s)) OVER (ORDER BY s) AS upto
+                                   FROM generate_series(1, _flow_stripes(v_limit)) s) s(stripe, upto)
+                          WHERE s.upto >= u.k
+                          ORDER BY s.stripe LIMIT 1) c ON true
+     GROUP BY coalesce(c.stripe, 1), u.token;
 END
 $$;
-
 
 -- Groups. send's p_group puts a message in a group of its queue (a tenant,
 -- a customer, a downstream host). Its rows are in message_group (queue,
@@ -324,16 +390,16 @@ $$;
 -- Group limits. group_max_in_flight (queue_configure) bounds the leases of
 -- every group of the queue, group_overrides one group's ({"acme":
 -- {"max_in_flight": 10}}: the override wins, changeable live). They are
--- slots like the queue's own (flow_slot rows whose grp is the group; the
--- queue's have ''), made by the first claim that needs them: a group's turn
--- looks for at most its limit minus its held slots, and the claim then
--- locks a free slot of the group for each row it took (_flow_group_slots),
--- keeping only the rows it got one for. A group at its limit costs its
--- turn one count of its held slots, and its waiting rows are never read.
--- Settle verbs free a row's slots, the queue's and its group's, by token
--- (_flow_free); renew keeps a lease only while every slot it needs is its
--- own. A lowered group limit takes no lease away: the group gets no turn
--- until its leases are below the new limit.
+-- grants like the queue's own, under one gate per group (flow_gate rows
+-- whose grp is the group; the queue's have ''), made by the group's first
+-- claim: a group's turn looks for at most its limit minus what its live
+-- grants hold, and the claim then keeps only what it has room for under
+-- the group's gate (_flow_keep). A group at its limit costs its turn one
+-- sum over its grants, and its waiting rows are never read. A lowered
+-- group limit takes no lease away: the group gets no turn until its leases
+-- are below the new limit. A group's gate stays while the queue has group
+-- limits (one row per group that was ever limited); they go with the last
+-- group limit.
 --
 -- Lanes and groups. A message may have both: its lane decides which of the
 -- lane's messages is claimable (only the head is in message_group; the
@@ -352,9 +418,9 @@ AS $$
     SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
 $$;
 
--- _flow_slotted: the verbs of queue p_q keep slots (a limit on the queue or
--- on its groups).
-CREATE OR REPLACE FUNCTION _flow_slotted(p_q queue)
+-- _flow_limited: the verbs of queue p_q keep grants (a limit on the queue
+-- or on its groups).
+CREATE OR REPLACE FUNCTION _flow_limited(p_q queue)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
@@ -442,8 +508,7 @@ BEGIN
                             LIMIT CASE WHEN NOT v_limited OR _flow_group_limit(p_q, r.g) IS NULL THEN v_quantum
                                        ELSE greatest(0, least(v_quantum,
                                                 _flow_group_limit(p_q, r.g)
-                                                - (SELECT count(*)::int FROM flow_slot f
-                                                    WHERE f.queue = p_q.name AND f.grp = r.g AND f.expires_at > p_now)
+                                                - _flow_used(p_q.name, r.g, NULL, p_now)
                                                 - coalesce(cardinality(array_positions(v_all_g, r.g)), 0))) END
                               FOR UPDATE SKIP LOCKED) t
                      WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g <= v_to)
@@ -464,59 +529,6 @@ BEGIN
         -- the next round: an equal part of what is left for each group served
         v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
     END LOOP;
-END
-$$;
-
--- _flow_group_slots: of the rows p_ids (groups p_grps, in the order a claim
--- of queue p_q took them at p_now), those it keeps: a row of a limited
--- group keeps a free slot of its group (locked SKIP LOCKED; the group's
--- missing slots are made first, up to its limit), the others keep none.
--- Returns the ids kept, in order, and the slots (slots, slot_ids: the id
--- each slot is for).
-CREATE OR REPLACE FUNCTION _flow_group_slots(p_q queue, p_ids bigint[], p_grps text[], p_now timestamptz,
-                                             OUT kept bigint[], OUT slots tid[], OUT slot_ids bigint[])
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_g record;
-    v_s tid[];
-BEGIN
-    slots := '{}';
-    slot_ids := '{}';
-    FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
-                 FROM unnest(p_ids, p_grps) WITH ORDINALITY u(id, g, o)
-                WHERE u.g IS NOT NULL
-                GROUP BY u.g
-                ORDER BY u.g COLLATE "C" LOOP
-        CONTINUE WHEN v_g.lim IS NULL;
-        SELECT array_agg(f.ctid) INTO v_s
-          FROM (SELECT s.ctid FROM flow_slot s
-                 WHERE s.queue = p_q.name AND s.grp = v_g.g AND s.expires_at <= p_now AND s.n <= v_g.lim
-                 ORDER BY s.expires_at, s.n
-                 LIMIT cardinality(v_g.ids)
-                   FOR UPDATE SKIP LOCKED) f;
-        IF coalesce(cardinality(v_s), 0) < cardinality(v_g.ids) THEN
-            -- the group's first claims: its slots up to the limit (a claim
-            -- making the same ones at once waits for this one's commit)
-            WITH made AS (
-                INSERT INTO flow_slot AS s (queue, grp, n)
-                SELECT p_q.name, v_g.g, g.n FROM generate_series(1, v_g.lim) g(n)
-                 WHERE NOT EXISTS (SELECT 1 FROM flow_slot e WHERE e.queue = p_q.name AND e.grp = v_g.g AND e.n = g.n)
-                 LIMIT cardinality(v_g.ids) - coalesce(cardinality(v_s), 0)
-                ON CONFLICT (queue, grp, n) DO NOTHING
-                RETURNING s.ctid
-            )
-            SELECT coalesce(v_s, '{}') || coalesce(array_agg(made.ctid), '{}') INTO v_s FROM made;
-        END IF;
-        IF cardinality(v_s) > 0 THEN
-            slots := slots || v_s;
-            slot_ids := slot_ids || v_g.ids[1:cardinality(v_s)];
-        END IF;
-    END LOOP;
-    SELECT array_agg(u.id ORDER BY u.o) INTO kept
-      FROM unnest(p_ids, p_grps) WITH ORDINALITY u(id, g, o)
-     WHERE u.g IS NULL OR _flow_group_limit(p_q, u.g) IS NULL OR u.id = ANY (slot_ids);
 END
 $$;
 

@@ -168,9 +168,10 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    -- Flow control's slots and bucket before the messages: the lock order
+    -- Flow control's grants, gates and bucket before the messages: the lock order
     -- of every verb (flow.sql).
-    DELETE FROM flow_slot f WHERE f.queue = p_queue;
+    DELETE FROM flow_grant f WHERE f.queue = p_queue;
+    DELETE FROM flow_gate f WHERE f.queue = p_queue;
     DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.

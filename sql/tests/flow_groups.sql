@@ -8,8 +8,8 @@
 -- through p_now where it matters (T = 2030-01-01).
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
-DELETE FROM pgsweep.flow_slot; DELETE FROM pgsweep.message_dead;
-SELECT plan(61);
+DELETE FROM pgsweep.flow_grant; DELETE FROM pgsweep.flow_gate; DELETE FROM pgsweep.message_dead;
+SELECT plan(60);
 
 SELECT pgsweep.queue_create('g', 'outbox', 2);
 CREATE FUNCTION pg_temp.at(p_at text) RETURNS timestamptz LANGUAGE sql
@@ -133,12 +133,12 @@ SELECT is((SELECT group_overrides FROM pgsweep.queue_configure('g', '{"group_max
     '{"a": {"max_in_flight": 3}}'::jsonb, 'group limit 2, a 3');
 SELECT is(pg_temp.claim('g', 'l1', 30), '-,-,-,-,-,-,-,-,-,-,a,a,a,b,b', 'a claim takes 3 of a, 2 of b, and the rest without a group');
 SELECT is(pg_temp.claim('g', 'l2', 30), '', 'then nothing: the groups are at their limits');
-SELECT is((SELECT count(*) FROM pgsweep.flow_slot WHERE queue = 'g' AND grp <> '' AND token IS NOT NULL), 5::bigint,
-    'five group slots held');
+SELECT results_eq($$SELECT grp, cardinality(ids) FROM pgsweep.flow_grant WHERE queue = 'g' ORDER BY grp$$,
+    $$VALUES ('a', 3), ('b', 2)$$, 'a grant for each group holds its leases');
 SELECT is((SELECT count(*) FROM pgsweep.claim_ids('g', 'l3', (SELECT array_agg(id) FROM pgsweep.message WHERE queue = 'g' AND grp = 'b' AND status = 'pending'), '1 hour', pg_temp.at('0'))),
     0::bigint, 'claim_ids takes nothing of a group at its limit');
 SELECT is(pg_temp.done('g', 'l1'), 15::bigint, 'the claim settles');
-SELECT is((SELECT count(*) FROM pgsweep.flow_slot WHERE queue = 'g' AND token IS NOT NULL), 0::bigint, 'every slot is free again');
+SELECT is((SELECT count(*) FROM pgsweep.flow_grant WHERE queue = 'g'), 0::bigint, 'the grants are gone');
 SELECT is((SELECT count(*) FROM pgsweep.claim_ids('g', 'l3', (SELECT array_agg(id) FROM pgsweep.message WHERE queue = 'g' AND grp = 'b' AND status = 'pending'), '1 hour', pg_temp.at('0'))),
     2::bigint, 'claim_ids takes two of b');
 SELECT is(pg_temp.claim('g', 'l4', 30), 'a,a,a', 'a claim the other three of a');
@@ -160,13 +160,12 @@ SELECT is(pg_temp.claim('g', 'l7', 30, '2 hours 2 minutes'), 'a', 'a, one below 
 -- a limit set while leases are out gives them slots
 UPDATE pgsweep.message SET status = 'pending', token = NULL, owner = NULL, visible_at = pg_temp.at('0'), attempt = 0 WHERE queue = 'g';
 SELECT pgsweep.queue_configure('g', '{"group_max_in_flight": null}');
-SELECT is((SELECT count(*) FROM pgsweep.flow_slot WHERE queue = 'g'), 0::bigint, 'no group limit: no group slots');
+SELECT is((SELECT count(*) FROM pgsweep.flow_gate WHERE queue = 'g') + (SELECT count(*) FROM pgsweep.flow_grant WHERE queue = 'g'), 0::bigint,
+    'no group limit: no gate or grant');
 SELECT is(pg_temp.claim('g', 'l8', 30), 'a,a,a,a,a,b,b,b,b,b,b,b,b', 'without limits a claim takes every due row');
 SELECT pgsweep.queue_configure('g', '{"group_max_in_flight": 1}');
-SELECT is((SELECT count(*) FROM pgsweep.flow_slot WHERE queue = 'g' AND token IS NOT NULL), 13::bigint,
-    'a limit set on a busy queue gives the 13 leases out slots');
-SELECT results_eq($$SELECT grp, max(n) FROM pgsweep.flow_slot WHERE queue = 'g' GROUP BY grp ORDER BY grp$$,
-    $$VALUES ('a', 5), ('b', 8)$$, 'slot 1 of each group, the others above the limit');
+SELECT results_eq($$SELECT grp, cardinality(ids) FROM pgsweep.flow_grant WHERE queue = 'g' ORDER BY grp$$,
+    $$VALUES ('a', 5), ('b', 8)$$, 'a group limit set on a busy queue gives the 13 leases out grants, above the limit');
 SELECT is(pg_temp.claim('g', 'l9', 30), '', 'claims take nothing of a group above its limit');
 SELECT is((SELECT count(*) FROM pgsweep.renew('g', pg_temp.token('g', 'l8'), pg_temp.ids('g', 'l8'), '1 hour', pg_temp.at('1 minute'))), 13::bigint,
     'and they renew');

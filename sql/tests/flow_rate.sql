@@ -5,7 +5,7 @@
 -- through p_now (T = 2030-01-01).
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
-DELETE FROM pgsweep.flow_slot; DELETE FROM pgsweep.flow_bucket;
+DELETE FROM pgsweep.flow_grant; DELETE FROM pgsweep.flow_gate; DELETE FROM pgsweep.flow_bucket;
 SELECT plan(22);
 
 SELECT pgsweep.queue_create('r', 'outbox', 3);
