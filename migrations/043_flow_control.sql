@@ -5,8 +5,8 @@
 -- rate_burst) is a token bucket in flow_bucket that claims refill and spend.
 -- A queue without either has no rows there and pays nothing.
 -- Groups: send's p_group puts a message in a group (message.grp); claims
--- take turns between the groups with due messages (message_group, the
--- rotation's position in claim_cursor), and group_max_in_flight with the
+-- take turns between the groups with due messages (message_group, each
+-- claimer's place in the rotation in group_cursor), and group_max_in_flight with the
 -- per-group group_overrides bound each group's leases with a gate of its own
 -- (flow_gate.grp). Grouped rows leave message_claim and
 -- message_claim_priority, which are built again (a lock on message while
@@ -59,14 +59,22 @@ BEGIN
             'WHERE parked_until IS NULL AND grp IS NOT NULL';
 END
 $$;
--- where the next claim's rotation starts (after group_after; NULL: the
--- first group), and how many groups the last one served (the share it
--- leaves the messages without a group)
-DO $$
-BEGIN
-    EXECUTE 'ALTER TABLE claim_cursor ADD COLUMN group_after text, ADD COLUMN group_count int';
-END
-$$;
+-- Each claimer's place in the rotation of a queue's groups (claim.sql,
+-- _claim_groups): where its next claim starts (after group_after; NULL: the
+-- first group), how many groups its last claim served (the share it leaves
+-- the messages without a group). One row per queue and owner: claimers
+-- that go round on their own serve each group alike, where a shared place
+-- would have concurrent claims serve the same groups. Recovery removes the
+-- rows of owners that have not claimed for a day.
+CREATE TABLE group_cursor (
+    queue       text NOT NULL,
+    owner       text NOT NULL,
+    group_after text,
+    group_count int NOT NULL,
+    at          timestamptz NOT NULL,
+    PRIMARY KEY (queue, owner)
+);
+COMMENT ON TABLE group_cursor IS 'pgsweep: each claimer''s place in the rotation of a queue''s groups (claim.sql)';
 
 -- max_in_flight (flow.sql): a claim keeps rows under a gate's row lock and
 -- records them in a grant; the messages leased are the ids of the live
@@ -325,7 +333,7 @@ BEGIN
         SELECT p_q.name, '', s FROM generate_series(1, 8) s
         ON CONFLICT DO NOTHING;
     END IF;
-    IF NOT p_leases OR NOT _flow_limited(p_q) THEN
+    IF NOT p_leases OR NOT _flow_limited(p_q.max_in_flight, p_q.group_max_in_flight, p_q.group_overrides) THEN
         RETURN;
     END IF;
     -- every gate, in order: the claims deciding now finish first
@@ -379,12 +387,12 @@ AS $$
     SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_limited(p_q queue)
+CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_q.max_in_flight IS NOT NULL OR p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL
+    SELECT p_max IS NOT NULL OR p_group_max IS NOT NULL OR p_overrides IS NOT NULL
 $$;
 
 CREATE OR REPLACE FUNCTION _check_group(p_arg text, p_group text)
@@ -573,7 +581,7 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + coalesce(p_lease, v_q.lease_default);
-    IF NOT _flow_limited(v_q) THEN
+    IF NOT _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
@@ -628,7 +636,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, _flow_limited(q) INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, _flow_limited(q.max_in_flight, q.group_max_in_flight, q.group_overrides) INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -699,7 +707,7 @@ BEGIN
     PERFORM _check_ids(p_ids);
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    IF _flow_limited(v_q) THEN
+    IF _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();
@@ -830,9 +838,9 @@ BEGIN
     -- placed by queue on Citus: one shard group); anything else, or no
     -- cursor row, asks _queue_require, the rule.
     SELECT c.created_at, c.id, c.rescanned_at,
-           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at, c.group_after, c.group_count,
+           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at,
            EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_gafter, v_gcount, v_held
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_held
       FROM claim_cursor c WHERE c.queue = p_queue;
     IF v_held IS NOT TRUE THEN
         PERFORM _queue_require(p_queue, 'consume');
@@ -926,11 +934,14 @@ BEGIN
         END LOOP;
     END IF;
     -- Groups (flow.sql): the groups' part of the batch first, all but the
-    -- share of the messages without a group (one part in the groups the
-    -- last claim served + 1, at least 1). A queue whose messages have no
-    -- group pays one probe of message_group here.
-    v_grouped := v_gcount > 0 OR EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
+    -- share of the messages without a group (one part in the groups this
+    -- claimer's last claim served + 1, at least 1), from this claimer's
+    -- place in the rotation. A queue whose messages have no group pays one
+    -- probe of message_group here.
+    v_grouped := EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
     IF v_grouped THEN
+        SELECT g.group_after, g.group_count INTO v_gafter, v_gcount
+          FROM group_cursor g WHERE g.queue = p_queue AND g.owner = p_owner;
         v_gshare := v_batch - ceil(v_batch::numeric / (greatest(v_gcount, 1) + 1))::int;
         IF v_gshare > 0 THEN
             SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
@@ -1035,14 +1046,13 @@ BEGIN
             v_n := cardinality(v_all);
         END IF;
     END IF;
-    IF cardinality(v_g_ids) > 0 OR v_gcount > 0 THEN
-        -- where the next claim's rotation starts, and how many groups this
+    IF v_grouped THEN
+        -- where this claimer's next claim starts, and how many groups this
         -- one served (none: the messages without a group get whole batches)
-        UPDATE claim_cursor c
-           SET group_after = coalesce(v_glast, c.group_after),
-               group_count = (SELECT count(DISTINCT u)::int FROM unnest(v_g_grps) u)
-         WHERE c.queue = p_queue
-           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+        INSERT INTO group_cursor AS g (queue, owner, group_after, group_count, at)
+        VALUES (p_queue, p_owner, coalesce(v_glast, v_gafter), cardinality(ARRAY(SELECT DISTINCT u FROM unnest(v_g_grps) u)), v_now)
+        ON CONFLICT (queue, owner) DO UPDATE
+           SET group_after = excluded.group_after, group_count = excluded.group_count, at = excluded.at;
     END IF;
     IF v_n = 0 THEN
         RETURN;
@@ -1255,7 +1265,7 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF _flow_limited(v_q) THEN
+    IF _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     WITH d AS (
@@ -1306,7 +1316,7 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF _flow_limited(v_q) THEN
+    IF _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
 
@@ -1581,6 +1591,7 @@ BEGIN
     DELETE FROM message_dead d WHERE d.queue = p_queue;
     DELETE FROM message_unique u WHERE u.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
+    DELETE FROM group_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
     DELETE FROM queue q WHERE q.name = p_queue;
@@ -1874,6 +1885,14 @@ BEGIN
                                       WHERE w.queue = p_queue AND w.until <= v_now
                                       LIMIT p_batch FOR UPDATE SKIP LOCKED))
        AND u.until <= v_now;
+    -- So do the places in the groups' rotation (group_cursor) of owners
+    -- that have not claimed for a day, and expired flow-control grants
+    -- (flow.sql: they count for nothing, and a settle would remove them).
+    DELETE FROM group_cursor g WHERE g.queue = p_queue AND g.at < v_now - interval '1 day';
+    DELETE FROM flow_grant g
+     WHERE g.queue = p_queue
+       AND g.ctid = ANY (ARRAY(SELECT f.ctid FROM flow_grant f WHERE f.queue = p_queue AND f.expires_at <= v_now
+                                LIMIT p_batch FOR UPDATE SKIP LOCKED));
     IF v_bound IS NULL THEN
         SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;
         v_bound := coalesce(v_bound, 0);

@@ -66,7 +66,7 @@ BEGIN
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
     v_until := v_now + coalesce(p_lease, v_q.lease_default);
-    IF NOT _flow_limited(v_q) THEN
+    IF NOT _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         RETURN QUERY
         UPDATE message m SET visible_at = v_until
          WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
@@ -144,7 +144,7 @@ BEGIN
         PERFORM _check_ids(p_ids);
         PERFORM _check_size('p_ids', cardinality(p_ids), 'max_batch');
     END IF;
-    SELECT q.kind, _flow_limited(q) INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
+    SELECT q.kind, _flow_limited(q.max_in_flight, q.group_max_in_flight, q.group_overrides) INTO v_kind, v_limited FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue);
     END IF;
@@ -234,7 +234,7 @@ BEGIN
     PERFORM _check_ids(p_ids);
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
-    IF _flow_limited(v_q) THEN
+    IF _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
     v_now := clock_timestamp();

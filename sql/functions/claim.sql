@@ -100,7 +100,8 @@
 --
 -- Groups (send's p_group; flow.sql, "Groups"). Grouped rows are in neither
 -- claim index above but in message_group, and claims take turns between
--- the groups (_claim_groups): the groups' part of the batch first, then the
+-- the groups (_claim_groups), each claimer (p_owner) going round from its
+-- own place (group_cursor): the groups' part of the batch first, then the
 -- passes above for the messages without a group, then the groups again
 -- while the batch has room. A queue without grouped rows pays one probe of
 -- message_group.
@@ -238,9 +239,9 @@ BEGIN
     -- placed by queue on Citus: one shard group); anything else, or no
     -- cursor row, asks _queue_require, the rule.
     SELECT c.created_at, c.id, c.rescanned_at,
-           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at, c.group_after, c.group_count,
+           c.priority_levels, c.priority_ats, c.priority_ids, c.priority_rescanned_at,
            EXISTS (SELECT 1 FROM _queue_right_held h WHERE h.queue = p_queue AND h.privilege = 'consume')
-      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_gafter, v_gcount, v_held
+      INTO v_cursor_at, v_cursor_id, v_rescanned, v_lv, v_la, v_li, v_prescanned, v_held
       FROM claim_cursor c WHERE c.queue = p_queue;
     IF v_held IS NOT TRUE THEN
         PERFORM _queue_require(p_queue, 'consume');
@@ -334,11 +335,14 @@ BEGIN
         END LOOP;
     END IF;
     -- Groups (flow.sql): the groups' part of the batch first, all but the
-    -- share of the messages without a group (one part in the groups the
-    -- last claim served + 1, at least 1). A queue whose messages have no
-    -- group pays one probe of message_group here.
-    v_grouped := v_gcount > 0 OR EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
+    -- share of the messages without a group (one part in the groups this
+    -- claimer's last claim served + 1, at least 1), from this claimer's
+    -- place in the rotation. A queue whose messages have no group pays one
+    -- probe of message_group here.
+    v_grouped := EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
     IF v_grouped THEN
+        SELECT g.group_after, g.group_count INTO v_gafter, v_gcount
+          FROM group_cursor g WHERE g.queue = p_queue AND g.owner = p_owner;
         v_gshare := v_batch - ceil(v_batch::numeric / (greatest(v_gcount, 1) + 1))::int;
         IF v_gshare > 0 THEN
             SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
@@ -443,14 +447,13 @@ BEGIN
             v_n := cardinality(v_all);
         END IF;
     END IF;
-    IF cardinality(v_g_ids) > 0 OR v_gcount > 0 THEN
-        -- where the next claim's rotation starts, and how many groups this
+    IF v_grouped THEN
+        -- where this claimer's next claim starts, and how many groups this
         -- one served (none: the messages without a group get whole batches)
-        UPDATE claim_cursor c
-           SET group_after = coalesce(v_glast, c.group_after),
-               group_count = (SELECT count(DISTINCT u)::int FROM unnest(v_g_grps) u)
-         WHERE c.queue = p_queue
-           AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
+        INSERT INTO group_cursor AS g (queue, owner, group_after, group_count, at)
+        VALUES (p_queue, p_owner, coalesce(v_glast, v_gafter), cardinality(ARRAY(SELECT DISTINCT u FROM unnest(v_g_grps) u)), v_now)
+        ON CONFLICT (queue, owner) DO UPDATE
+           SET group_after = excluded.group_after, group_count = excluded.group_count, at = excluded.at;
     END IF;
     IF v_n = 0 THEN
         RETURN;

@@ -53,7 +53,7 @@ BEGIN
     v_q := _queue_get(p_queue);
     PERFORM _queue_require(p_queue, 'consume');
     v_now := coalesce(p_now, clock_timestamp());
-    IF _flow_limited(v_q) THEN
+    IF _flow_limited(v_q.max_in_flight, v_q.group_max_in_flight, v_q.group_overrides) THEN
         PERFORM _flow_free(p_queue, p_token, p_ids); -- grants before messages, in every verb (flow.sql)
     END IF;
 

@@ -311,7 +311,7 @@ BEGIN
         SELECT p_q.name, '', s FROM generate_series(1, 8) s
         ON CONFLICT DO NOTHING;
     END IF;
-    IF NOT p_leases OR NOT _flow_limited(p_q) THEN
+    IF NOT p_leases OR NOT _flow_limited(p_q.max_in_flight, p_q.group_max_in_flight, p_q.group_overrides) THEN
         RETURN;
     END IF;
     -- every gate, in order: the claims deciding now finish first
@@ -363,29 +363,31 @@ $$;
 -- messages without a group, and claims take turns between the groups:
 --
 -- The rotation (_claim_groups). A claim walks the queue's groups that have
--- rows in message_group in name order, starting after the group the last
--- claim stopped at (claim_cursor.group_after) and going round once: a
--- group's turn takes its best due rows (priority, then age) up to the
--- turn's quantum, locked FOR UPDATE SKIP LOCKED. The first round gives
--- each group one row; if the batch is not full then, each next round gives
--- every group that still had rows an equal part of what is left. Finding
--- the next group is one descent of message_group (a skip scan: the rows
--- waiting in a group are never walked), so a group with 100,000 due
--- messages and a group with 10 are each one step of the round, and a claim
--- of n rows serves n groups one row each before any group gets a second.
--- Claims run concurrently: each goes round from the shared position and
--- the rows another claim locked are skipped, so a group gives each claim
--- at most its quantum. Fairness is per turn, not per message size or
--- processing time (round-robin, not weighted: a slow tenant's messages
--- take their turns like the others).
+-- rows in message_group in name order, starting after the group its
+-- claimer's last claim stopped at (group_cursor, one row per queue and
+-- owner) and going round once: a group's turn takes its best due rows
+-- (priority, then age) up to the turn's quantum, locked FOR UPDATE SKIP
+-- LOCKED. The first round gives each group one row; if the batch is not
+-- full then, each next round gives every group that still had rows an
+-- equal part of what is left. Finding the next group is one descent of
+-- message_group (a skip scan: the rows waiting in a group are never
+-- walked), so a group with 100,000 due messages and a group with 10 are
+-- each one step of the round, and a claim of n rows serves n groups one
+-- row each before any group gets a second.
+-- Each claimer goes round on its own: every claimer serves every group
+-- once per round, so between two groups with due messages the service
+-- differs by at most a turn per claimer. (One shared place would not do:
+-- concurrent claims read it before any of them moves it, serve the same
+-- groups, and the groups they skip fall behind.) Fairness is per turn, not
+-- per message size or processing time (round-robin, not weighted: a slow
+-- tenant's messages take their turns like the others).
 --
 -- The messages without a group take part as one more participant: a claim
--- first leaves them their share of the batch (one part in groups served by
--- the last claim + 1: claim_cursor.group_count), takes the groups' part,
--- lets the ungrouped messages fill the batch (claim.sql's passes), and
--- goes round the groups again when room is left. A queue whose messages
--- have no group pays one probe of message_group when a claim's batch is
--- not full, nothing otherwise.
+-- first leaves them their share of the batch (one part in the groups the
+-- claimer's last claim served + 1: group_cursor.group_count), takes the
+-- groups' part, lets the ungrouped messages fill the batch (claim.sql's
+-- passes), and goes round the groups again when room is left. A queue
+-- whose messages have no group pays one probe of message_group a claim.
 --
 -- Group limits. group_max_in_flight (queue_configure) bounds the leases of
 -- every group of the queue, group_overrides one group's ({"acme":
@@ -418,14 +420,17 @@ AS $$
     SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
 $$;
 
--- _flow_limited: the verbs of queue p_q keep grants (a limit on the queue
--- or on its groups).
-CREATE OR REPLACE FUNCTION _flow_limited(p_q queue)
+-- _flow_limited: the verbs of a queue with max_in_flight p_max,
+-- group_max_in_flight p_group_max and group_overrides p_overrides keep
+-- grants (a limit on the queue or on its groups). Plain values, not the
+-- queue row: on Citus a row read from the queue table is of its shard's
+-- type.
+CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_q.max_in_flight IS NOT NULL OR p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL
+    SELECT p_max IS NOT NULL OR p_group_max IS NOT NULL OR p_overrides IS NOT NULL
 $$;
 
 -- _check_group: NULL (no group) or a name of 1 to 200 characters (the name

@@ -193,6 +193,7 @@ BEGIN
     DELETE FROM message_dead d WHERE d.queue = p_queue;
     DELETE FROM message_unique u WHERE u.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
+    DELETE FROM group_cursor c WHERE c.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
     DELETE FROM queue q WHERE q.name = p_queue;

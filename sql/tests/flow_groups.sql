@@ -9,6 +9,7 @@
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
 DELETE FROM pgsweep.flow_grant; DELETE FROM pgsweep.flow_gate; DELETE FROM pgsweep.message_dead;
+DELETE FROM pgsweep.group_cursor;
 SELECT plan(60);
 
 SELECT pgsweep.queue_create('g', 'outbox', 2);
@@ -64,13 +65,13 @@ DELETE FROM pgsweep.message WHERE queue = 'g';
 SELECT pg_temp.send('g', 'a', 10);
 SELECT pg_temp.send('g', 'b', 3);
 SELECT pg_temp.send('g', 'c', 3);
-SELECT is(pg_temp.claim('g', 'r1', 3), 'a,b,c', 'a claim of 3 serves each of 3 groups once, whatever their backlogs');
-SELECT is((SELECT group_after FROM pgsweep.claim_cursor WHERE queue = 'g'), 'c', 'the rotation stops after the last group served');
-SELECT is(pg_temp.claim('g', 'r2', 2), 'a,b', 'the next claim goes on from the first group');
-SELECT is(pg_temp.claim('g', 'r3', 1), 'c', 'and the next after it');
-SELECT is(pg_temp.claim('g', 'r4', 10), 'a,a,a,a,a,a,a,a,b,c',
+SELECT is(pg_temp.claim('g', 'r', 3), 'a,b,c', 'a claim of 3 serves each of 3 groups once, whatever their backlogs');
+SELECT is((SELECT group_after FROM pgsweep.group_cursor WHERE queue = 'g' AND owner = 'r'), 'c', 'the claimer''s rotation stops after the last group served');
+SELECT is(pg_temp.claim('g', 'r', 2), 'a,b', 'its next claim goes on from the first group');
+SELECT is(pg_temp.claim('g', 'r', 1), 'c', 'and the next after it');
+SELECT is(pg_temp.claim('g', 'r', 10), 'a,a,a,a,a,a,a,a,b,c',
     'a bigger batch: one each, then equal parts of what is left among the groups that still have rows');
-SELECT is(pg_temp.claim('g', 'r5', 10), '', 'nothing left');
+SELECT is(pg_temp.claim('g', 'r', 10), '', 'nothing left');
 DELETE FROM pgsweep.message WHERE queue = 'g';
 
 -- a big group and many small ones: every small group drains while the big one is served a row a round
@@ -98,11 +99,11 @@ SELECT pgsweep.queue_create('m', 'outbox', 2);
 SELECT pg_temp.send('m', NULL, 20);
 SELECT pg_temp.send('m', 'x', 20);
 SELECT pg_temp.send('m', 'y', 20);
-SELECT is(pg_temp.claim('m', 'u1', 10), '-,-,-,-,-,x,x,x,y,y',
+SELECT is(pg_temp.claim('m', 'u', 10), '-,-,-,-,-,x,x,x,y,y',
     'with groups due and no claim before: half the batch for the messages without a group');
-SELECT is((SELECT group_count FROM pgsweep.claim_cursor WHERE queue = 'm'), 2, 'two groups served');
-SELECT is(pg_temp.claim('m', 'u2', 9), '-,-,-,x,x,x,y,y,y', 'then a third of it, the groups two thirds');
-SELECT is(pg_temp.claim('m', 'u3', 41), '-,-,-,-,-,-,-,-,-,-,-,-,x,x,x,x,x,x,x,x,x,x,x,x,x,x,y,y,y,y,y,y,y,y,y,y,y,y,y,y,y',
+SELECT is((SELECT group_count FROM pgsweep.group_cursor WHERE queue = 'm' AND owner = 'u'), 2, 'two groups served');
+SELECT is(pg_temp.claim('m', 'u', 9), '-,-,-,x,x,x,y,y,y', 'then a third of it, the groups two thirds');
+SELECT is(pg_temp.claim('m', 'u', 41), '-,-,-,-,-,-,-,-,-,-,-,-,x,x,x,x,x,x,x,x,x,x,x,x,x,x,y,y,y,y,y,y,y,y,y,y,y,y,y,y,y',
     'what the groups leave, the others fill; what they leave, the groups fill');
 SELECT is((SELECT count(*) FROM pgsweep.message WHERE queue = 'm' AND status = 'pending'), 0::bigint, 'all claimed');
 
