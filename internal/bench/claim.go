@@ -53,13 +53,13 @@ const claimCommand = "bench claim"
 
 // claimContenders are the contenders of bench claim, in the order they run
 // and are reported.
-var claimContenders = []string{"pop", "seed003", "pgsweep", "stats", "limited", "pgsweep1rt", "worker", "lanes", "laneworker", "serial", "heads", "blocked"}
+var claimContenders = []string{"pop", "seed003", "pgsweep", "stats", "limited", "pgsweep1rt", "worker", "lanes", "groups", "laneworker", "serial", "heads", "blocked"}
 
 // claimNeeds is the flag a contender needs and lacks ("": none): lanes,
 // laneworker and serial need --lanes N, heads and blocked --blocked N.
 func claimNeeds(name string, lanes, blocked int) string {
 	switch {
-	case (name == "lanes" || name == "laneworker" || name == "serial") && lanes == 0:
+	case (name == "lanes" || name == "groups" || name == "laneworker" || name == "serial") && lanes == 0:
 		return "--lanes N"
 	case (name == "heads" || name == "blocked") && blocked == 0:
 		return "--blocked N"
@@ -111,7 +111,7 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Messages, "messages", 200000, "messages to enqueue and drain per contender")
 	fs.IntVar(&o.Workers, "workers", 8, "concurrent workers, one connection each")
 	fs.IntVar(&o.Batch, "batch", 100, "messages claimed per call (1..10000)")
-	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, pgsweep1rt, worker, lanes, laneworker, serial (default all; lanes and laneworker with --lanes, serial with --lanes 1)")
+	fs.StringVar(&o.Only, "only", "", "run these contenders, comma-separated: pop, seed003, pgsweep, stats, limited, pgsweep1rt, worker, lanes, groups, laneworker, serial, heads, blocked (default all; lanes, groups and laneworker with --lanes N, serial with --lanes 1, heads and blocked with --blocked N)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "run every contender this many times, in turn, and report medians (1..100)")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 0, "the limited contender's max_in_flight, 1..100000 (0: workers x batch: the slots' cost without the limit holding claims back)")
 	fs.DurationVar(&o.StatsInterval, "stats-interval", time.Second, "the stats contender's stats_interval, 1s..1m (maintain() runs every second; "+
@@ -124,7 +124,7 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 		"(contender blocked) and with none (contender heads), timing each claim; 0: not")
 	fs.IntVar(&o.BlockedHeads, "blocked-heads", 10000, "lane heads in flight for --blocked, 1..1000000")
 	fs.IntVar(&o.Priorities, "priorities", 0, "send the pgsweep contenders' messages with this many priority levels, 0..N-1 uniformly (round-robin); 0 or 1: all the default priority; at most 101")
-	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes; 1: also serial, one worker claiming one at a time); 0: not")
+	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes), and in one of this many groups (contender groups; 1: also serial, one worker claiming one at a time); 0: not")
 }
 
 // Claim runs `pgsweep bench claim`: W workers drain N messages, B at a
@@ -171,7 +171,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		for _, name := range strings.Split(only, ",") {
 			if !slices.Contains(claimContenders, name) {
 				return fmt.Errorf("%w: --only takes pop, seed003, pgsweep, stats, limited, pgsweep1rt and worker, comma-separated; got %q "+
-					"(with --lanes N also lanes, laneworker and serial; with --blocked N also heads and blocked)", ErrUsage, name)
+					"(with --lanes N also lanes, groups, laneworker and serial; with --blocked N also heads and blocked)", ErrUsage, name)
 			}
 			if need := claimNeeds(name, lanes, blocked); need != "" {
 				return fmt.Errorf("%w: --only %s needs %s", ErrUsage, name, need)
@@ -220,7 +220,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 			run  func(context.Context) (time.Duration, error)
 		}{
 			{"pop", b.pop}, {"seed003", b.seed003}, {"pgsweep", b.pgsweepSQL}, {"stats", b.pgsweepWithStats}, {"limited", b.pgsweepLimited}, {"pgsweep1rt", b.pgsweepPipelined}, {"worker", b.worker},
-			{"lanes", b.pgsweepLanes}, {"laneworker", b.laneWorker}, {"serial", b.serial},
+			{"lanes", b.pgsweepLanes}, {"groups", b.pgsweepGroups}, {"laneworker", b.laneWorker}, {"serial", b.serial},
 			{"heads", b.headsInFlight}, {"blocked", b.blockedBehindHeads},
 		} {
 			if only != "" && !slices.Contains(strings.Split(only, ","), c.name) {
@@ -256,6 +256,7 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		"pgsweep1rt": "pgsweep CompleteAndClaim (pipelined, 1 trip)",
 		"worker":     "pgsweep Go Worker, no-op handler",
 		"lanes":      fmt.Sprintf("pgsweep claim + complete, %d ordered lanes", lanes),
+		"groups":     fmt.Sprintf("pgsweep claim + complete, %d groups shared fairly", lanes),
 		"laneworker": fmt.Sprintf("pgsweep Go Worker, %d ordered lanes", lanes),
 		"serial":     "one serial consumer (1 worker, batch 1)",
 		"heads":      fmt.Sprintf("claim + complete behind %d lane heads", o.BlockedHeads),
@@ -289,6 +290,8 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
 	ratio("worker", "pop", "Worker / pop")
 	ratio("lanes", "pgsweep", fmt.Sprintf("%d lanes / unordered (target >= 0.5 at 1,000)", lanes))
+	ratio("groups", "pgsweep", fmt.Sprintf("%d groups / unordered (target >= 0.5 at 1,000)", lanes))
+	ratio("groups", "lanes", fmt.Sprintf("%d groups / %d lanes (target >= 1)", lanes, lanes))
 	ratio("laneworker", "worker", fmt.Sprintf("Worker: %d lanes / unordered", lanes))
 	ratio("lanes", "serial", "1 lane / one serial consumer")
 	ratio("laneworker", "serial", "Worker: 1 lane / one serial consumer")
@@ -529,16 +532,22 @@ func (b *claimBench) enqueuePgsweep(ctx context.Context, name string) (*pgsweep.
 // enqueuePgsweepLanes enqueues b.n messages; with lanes > 0, message i goes
 // to lane i % lanes (so each lane holds its messages in send order).
 func (b *claimBench) enqueuePgsweepLanes(ctx context.Context, name string, lanes int) (*pgsweep.Client, error) {
+	var laneOf func(int) string
+	if lanes > 0 {
+		laneOf = func(i int) string { return fmt.Sprintf("lane-%d", i%lanes) }
+	}
+	return b.enqueueWith(ctx, name, laneOf, nil)
+}
+
+// enqueueWith enqueues b.n messages, message i in lane laneOf(i) and group
+// groupOf(i) (nil: none).
+func (b *claimBench) enqueueWith(ctx context.Context, name string, laneOf, groupOf func(int) string) (*pgsweep.Client, error) {
 	fmt.Fprintf(b.out, "%s: enqueueing %d messages…\n", name, b.n)
 	c, err := b.resetQueue(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var laneOf func(int) string
-	if lanes > 0 {
-		laneOf = func(i int) string { return fmt.Sprintf("lane-%d", i%lanes) }
-	}
-	if err := b.send(ctx, c, b.n, laneOf); err != nil {
+	if err := b.send(ctx, c, b.n, laneOf, groupOf); err != nil {
 		return nil, err
 	}
 	return c, b.vacuum(ctx)
@@ -571,8 +580,8 @@ func (b *claimBench) resetQueue(ctx context.Context) (*pgsweep.Client, error) {
 }
 
 // send sends n messages, 10,000 a batch; message i goes to lane laneOf(i)
-// (laneOf nil: no lanes).
-func (b *claimBench) send(ctx context.Context, c *pgsweep.Client, n int, laneOf func(i int) string) error {
+// and group groupOf(i) (nil: none).
+func (b *claimBench) send(ctx context.Context, c *pgsweep.Client, n int, laneOf, groupOf func(i int) string) error {
 	ms := make([]pgsweep.Message, 0, 10000)
 	for i := 0; i < n; i += 10000 {
 		ms = ms[:0]
@@ -583,6 +592,9 @@ func (b *claimBench) send(ctx context.Context, c *pgsweep.Client, n int, laneOf 
 			}
 			if laneOf != nil {
 				m.Lane = laneOf(i + k)
+			}
+			if groupOf != nil {
+				m.Group = groupOf(i + k)
 			}
 			ms = append(ms, m)
 		}
@@ -671,6 +683,16 @@ func (b *claimBench) pgsweepLanes(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return b.drainWith(ctx, "lanes", b.w, true, b.claimComplete(b.b, nil))
+}
+
+// pgsweepGroups is pgsweepSQL with every message in one of b.lanes groups
+// (round-robin): claims take turns between the groups (flow.sql).
+func (b *claimBench) pgsweepGroups(ctx context.Context) (time.Duration, error) {
+	groupOf := func(i int) string { return fmt.Sprintf("group-%d", i%b.lanes) }
+	if _, err := b.enqueueWith(ctx, "groups", nil, groupOf); err != nil {
+		return 0, err
+	}
+	return b.drain(ctx, "groups", b.claimComplete(b.b, nil))
 }
 
 // serial is one worker claiming and completing one unordered message at a

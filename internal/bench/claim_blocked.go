@@ -58,10 +58,10 @@ func (b *claimBench) drainBehindHeads(ctx context.Context, name string, waiting 
 		return 0, err
 	}
 	lane := func(i int) string { return fmt.Sprintf("h-%d", i%b.heads) }
-	if err := b.send(ctx, c, b.heads, lane); err != nil {
+	if err := b.send(ctx, c, b.heads, lane, nil); err != nil {
 		return 0, err
 	}
-	if err := b.send(ctx, c, waiting, lane); err != nil {
+	if err := b.send(ctx, c, waiting, lane, nil); err != nil {
 		return 0, err
 	}
 	// The heads are the oldest claimable messages, and only they: the rest
@@ -76,7 +76,7 @@ func (b *claimBench) drainBehindHeads(ctx context.Context, name string, waiting 
 		}
 		got += len(ds)
 	}
-	if err := b.send(ctx, c, b.n, nil); err != nil {
+	if err := b.send(ctx, c, b.n, nil, nil); err != nil {
 		return 0, err
 	}
 	if err := b.vacuum(ctx); err != nil {

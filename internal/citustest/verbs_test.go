@@ -356,6 +356,35 @@ func TestCitusVerbs(t *testing.T) {
 		if got := claim(5); len(got) != 0 {
 			t.Fatalf("claimed %d from an empty bucket, want 0", len(got))
 		}
+		// groups: turns between them, a limit per group, on the queue's shard
+		if err := c.QueueConfigure(ctx, q, map[string]any{"rate": nil, "group_max_in_flight": 1}); err != nil {
+			t.Fatal(err)
+		}
+		gs := make([]pgsweep.Message, 6)
+		for i := range gs {
+			gs[i] = pgsweep.Message{Payload: json.RawMessage(`{}`), Group: fmt.Sprintf("g%d", i%3)}
+		}
+		if _, err := c.SendBatch(ctx, q, gs); err != nil {
+			t.Fatal(err)
+		}
+		var grouped []pgsweep.Delivery
+		for _, d := range claim(100) {
+			if in.Int(t, "SELECT count(*) FROM "+in.Rel("message")+" WHERE queue = $1 AND id = $2 AND grp IS NOT NULL", q, d.ID) == 1 {
+				grouped = append(grouped, d)
+			}
+		}
+		if len(grouped) != 3 {
+			t.Fatalf("claimed %d grouped messages with group_max_in_flight 1 and 3 groups, want 3", len(grouped))
+		}
+		if st, err := c.GroupStats(ctx, q, 10); err != nil || len(st) != 3 || st[0].InFlight != 1 || st[0].Waiting != 1 || st[0].MaxInFlight != 1 {
+			t.Fatalf("group_stats: %+v %v, want 3 groups with 1 in flight and 1 waiting each", st, err)
+		}
+		if done, err := c.Complete(ctx, q, grouped[0].Token, deliveryIDs(grouped)); err != nil || len(done) != 3 {
+			t.Fatalf("complete: %v %v", done, err)
+		}
+		if got := claim(100); len(got) != 3 {
+			t.Fatalf("claimed %d after the groups' leases were settled, want their 3 others", len(got))
+		}
 	})
 
 	// Not pushed down, and correct: the views over every queue, and leases

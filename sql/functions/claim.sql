@@ -450,8 +450,11 @@ BEGIN
     IF v_grouped THEN
         -- where this claimer's next claim starts, and how many groups this
         -- one served (none: the messages without a group get whole batches)
+        -- (plain values in the INSERT: Citus takes no subquery there)
+        v_gcount := cardinality(ARRAY(SELECT DISTINCT u FROM unnest(v_g_grps) u));
+        v_gafter := coalesce(v_glast, v_gafter);
         INSERT INTO group_cursor AS g (queue, owner, group_after, group_count, at)
-        VALUES (p_queue, p_owner, coalesce(v_glast, v_gafter), cardinality(ARRAY(SELECT DISTINCT u FROM unnest(v_g_grps) u)), v_now)
+        VALUES (p_queue, p_owner, v_gafter, v_gcount, v_now)
         ON CONFLICT (queue, owner) DO UPDATE
            SET group_after = excluded.group_after, group_count = excluded.group_count, at = excluded.at;
     END IF;

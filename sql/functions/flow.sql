@@ -576,7 +576,7 @@ BEGIN
         v_out := v_out || jsonb_build_object(v_e.key, jsonb_build_object('max_in_flight', v_lim));
     END LOOP;
     IF (SELECT count(*) FROM jsonb_object_keys(v_out)) > 10000 THEN
-        RAISE EXCEPTION 'group_overrides: at most 10000 groups may have an override, got %', (SELECT count(*) FROM jsonb_object_keys(v_out))
+        RAISE EXCEPTION 'group_overrides must hold at most 10000 groups, got %', (SELECT count(*) FROM jsonb_object_keys(v_out))
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN nullif(v_out, '{}');
