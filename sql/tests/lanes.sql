@@ -15,11 +15,11 @@ SELECT plan(96);
 
 SELECT has_table('pgsweep', 'lane', 'lane table');
 SELECT col_is_pk('pgsweep', 'lane', ARRAY['queue', 'name'], 'lane key leads with queue');
-SELECT has_function('pgsweep', 'send_batch', ARRAY['text', 'jsonb[]', 'jsonb[]', 'text[]', 'timestamp with time zone[]', 'text[]', 'text[]', 'interval[]', 'smallint[]'],
-    'send_batch takes p_lanes after p_deliver_at (then the unique keys and priorities)');
+SELECT has_function('pgsweep', 'send_batch', ARRAY['text', 'jsonb[]', 'jsonb[]', 'text[]', 'timestamp with time zone[]', 'text[]', 'text[]', 'interval[]', 'smallint[]', 'text[]'],
+    'send_batch takes p_lanes after p_deliver_at (then the unique keys, priorities and groups)');
 SELECT has_function('pgsweep', 'lane_skip', ARRAY['text', 'text'], 'lane_skip(p_queue, p_lane)');
 SELECT has_function('pgsweep', 'lane_stats', ARRAY['text', 'integer'], 'lane_stats(p_queue, p_limit)');
-SELECT ok(has_function_privilege('pgsweep_worker', 'pgsweep.send(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint)', 'EXECUTE'),
+SELECT ok(has_function_privilege('pgsweep_worker', 'pgsweep.send(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint, text)', 'EXECUTE'),
     'workers may send with a lane');
 SELECT ok(has_function_privilege('pgsweep_admin', 'pgsweep.lane_skip(text, text)', 'EXECUTE')
       AND NOT has_function_privilege('pgsweep_worker', 'pgsweep.lane_skip(text, text)', 'EXECUTE'),

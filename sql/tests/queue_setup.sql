@@ -11,7 +11,7 @@ SELECT has_table('pgsweep', 'message_processed', 'message_processed table');
 SELECT has_table('pgsweep', 'message_dead', 'message_dead table');
 SELECT has_view('pgsweep', 'queue_stats', 'queue_stats view');
 SELECT has_function('pgsweep', 'queue_create', ARRAY['text', 'text', 'integer'], 'queue_create(text, text, int)');
-SELECT has_function('pgsweep', 'send', ARRAY['text', 'jsonb', 'jsonb', 'text', 'timestamp with time zone', 'text', 'text', 'interval', 'smallint'], 'send contract signature (p_lane, then p_unique_key, p_unique_for, p_priority)');
+SELECT has_function('pgsweep', 'send', ARRAY['text', 'jsonb', 'jsonb', 'text', 'timestamp with time zone', 'text', 'text', 'interval', 'smallint', 'text'], 'send contract signature (p_lane, then p_unique_key, p_unique_for, p_priority, p_group)');
 SELECT has_function('pgsweep', 'claim', ARRAY['text', 'text', 'integer', 'interval'], 'claim contract signature');
 SELECT has_function('pgsweep', 'renew', ARRAY['text', 'uuid', 'bigint[]', 'interval'], 'renew contract signature');
 SELECT has_function('pgsweep', 'complete', ARRAY['text', 'uuid', 'bigint[]'], 'complete contract signature');
@@ -43,7 +43,7 @@ SELECT results_eq($$SELECT max_attempts, backoff_base, backoff_max, lease_defaul
 
 CREATE TEMP TABLE q_before AS SELECT * FROM pgsweep.queue;
 SELECT throws_ok($$SELECT pgsweep.queue_configure('out', '{"bogus": 1}')$$, '22023',
-    'p_settings: unknown setting "bogus" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst)', 'unknown setting');
+    'p_settings: unknown setting "bogus" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)', 'unknown setting');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('out', '{"max_attempts": 0}')$$, '22023',
     'max_attempts must be between 1 and 1000, got 0', 'max_attempts range');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('out', '{"backoff_max": "1 second"}')$$, '22023',
