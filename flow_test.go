@@ -65,66 +65,22 @@ func TestMaxInFlightWorkers(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	wctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for w := range workers {
-		pool, err := pgtest.Pool(ctx, db.URL, perWorker)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		wk, err := pgsweep.NewWorker(pool, handler, pgsweep.WorkerOptions{
+	f := startFleet(ctx, t, db.URL, workers, perWorker, handler, func(w int) pgsweep.WorkerOptions {
+		return pgsweep.WorkerOptions{
 			Schema: db.Schema, Queue: "q", Owner: fmt.Sprintf("w%d", w), Batch: 4, Concurrency: perWorker,
 			PollInterval: 20 * time.Millisecond, DisableNotify: w%2 == 0, Logger: quietLog,
 			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { completed.Add(int64(n)) }},
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		wg.Go(func() {
-			if err := wk.Run(wctx); err != nil {
-				errc <- fmt.Errorf("worker %d: %w", w, err)
-			}
-		})
-	}
+	})
 	// the sampler: live leases in one snapshot, as often as it can
-	var sampled, most atomic.Int64
-	sconn := pgtest.Conn(t, db.URL)
-	sampleErr := make(chan error, 1)
-	go func() {
-		defer close(sampleErr)
-		for wctx.Err() == nil {
-			var n int64
-			err := sconn.QueryRow(wctx, "SELECT count(*) FROM "+s+".message WHERE queue = 'q' AND status = 'processing' "+
-				"AND visible_at > clock_timestamp()").Scan(&n)
-			if err != nil {
-				if wctx.Err() == nil {
-					sampleErr <- err
-				}
-				return
-			}
-			sampled.Add(1)
-			if n > most.Load() {
-				most.Store(n)
-			}
-		}
-	}()
+	f.sample("SELECT count(*) FROM " + s + ".message WHERE queue = 'q' AND status = 'processing' AND visible_at > clock_timestamp()")
 	pgtest.Eventually(t, 3*time.Minute, pgtest.Until("every message completed", func() bool { return completed.Load() >= messages }))
-	stop()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
-	if err := <-sampleErr; err != nil {
-		t.Fatalf("sampler: %v", err)
-	}
+	most, sampled := f.wait()
 	if p := peak.Load(); p != limit {
 		t.Errorf("at most %d handlers ran at once, want exactly %d (the limit, reached)", p, limit)
 	}
-	if m := most.Load(); m > limit || m < 1 {
-		t.Errorf("the sampler saw %d live leases at most in %d snapshots, want 1..%d", m, sampled.Load(), limit)
+	if m := most[0]; m > limit || m < 1 {
+		t.Errorf("the sampler saw %d live leases at most in %d snapshots, want 1..%d", m, sampled[0], limit)
 	}
 	if n := completed.Load(); n != messages {
 		t.Errorf("%d completions, want %d", n, messages)
@@ -134,7 +90,7 @@ func TestMaxInFlightWorkers(t *testing.T) {
 			t.Fatalf("message %d handled %d times, want once", i, done[i])
 		}
 	}
-	t.Logf("%d snapshots of the leases, at most %d live", sampled.Load(), most.Load())
+	t.Logf("%d snapshots of the leases, at most %d live", sampled[0], most[0])
 }
 
 // Eight claimers on connections of their own claim (and complete) as fast

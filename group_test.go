@@ -90,66 +90,23 @@ func TestGroupMaxInFlightWorkers(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	wctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for w := range workers {
-		pool, err := pgtest.Pool(ctx, db.URL, perWorker)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		wk, err := pgsweep.NewWorker(pool, handler, pgsweep.WorkerOptions{
+	f := startFleet(ctx, t, db.URL, workers, perWorker, handler, func(w int) pgsweep.WorkerOptions {
+		return pgsweep.WorkerOptions{
 			Schema: db.Schema, Queue: "q", Owner: fmt.Sprintf("w%d", w), Batch: 8, Concurrency: perWorker,
 			PollInterval: 20 * time.Millisecond, Logger: quietLog,
 			Hooks: pgsweep.Hooks{Completed: func(_ string, n int) { completed.Add(int64(n)) }},
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		wg.Go(func() {
-			if err := wk.Run(wctx); err != nil {
-				errc <- fmt.Errorf("worker %d: %w", w, err)
-			}
-		})
-	}
+	})
 	// the sampler: the most live leases of one group in one snapshot
-	var sampled, most atomic.Int64
-	sconn := pgtest.Conn(t, db.URL)
-	sampleErr := make(chan error, 1)
-	go func() {
-		defer close(sampleErr)
-		for wctx.Err() == nil {
-			var n int64
-			err := sconn.QueryRow(wctx, "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM "+s+".message "+
-				"WHERE queue = 'q' AND status = 'processing' AND visible_at > clock_timestamp() GROUP BY grp) x").Scan(&n)
-			if err != nil {
-				if wctx.Err() == nil {
-					sampleErr <- err
-				}
-				return
-			}
-			sampled.Add(1)
-			if n > most.Load() {
-				most.Store(n)
-			}
-		}
-	}()
+	f.sample("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM " + s + ".message " +
+		"WHERE queue = 'q' AND status = 'processing' AND visible_at > clock_timestamp() GROUP BY grp) x")
 	pgtest.Eventually(t, 3*time.Minute, pgtest.Until("every message completed", func() bool { return completed.Load() >= groups*each }))
-	stop()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
-	if err := <-sampleErr; err != nil {
-		t.Fatalf("sampler: %v", err)
-	}
+	most, sampled := f.wait()
 	if peak != limit {
 		t.Errorf("at most %d handlers of one group ran at once, want exactly %d (the limit, reached)", peak, limit)
 	}
-	if m := most.Load(); m > limit || m < 1 {
-		t.Errorf("the sampler saw %d live leases of one group at most in %d snapshots, want 1..%d", m, sampled.Load(), limit)
+	if m := most[0]; m > limit || m < 1 {
+		t.Errorf("the sampler saw %d live leases of one group at most in %d snapshots, want 1..%d", m, sampled[0], limit)
 	}
 	if n := completed.Load(); n != groups*each {
 		t.Errorf("%d completions, want %d", n, groups*each)
@@ -159,7 +116,7 @@ func TestGroupMaxInFlightWorkers(t *testing.T) {
 			t.Fatalf("message %d handled %d times, want once", i, done[i])
 		}
 	}
-	t.Logf("%d snapshots of the leases, at most %d live in one group", sampled.Load(), most.Load())
+	t.Logf("%d snapshots of the leases, at most %d live in one group", sampled[0], most[0])
 }
 
 // One group with 100,000 due messages, sent first, and 99 groups with 100
@@ -197,35 +154,14 @@ func TestGroupFairness(t *testing.T) {
 		}
 		return nil
 	}
-	wctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for w := range workers {
-		pool, err := pgtest.Pool(ctx, db.URL, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		wk, err := pgsweep.NewWorker(pool, handler, pgsweep.WorkerOptions{
+	f := startFleet(ctx, t, db.URL, workers, 2, handler, func(w int) pgsweep.WorkerOptions {
+		return pgsweep.WorkerOptions{
 			Schema: db.Schema, Queue: "q", Owner: fmt.Sprintf("w%d", w), Batch: 10, Concurrency: 1,
 			PollInterval: 20 * time.Millisecond, Logger: quietLog,
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		wg.Go(func() {
-			if err := wk.Run(wctx); err != nil {
-				errc <- fmt.Errorf("worker %d: %w", w, err)
-			}
-		})
-	}
+	})
 	pgtest.Eventually(t, 3*time.Minute, pgtest.Until("every small group drained", func() bool { return bigAtEnd.Load() >= 0 }))
-	stop()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
+	f.wait()
 	b := bigAtEnd.Load()
 	if b >= big/2 {
 		t.Errorf("the big group was served %d of its %d messages before the small groups drained, want less than half", b, big)

@@ -1,0 +1,93 @@
+package pgsweep_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pgsweep/pgsweep"
+	"github.com/pgsweep/pgsweep/internal/pgtest"
+)
+
+// fleet is a test's Workers, each on a pool of its own, and its samplers.
+type fleet struct {
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	errc    chan error
+	samples []func() (most, samples int64, err error)
+	ctx     context.Context
+	t       *testing.T
+	url     string
+}
+
+// startFleet starts n Workers running h, each on a pool of conns
+// connections to url, with the options opts(w) gives Worker w.
+func startFleet(ctx context.Context, t *testing.T, url string, n int, conns int32, h pgsweep.Handler, opts func(w int) pgsweep.WorkerOptions) *fleet {
+	t.Helper()
+	wctx, stop := context.WithCancel(ctx)
+	f := &fleet{stop: stop, errc: make(chan error, n), ctx: wctx, t: t, url: url}
+	for w := range n {
+		pool, err := pgtest.Pool(ctx, url, conns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		wk, err := pgsweep.NewWorker(pool, h, opts(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.wg.Go(func() {
+			if err := wk.Run(wctx); err != nil {
+				f.errc <- fmt.Errorf("worker %d: %w", w, err)
+			}
+		})
+	}
+	return f
+}
+
+// sample runs query (one bigint) on a connection of its own, as often as
+// it can until the fleet stops; wait reports the largest value it read.
+func (f *fleet) sample(query string) {
+	conn := pgtest.Conn(f.t, f.url)
+	var n, most atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		for f.ctx.Err() == nil {
+			var v int64
+			if err := conn.QueryRow(f.ctx, query).Scan(&v); err != nil {
+				if f.ctx.Err() == nil {
+					errc <- err
+				}
+				return
+			}
+			n.Add(1)
+			if v > most.Load() {
+				most.Store(v)
+			}
+		}
+	}()
+	f.samples = append(f.samples, func() (int64, int64, error) { err := <-errc; return most.Load(), n.Load(), err })
+}
+
+// wait stops the Workers and the samplers, fails the test on their
+// errors, and returns each sampler's largest value and sample count.
+func (f *fleet) wait() (most, samples []int64) {
+	f.t.Helper()
+	f.stop()
+	f.wg.Wait()
+	close(f.errc)
+	for err := range f.errc {
+		f.t.Error(err)
+	}
+	for _, s := range f.samples {
+		m, n, err := s()
+		if err != nil {
+			f.t.Fatalf("sampler: %v", err)
+		}
+		most, samples = append(most, m), append(samples, n)
+	}
+	return most, samples
+}
