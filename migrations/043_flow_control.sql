@@ -83,6 +83,9 @@ CREATE TABLE flow_gate (
     queue  text NOT NULL,
     grp    text NOT NULL, -- '' the queue's own gates, else a group's (group names are never empty)
     stripe int NOT NULL,
+    cap    int NOT NULL,  -- its share of the limit, read under its lock
+    turns  bigint NOT NULL DEFAULT 0, -- bumped by every claim and renew that takes it: a REPEATABLE READ
+                                       -- transaction whose snapshot predates one fails (40001)
     PRIMARY KEY (queue, grp, stripe)
 );
 COMMENT ON TABLE flow_gate IS 'pgsweep max_in_flight gates: the row a claim locks to take room (flow.sql)';
@@ -174,6 +177,7 @@ AS $$
 DECLARE
     v_n int := CASE WHEN p_grp = '' THEN _flow_stripes(p_limit) ELSE 1 END; -- a group: one gate
     v_s int;
+    v_cap int;
     v_room int;
     v_got int := 0;
 BEGIN
@@ -182,17 +186,42 @@ BEGIN
     FOR v_i IN 0 .. v_n - 1 LOOP
         EXIT WHEN v_got >= p_want;
         v_s := 1 + (pg_backend_pid() + v_i) % v_n;
-        PERFORM 1 FROM flow_gate g WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s FOR UPDATE SKIP LOCKED;
+        UPDATE flow_gate g SET turns = g.turns + 1
+         WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s
+           AND g.ctid = (SELECT k.ctid FROM flow_gate k
+                          WHERE k.queue = p_queue AND k.grp = p_grp AND k.stripe = v_s FOR UPDATE SKIP LOCKED)
+        RETURNING g.cap INTO v_cap;
         IF NOT FOUND THEN
             CONTINUE WHEN p_grp = ''; -- the queue's gates exist (_flow_set): locked by another claim
             -- a group's gate is made by its first claim (one that makes it at
             -- the same moment waits for this one's commit); one that exists
             -- was locked by another claim
-            INSERT INTO flow_gate (queue, grp, stripe) VALUES (p_queue, p_grp, v_s) ON CONFLICT DO NOTHING;
+            INSERT INTO flow_gate (queue, grp, stripe, cap, turns) VALUES (p_queue, p_grp, v_s, p_limit, 1)
+            ON CONFLICT DO NOTHING
+            RETURNING cap INTO v_cap;
             CONTINUE WHEN NOT FOUND;
         END IF;
-        v_room := least(p_want - v_got, CASE WHEN p_grp = '' THEN _flow_cap(p_limit, v_s) ELSE p_limit END
-                                        - _flow_used(p_queue, p_grp, v_s, p_now));
+        CONTINUE WHEN v_cap <= 0;
+        IF p_grp = '' AND EXISTS (SELECT 1 FROM flow_gate k
+                                   WHERE k.queue = p_queue AND k.grp = ''
+                                     AND k.cap < (SELECT coalesce(sum(cardinality(f.ids)), 0) FROM flow_grant f
+                                                   WHERE f.queue = p_queue AND f.grp = '' AND f.stripe = k.stripe
+                                                     AND f.expires_at > p_now)) THEN
+            -- above a lowered limit: every gate, or nothing
+            IF (SELECT count(*) FROM (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s
+                                         FOR UPDATE SKIP LOCKED) x)
+               < (SELECT count(*) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s) THEN
+                RETURN;
+            END IF;
+            v_room := least(p_want, (SELECT sum(k.cap) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '')::int
+                                    - _flow_used(p_queue, '', NULL, p_now));
+            IF v_room > 0 THEN
+                stripes := ARRAY[v_s];
+                rooms := ARRAY[v_room];
+            END IF;
+            RETURN;
+        END IF;
+        v_room := least(p_want - v_got, v_cap - _flow_used(p_queue, p_grp, v_s, p_now));
         IF v_room > 0 THEN
             stripes := stripes || v_s;
             rooms := rooms || v_room;
@@ -321,23 +350,28 @@ BEGIN
     ELSE
         DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
     END IF;
+    -- every gate, in one order: the claims deciding now finish first
+    -- (claims never wait for a gate, settles take none)
+    PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
     IF p_q.group_max_in_flight IS NULL AND p_q.group_overrides IS NULL THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp <> '';
         DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp <> '';
+    ELSE
+        UPDATE flow_gate g SET cap = coalesce(_flow_group_limit(p_q, g.grp), 0) WHERE g.queue = p_q.name AND g.grp <> '';
     END IF;
     IF v_limit IS NULL THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
         DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp = '';
     ELSE
-        INSERT INTO flow_gate (queue, grp, stripe)
-        SELECT p_q.name, '', s FROM generate_series(1, 8) s
-        ON CONFLICT DO NOTHING;
+        -- eight gates; those past the limit's stripes have no share
+        INSERT INTO flow_gate (queue, grp, stripe, cap)
+        SELECT p_q.name, '', s, CASE WHEN s <= _flow_stripes(v_limit) THEN _flow_cap(v_limit, s) ELSE 0 END
+          FROM generate_series(1, 8) s
+        ON CONFLICT (queue, grp, stripe) DO UPDATE SET cap = excluded.cap;
     END IF;
     IF NOT p_leases OR NOT _flow_limited(p_q.max_in_flight, p_q.group_max_in_flight, p_q.group_overrides) THEN
         RETURN;
     END IF;
-    -- every gate, in order: the claims deciding now finish first
-    PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
     -- The leases out that no live grant holds (a read of the queue's
     -- messages: queue_configure is rare): a grant for each claim, on the
     -- queue's first gate and on their group's.
@@ -351,8 +385,10 @@ BEGIN
                         WHERE g.queue = p_q.name AND g.grp = k.grp AND g.token = m.token AND m.id = ANY (g.ids)
                           AND g.expires_at > p_now)
      GROUP BY k.grp, m.token
-    ON CONFLICT (queue, grp, stripe, token) DO UPDATE
-       SET ids = flow_grant.ids || excluded.ids, expires_at = greatest(flow_grant.expires_at, excluded.expires_at);
+    ON CONFLICT (queue, grp, stripe, token) DO UPDATE -- an expired grant is not brought back: replaced
+       SET ids = CASE WHEN flow_grant.expires_at > p_now THEN flow_grant.ids || excluded.ids ELSE excluded.ids END,
+           expires_at = CASE WHEN flow_grant.expires_at > p_now THEN greatest(flow_grant.expires_at, excluded.expires_at)
+                             ELSE excluded.expires_at END;
     IF v_limit IS NULL THEN
         RETURN;
     END IF;
@@ -407,6 +443,25 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _group_place(p_queue text, p_owner text, p_after text, p_count int, p_now timestamptz,
+                                        p_exists boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_exists THEN
+        UPDATE group_cursor g SET group_after = p_after, group_count = p_count, at = p_now
+         WHERE g.queue = p_queue AND g.owner = p_owner
+           AND g.ctid = (SELECT k.ctid FROM group_cursor k WHERE k.queue = p_queue AND k.owner = p_owner FOR UPDATE SKIP LOCKED);
+    ELSE
+        INSERT INTO group_cursor (queue, owner, group_after, group_count, at)
+        VALUES (p_queue, p_owner, p_after, p_count, p_now)
+        ON CONFLICT (queue, owner) DO NOTHING;
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _claim_groups(p_q queue, p_from text, p_want int, p_taken bigint[], p_taken_grps text[],
                                          p_now timestamptz, OUT tids tid[], OUT ids bigint[], OUT grps text[],
                                          OUT last_grp text)
@@ -424,6 +479,9 @@ DECLARE
     v_all_i bigint[] := coalesce(p_taken, '{}');
     v_all_g text[] := coalesce(p_taken_grps, '{}');
     v_limited boolean := p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL;
+    -- the most groups one walk visits: a claim's work stays bounded however
+    -- many groups have rows in flight or at their limits
+    v_visits int := 4 * p_want + 64;
 BEGIN
     tids := '{}';
     ids := '{}';
@@ -449,7 +507,7 @@ BEGIN
                 SELECT (SELECT min(s.grp) FROM message s
                          WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
                   FROM r
-                 WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g < v_to)
+                 WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g < v_to) AND r.k < v_visits
             )
             SELECT array_agg(x.ctid ORDER BY x.k, x.priority DESC, x.created_at, x.id),
                    array_agg(x.id ORDER BY x.k, x.priority DESC, x.created_at, x.id),
@@ -484,6 +542,22 @@ BEGIN
                 END IF;
             END IF;
         END LOOP;
+        IF v_round = 1 AND last_grp IS NULL THEN
+            -- nothing to give in the groups walked (in flight, at their
+            -- limits): where the walk stopped, so that the next claim of the
+            -- claimer goes on after them, not over them again (NULL: it
+            -- went round every group)
+            WITH RECURSIVE r(g, k) AS (
+                SELECT (SELECT min(s.grp) FROM message s
+                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > coalesce(p_from, '')), 1
+                UNION ALL
+                SELECT (SELECT min(s.grp) FROM message s
+                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
+                  FROM r
+                 WHERE r.g IS NOT NULL AND r.k < v_visits
+            )
+            SELECT r.g INTO last_grp FROM r WHERE r.k = v_visits;
+        END IF;
         EXIT WHEN cardinality(ids) >= p_want OR v_served = 0;
         -- the next round: an equal part of what is left for each group served
         v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
@@ -568,6 +642,8 @@ DECLARE
     v_now timestamptz;
     v_until timestamptz;
     v_held bigint[];
+    v_adopt_grps text[];
+    v_adopt_ids bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -588,20 +664,58 @@ BEGIN
         RETURNING m.id;
         RETURN;
     END IF;
-    -- Flow control (flow.sql): the claim's grants first (the lock order of
-    -- every verb); a lease is renewed only while the grants that hold it
-    -- (the queue's, its group's) are live -- an expired grant's room may
-    -- have been taken since -- and then those grants last as long.
-    PERFORM 1 FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token FOR UPDATE;
-    SELECT array_agg(m.id) INTO v_held
-      FROM message m
-     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-       AND NOT EXISTS (
-           SELECT 1 FROM (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
-            WHERE k.grp IS NOT NULL AND k.lim IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM flow_grant g
-                               WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
-                                 AND g.expires_at > v_now));
+    -- Flow control (flow.sql). First the gates of the claim's grants and of
+    -- the grants a lease may need (the queue's first gate, its group's), in
+    -- the order every taker of several gates uses, their turns bumped: no
+    -- claim decides under them meanwhile, and the clock is read again once
+    -- they are held. A lease is renewed while the grants that hold it (the
+    -- queue's, its group's) are live, and those grants last as long; a
+    -- lease that is live but has no grant (claimed while the queue or its
+    -- group had no limit, or by a claim that read the queue just before a
+    -- limit was set) gets one, on the first gate; a lease whose grant
+    -- expired is not renewed: its room may have been taken.
+    UPDATE flow_gate g SET turns = g.turns + 1
+     WHERE g.queue = p_queue
+       AND g.ctid = ANY (ARRAY(
+           SELECT k.ctid FROM flow_gate k
+            WHERE k.queue = p_queue
+              AND ((k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
+                   OR (k.stripe = 1 AND (k.grp = '' OR k.grp IN (SELECT m.grp FROM message m
+                                                                  WHERE m.queue = p_queue AND m.id = ANY (p_ids)))))
+            ORDER BY k.grp COLLATE "C", k.stripe
+              FOR UPDATE));
+    IF p_now IS NULL THEN
+        v_now := clock_timestamp();
+        v_until := v_now + coalesce(p_lease, v_q.lease_default);
+    END IF;
+    SELECT array_agg(DISTINCT x.id) FILTER (WHERE x.ok),
+           array_agg(x.grp) FILTER (WHERE x.ok AND x.adopt AND x.lim IS NOT NULL),
+           array_agg(x.id) FILTER (WHERE x.ok AND x.adopt AND x.lim IS NOT NULL)
+      INTO v_held, v_adopt_grps, v_adopt_ids
+      FROM (SELECT m.id, k.grp,
+                   NOT EXISTS (SELECT 1 FROM flow_grant g
+                                WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)) AS adopt,
+                   bool_and(k.lim IS NULL
+                            OR EXISTS (SELECT 1 FROM flow_grant g
+                                        WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
+                                          AND g.expires_at > v_now)
+                            OR (m.visible_at > v_now
+                                AND NOT EXISTS (SELECT 1 FROM flow_grant g
+                                                 WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids))))
+                       OVER (PARTITION BY m.id) AS ok,
+                   k.lim
+              FROM message m
+             CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+               AND k.grp IS NOT NULL) x;
+    IF v_adopt_ids IS NOT NULL THEN
+        INSERT INTO flow_grant AS f (queue, grp, stripe, token, ids, expires_at)
+        SELECT p_queue, a.grp, 1, p_token, array_agg(a.id ORDER BY a.id), v_until
+          FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
+         GROUP BY a.grp
+        ON CONFLICT (queue, grp, stripe, token) DO UPDATE
+           SET ids = CASE WHEN f.expires_at > v_now THEN f.ids || excluded.ids ELSE excluded.ids END;
+    END IF;
     RETURN QUERY
     WITH r AS (
         UPDATE message m SET visible_at = v_until
@@ -793,6 +907,8 @@ DECLARE
     v_gcount int;
     v_gshare int;
     v_grouped boolean;
+    v_gplace boolean := false;
+    v_x numeric;
     v_gr record;
     v_glast text;
     v_g_ids bigint[] := '{}';
@@ -940,9 +1056,12 @@ BEGIN
     -- probe of message_group here.
     v_grouped := EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
     IF v_grouped THEN
-        SELECT g.group_after, g.group_count INTO v_gafter, v_gcount
+        SELECT g.group_after, g.group_count, true INTO v_gafter, v_gcount, v_gplace
           FROM group_cursor g WHERE g.queue = p_queue AND g.owner = p_owner;
-        v_gshare := v_batch - ceil(v_batch::numeric / (greatest(v_gcount, 1) + 1))::int;
+        -- g/(g+1) of the batch, rounded at random so that a claim of one
+        -- row serves the groups as often as their share says
+        v_x := v_batch * greatest(v_gcount, 1) / (greatest(v_gcount, 1) + 1.0);
+        v_gshare := floor(v_x)::int + CASE WHEN random() < v_x - floor(v_x) THEN 1 ELSE 0 END;
         IF v_gshare > 0 THEN
             SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
             v_all := v_gr.tids;
@@ -1046,18 +1165,12 @@ BEGIN
             v_n := cardinality(v_all);
         END IF;
     END IF;
-    IF v_grouped THEN
-        -- where this claimer's next claim starts, and how many groups this
-        -- one served (none: the messages without a group get whole batches)
-        -- (plain values in the INSERT: Citus takes no subquery there)
-        v_gcount := cardinality(ARRAY(SELECT DISTINCT u FROM unnest(v_g_grps) u));
-        v_gafter := coalesce(v_glast, v_gafter);
-        INSERT INTO group_cursor AS g (queue, owner, group_after, group_count, at)
-        VALUES (p_queue, p_owner, v_gafter, v_gcount, v_now)
-        ON CONFLICT (queue, owner) DO UPDATE
-           SET group_after = excluded.group_after, group_count = excluded.group_count, at = excluded.at;
-    END IF;
     IF v_n = 0 THEN
+        IF v_grouped AND v_glast IS NOT NULL THEN
+            -- the groups walked had nothing to give (in flight, at their
+            -- limits): the next claim goes on after them
+            PERFORM _group_place(p_queue, p_owner, v_glast, 0, v_now, v_gplace);
+        END IF;
         RETURN;
     END IF;
     -- Flow control (flow.sql): keep the rows the claim has room and tokens
@@ -1129,6 +1242,16 @@ BEGIN
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 
+    IF v_grouped THEN
+        -- where this claimer's next claim starts, and how many groups this
+        -- one served (none: the messages without a group get whole
+        -- batches); its row is taken SKIP LOCKED: a claim of the same owner
+        -- in progress keeps it. (Plain values: Citus takes no subquery in
+        -- an INSERT.)
+        v_gcount := cardinality(ARRAY(SELECT DISTINCT u.g FROM unnest(v_g_ids, v_g_grps) u(id, g) WHERE u.id = ANY (v_all_ids)));
+        v_gafter := coalesce(v_glast, v_gafter);
+        PERFORM _group_place(p_queue, p_owner, v_gafter, v_gcount, v_now, v_gplace);
+    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m
@@ -1569,10 +1692,9 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    -- Flow control's grants, gates and bucket before the messages: the lock order
+    -- Flow control's grants and bucket before the messages: the lock order
     -- of every verb (flow.sql).
     DELETE FROM flow_grant f WHERE f.queue = p_queue;
-    DELETE FROM flow_gate f WHERE f.queue = p_queue;
     DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.
@@ -1595,6 +1717,10 @@ BEGIN
     DELETE FROM message_unique u WHERE u.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM group_cursor c WHERE c.queue = p_queue;
+    -- the gates last, and the grants again: the message DELETE above waited
+    -- for the claims in progress, which may have made a gate or a grant
+    DELETE FROM flow_gate f WHERE f.queue = p_queue;
+    DELETE FROM flow_grant f WHERE f.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
     DELETE FROM queue q WHERE q.name = p_queue;
@@ -1889,12 +2015,21 @@ BEGIN
                                       LIMIT p_batch FOR UPDATE SKIP LOCKED))
        AND u.until <= v_now;
     -- So do the places in the groups' rotation (group_cursor) of owners
-    -- that have not claimed for a day, and expired flow-control grants
-    -- (flow.sql: they count for nothing, and a settle would remove them).
+    -- that have not claimed for a day, expired flow-control grants (flow.sql:
+    -- they count for nothing, and a settle would remove them), and the gates
+    -- of groups without a live grant (a group's next claim makes its gate
+    -- again; one a claim holds is skipped).
     DELETE FROM group_cursor g WHERE g.queue = p_queue AND g.at < v_now - interval '1 day';
     DELETE FROM flow_grant g
      WHERE g.queue = p_queue
        AND g.ctid = ANY (ARRAY(SELECT f.ctid FROM flow_grant f WHERE f.queue = p_queue AND f.expires_at <= v_now
+                                LIMIT p_batch FOR UPDATE SKIP LOCKED));
+    DELETE FROM flow_gate g
+     WHERE g.queue = p_queue
+       AND g.ctid = ANY (ARRAY(SELECT k.ctid FROM flow_gate k
+                                WHERE k.queue = p_queue AND k.grp <> ''
+                                  AND NOT EXISTS (SELECT 1 FROM flow_grant f
+                                                   WHERE f.queue = p_queue AND f.grp = k.grp AND f.expires_at > v_now)
                                 LIMIT p_batch FOR UPDATE SKIP LOCKED));
     IF v_bound IS NULL THEN
         SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;

@@ -53,6 +53,8 @@ DECLARE
     v_now timestamptz;
     v_until timestamptz;
     v_held bigint[];
+    v_adopt_grps text[];
+    v_adopt_ids bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -73,20 +75,58 @@ BEGIN
         RETURNING m.id;
         RETURN;
     END IF;
-    -- Flow control (flow.sql): the claim's grants first (the lock order of
-    -- every verb); a lease is renewed only while the grants that hold it
-    -- (the queue's, its group's) are live -- an expired grant's room may
-    -- have been taken since -- and then those grants last as long.
-    PERFORM 1 FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token FOR UPDATE;
-    SELECT array_agg(m.id) INTO v_held
-      FROM message m
-     WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
-       AND NOT EXISTS (
-           SELECT 1 FROM (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
-            WHERE k.grp IS NOT NULL AND k.lim IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM flow_grant g
-                               WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
-                                 AND g.expires_at > v_now));
+    -- Flow control (flow.sql). First the gates of the claim's grants and of
+    -- the grants a lease may need (the queue's first gate, its group's), in
+    -- the order every taker of several gates uses, their turns bumped: no
+    -- claim decides under them meanwhile, and the clock is read again once
+    -- they are held. A lease is renewed while the grants that hold it (the
+    -- queue's, its group's) are live, and those grants last as long; a
+    -- lease that is live but has no grant (claimed while the queue or its
+    -- group had no limit, or by a claim that read the queue just before a
+    -- limit was set) gets one, on the first gate; a lease whose grant
+    -- expired is not renewed: its room may have been taken.
+    UPDATE flow_gate g SET turns = g.turns + 1
+     WHERE g.queue = p_queue
+       AND g.ctid = ANY (ARRAY(
+           SELECT k.ctid FROM flow_gate k
+            WHERE k.queue = p_queue
+              AND ((k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
+                   OR (k.stripe = 1 AND (k.grp = '' OR k.grp IN (SELECT m.grp FROM message m
+                                                                  WHERE m.queue = p_queue AND m.id = ANY (p_ids)))))
+            ORDER BY k.grp COLLATE "C", k.stripe
+              FOR UPDATE));
+    IF p_now IS NULL THEN
+        v_now := clock_timestamp();
+        v_until := v_now + coalesce(p_lease, v_q.lease_default);
+    END IF;
+    SELECT array_agg(DISTINCT x.id) FILTER (WHERE x.ok),
+           array_agg(x.grp) FILTER (WHERE x.ok AND x.adopt AND x.lim IS NOT NULL),
+           array_agg(x.id) FILTER (WHERE x.ok AND x.adopt AND x.lim IS NOT NULL)
+      INTO v_held, v_adopt_grps, v_adopt_ids
+      FROM (SELECT m.id, k.grp,
+                   NOT EXISTS (SELECT 1 FROM flow_grant g
+                                WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)) AS adopt,
+                   bool_and(k.lim IS NULL
+                            OR EXISTS (SELECT 1 FROM flow_grant g
+                                        WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
+                                          AND g.expires_at > v_now)
+                            OR (m.visible_at > v_now
+                                AND NOT EXISTS (SELECT 1 FROM flow_grant g
+                                                 WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids))))
+                       OVER (PARTITION BY m.id) AS ok,
+                   k.lim
+              FROM message m
+             CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
+             WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
+               AND k.grp IS NOT NULL) x;
+    IF v_adopt_ids IS NOT NULL THEN
+        INSERT INTO flow_grant AS f (queue, grp, stripe, token, ids, expires_at)
+        SELECT p_queue, a.grp, 1, p_token, array_agg(a.id ORDER BY a.id), v_until
+          FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
+         GROUP BY a.grp
+        ON CONFLICT (queue, grp, stripe, token) DO UPDATE
+           SET ids = CASE WHEN f.expires_at > v_now THEN f.ids || excluded.ids ELSE excluded.ids END;
+    END IF;
     RETURN QUERY
     WITH r AS (
         UPDATE message m SET visible_at = v_until

@@ -194,6 +194,8 @@ DECLARE
     v_gcount int;
     v_gshare int;
     v_grouped boolean;
+    v_gplace boolean := false;
+    v_x numeric;
     v_gr record;
     v_glast text;
     v_g_ids bigint[] := '{}';
@@ -341,9 +343,12 @@ BEGIN
     -- probe of message_group here.
     v_grouped := EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
     IF v_grouped THEN
-        SELECT g.group_after, g.group_count INTO v_gafter, v_gcount
+        SELECT g.group_after, g.group_count, true INTO v_gafter, v_gcount, v_gplace
           FROM group_cursor g WHERE g.queue = p_queue AND g.owner = p_owner;
-        v_gshare := v_batch - ceil(v_batch::numeric / (greatest(v_gcount, 1) + 1))::int;
+        -- g/(g+1) of the batch, rounded at random so that a claim of one
+        -- row serves the groups as often as their share says
+        v_x := v_batch * greatest(v_gcount, 1) / (greatest(v_gcount, 1) + 1.0);
+        v_gshare := floor(v_x)::int + CASE WHEN random() < v_x - floor(v_x) THEN 1 ELSE 0 END;
         IF v_gshare > 0 THEN
             SELECT g.tids, g.ids, g.grps, g.last_grp INTO v_gr FROM _claim_groups(v_q, v_gafter, v_gshare, NULL, NULL, v_now) g;
             v_all := v_gr.tids;
@@ -447,18 +452,12 @@ BEGIN
             v_n := cardinality(v_all);
         END IF;
     END IF;
-    IF v_grouped THEN
-        -- where this claimer's next claim starts, and how many groups this
-        -- one served (none: the messages without a group get whole batches)
-        -- (plain values in the INSERT: Citus takes no subquery there)
-        v_gcount := cardinality(ARRAY(SELECT DISTINCT u FROM unnest(v_g_grps) u));
-        v_gafter := coalesce(v_glast, v_gafter);
-        INSERT INTO group_cursor AS g (queue, owner, group_after, group_count, at)
-        VALUES (p_queue, p_owner, v_gafter, v_gcount, v_now)
-        ON CONFLICT (queue, owner) DO UPDATE
-           SET group_after = excluded.group_after, group_count = excluded.group_count, at = excluded.at;
-    END IF;
     IF v_n = 0 THEN
+        IF v_grouped AND v_glast IS NOT NULL THEN
+            -- the groups walked had nothing to give (in flight, at their
+            -- limits): the next claim goes on after them
+            PERFORM _group_place(p_queue, p_owner, v_glast, 0, v_now, v_gplace);
+        END IF;
         RETURN;
     END IF;
     -- Flow control (flow.sql): keep the rows the claim has room and tokens
@@ -530,6 +529,16 @@ BEGIN
            AND c.ctid = (SELECT k.ctid FROM claim_cursor k WHERE k.queue = p_queue FOR UPDATE SKIP LOCKED);
     END IF;
 
+    IF v_grouped THEN
+        -- where this claimer's next claim starts, and how many groups this
+        -- one served (none: the messages without a group get whole
+        -- batches); its row is taken SKIP LOCKED: a claim of the same owner
+        -- in progress keeps it. (Plain values: Citus takes no subquery in
+        -- an INSERT.)
+        v_gcount := cardinality(ARRAY(SELECT DISTINCT u.g FROM unnest(v_g_ids, v_g_grps) u(id, g) WHERE u.id = ANY (v_all_ids)));
+        v_gafter := coalesce(v_glast, v_gafter);
+        PERFORM _group_place(p_queue, p_owner, v_gafter, v_gcount, v_now, v_gplace);
+    END IF;
     RETURN QUERY
     WITH claimed AS (
         UPDATE message m

@@ -112,12 +112,19 @@ BEGIN
 END
 $$;
 
--- _flow_gates: the room claim p_token may take under the limit p_limit of
--- p_grp ('' the queue's own) of queue p_queue at p_now, for at most p_want
--- messages: the gates it locked (FOR UPDATE SKIP LOCKED, from one its
--- session picks; a group's first claim makes the group's gate) and the
--- room under each, in the order to fill them. A gate locked by another
--- claim is skipped, not waited for.
+-- _flow_gates: the room a claim may take under the limit p_limit of p_grp
+-- ('' the queue's own) of queue p_queue at p_now, for at most p_want
+-- messages: the gates it took and the room under each, in the order to
+-- fill them. A gate is taken FOR UPDATE SKIP LOCKED (from one the
+-- session picks; a group's first claim makes the group's gate), and its
+-- turns bumped: a REPEATABLE READ or SERIALIZABLE claim whose snapshot
+-- predates another claim's turn fails with 40001 instead of counting old
+-- grants. A gate's share (cap) is read under its lock, so a claim that read
+-- the queue before its limit changed uses the new shares. A gate locked by
+-- another claim is skipped, not waited for. While the queue holds more
+-- than a gate's share on some gate (the leases above a lowered limit,
+-- _flow_set), a claim takes room only with every gate locked, up to the
+-- limit minus all the live grants.
 CREATE OR REPLACE FUNCTION _flow_gates(p_queue text, p_grp text, p_limit int, p_want int, p_now timestamptz,
                                        OUT stripes int[], OUT rooms int[])
 LANGUAGE plpgsql
@@ -126,6 +133,7 @@ AS $$
 DECLARE
     v_n int := CASE WHEN p_grp = '' THEN _flow_stripes(p_limit) ELSE 1 END; -- a group: one gate
     v_s int;
+    v_cap int;
     v_room int;
     v_got int := 0;
 BEGIN
@@ -134,17 +142,42 @@ BEGIN
     FOR v_i IN 0 .. v_n - 1 LOOP
         EXIT WHEN v_got >= p_want;
         v_s := 1 + (pg_backend_pid() + v_i) % v_n;
-        PERFORM 1 FROM flow_gate g WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s FOR UPDATE SKIP LOCKED;
+        UPDATE flow_gate g SET turns = g.turns + 1
+         WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s
+           AND g.ctid = (SELECT k.ctid FROM flow_gate k
+                          WHERE k.queue = p_queue AND k.grp = p_grp AND k.stripe = v_s FOR UPDATE SKIP LOCKED)
+        RETURNING g.cap INTO v_cap;
         IF NOT FOUND THEN
             CONTINUE WHEN p_grp = ''; -- the queue's gates exist (_flow_set): locked by another claim
             -- a group's gate is made by its first claim (one that makes it at
             -- the same moment waits for this one's commit); one that exists
             -- was locked by another claim
-            INSERT INTO flow_gate (queue, grp, stripe) VALUES (p_queue, p_grp, v_s) ON CONFLICT DO NOTHING;
+            INSERT INTO flow_gate (queue, grp, stripe, cap, turns) VALUES (p_queue, p_grp, v_s, p_limit, 1)
+            ON CONFLICT DO NOTHING
+            RETURNING cap INTO v_cap;
             CONTINUE WHEN NOT FOUND;
         END IF;
-        v_room := least(p_want - v_got, CASE WHEN p_grp = '' THEN _flow_cap(p_limit, v_s) ELSE p_limit END
-                                        - _flow_used(p_queue, p_grp, v_s, p_now));
+        CONTINUE WHEN v_cap <= 0;
+        IF p_grp = '' AND EXISTS (SELECT 1 FROM flow_gate k
+                                   WHERE k.queue = p_queue AND k.grp = ''
+                                     AND k.cap < (SELECT coalesce(sum(cardinality(f.ids)), 0) FROM flow_grant f
+                                                   WHERE f.queue = p_queue AND f.grp = '' AND f.stripe = k.stripe
+                                                     AND f.expires_at > p_now)) THEN
+            -- above a lowered limit: every gate, or nothing
+            IF (SELECT count(*) FROM (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s
+                                         FOR UPDATE SKIP LOCKED) x)
+               < (SELECT count(*) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s) THEN
+                RETURN;
+            END IF;
+            v_room := least(p_want, (SELECT sum(k.cap) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '')::int
+                                    - _flow_used(p_queue, '', NULL, p_now));
+            IF v_room > 0 THEN
+                stripes := ARRAY[v_s];
+                rooms := ARRAY[v_room];
+            END IF;
+            RETURN;
+        END IF;
+        v_room := least(p_want - v_got, v_cap - _flow_used(p_queue, p_grp, v_s, p_now));
         IF v_room > 0 THEN
             stripes := stripes || v_s;
             rooms := rooms || v_room;
@@ -299,23 +332,28 @@ BEGIN
     ELSE
         DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
     END IF;
+    -- every gate, in one order: the claims deciding now finish first
+    -- (claims never wait for a gate, settles take none)
+    PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
     IF p_q.group_max_in_flight IS NULL AND p_q.group_overrides IS NULL THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp <> '';
         DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp <> '';
+    ELSE
+        UPDATE flow_gate g SET cap = coalesce(_flow_group_limit(p_q, g.grp), 0) WHERE g.queue = p_q.name AND g.grp <> '';
     END IF;
     IF v_limit IS NULL THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
         DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp = '';
     ELSE
-        INSERT INTO flow_gate (queue, grp, stripe)
-        SELECT p_q.name, '', s FROM generate_series(1, 8) s
-        ON CONFLICT DO NOTHING;
+        -- eight gates; those past the limit's stripes have no share
+        INSERT INTO flow_gate (queue, grp, stripe, cap)
+        SELECT p_q.name, '', s, CASE WHEN s <= _flow_stripes(v_limit) THEN _flow_cap(v_limit, s) ELSE 0 END
+          FROM generate_series(1, 8) s
+        ON CONFLICT (queue, grp, stripe) DO UPDATE SET cap = excluded.cap;
     END IF;
     IF NOT p_leases OR NOT _flow_limited(p_q.max_in_flight, p_q.group_max_in_flight, p_q.group_overrides) THEN
         RETURN;
     END IF;
-    -- every gate, in order: the claims deciding now finish first
-    PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
     -- The leases out that no live grant holds (a read of the queue's
     -- messages: queue_configure is rare): a grant for each claim, on the
     -- queue's first gate and on their group's.
@@ -329,8 +367,10 @@ BEGIN
                         WHERE g.queue = p_q.name AND g.grp = k.grp AND g.token = m.token AND m.id = ANY (g.ids)
                           AND g.expires_at > p_now)
      GROUP BY k.grp, m.token
-    ON CONFLICT (queue, grp, stripe, token) DO UPDATE
-       SET ids = flow_grant.ids || excluded.ids, expires_at = greatest(flow_grant.expires_at, excluded.expires_at);
+    ON CONFLICT (queue, grp, stripe, token) DO UPDATE -- an expired grant is not brought back: replaced
+       SET ids = CASE WHEN flow_grant.expires_at > p_now THEN flow_grant.ids || excluded.ids ELSE excluded.ids END,
+           expires_at = CASE WHEN flow_grant.expires_at > p_now THEN greatest(flow_grant.expires_at, excluded.expires_at)
+                             ELSE excluded.expires_at END;
     IF v_limit IS NULL THEN
         RETURN;
     END IF;
@@ -447,6 +487,29 @@ BEGIN
 END
 $$;
 
+-- _group_place: claimer p_owner's place in the rotation of queue p_queue's
+-- groups is after p_after, its last claim served p_count groups (p_exists:
+-- it has a row). The row is taken SKIP LOCKED: a claim of the same owner in
+-- progress keeps it. Plain values: Citus takes no subquery in an INSERT.
+CREATE OR REPLACE FUNCTION _group_place(p_queue text, p_owner text, p_after text, p_count int, p_now timestamptz,
+                                        p_exists boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_exists THEN
+        UPDATE group_cursor g SET group_after = p_after, group_count = p_count, at = p_now
+         WHERE g.queue = p_queue AND g.owner = p_owner
+           AND g.ctid = (SELECT k.ctid FROM group_cursor k WHERE k.queue = p_queue AND k.owner = p_owner FOR UPDATE SKIP LOCKED);
+    ELSE
+        INSERT INTO group_cursor (queue, owner, group_after, group_count, at)
+        VALUES (p_queue, p_owner, p_after, p_count, p_now)
+        ON CONFLICT (queue, owner) DO NOTHING;
+    END IF;
+END
+$$;
+
 -- _claim_groups: the rotation (above) for a claim of queue p_q at p_now
 -- that wants p_want more rows, starting after group p_from (NULL: the
 -- first), the rows it holds already (p_taken, their groups p_taken_grps)
@@ -470,6 +533,9 @@ DECLARE
     v_all_i bigint[] := coalesce(p_taken, '{}');
     v_all_g text[] := coalesce(p_taken_grps, '{}');
     v_limited boolean := p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL;
+    -- the most groups one walk visits: a claim's work stays bounded however
+    -- many groups have rows in flight or at their limits
+    v_visits int := 4 * p_want + 64;
 BEGIN
     tids := '{}';
     ids := '{}';
@@ -495,7 +561,7 @@ BEGIN
                 SELECT (SELECT min(s.grp) FROM message s
                          WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
                   FROM r
-                 WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g < v_to)
+                 WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g < v_to) AND r.k < v_visits
             )
             SELECT array_agg(x.ctid ORDER BY x.k, x.priority DESC, x.created_at, x.id),
                    array_agg(x.id ORDER BY x.k, x.priority DESC, x.created_at, x.id),
@@ -530,6 +596,22 @@ BEGIN
                 END IF;
             END IF;
         END LOOP;
+        IF v_round = 1 AND last_grp IS NULL THEN
+            -- nothing to give in the groups walked (in flight, at their
+            -- limits): where the walk stopped, so that the next claim of the
+            -- claimer goes on after them, not over them again (NULL: it
+            -- went round every group)
+            WITH RECURSIVE r(g, k) AS (
+                SELECT (SELECT min(s.grp) FROM message s
+                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > coalesce(p_from, '')), 1
+                UNION ALL
+                SELECT (SELECT min(s.grp) FROM message s
+                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
+                  FROM r
+                 WHERE r.g IS NOT NULL AND r.k < v_visits
+            )
+            SELECT r.g INTO last_grp FROM r WHERE r.k = v_visits;
+        END IF;
         EXIT WHEN cardinality(ids) >= p_want OR v_served = 0;
         -- the next round: an equal part of what is left for each group served
         v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;

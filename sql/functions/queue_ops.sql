@@ -168,10 +168,9 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    -- Flow control's grants, gates and bucket before the messages: the lock order
+    -- Flow control's grants and bucket before the messages: the lock order
     -- of every verb (flow.sql).
     DELETE FROM flow_grant f WHERE f.queue = p_queue;
-    DELETE FROM flow_gate f WHERE f.queue = p_queue;
     DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and
     -- sees what they committed, so no lease slips in between check and act.
@@ -194,6 +193,10 @@ BEGIN
     DELETE FROM message_unique u WHERE u.queue = p_queue;
     DELETE FROM claim_cursor c WHERE c.queue = p_queue;
     DELETE FROM group_cursor c WHERE c.queue = p_queue;
+    -- the gates last, and the grants again: the message DELETE above waited
+    -- for the claims in progress, which may have made a gate or a grant
+    DELETE FROM flow_gate f WHERE f.queue = p_queue;
+    DELETE FROM flow_grant f WHERE f.queue = p_queue;
     DELETE FROM queue_recovery r WHERE r.queue = p_queue;
     DELETE FROM queue_right r WHERE r.queue = p_queue; -- its rights go with it (queue_rights.sql)
     DELETE FROM queue q WHERE q.name = p_queue;

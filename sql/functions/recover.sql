@@ -84,12 +84,21 @@ BEGIN
                                       LIMIT p_batch FOR UPDATE SKIP LOCKED))
        AND u.until <= v_now;
     -- So do the places in the groups' rotation (group_cursor) of owners
-    -- that have not claimed for a day, and expired flow-control grants
-    -- (flow.sql: they count for nothing, and a settle would remove them).
+    -- that have not claimed for a day, expired flow-control grants (flow.sql:
+    -- they count for nothing, and a settle would remove them), and the gates
+    -- of groups without a live grant (a group's next claim makes its gate
+    -- again; one a claim holds is skipped).
     DELETE FROM group_cursor g WHERE g.queue = p_queue AND g.at < v_now - interval '1 day';
     DELETE FROM flow_grant g
      WHERE g.queue = p_queue
        AND g.ctid = ANY (ARRAY(SELECT f.ctid FROM flow_grant f WHERE f.queue = p_queue AND f.expires_at <= v_now
+                                LIMIT p_batch FOR UPDATE SKIP LOCKED));
+    DELETE FROM flow_gate g
+     WHERE g.queue = p_queue
+       AND g.ctid = ANY (ARRAY(SELECT k.ctid FROM flow_gate k
+                                WHERE k.queue = p_queue AND k.grp <> ''
+                                  AND NOT EXISTS (SELECT 1 FROM flow_grant f
+                                                   WHERE f.queue = p_queue AND f.grp = k.grp AND f.expires_at > v_now)
                                 LIMIT p_batch FOR UPDATE SKIP LOCKED));
     IF v_bound IS NULL THEN
         SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;

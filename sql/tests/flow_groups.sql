@@ -10,7 +10,7 @@ BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
 DELETE FROM pgsweep.flow_grant; DELETE FROM pgsweep.flow_gate; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.group_cursor;
-SELECT plan(60);
+SELECT plan(61);
 
 SELECT pgsweep.queue_create('g', 'outbox', 2);
 CREATE FUNCTION pg_temp.at(p_at text) RETURNS timestamptz LANGUAGE sql
@@ -106,6 +106,15 @@ SELECT is(pg_temp.claim('m', 'u', 9), '-,-,-,x,x,x,y,y,y', 'then a third of it, 
 SELECT is(pg_temp.claim('m', 'u', 41), '-,-,-,-,-,-,-,-,-,-,-,-,x,x,x,x,x,x,x,x,x,x,x,x,x,x,y,y,y,y,y,y,y,y,y,y,y,y,y,y,y',
     'what the groups leave, the others fill; what they leave, the groups fill');
 SELECT is((SELECT count(*) FROM pgsweep.message WHERE queue = 'm' AND status = 'pending'), 0::bigint, 'all claimed');
+
+-- claims of one row serve the groups and the messages without a group alike
+SELECT pgsweep.queue_create('one', 'outbox', 2);
+SELECT pg_temp.send('one', NULL, 100);
+SELECT pg_temp.send('one', 'x', 100);
+CREATE TEMP TABLE ones AS SELECT pg_temp.claim('one', 'o1', 1) AS g FROM generate_series(1, 100);
+SELECT ok((SELECT count(*) FROM ones WHERE g = 'x') BETWEEN 25 AND 75 AND (SELECT count(*) FROM ones WHERE g = '-') BETWEEN 25 AND 75,
+    format('100 claims of one row: %s of the group, %s without (about half each)',
+           (SELECT count(*) FROM ones WHERE g = 'x'), (SELECT count(*) FROM ones WHERE g = '-')));
 
 -- group limits: settings
 SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_max_in_flight": 0}')$$, '22023',

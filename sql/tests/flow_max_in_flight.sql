@@ -7,7 +7,7 @@
 BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
 DELETE FROM pgsweep.flow_grant; DELETE FROM pgsweep.flow_gate;
-SELECT plan(63);
+SELECT plan(74);
 
 SELECT pgsweep.queue_create('f', 'outbox', 2);
 SELECT pgsweep.queue_create('u', 'outbox', 2);
@@ -131,6 +131,35 @@ SELECT is((SELECT count(*) FROM pgsweep.renew('f', pg_temp.token('m'), pg_temp.i
 SELECT is((SELECT count(*) FROM pgsweep.complete('f', pg_temp.token('m'), pg_temp.ids('m'))), 3::bigint, 'm settles');
 SELECT is((SELECT count(*) FROM pgsweep.flow_grant WHERE queue = 'f'), 0::bigint, 'the grants are gone with their leases');
 SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'n', 3, '1 hour')), 2::bigint, 'claims take the limit again');
+
+
+-- the leases above a lowered limit are held on the first gate: the other
+-- gates give no room while the queue is above its limit
+DELETE FROM pgsweep.message WHERE queue = 'f'; DELETE FROM pgsweep.flow_grant WHERE queue = 'f';
+SELECT pgsweep.send_batch('f', array_fill('{}'::jsonb, ARRAY[30]));
+SELECT is((SELECT max_in_flight FROM pgsweep.queue_configure('f', '{"max_in_flight": 16}')), 16, 'limit 16');
+SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'o', 16, '1 hour')), 16::bigint, 'o takes 16, two on each of the eight gates');
+SELECT is((SELECT max_in_flight FROM pgsweep.queue_configure('f', '{"max_in_flight": 8}')), 8, 'lower the limit to 8');
+SELECT results_eq($$SELECT stripe, cardinality(ids) FROM pgsweep.flow_grant WHERE queue = 'f' ORDER BY stripe$$,
+    $$VALUES (1, 9), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)$$, 'a share on each gate, the eight above the limit on the first');
+SELECT is((SELECT count(*) FROM pgsweep.complete('f', pg_temp.token('o'),
+                                                  (SELECT array_agg(x) FROM pgsweep.flow_grant g, unnest(g.ids) x WHERE g.queue = 'f' AND g.stripe > 1))),
+    7::bigint, 'the seven leases of gates 2 to 8 settle: 9 left, one above the limit');
+SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'p', 10, '1 hour')), 0::bigint,
+    'no claim takes the freed gates'' shares while the queue is above its limit');
+SELECT is((SELECT count(*) FROM pgsweep.complete('f', pg_temp.token('o'), (SELECT (ids)[1:2] FROM pgsweep.flow_grant WHERE queue = 'f' AND stripe = 1))),
+    2::bigint, 'two more settle: 7 left');
+SELECT is((SELECT count(*) FROM pgsweep.claim('f', 'p', 10, '1 hour')), 1::bigint, 'a claim takes the one left to the limit, with every gate held');
+SELECT is((SELECT count(*) FROM pgsweep.message WHERE queue = 'f' AND status = 'processing' AND visible_at > now()), 8::bigint,
+    'eight leased: the limit');
+
+-- renew gives a grant to a live lease that has none (claimed by a claim
+-- that read the queue just before a limit was set)
+DELETE FROM pgsweep.flow_grant WHERE queue = 'f' AND token = pg_temp.token('p');
+SELECT is((SELECT count(*) FROM pgsweep.renew('f', pg_temp.token('p'), pg_temp.ids('p'), '1 hour')), 1::bigint,
+    'the lease without a grant renews');
+SELECT is((SELECT cardinality(ids) FROM pgsweep.flow_grant WHERE queue = 'f' AND token = pg_temp.token('p')), 1,
+    'and is held by a grant again');
 
 SELECT * FROM finish();
 ROLLBACK;
