@@ -38,8 +38,10 @@ type WorkerOptions struct {
 	Queue string
 	// Owner labels this worker's claims (who holds a message, for people
 	// and metrics). Each claim's token fences it, so a label shared by
-	// several workers is no danger, only confusing. Default: host name,
-	// process id and random bytes.
+	// several workers is no danger to correctness; but the claims of one
+	// owner share one place in the rotation between a queue's groups
+	// (Message.Group), so workers that share a label serve groups less
+	// evenly. Default: host name, process id and random bytes.
 	Owner string
 	// Batch is the most messages claimed at once and held in memory
 	// (default 100). claim accepts 1..10000: otherwise Run returns its
