@@ -180,6 +180,7 @@ DECLARE
     v_cap int;
     v_room int;
     v_got int := 0;
+    v_gate record;
 BEGIN
     stripes := '{}';
     rooms := '{}';
@@ -196,10 +197,16 @@ BEGIN
             -- a group's gate is made by its first claim (one that makes it at
             -- the same moment waits for this one's commit); one that exists
             -- was locked by another claim
-            INSERT INTO flow_gate (queue, grp, stripe, cap, turns) VALUES (p_queue, p_grp, v_s, p_limit, 1)
+            -- (a gate that exists, locked or being removed by recovery, is
+            -- skipped without waiting; the share is read from the queue row
+            -- now, not from the claim's earlier read)
+            CONTINUE WHEN EXISTS (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = p_grp AND k.stripe = v_s);
+            INSERT INTO flow_gate (queue, grp, stripe, cap, turns)
+            SELECT p_queue, p_grp, v_s, _flow_group_limit_of(q.group_overrides, q.group_max_in_flight, p_grp), 1
+              FROM queue q WHERE q.name = p_queue
             ON CONFLICT DO NOTHING
             RETURNING cap INTO v_cap;
-            CONTINUE WHEN NOT FOUND;
+            CONTINUE WHEN NOT FOUND OR v_cap IS NULL;
         END IF;
         CONTINUE WHEN v_cap <= 0;
         IF p_grp = '' AND EXISTS (SELECT 1 FROM flow_gate k
@@ -213,12 +220,17 @@ BEGIN
                < (SELECT count(*) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s) THEN
                 RETURN;
             END IF;
+            -- each gate's room under its share, at most the limit minus all
             v_room := least(p_want, (SELECT sum(k.cap) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '')::int
                                     - _flow_used(p_queue, '', NULL, p_now));
-            IF v_room > 0 THEN
-                stripes := ARRAY[v_s];
-                rooms := ARRAY[v_room];
-            END IF;
+            FOR v_gate IN SELECT k.stripe, k.cap - _flow_used(p_queue, '', k.stripe, p_now) AS free
+                            FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.cap > 0 ORDER BY k.stripe LOOP
+                EXIT WHEN v_got >= v_room;
+                CONTINUE WHEN v_gate.free <= 0;
+                stripes := stripes || v_gate.stripe;
+                rooms := rooms || least(v_gate.free, v_room - v_got);
+                v_got := v_got + least(v_gate.free, v_room - v_got);
+            END LOOP;
             RETURN;
         END IF;
         v_room := least(p_want - v_got, v_cap - _flow_used(p_queue, p_grp, v_s, p_now));
@@ -389,6 +401,11 @@ BEGIN
        SET ids = CASE WHEN flow_grant.expires_at > p_now THEN flow_grant.ids || excluded.ids ELSE excluded.ids END,
            expires_at = CASE WHEN flow_grant.expires_at > p_now THEN greatest(flow_grant.expires_at, excluded.expires_at)
                              ELSE excluded.expires_at END;
+    -- the gates of the groups holding grants (renew takes a grant's gate)
+    INSERT INTO flow_gate (queue, grp, stripe, cap)
+    SELECT DISTINCT p_q.name, f.grp, 1, coalesce(_flow_group_limit(p_q, f.grp), 0)
+      FROM flow_grant f WHERE f.queue = p_q.name AND f.grp <> ''
+    ON CONFLICT DO NOTHING;
     IF v_limit IS NULL THEN
         RETURN;
     END IF;
@@ -415,12 +432,20 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _flow_group_limit_of(p_overrides jsonb, p_default int, p_grp text)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default)
+$$;
+
 CREATE OR REPLACE FUNCTION _flow_group_limit(p_q queue, p_grp text)
 RETURNS int
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
+    SELECT _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, p_grp)
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
@@ -462,6 +487,28 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _group_walk_end(p_queue text, p_from text, p_to text, p_visits int)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_end text;
+BEGIN
+    WITH RECURSIVE r(g, k) AS (
+        SELECT (SELECT min(s.grp) FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > p_from), 1
+        UNION ALL
+        SELECT (SELECT min(s.grp) FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
+          FROM r
+         WHERE r.g IS NOT NULL AND (p_to IS NULL OR r.g < p_to) AND r.k < p_visits
+    )
+    SELECT r.g INTO v_end FROM r WHERE r.k = p_visits AND (p_to IS NULL OR r.g <= p_to);
+    RETURN v_end;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _claim_groups(p_q queue, p_from text, p_want int, p_taken bigint[], p_taken_grps text[],
                                          p_now timestamptz, OUT tids tid[], OUT ids bigint[], OUT grps text[],
                                          OUT last_grp text)
@@ -482,6 +529,8 @@ DECLARE
     -- the most groups one walk visits: a claim's work stays bounded however
     -- many groups have rows in flight or at their limits
     v_visits int := 4 * p_want + 64;
+    v_end text;
+    v_stopped boolean := false;
 BEGIN
     tids := '{}';
     ids := '{}';
@@ -541,24 +590,21 @@ BEGIN
                     last_grp := v_g[cardinality(v_g)];
                 END IF;
             END IF;
+            IF cardinality(ids) < p_want THEN
+                -- The walk ended before the batch was full: at the end of
+                -- its range, or after v_visits groups with nothing (more) to
+                -- give (in flight, at their limits). Then the round ends
+                -- where it stopped, and the claimer's next claim goes on after
+                -- it, not over the groups before it again.
+                v_end := _group_walk_end(p_q.name, v_from, v_to, v_visits);
+                IF v_end IS NOT NULL THEN
+                    last_grp := v_end;
+                    v_stopped := true;
+                    EXIT;
+                END IF;
+            END IF;
         END LOOP;
-        IF v_round = 1 AND last_grp IS NULL THEN
-            -- nothing to give in the groups walked (in flight, at their
-            -- limits): where the walk stopped, so that the next claim of the
-            -- claimer goes on after them, not over them again (NULL: it
-            -- went round every group)
-            WITH RECURSIVE r(g, k) AS (
-                SELECT (SELECT min(s.grp) FROM message s
-                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > coalesce(p_from, '')), 1
-                UNION ALL
-                SELECT (SELECT min(s.grp) FROM message s
-                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
-                  FROM r
-                 WHERE r.g IS NOT NULL AND r.k < v_visits
-            )
-            SELECT r.g INTO last_grp FROM r WHERE r.k = v_visits;
-        END IF;
-        EXIT WHEN cardinality(ids) >= p_want OR v_served = 0;
+        EXIT WHEN cardinality(ids) >= p_want OR v_served = 0 OR v_stopped;
         -- the next round: an equal part of what is left for each group served
         v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
     END LOOP;
@@ -644,6 +690,8 @@ DECLARE
     v_held bigint[];
     v_adopt_grps text[];
     v_adopt_ids bigint[];
+    v_gates text[];
+    v_lost bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -664,26 +712,32 @@ BEGIN
         RETURNING m.id;
         RETURN;
     END IF;
-    -- Flow control (flow.sql). First the gates of the claim's grants and of
-    -- the grants a lease may need (the queue's first gate, its group's), in
+    -- Flow control (flow.sql). First the gates of the claim's grants, in
     -- the order every taker of several gates uses, their turns bumped: no
-    -- claim decides under them meanwhile, and the clock is read again once
-    -- they are held. A lease is renewed while the grants that hold it (the
-    -- queue's, its group's) are live, and those grants last as long; a
-    -- lease that is live but has no grant (claimed while the queue or its
-    -- group had no limit, or by a claim that read the queue just before a
-    -- limit was set) gets one, on the first gate; a lease whose grant
-    -- expired is not renewed: its room may have been taken.
-    UPDATE flow_gate g SET turns = g.turns + 1
-     WHERE g.queue = p_queue
-       AND g.ctid = ANY (ARRAY(
-           SELECT k.ctid FROM flow_gate k
-            WHERE k.queue = p_queue
-              AND ((k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
-                   OR (k.stripe = 1 AND (k.grp = '' OR k.grp IN (SELECT m.grp FROM message m
-                                                                  WHERE m.queue = p_queue AND m.id = ANY (p_ids)))))
-            ORDER BY k.grp COLLATE "C", k.stripe
-              FOR UPDATE));
+    -- claim decides under them meanwhile (a claim held open in a
+    -- transaction makes renew wait: claim from autocommit); then the
+    -- claim's grants, in order (settles take grants, then messages); then
+    -- the clock again. A lease is renewed while the grants that hold it
+    -- (the queue's, its group's) are live and under a gate this renew holds,
+    -- and those grants last as long; a lease that is live but has no grant
+    -- (claimed while the queue or its group had no limit, or by a claim
+    -- that read the queue just before a limit was set) gets one on the
+    -- first gate, when that gate is free (SKIP LOCKED: else the next renew);
+    -- a lease whose grant expired is not renewed: its room may have been
+    -- taken.
+    WITH u AS (
+        UPDATE flow_gate g SET turns = g.turns + 1
+         WHERE g.queue = p_queue
+           AND g.ctid = ANY (ARRAY(
+               SELECT k.ctid FROM flow_gate k
+                WHERE k.queue = p_queue
+                  AND (k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
+                ORDER BY k.grp COLLATE "C", k.stripe
+                  FOR UPDATE))
+        RETURNING g.grp || '/' || g.stripe AS gate
+    )
+    SELECT coalesce(array_agg(u.gate), '{}') INTO v_gates FROM u;
+    PERFORM 1 FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token ORDER BY f.grp COLLATE "C", f.stripe FOR UPDATE;
     IF p_now IS NULL THEN
         v_now := clock_timestamp();
         v_until := v_now + coalesce(p_lease, v_q.lease_default);
@@ -698,7 +752,7 @@ BEGIN
                    bool_and(k.lim IS NULL
                             OR EXISTS (SELECT 1 FROM flow_grant g
                                         WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
-                                          AND g.expires_at > v_now)
+                                          AND g.expires_at > v_now AND g.grp || '/' || g.stripe = ANY (v_gates))
                             OR (m.visible_at > v_now
                                 AND NOT EXISTS (SELECT 1 FROM flow_grant g
                                                  WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids))))
@@ -709,12 +763,32 @@ BEGIN
              WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
                AND k.grp IS NOT NULL) x;
     IF v_adopt_ids IS NOT NULL THEN
+        -- the first gate of each: taken SKIP LOCKED (renew holds others
+        -- already); the leases whose gate is busy wait for the next renew
+        WITH u AS (
+            UPDATE flow_gate g SET turns = g.turns + 1
+             WHERE g.queue = p_queue AND g.stripe = 1
+               AND g.ctid = ANY (ARRAY(
+                   SELECT k.ctid FROM flow_gate k
+                    WHERE k.queue = p_queue AND k.stripe = 1 AND k.grp = ANY (v_adopt_grps)
+                      AND NOT (k.grp || '/1') = ANY (v_gates)
+                    ORDER BY k.grp COLLATE "C"
+                      FOR UPDATE SKIP LOCKED))
+            RETURNING g.grp || '/1' AS gate
+        )
+        SELECT v_gates || coalesce(array_agg(u.gate), '{}') INTO v_gates FROM u;
+        SELECT array_agg(a.id) INTO v_lost
+          FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
+         WHERE NOT (a.grp || '/1') = ANY (v_gates);
+        v_held := ARRAY(SELECT h FROM unnest(v_held) h WHERE NOT h = ANY (coalesce(v_lost, '{}')));
         INSERT INTO flow_grant AS f (queue, grp, stripe, token, ids, expires_at)
         SELECT p_queue, a.grp, 1, p_token, array_agg(a.id ORDER BY a.id), v_until
           FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
+         WHERE (a.grp || '/1') = ANY (v_gates)
          GROUP BY a.grp
-        ON CONFLICT (queue, grp, stripe, token) DO UPDATE
-           SET ids = CASE WHEN f.expires_at > v_now THEN f.ids || excluded.ids ELSE excluded.ids END;
+        ON CONFLICT (queue, grp, stripe, token) DO UPDATE -- an expired grant is replaced, not brought back
+           SET ids = CASE WHEN f.expires_at > v_now THEN f.ids || excluded.ids ELSE excluded.ids END,
+               expires_at = CASE WHEN f.expires_at > v_now THEN f.expires_at ELSE excluded.expires_at END;
     END IF;
     RETURN QUERY
     WITH r AS (
@@ -724,6 +798,7 @@ BEGIN
     ), g AS (
         UPDATE flow_grant g SET expires_at = greatest(g.expires_at, v_until)
          WHERE g.queue = p_queue AND g.token = p_token AND g.expires_at > v_now AND g.ids && v_held
+           AND g.grp || '/' || g.stripe = ANY (v_gates)
     )
     SELECT r.id FROM r;
 END
@@ -1161,9 +1236,9 @@ BEGIN
             v_all_ids := v_all_ids || v_gr.ids;
             v_g_ids := v_g_ids || v_gr.ids;
             v_g_grps := v_g_grps || v_gr.grps;
-            v_glast := coalesce(v_gr.last_grp, v_glast);
             v_n := cardinality(v_all);
         END IF;
+        v_glast := coalesce(v_gr.last_grp, v_glast);
     END IF;
     IF v_n = 0 THEN
         IF v_grouped AND v_glast IS NOT NULL THEN
@@ -1692,8 +1767,10 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    -- Flow control's grants and bucket before the messages: the lock order
-    -- of every verb (flow.sql).
+    -- Flow control's gates (in the order every taker of several gates uses),
+    -- grants and bucket before the messages: the lock order of every verb
+    -- (flow.sql).
+    PERFORM 1 FROM flow_gate g WHERE g.queue = p_queue ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
     DELETE FROM flow_grant f WHERE f.queue = p_queue;
     DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and

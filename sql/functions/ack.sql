@@ -55,6 +55,8 @@ DECLARE
     v_held bigint[];
     v_adopt_grps text[];
     v_adopt_ids bigint[];
+    v_gates text[];
+    v_lost bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
         PERFORM _check_now('p_now', p_now);
@@ -75,26 +77,32 @@ BEGIN
         RETURNING m.id;
         RETURN;
     END IF;
-    -- Flow control (flow.sql). First the gates of the claim's grants and of
-    -- the grants a lease may need (the queue's first gate, its group's), in
+    -- Flow control (flow.sql). First the gates of the claim's grants, in
     -- the order every taker of several gates uses, their turns bumped: no
-    -- claim decides under them meanwhile, and the clock is read again once
-    -- they are held. A lease is renewed while the grants that hold it (the
-    -- queue's, its group's) are live, and those grants last as long; a
-    -- lease that is live but has no grant (claimed while the queue or its
-    -- group had no limit, or by a claim that read the queue just before a
-    -- limit was set) gets one, on the first gate; a lease whose grant
-    -- expired is not renewed: its room may have been taken.
-    UPDATE flow_gate g SET turns = g.turns + 1
-     WHERE g.queue = p_queue
-       AND g.ctid = ANY (ARRAY(
-           SELECT k.ctid FROM flow_gate k
-            WHERE k.queue = p_queue
-              AND ((k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
-                   OR (k.stripe = 1 AND (k.grp = '' OR k.grp IN (SELECT m.grp FROM message m
-                                                                  WHERE m.queue = p_queue AND m.id = ANY (p_ids)))))
-            ORDER BY k.grp COLLATE "C", k.stripe
-              FOR UPDATE));
+    -- claim decides under them meanwhile (a claim held open in a
+    -- transaction makes renew wait: claim from autocommit); then the
+    -- claim's grants, in order (settles take grants, then messages); then
+    -- the clock again. A lease is renewed while the grants that hold it
+    -- (the queue's, its group's) are live and under a gate this renew holds,
+    -- and those grants last as long; a lease that is live but has no grant
+    -- (claimed while the queue or its group had no limit, or by a claim
+    -- that read the queue just before a limit was set) gets one on the
+    -- first gate, when that gate is free (SKIP LOCKED: else the next renew);
+    -- a lease whose grant expired is not renewed: its room may have been
+    -- taken.
+    WITH u AS (
+        UPDATE flow_gate g SET turns = g.turns + 1
+         WHERE g.queue = p_queue
+           AND g.ctid = ANY (ARRAY(
+               SELECT k.ctid FROM flow_gate k
+                WHERE k.queue = p_queue
+                  AND (k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
+                ORDER BY k.grp COLLATE "C", k.stripe
+                  FOR UPDATE))
+        RETURNING g.grp || '/' || g.stripe AS gate
+    )
+    SELECT coalesce(array_agg(u.gate), '{}') INTO v_gates FROM u;
+    PERFORM 1 FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token ORDER BY f.grp COLLATE "C", f.stripe FOR UPDATE;
     IF p_now IS NULL THEN
         v_now := clock_timestamp();
         v_until := v_now + coalesce(p_lease, v_q.lease_default);
@@ -109,7 +117,7 @@ BEGIN
                    bool_and(k.lim IS NULL
                             OR EXISTS (SELECT 1 FROM flow_grant g
                                         WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
-                                          AND g.expires_at > v_now)
+                                          AND g.expires_at > v_now AND g.grp || '/' || g.stripe = ANY (v_gates))
                             OR (m.visible_at > v_now
                                 AND NOT EXISTS (SELECT 1 FROM flow_grant g
                                                  WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids))))
@@ -120,12 +128,32 @@ BEGIN
              WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
                AND k.grp IS NOT NULL) x;
     IF v_adopt_ids IS NOT NULL THEN
+        -- the first gate of each: taken SKIP LOCKED (renew holds others
+        -- already); the leases whose gate is busy wait for the next renew
+        WITH u AS (
+            UPDATE flow_gate g SET turns = g.turns + 1
+             WHERE g.queue = p_queue AND g.stripe = 1
+               AND g.ctid = ANY (ARRAY(
+                   SELECT k.ctid FROM flow_gate k
+                    WHERE k.queue = p_queue AND k.stripe = 1 AND k.grp = ANY (v_adopt_grps)
+                      AND NOT (k.grp || '/1') = ANY (v_gates)
+                    ORDER BY k.grp COLLATE "C"
+                      FOR UPDATE SKIP LOCKED))
+            RETURNING g.grp || '/1' AS gate
+        )
+        SELECT v_gates || coalesce(array_agg(u.gate), '{}') INTO v_gates FROM u;
+        SELECT array_agg(a.id) INTO v_lost
+          FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
+         WHERE NOT (a.grp || '/1') = ANY (v_gates);
+        v_held := ARRAY(SELECT h FROM unnest(v_held) h WHERE NOT h = ANY (coalesce(v_lost, '{}')));
         INSERT INTO flow_grant AS f (queue, grp, stripe, token, ids, expires_at)
         SELECT p_queue, a.grp, 1, p_token, array_agg(a.id ORDER BY a.id), v_until
           FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
+         WHERE (a.grp || '/1') = ANY (v_gates)
          GROUP BY a.grp
-        ON CONFLICT (queue, grp, stripe, token) DO UPDATE
-           SET ids = CASE WHEN f.expires_at > v_now THEN f.ids || excluded.ids ELSE excluded.ids END;
+        ON CONFLICT (queue, grp, stripe, token) DO UPDATE -- an expired grant is replaced, not brought back
+           SET ids = CASE WHEN f.expires_at > v_now THEN f.ids || excluded.ids ELSE excluded.ids END,
+               expires_at = CASE WHEN f.expires_at > v_now THEN f.expires_at ELSE excluded.expires_at END;
     END IF;
     RETURN QUERY
     WITH r AS (
@@ -135,6 +163,7 @@ BEGIN
     ), g AS (
         UPDATE flow_grant g SET expires_at = greatest(g.expires_at, v_until)
          WHERE g.queue = p_queue AND g.token = p_token AND g.expires_at > v_now AND g.ids && v_held
+           AND g.grp || '/' || g.stripe = ANY (v_gates)
     )
     SELECT r.id FROM r;
 END

@@ -448,9 +448,9 @@ BEGIN
             v_all_ids := v_all_ids || v_gr.ids;
             v_g_ids := v_g_ids || v_gr.ids;
             v_g_grps := v_g_grps || v_gr.grps;
-            v_glast := coalesce(v_gr.last_grp, v_glast);
             v_n := cardinality(v_all);
         END IF;
+        v_glast := coalesce(v_gr.last_grp, v_glast);
     END IF;
     IF v_n = 0 THEN
         IF v_grouped AND v_glast IS NOT NULL THEN

@@ -47,11 +47,16 @@
 -- keeps nothing (SKIP LOCKED: claimers never wait), and the next claim
 -- finds the tokens the first one left. So over any span of time claims take
 -- at most N per period plus rate_burst. A claim inside a longer transaction
--- holds its gates and the bucket until it commits: limited and rated
--- queues want autocommit claims.
+-- holds its gates and the bucket until it commits (and renews of grants
+-- under those gates wait for it): limited and rated queues want autocommit
+-- claims.
 --
--- queue_drop deletes a queue's gates, grants and bucket with the queue,
--- before its messages (the lock order above).
+-- Lock order: gates (several at once in order of grp COLLATE "C", then
+-- stripe: renew, _flow_set, queue_drop; claims take theirs SKIP LOCKED and
+-- never wait), then grants (renew, the settle verbs), then messages.
+-- queue_drop takes every gate of the queue, deletes the grants and the
+-- bucket, then the messages (which waits for the claims in progress), then
+-- the gates and any grant such a claim made.
 
 -- _flow_stripes: the gates a limit p_limit is split over; _flow_cap: the
 -- share of gate p_stripe (1.._flow_stripes).
@@ -136,6 +141,7 @@ DECLARE
     v_cap int;
     v_room int;
     v_got int := 0;
+    v_gate record;
 BEGIN
     stripes := '{}';
     rooms := '{}';
@@ -152,10 +158,16 @@ BEGIN
             -- a group's gate is made by its first claim (one that makes it at
             -- the same moment waits for this one's commit); one that exists
             -- was locked by another claim
-            INSERT INTO flow_gate (queue, grp, stripe, cap, turns) VALUES (p_queue, p_grp, v_s, p_limit, 1)
+            -- (a gate that exists, locked or being removed by recovery, is
+            -- skipped without waiting; the share is read from the queue row
+            -- now, not from the claim's earlier read)
+            CONTINUE WHEN EXISTS (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = p_grp AND k.stripe = v_s);
+            INSERT INTO flow_gate (queue, grp, stripe, cap, turns)
+            SELECT p_queue, p_grp, v_s, _flow_group_limit_of(q.group_overrides, q.group_max_in_flight, p_grp), 1
+              FROM queue q WHERE q.name = p_queue
             ON CONFLICT DO NOTHING
             RETURNING cap INTO v_cap;
-            CONTINUE WHEN NOT FOUND;
+            CONTINUE WHEN NOT FOUND OR v_cap IS NULL;
         END IF;
         CONTINUE WHEN v_cap <= 0;
         IF p_grp = '' AND EXISTS (SELECT 1 FROM flow_gate k
@@ -169,12 +181,17 @@ BEGIN
                < (SELECT count(*) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s) THEN
                 RETURN;
             END IF;
+            -- each gate's room under its share, at most the limit minus all
             v_room := least(p_want, (SELECT sum(k.cap) FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '')::int
                                     - _flow_used(p_queue, '', NULL, p_now));
-            IF v_room > 0 THEN
-                stripes := ARRAY[v_s];
-                rooms := ARRAY[v_room];
-            END IF;
+            FOR v_gate IN SELECT k.stripe, k.cap - _flow_used(p_queue, '', k.stripe, p_now) AS free
+                            FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.cap > 0 ORDER BY k.stripe LOOP
+                EXIT WHEN v_got >= v_room;
+                CONTINUE WHEN v_gate.free <= 0;
+                stripes := stripes || v_gate.stripe;
+                rooms := rooms || least(v_gate.free, v_room - v_got);
+                v_got := v_got + least(v_gate.free, v_room - v_got);
+            END LOOP;
             RETURN;
         END IF;
         v_room := least(p_want - v_got, v_cap - _flow_used(p_queue, p_grp, v_s, p_now));
@@ -371,6 +388,11 @@ BEGIN
        SET ids = CASE WHEN flow_grant.expires_at > p_now THEN flow_grant.ids || excluded.ids ELSE excluded.ids END,
            expires_at = CASE WHEN flow_grant.expires_at > p_now THEN greatest(flow_grant.expires_at, excluded.expires_at)
                              ELSE excluded.expires_at END;
+    -- the gates of the groups holding grants (renew takes a grant's gate)
+    INSERT INTO flow_gate (queue, grp, stripe, cap)
+    SELECT DISTINCT p_q.name, f.grp, 1, coalesce(_flow_group_limit(p_q, f.grp), 0)
+      FROM flow_grant f WHERE f.queue = p_q.name AND f.grp <> ''
+    ON CONFLICT DO NOTHING;
     IF v_limit IS NULL THEN
         RETURN;
     END IF;
@@ -439,9 +461,12 @@ $$;
 -- the group's gate (_flow_keep). A group at its limit costs its turn one
 -- sum over its grants, and its waiting rows are never read. A lowered
 -- group limit takes no lease away: the group gets no turn until its leases
--- are below the new limit. A group's gate stays while the queue has group
--- limits (one row per group that was ever limited); they go with the last
--- group limit.
+-- are below the new limit. Recovery removes the gates of groups without
+-- a live grant (a group's next claim makes its gate again), and they all
+-- go with the last group limit. Claims of one row serve the groups as a
+-- whole about as often as the messages without a group (their share is
+-- one part in the groups the claimer's last claim served + 1, and a claim
+-- of one row serves one group).
 --
 -- Lanes and groups. A message may have both: its lane decides which of the
 -- lane's messages is claimable (only the head is in message_group; the
@@ -450,6 +475,17 @@ $$;
 -- order is FIFO; a group is a lane that lets several through at once, in
 -- priority and age order.
 
+-- _flow_group_limit_of: the max_in_flight of group p_grp from the queue's
+-- group_overrides p_overrides and group_max_in_flight p_default (plain values: on Citus a
+-- row read from the queue table is of its shard's type).
+CREATE OR REPLACE FUNCTION _flow_group_limit_of(p_overrides jsonb, p_default int, p_grp text)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default)
+$$;
+
 -- _flow_group_limit: the max_in_flight of group p_grp of queue p_q (NULL:
 -- none): its override, else the queue's group_max_in_flight.
 CREATE OR REPLACE FUNCTION _flow_group_limit(p_q queue, p_grp text)
@@ -457,8 +493,9 @@ RETURNS int
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce((p_q.group_overrides -> p_grp ->> 'max_in_flight')::int, p_q.group_max_in_flight)
+    SELECT _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, p_grp)
 $$;
+
 
 -- _flow_limited: the verbs of a queue with max_in_flight p_max,
 -- group_max_in_flight p_group_max and group_overrides p_overrides keep
@@ -510,6 +547,31 @@ BEGIN
 END
 $$;
 
+-- _group_walk_end: the group at which a walk of queue p_queue's groups
+-- after p_from (up to p_to; NULL: the last) stops after p_visits groups;
+-- NULL when the range has fewer.
+CREATE OR REPLACE FUNCTION _group_walk_end(p_queue text, p_from text, p_to text, p_visits int)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_end text;
+BEGIN
+    WITH RECURSIVE r(g, k) AS (
+        SELECT (SELECT min(s.grp) FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > p_from), 1
+        UNION ALL
+        SELECT (SELECT min(s.grp) FROM message s
+                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
+          FROM r
+         WHERE r.g IS NOT NULL AND (p_to IS NULL OR r.g < p_to) AND r.k < p_visits
+    )
+    SELECT r.g INTO v_end FROM r WHERE r.k = p_visits AND (p_to IS NULL OR r.g <= p_to);
+    RETURN v_end;
+END
+$$;
+
 -- _claim_groups: the rotation (above) for a claim of queue p_q at p_now
 -- that wants p_want more rows, starting after group p_from (NULL: the
 -- first), the rows it holds already (p_taken, their groups p_taken_grps)
@@ -536,6 +598,8 @@ DECLARE
     -- the most groups one walk visits: a claim's work stays bounded however
     -- many groups have rows in flight or at their limits
     v_visits int := 4 * p_want + 64;
+    v_end text;
+    v_stopped boolean := false;
 BEGIN
     tids := '{}';
     ids := '{}';
@@ -595,24 +659,21 @@ BEGIN
                     last_grp := v_g[cardinality(v_g)];
                 END IF;
             END IF;
+            IF cardinality(ids) < p_want THEN
+                -- The walk ended before the batch was full: at the end of
+                -- its range, or after v_visits groups with nothing (more) to
+                -- give (in flight, at their limits). Then the round ends
+                -- where it stopped, and the claimer's next claim goes on after
+                -- it, not over the groups before it again.
+                v_end := _group_walk_end(p_q.name, v_from, v_to, v_visits);
+                IF v_end IS NOT NULL THEN
+                    last_grp := v_end;
+                    v_stopped := true;
+                    EXIT;
+                END IF;
+            END IF;
         END LOOP;
-        IF v_round = 1 AND last_grp IS NULL THEN
-            -- nothing to give in the groups walked (in flight, at their
-            -- limits): where the walk stopped, so that the next claim of the
-            -- claimer goes on after them, not over them again (NULL: it
-            -- went round every group)
-            WITH RECURSIVE r(g, k) AS (
-                SELECT (SELECT min(s.grp) FROM message s
-                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > coalesce(p_from, '')), 1
-                UNION ALL
-                SELECT (SELECT min(s.grp) FROM message s
-                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
-                  FROM r
-                 WHERE r.g IS NOT NULL AND r.k < v_visits
-            )
-            SELECT r.g INTO last_grp FROM r WHERE r.k = v_visits;
-        END IF;
-        EXIT WHEN cardinality(ids) >= p_want OR v_served = 0;
+        EXIT WHEN cardinality(ids) >= p_want OR v_served = 0 OR v_stopped;
         -- the next round: an equal part of what is left for each group served
         v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
     END LOOP;

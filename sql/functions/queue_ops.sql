@@ -168,8 +168,10 @@ BEGIN
     -- committed after the DELETE below: none is left without its queue.
     PERFORM 1 FROM queue q WHERE q.name = p_queue FOR UPDATE;
     v_now := clock_timestamp();
-    -- Flow control's grants and bucket before the messages: the lock order
-    -- of every verb (flow.sql).
+    -- Flow control's gates (in the order every taker of several gates uses),
+    -- grants and bucket before the messages: the lock order of every verb
+    -- (flow.sql).
+    PERFORM 1 FROM flow_gate g WHERE g.queue = p_queue ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
     DELETE FROM flow_grant f WHERE f.queue = p_queue;
     DELETE FROM flow_bucket b WHERE b.queue = p_queue;
     -- Delete first, then look: the DELETE waits for claims in progress and

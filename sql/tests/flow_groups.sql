@@ -10,7 +10,7 @@ BEGIN;
 DELETE FROM pgsweep.message; DELETE FROM pgsweep.queue_recovery; DELETE FROM pgsweep.lane; DELETE FROM pgsweep.queue;
 DELETE FROM pgsweep.flow_grant; DELETE FROM pgsweep.flow_gate; DELETE FROM pgsweep.message_dead;
 DELETE FROM pgsweep.group_cursor;
-SELECT plan(61);
+SELECT plan(65);
 
 SELECT pgsweep.queue_create('g', 'outbox', 2);
 CREATE FUNCTION pg_temp.at(p_at text) RETURNS timestamptz LANGUAGE sql
@@ -115,6 +115,19 @@ CREATE TEMP TABLE ones AS SELECT pg_temp.claim('one', 'o1', 1) AS g FROM generat
 SELECT ok((SELECT count(*) FROM ones WHERE g = 'x') BETWEEN 25 AND 75 AND (SELECT count(*) FROM ones WHERE g = '-') BETWEEN 25 AND 75,
     format('100 claims of one row: %s of the group, %s without (about half each)',
            (SELECT count(*) FROM ones WHERE g = 'x'), (SELECT count(*) FROM ones WHERE g = '-')));
+
+-- a claim visits at most 4 x batch + 64 groups; past groups with nothing to
+-- give (at their limits) its claimer's next claim goes on where it stopped
+SELECT pgsweep.queue_create('cap', 'outbox', 2);
+SELECT pgsweep.queue_configure('cap', '{"group_max_in_flight": 1}');
+SELECT count(*) FROM pgsweep.send_batch('cap', array_fill('{}'::jsonb, ARRAY[600]),
+                                         p_groups => ARRAY(SELECT format('a%s', lpad((g % 300)::text, 3, '0')) FROM generate_series(1, 600) g));
+SELECT is((SELECT count(*) FROM pgsweep.claim('cap', 'first', 1000, '1 hour', pg_temp.at('0'))), 300::bigint, 'one message of each of 300 groups, their limit');
+SELECT pg_temp.send('cap', 'zz', 1);
+SELECT is(pg_temp.claim('cap', 'c', 10), '', 'a claim of 10 walks a bounded number of groups at their limits and finds nothing');
+SELECT is((SELECT group_after FROM pgsweep.group_cursor WHERE queue = 'cap' AND owner = 'c'), 'a187',
+    'its claimer''s place moves to where its walks stopped (84 groups for the groups'' share, 104 for the rest)');
+SELECT is(pg_temp.claim('cap', 'c', 10) || pg_temp.claim('cap', 'c', 10), 'zz', 'the claimer''s next claims reach the group behind them');
 
 -- group limits: settings
 SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_max_in_flight": 0}')$$, '22023',
