@@ -56,6 +56,7 @@ DECLARE
     v_adopt_grps text[];
     v_adopt_ids bigint[];
     v_gates text[];
+    v_more text[];
     v_lost bigint[];
 BEGIN
     IF p_now IS NOT NULL THEN -- the verbs pass NULL: no call on the hot path
@@ -90,18 +91,15 @@ BEGIN
     -- first gate, when that gate is free (SKIP LOCKED: else the next renew);
     -- a lease whose grant expired is not renewed: its room may have been
     -- taken.
-    WITH u AS (
-        UPDATE flow_gate g SET turns = g.turns + 1
-         WHERE g.queue = p_queue
-           AND g.ctid = ANY (ARRAY(
-               SELECT k.ctid FROM flow_gate k
-                WHERE k.queue = p_queue
-                  AND (k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
-                ORDER BY k.grp COLLATE "C", k.stripe
-                  FOR UPDATE))
-        RETURNING g.grp || '/' || g.stripe AS gate
-    )
-    SELECT coalesce(array_agg(u.gate), '{}') INTO v_gates FROM u;
+    -- (the locks first, then the turns in a statement of their own, which
+    -- sees the rows' latest versions)
+    SELECT coalesce(array_agg(k.grp || '/' || k.stripe), '{}') INTO v_gates
+      FROM (SELECT k.grp, k.stripe FROM flow_gate k
+             WHERE k.queue = p_queue
+               AND (k.grp, k.stripe) IN (SELECT f.grp, f.stripe FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token)
+             ORDER BY k.grp COLLATE "C", k.stripe
+               FOR UPDATE) k;
+    UPDATE flow_gate g SET turns = g.turns + 1 WHERE g.queue = p_queue AND g.grp || '/' || g.stripe = ANY (v_gates);
     PERFORM 1 FROM flow_grant f WHERE f.queue = p_queue AND f.token = p_token ORDER BY f.grp COLLATE "C", f.stripe FOR UPDATE;
     IF p_now IS NULL THEN
         v_now := clock_timestamp();
@@ -130,18 +128,14 @@ BEGIN
     IF v_adopt_ids IS NOT NULL THEN
         -- the first gate of each: taken SKIP LOCKED (renew holds others
         -- already); the leases whose gate is busy wait for the next renew
-        WITH u AS (
-            UPDATE flow_gate g SET turns = g.turns + 1
-             WHERE g.queue = p_queue AND g.stripe = 1
-               AND g.ctid = ANY (ARRAY(
-                   SELECT k.ctid FROM flow_gate k
-                    WHERE k.queue = p_queue AND k.stripe = 1 AND k.grp = ANY (v_adopt_grps)
-                      AND NOT (k.grp || '/1') = ANY (v_gates)
-                    ORDER BY k.grp COLLATE "C"
-                      FOR UPDATE SKIP LOCKED))
-            RETURNING g.grp || '/1' AS gate
-        )
-        SELECT v_gates || coalesce(array_agg(u.gate), '{}') INTO v_gates FROM u;
+        SELECT coalesce(array_agg(k.grp || '/1'), '{}') INTO v_more
+          FROM (SELECT k.grp FROM flow_gate k
+                 WHERE k.queue = p_queue AND k.stripe = 1 AND k.grp = ANY (v_adopt_grps)
+                   AND NOT (k.grp || '/1') = ANY (v_gates)
+                 ORDER BY k.grp COLLATE "C"
+                   FOR UPDATE SKIP LOCKED) k;
+        UPDATE flow_gate g SET turns = g.turns + 1 WHERE g.queue = p_queue AND g.grp || '/' || g.stripe = ANY (v_more);
+        v_gates := v_gates || v_more;
         SELECT array_agg(a.id) INTO v_lost
           FROM unnest(v_adopt_grps, v_adopt_ids) a(grp, id)
          WHERE NOT (a.grp || '/1') = ANY (v_gates);

@@ -148,12 +148,15 @@ BEGIN
     FOR v_i IN 0 .. v_n - 1 LOOP
         EXIT WHEN v_got >= p_want;
         v_s := 1 + (pg_backend_pid() + v_i) % v_n;
-        UPDATE flow_gate g SET turns = g.turns + 1
-         WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s
-           AND g.ctid = (SELECT k.ctid FROM flow_gate k
-                          WHERE k.queue = p_queue AND k.grp = p_grp AND k.stripe = v_s FOR UPDATE SKIP LOCKED)
-        RETURNING g.cap INTO v_cap;
-        IF NOT FOUND THEN
+        -- the lock first, then the turn in a statement of its own (it sees
+        -- the row's latest version, which a claim that committed since this
+        -- statement began may have made)
+        PERFORM 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = p_grp AND k.stripe = v_s FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE flow_gate g SET turns = g.turns + 1
+             WHERE g.queue = p_queue AND g.grp = p_grp AND g.stripe = v_s
+            RETURNING g.cap INTO v_cap;
+        ELSE
             CONTINUE WHEN p_grp = ''; -- the queue's gates exist (_flow_set): locked by another claim
             -- a group's gate is made by its first claim (one that makes it at
             -- the same moment waits for this one's commit); one that exists
@@ -314,6 +317,13 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
+    -- the claim's grants in order: settles of one claim running at once
+    -- (a Worker completes its handlers' messages as they finish) would
+    -- otherwise lock two grants in opposite orders
+    PERFORM 1 FROM flow_grant g
+     WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids
+     ORDER BY g.grp COLLATE "C", g.stripe
+       FOR UPDATE;
     UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
      WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids;
     IF FOUND THEN
