@@ -8,7 +8,8 @@
 -- take turns between the groups with due messages (message_group, each
 -- claimer's place in the rotation in group_cursor), and group_max_in_flight with the
 -- per-group group_overrides bound each group's leases with a gate of its own
--- (flow_gate.grp). Grouped rows leave message_claim and
+-- (flow_gate.grp), group_rate each group's claims with a bucket of its own
+-- (flow_bucket.grp). Grouped rows leave message_claim and
 -- message_claim_priority, which are built again (a lock on message while
 -- they build: for the rows waiting or in flight).
 SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
@@ -16,7 +17,8 @@ SET LOCAL search_path TO {{ .schema | default "pgsweep" }}, pg_temp;
 DO $$
 BEGIN
     EXECUTE 'ALTER TABLE queue ADD COLUMN max_in_flight int, ADD COLUMN rate int, ADD COLUMN rate_per interval, '
-            'ADD COLUMN rate_burst int, ADD COLUMN group_max_in_flight int, ADD COLUMN group_overrides jsonb';
+            'ADD COLUMN rate_burst int, ADD COLUMN group_max_in_flight int, ADD COLUMN group_rate int, '
+            'ADD COLUMN group_rate_per interval, ADD COLUMN group_overrides jsonb';
 END
 $$;
 DO $$
@@ -103,11 +105,13 @@ COMMENT ON TABLE flow_grant IS 'pgsweep max_in_flight grants: the messages a cla
 CREATE INDEX flow_grant_token ON flow_grant (queue, token);
 
 CREATE TABLE flow_bucket (
-    queue  text PRIMARY KEY,
+    queue  text NOT NULL,
+    grp    text NOT NULL, -- '' the queue's own bucket, else a group's (group_rate)
     tokens double precision NOT NULL,
-    at     timestamptz NOT NULL
+    at     timestamptz NOT NULL,
+    PRIMARY KEY (queue, grp)
 );
-COMMENT ON TABLE flow_bucket IS 'pgsweep rate token buckets: one row per queue with a rate (flow.sql)';
+COMMENT ON TABLE flow_bucket IS 'pgsweep rate token buckets: one per queue with a rate, one per group with a group rate (flow.sql)';
 
 DROP FUNCTION send(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint);
 DROP FUNCTION send_unique(text, jsonb, jsonb, text, timestamptz, text, text, interval, smallint);
@@ -147,6 +151,61 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _flow_tokens(p_queue text, p_grp text, p_per_second double precision, p_burst int,
+                                        p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_tokens int;
+BEGIN
+    SELECT floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int
+      INTO v_tokens
+      FROM flow_bucket b WHERE b.queue = p_queue AND b.grp = p_grp;
+    RETURN v_tokens;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_take(p_queue text, p_grp text, p_per_second double precision, p_burst int,
+                                      p_want int, p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_tokens double precision;
+BEGIN
+    -- the lock first, then the refill in a statement of its own (it sees
+    -- the row's latest version: _flow_gates)
+    PERFORM 1 FROM flow_bucket k WHERE k.queue = p_queue AND k.grp = p_grp FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE flow_bucket b
+           SET tokens = least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))),
+               at = greatest(b.at, p_now)
+         WHERE b.queue = p_queue AND b.grp = p_grp
+        RETURNING b.tokens INTO v_tokens;
+    ELSIF p_grp <> '' AND NOT EXISTS (SELECT 1 FROM flow_bucket k WHERE k.queue = p_queue AND k.grp = p_grp) THEN
+        INSERT INTO flow_bucket (queue, grp, tokens, at) VALUES (p_queue, p_grp, p_burst, p_now)
+        ON CONFLICT DO NOTHING
+        RETURNING tokens INTO v_tokens;
+    END IF;
+    RETURN least(p_want, coalesce(floor(v_tokens)::int, 0));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_spend(p_queue text, p_grp text, p_n int)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_n > 0 THEN
+        UPDATE flow_bucket b SET tokens = b.tokens - p_n WHERE b.queue = p_queue AND b.grp = p_grp;
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _flow_room(p_queue text, p_limit int, p_per_second double precision, p_burst int,
                                       p_want int, p_now timestamptz)
 RETURNS int
@@ -160,10 +219,7 @@ BEGIN
         v_room := least(v_room, p_limit - _flow_used(p_queue, '', NULL, p_now));
     END IF;
     IF p_per_second IS NOT NULL AND v_room > 0 THEN
-        SELECT least(v_room, floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int)
-          INTO v_room
-          FROM flow_bucket b WHERE b.queue = p_queue;
-        v_room := coalesce(v_room, 0);
+        v_room := least(v_room, coalesce(_flow_tokens(p_queue, '', p_per_second, p_burst, p_now), 0));
     END IF;
     RETURN greatest(v_room, 0);
 END
@@ -256,25 +312,36 @@ DECLARE
     v_kept bigint[] := p_ids;
     v_g record;
     v_gate record;
+    v_lim int;
+    v_rate record;
     v_allowed int;
-    v_group_ids bigint[] := '{}';
+    v_group_ids bigint[] := '{}';   -- kept under a group's gate: its grant
     v_group_grps text[] := '{}';
-    v_rate double precision := p_q.rate / extract(epoch FROM p_q.rate_per);
+    v_rated_grps text[] := '{}';    -- groups whose bucket the claim holds
+    v_rate_s double precision := p_q.rate / extract(epoch FROM p_q.rate_per);
 BEGIN
-    -- the groups' gates, in name order (one lock order)
-    IF (p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL) AND cardinality(p_gids) > 0 THEN
-        FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
+    -- the groups' gates and buckets, in name order (one lock order)
+    IF _flow_group_limited(p_q.group_max_in_flight, p_q.group_rate, p_q.group_overrides) AND cardinality(p_gids) > 0 THEN
+        FOR v_g IN SELECT u.g, array_agg(u.id ORDER BY u.o) AS ids
                      FROM unnest(p_gids, p_ggrps) WITH ORDINALITY u(id, g, o)
                     GROUP BY u.g
                     ORDER BY u.g COLLATE "C" LOOP
-            CONTINUE WHEN v_g.lim IS NULL;
-            SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, v_g.g, v_g.lim, cardinality(v_g.ids), p_now) f;
-            v_allowed := coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int;
+            v_allowed := cardinality(v_g.ids);
+            v_lim := _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, v_g.g);
+            IF v_lim IS NOT NULL THEN
+                SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, v_g.g, v_lim, v_allowed, p_now) f;
+                v_allowed := least(v_allowed, coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int);
+            END IF;
+            SELECT r.n, r.per INTO v_rate FROM _flow_group_rate_of(p_q.group_overrides, p_q.group_rate, p_q.group_rate_per, v_g.g) r;
+            IF v_rate.n IS NOT NULL AND v_allowed > 0 THEN
+                v_allowed := _flow_take(p_q.name, v_g.g, v_rate.n / extract(epoch FROM v_rate.per), v_rate.n, v_allowed, p_now);
+                v_rated_grps := v_rated_grps || v_g.g;
+            END IF;
             IF v_allowed < cardinality(v_g.ids) THEN
                 v_kept := ARRAY(SELECT k FROM unnest(v_kept) WITH ORDINALITY x(k, o)
                                  WHERE NOT k = ANY (v_g.ids[v_allowed + 1:]) ORDER BY o);
             END IF;
-            IF v_allowed > 0 THEN
+            IF v_allowed > 0 AND v_lim IS NOT NULL THEN
                 v_group_ids := v_group_ids || v_g.ids[1:v_allowed];
                 v_group_grps := v_group_grps || array_fill(v_g.g, ARRAY[v_allowed]);
             END IF;
@@ -285,19 +352,17 @@ BEGIN
         SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, '', p_q.max_in_flight, cardinality(v_kept), p_now) f;
         v_kept := v_kept[1:coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int];
     END IF;
-    -- the bucket
-    IF v_rate IS NOT NULL AND cardinality(v_kept) > 0 THEN
-        UPDATE flow_bucket b
-           SET tokens = least(coalesce(p_q.rate_burst, p_q.rate), b.tokens + v_rate * greatest(0, extract(epoch FROM p_now - b.at))),
-               at = greatest(b.at, p_now)
-         WHERE b.queue = p_q.name
-           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_q.name FOR UPDATE SKIP LOCKED)
-        RETURNING least(cardinality(v_kept), floor(b.tokens)::int) INTO v_allowed;
-        v_kept := v_kept[1:coalesce(v_allowed, 0)];
-        IF cardinality(v_kept) > 0 THEN
-            UPDATE flow_bucket b SET tokens = b.tokens - cardinality(v_kept) WHERE b.queue = p_q.name;
-        END IF;
+    -- the queue's bucket
+    IF v_rate_s IS NOT NULL AND cardinality(v_kept) > 0 THEN
+        v_kept := v_kept[1:_flow_take(p_q.name, '', v_rate_s, coalesce(p_q.rate_burst, p_q.rate), cardinality(v_kept), p_now)];
+        PERFORM _flow_spend(p_q.name, '', cardinality(v_kept));
     END IF;
+    -- the groups' tokens of the rows kept
+    FOR v_g IN SELECT u.g, count(*)::int AS n FROM unnest(p_gids, p_ggrps) u(id, g)
+                WHERE u.g = ANY (v_rated_grps) AND u.id = ANY (v_kept)
+                GROUP BY u.g LOOP
+        PERFORM _flow_spend(p_q.name, v_g.g, v_g.n);
+    END LOOP;
     IF cardinality(v_kept) = 0 THEN
         RETURN v_kept;
     END IF;
@@ -367,19 +432,26 @@ DECLARE
     v_untils timestamptz[];
 BEGIN
     IF p_q.rate IS NOT NULL THEN
-        INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_q.name, coalesce(p_q.rate_burst, p_q.rate), p_now)
-        ON CONFLICT (queue) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
+        INSERT INTO flow_bucket (queue, grp, tokens, at) VALUES (p_q.name, '', coalesce(p_q.rate_burst, p_q.rate), p_now)
+        ON CONFLICT (queue, grp) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
     ELSE
-        DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
+        DELETE FROM flow_bucket b WHERE b.queue = p_q.name AND b.grp = '';
+    END IF;
+    -- the groups' buckets go with the last group rate (a group's next
+    -- claim makes its bucket again, full; a changed rate caps the tokens
+    -- saved at the next claim's refill)
+    IF p_q.group_rate IS NULL
+       AND NOT EXISTS (SELECT 1 FROM jsonb_each(coalesce(p_q.group_overrides, '{}')) e WHERE e.value ? 'rate') THEN
+        DELETE FROM flow_bucket b WHERE b.queue = p_q.name AND b.grp <> '';
     END IF;
     -- every gate, in one order: the claims deciding now finish first
     -- (claims never wait for a gate, settles take none)
     PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
-    IF p_q.group_max_in_flight IS NULL AND p_q.group_overrides IS NULL THEN
+    IF NOT _flow_limited(NULL, p_q.group_max_in_flight, p_q.group_overrides) THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp <> '';
         DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp <> '';
     ELSE
-        UPDATE flow_gate g SET cap = coalesce(_flow_group_limit(p_q, g.grp), 0) WHERE g.queue = p_q.name AND g.grp <> '';
+        UPDATE flow_gate g SET cap = coalesce(_flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, g.grp), 0) WHERE g.queue = p_q.name AND g.grp <> '';
     END IF;
     IF v_limit IS NULL THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
@@ -400,7 +472,7 @@ BEGIN
     INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
     SELECT p_q.name, k.grp, 1, m.token, array_agg(m.id ORDER BY m.id), max(m.visible_at)
       FROM message m
-     CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
+     CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, m.grp))) k(grp, lim)
      WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
        AND k.grp IS NOT NULL AND k.lim IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM flow_grant g
@@ -413,7 +485,7 @@ BEGIN
                              ELSE excluded.expires_at END;
     -- the gates of the groups holding grants (renew takes a grant's gate)
     INSERT INTO flow_gate (queue, grp, stripe, cap)
-    SELECT DISTINCT p_q.name, f.grp, 1, coalesce(_flow_group_limit(p_q, f.grp), 0)
+    SELECT DISTINCT p_q.name, f.grp, 1, coalesce(_flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, f.grp), 0)
       FROM flow_grant f WHERE f.queue = p_q.name AND f.grp <> ''
     ON CONFLICT DO NOTHING;
     IF v_limit IS NULL THEN
@@ -442,6 +514,22 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _flow_group_limited(p_group_max int, p_group_rate int, p_overrides jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_group_max IS NOT NULL OR p_group_rate IS NOT NULL OR p_overrides IS NOT NULL
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_max IS NOT NULL OR _flow_group_limited(p_group_max, NULL, p_overrides)
+$$;
+
 CREATE OR REPLACE FUNCTION _flow_group_limit_of(p_overrides jsonb, p_default int, p_grp text)
 RETURNS int
 LANGUAGE sql IMMUTABLE
@@ -450,22 +538,44 @@ AS $$
     SELECT coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default)
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_group_limit(p_q queue, p_grp text)
-RETURNS int
+CREATE OR REPLACE FUNCTION _flow_group_rate_of(p_overrides jsonb, p_n int, p_per interval, p_grp text,
+                                               OUT n int, OUT per interval)
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, p_grp)
+    SELECT coalesce(split_part(o.r, '/', 1)::int, p_n),
+           CASE WHEN o.r IS NULL THEN p_per WHEN o.r LIKE '%/s' THEN interval '1 second' ELSE interval '1 minute' END
+      FROM (SELECT p_overrides -> p_grp ->> 'rate') o(r)
 $$;
 
-CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
-RETURNS boolean
+CREATE OR REPLACE FUNCTION _check_rate(p_arg text, p_value jsonb, OUT n int, OUT per interval)
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF jsonb_typeof(p_value) = 'null' THEN
+        RETURN;
+    END IF;
+    IF jsonb_typeof(p_value) IS DISTINCT FROM 'string' OR p_value #>> '{}' !~ '^[0-9]{1,7}/(s|min)$' THEN
+        RAISE EXCEPTION '% must be ''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate), got %',
+            p_arg, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := split_part(p_value #>> '{}', '/', 1)::int;
+    PERFORM _check_int(p_arg, n, 1, 1000000);
+    per := CASE split_part(p_value #>> '{}', '/', 2) WHEN 's' THEN interval '1 second' ELSE interval '1 minute' END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION _flow_rate_text(p_n int, p_per interval)
+RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_max IS NOT NULL OR p_group_max IS NOT NULL OR p_overrides IS NOT NULL
+    SELECT p_n || CASE WHEN p_per = interval '1 second' THEN '/s' ELSE '/min' END
 $$;
-
+-- pgsweep:end functions/flow.sql
+-- pgsweep:changed functions/flow_groups.sql
 CREATE OR REPLACE FUNCTION _check_group(p_arg text, p_group text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -519,6 +629,30 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION _group_room(p_queue text, p_overrides jsonb, p_group_max int, p_group_rate int,
+                                       p_group_per interval, p_grp text, p_taken int, p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_lim int := _flow_group_limit_of(p_overrides, p_group_max, p_grp);
+    v_rate record;
+    v_room int;
+BEGIN
+    IF v_lim IS NOT NULL THEN
+        v_room := v_lim - _flow_used(p_queue, p_grp, NULL, p_now);
+    END IF;
+    SELECT r.n, r.per INTO v_rate FROM _flow_group_rate_of(p_overrides, p_group_rate, p_group_per, p_grp) r;
+    IF v_rate.n IS NOT NULL THEN
+        -- least ignores a NULL: no max_in_flight
+        v_room := least(v_room, coalesce(_flow_tokens(p_queue, p_grp, v_rate.n / extract(epoch FROM v_rate.per), v_rate.n, p_now),
+                                         v_rate.n));
+    END IF;
+    RETURN CASE WHEN v_room IS NOT NULL THEN greatest(0, v_room - p_taken) END; -- greatest(0, NULL) is 0
+END
+$$;
+
 CREATE OR REPLACE FUNCTION _claim_groups(p_q queue, p_from text, p_want int, p_taken bigint[], p_taken_grps text[],
                                          p_now timestamptz, OUT tids tid[], OUT ids bigint[], OUT grps text[],
                                          OUT last_grp text)
@@ -535,7 +669,7 @@ DECLARE
     v_g text[];
     v_all_i bigint[] := coalesce(p_taken, '{}');
     v_all_g text[] := coalesce(p_taken_grps, '{}');
-    v_limited boolean := p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL;
+    v_limited boolean := _flow_group_limited(p_q.group_max_in_flight, p_q.group_rate, p_q.group_overrides);
     -- the most groups one walk visits: a claim's work stays bounded however
     -- many groups have rows in flight or at their limits
     v_visits int := 4 * p_want + 64;
@@ -581,11 +715,11 @@ BEGIN
                               AND s.visible_at <= p_now AND s.attempt < p_q.max_attempts
                               AND NOT s.id = ANY (v_all_i)
                             ORDER BY s.priority DESC, s.created_at, s.id
-                            LIMIT CASE WHEN NOT v_limited OR _flow_group_limit(p_q, r.g) IS NULL THEN v_quantum
-                                       ELSE greatest(0, least(v_quantum,
-                                                _flow_group_limit(p_q, r.g)
-                                                - _flow_used(p_q.name, r.g, NULL, p_now)
-                                                - coalesce(cardinality(array_positions(v_all_g, r.g)), 0))) END
+                            LIMIT CASE WHEN NOT v_limited THEN v_quantum
+                                       ELSE least(v_quantum, _group_room(p_q.name, p_q.group_overrides, p_q.group_max_in_flight,
+                                                                         p_q.group_rate, p_q.group_rate_per, r.g,
+                                                                         coalesce(cardinality(array_positions(v_all_g, r.g)), 0),
+                                                                         p_now)) END
                               FOR UPDATE SKIP LOCKED) t
                      WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g <= v_to)
                      LIMIT p_want - cardinality(ids)) x;
@@ -628,14 +762,18 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_e record;
+    v_k record;
     v_out jsonb := coalesce(p_have, '{}');
+    v_group jsonb;
     v_lim int;
+    v_rate record;
+    v_shape constant text := '{"max_in_flight": 1..100000, "rate": "N/s" or "N/min"} (either, a setting null removes it) or null (no override)';
 BEGIN
     IF jsonb_typeof(p_given) = 'null' THEN
         RETURN NULL;
     END IF;
     IF jsonb_typeof(p_given) <> 'object' THEN
-        RAISE EXCEPTION 'group_overrides must be an object of groups, each {"max_in_flight": 1..100000} or null (no override), got %', p_given
+        RAISE EXCEPTION 'group_overrides must be an object of groups, each %, got %', v_shape, p_given
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR v_e IN SELECT e.key, e.value FROM jsonb_each(p_given) e ORDER BY e.key LOOP
@@ -644,14 +782,30 @@ BEGIN
             v_out := v_out - v_e.key;
             CONTINUE;
         END IF;
-        IF jsonb_typeof(v_e.value) <> 'object' OR EXISTS (SELECT 1 FROM jsonb_object_keys(v_e.value) k WHERE k <> 'max_in_flight')
-           OR jsonb_typeof(v_e.value->'max_in_flight') IS DISTINCT FROM 'number' THEN
-            RAISE EXCEPTION 'group_overrides.% must be {"max_in_flight": 1..100000} or null (no override), got %', v_e.key, v_e.value
+        IF jsonb_typeof(v_e.value) <> 'object' OR v_e.value = '{}'
+           OR EXISTS (SELECT 1 FROM jsonb_object_keys(v_e.value) k WHERE k NOT IN ('max_in_flight', 'rate')) THEN
+            RAISE EXCEPTION 'group_overrides.% must be %, got %', v_e.key, v_shape, v_e.value
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        v_lim := (v_e.value->>'max_in_flight')::int; -- 1.5: 22P02, named by queue_configure
-        PERFORM _check_int(format('group_overrides.%s.max_in_flight', v_e.key), v_lim, 1, 100000);
-        v_out := v_out || jsonb_build_object(v_e.key, jsonb_build_object('max_in_flight', v_lim));
+        v_group := coalesce(v_out -> v_e.key, '{}');
+        FOR v_k IN SELECT k.key, k.value FROM jsonb_each(v_e.value) k ORDER BY k.key LOOP
+            IF jsonb_typeof(v_k.value) = 'null' THEN
+                v_group := v_group - v_k.key;
+            ELSIF v_k.key = 'max_in_flight' THEN
+                IF jsonb_typeof(v_k.value) <> 'number' THEN
+                    RAISE EXCEPTION 'group_overrides.%.max_in_flight must be an integer between 1 and 100000, or null (no override), got %',
+                        v_e.key, v_k.value
+                        USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                v_lim := (v_k.value #>> '{}')::int; -- 1.5: 22P02, named by queue_configure
+                PERFORM _check_int(format('group_overrides.%s.max_in_flight', v_e.key), v_lim, 1, 100000);
+                v_group := v_group || jsonb_build_object('max_in_flight', v_lim);
+            ELSE
+                SELECT r.n, r.per INTO v_rate FROM _check_rate(format('group_overrides.%s.rate', v_e.key), v_k.value) r;
+                v_group := v_group || jsonb_build_object('rate', _flow_rate_text(v_rate.n, v_rate.per));
+            END IF;
+        END LOOP;
+        v_out := CASE WHEN v_group = '{}' THEN v_out - v_e.key ELSE v_out || jsonb_build_object(v_e.key, v_group) END;
     END LOOP;
     IF (SELECT count(*) FROM jsonb_object_keys(v_out)) > 10000 THEN
         RAISE EXCEPTION 'group_overrides must hold at most 10000 groups, got %', (SELECT count(*) FROM jsonb_object_keys(v_out))
@@ -660,9 +814,44 @@ BEGIN
     RETURN nullif(v_out, '{}');
 END
 $$;
+-- pgsweep:end functions/flow_groups.sql
+-- pgsweep:changed functions/flow_stats.sql
+CREATE OR REPLACE FUNCTION _flow_rate_used(p_queue text, p_grp text, p_n int, p_per interval, p_burst int,
+                                           p_now timestamptz)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN p_n IS NOT NULL
+                THEN p_burst - coalesce(_flow_tokens(p_queue, p_grp, p_n / extract(epoch FROM p_per), p_burst, p_now), p_burst) END
+$$;
+
+CREATE OR REPLACE FUNCTION flow_stats(p_queue text)
+RETURNS TABLE (max_in_flight int, in_flight int, rate text, rate_burst int, rate_used int,
+               group_max_in_flight int, group_rate text, group_overrides int)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_q queue;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    v_q := _queue_get(p_queue);
+    RETURN QUERY
+    SELECT v_q.max_in_flight,
+           CASE WHEN v_q.max_in_flight IS NOT NULL THEN _flow_used(p_queue, '', NULL, v_now) END,
+           _flow_rate_text(v_q.rate, v_q.rate_per),
+           coalesce(v_q.rate_burst, v_q.rate),
+           _flow_rate_used(p_queue, '', v_q.rate, v_q.rate_per, coalesce(v_q.rate_burst, v_q.rate), v_now),
+           v_q.group_max_in_flight,
+           _flow_rate_text(v_q.group_rate, v_q.group_rate_per),
+           (SELECT count(*)::int FROM jsonb_object_keys(coalesce(v_q.group_overrides, '{}')));
+END
+$$;
 
 CREATE OR REPLACE FUNCTION group_stats(p_queue text, p_limit int DEFAULT 1000)
-RETURNS TABLE (group_name text, in_flight bigint, waiting bigint, oldest_age interval, max_in_flight int)
+RETURNS TABLE (group_name text, in_flight bigint, waiting bigint, oldest_age interval, max_in_flight int,
+               rate text, rate_used int)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
@@ -673,7 +862,9 @@ BEGIN
     PERFORM _check_int('p_limit', p_limit, 1, 10000);
     v_q := _queue_get(p_queue);
     RETURN QUERY
-    SELECT g.grp, g.in_flight, g.waiting, g.oldest_age, _flow_group_limit(v_q, g.grp)
+    SELECT g.grp, g.in_flight, g.waiting, g.oldest_age,
+           _flow_group_limit_of(v_q.group_overrides, v_q.group_max_in_flight, g.grp),
+           _flow_rate_text(r.n, r.per), _flow_rate_used(p_queue, g.grp, r.n, r.per, r.n, v_now)
       FROM (SELECT m.grp,
                    count(*) FILTER (WHERE m.status = 'processing' AND m.visible_at > v_now) AS in_flight,
                    count(*) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS waiting,
@@ -681,11 +872,12 @@ BEGIN
               FROM message m
              WHERE m.queue = p_queue AND m.grp IS NOT NULL
              GROUP BY m.grp) g
+     CROSS JOIN LATERAL _flow_group_rate_of(v_q.group_overrides, v_q.group_rate, v_q.group_rate_per, g.grp) r
      ORDER BY g.oldest_age DESC NULLS LAST, g.grp
      LIMIT p_limit;
 END
 $$;
--- pgsweep:end functions/flow.sql
+-- pgsweep:end functions/flow_stats.sql
 
 -- pgsweep:changed functions/ack.sql
 CREATE OR REPLACE FUNCTION renew(p_queue text, p_token uuid, p_ids bigint[], p_lease interval, p_now timestamptz)
@@ -767,7 +959,7 @@ BEGIN
                        OVER (PARTITION BY m.id) AS ok,
                    k.lim
               FROM message m
-             CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
+             CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit_of(v_q.group_overrides, v_q.group_max_in_flight, m.grp))) k(grp, lim)
              WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
                AND k.grp IS NOT NULL) x;
     IF v_adopt_ids IS NOT NULL THEN
@@ -1258,7 +1450,7 @@ BEGIN
     -- next claim looks.
     v_token := gen_random_uuid();
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL
-       OR (cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL)) THEN
+       OR (cardinality(v_g_ids) > 0 AND _flow_group_limited(v_q.group_max_in_flight, v_q.group_rate, v_q.group_overrides)) THEN
         v_kept := _flow_keep(v_q, v_all_ids, v_g_ids, v_g_grps, v_token, v_until, v_now);
         IF cardinality(v_kept) = 0 THEN
             RETURN;
@@ -1417,7 +1609,7 @@ BEGIN
     END IF;
     -- flow control (flow.sql): keep what the claim has room and tokens for
     v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL THEN
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR _flow_group_limited(v_q.group_max_in_flight, v_q.group_rate, v_q.group_overrides) THEN
         v_kept := _flow_keep(v_q, v_ids,
                              ARRAY(SELECT u.id FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
                              ARRAY(SELECT u.g FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
@@ -1589,8 +1781,8 @@ BEGIN
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
                          'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight',
-                         'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)', v_key
+                         'rate', 'rate_burst', 'group_max_in_flight', 'group_rate', 'group_overrides') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_rate, group_overrides)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -1657,18 +1849,7 @@ BEGIN
         END IF;
         IF p_settings ? 'rate' THEN
             v_setting := 'rate';
-            IF jsonb_typeof(p_settings->'rate') = 'null' THEN
-                v_q.rate := NULL;
-                v_q.rate_per := NULL;
-            ELSIF jsonb_typeof(p_settings->'rate') <> 'string' OR p_settings->>'rate' !~ '^[0-9]{1,7}/(s|min)$' THEN
-                RAISE EXCEPTION 'rate must be ''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate), got %',
-                    p_settings->'rate'
-                    USING ERRCODE = 'invalid_parameter_value';
-            ELSE
-                v_q.rate := split_part(p_settings->>'rate', '/', 1)::int;
-                PERFORM _check_int('rate', v_q.rate, 1, 1000000);
-                v_q.rate_per := CASE split_part(p_settings->>'rate', '/', 2) WHEN 's' THEN interval '1 second' ELSE interval '1 minute' END;
-            END IF;
+            SELECT r.n, r.per INTO v_q.rate, v_q.rate_per FROM _check_rate('rate', p_settings->'rate') r;
         END IF;
         IF p_settings ? 'rate_burst' THEN
             v_setting := 'rate_burst';
@@ -1683,6 +1864,10 @@ BEGIN
             IF v_q.group_max_in_flight IS NOT NULL THEN
                 PERFORM _check_int('group_max_in_flight', v_q.group_max_in_flight, 1, 100000);
             END IF;
+        END IF;
+        IF p_settings ? 'group_rate' THEN
+            v_setting := 'group_rate';
+            SELECT r.n, r.per INTO v_q.group_rate, v_q.group_rate_per FROM _check_rate('group_rate', p_settings->'group_rate') r;
         END IF;
         IF p_settings ? 'group_overrides' THEN
             v_setting := 'group_overrides';
@@ -1718,7 +1903,8 @@ BEGIN
                     WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
                     WHEN 'rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
                     WHEN 'group_max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
-                    WHEN 'group_overrides' THEN 'an object of groups, each {"max_in_flight": 1..100000} or null (no override)'
+                    WHEN 'group_rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
+                    WHEN 'group_overrides' THEN 'an object of groups, each {"max_in_flight": 1..100000, "rate": "N/s" or "N/min"} or null (no override)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -1739,11 +1925,13 @@ BEGIN
            rate_per = v_q.rate_per,
            rate_burst = v_q.rate_burst,
            group_max_in_flight = v_q.group_max_in_flight,
+           group_rate = v_q.group_rate,
+           group_rate_per = v_q.group_rate_per,
            group_overrides = v_q.group_overrides,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
-    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides'] THEN
+    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst', 'group_max_in_flight', 'group_rate', 'group_overrides'] THEN
         PERFORM _flow_set(v_q, p_settings ?| ARRAY['max_in_flight', 'group_max_in_flight', 'group_overrides'], clock_timestamp());
     END IF;
     RETURN v_q;
@@ -2049,7 +2237,7 @@ AS $$
         'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
-    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'group_stats', 'version',
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'group_stats', 'flow_stats', 'version',
         'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
         'health', 'health_server', 'health_install', -- the findings (health.sql): no payload, header or query text
@@ -2099,7 +2287,10 @@ BEGIN
     -- that have not claimed for a day, expired flow-control grants (flow.sql:
     -- they count for nothing, and a settle would remove them), and the gates
     -- of groups without a live grant (a group's next claim makes its gate
-    -- again; one a claim holds is skipped).
+    -- again; one a claim holds is skipped), and the buckets of groups no
+    -- claim took from for a minute: full again (a group rate's burst is its
+    -- N, refilled each second or minute), the same as none (a group's next
+    -- claim makes its bucket full).
     DELETE FROM group_cursor g WHERE g.queue = p_queue AND g.at < v_now - interval '1 day';
     DELETE FROM flow_grant g
      WHERE g.queue = p_queue
@@ -2111,6 +2302,11 @@ BEGIN
                                 WHERE k.queue = p_queue AND k.grp <> ''
                                   AND NOT EXISTS (SELECT 1 FROM flow_grant f
                                                    WHERE f.queue = p_queue AND f.grp = k.grp AND f.expires_at > v_now)
+                                LIMIT p_batch FOR UPDATE SKIP LOCKED));
+    DELETE FROM flow_bucket b
+     WHERE b.queue = p_queue AND b.grp <> '' AND b.at <= v_now - interval '1 minute'
+       AND b.ctid = ANY (ARRAY(SELECT k.ctid FROM flow_bucket k
+                                WHERE k.queue = p_queue AND k.grp <> '' AND k.at <= v_now - interval '1 minute'
                                 LIMIT p_batch FOR UPDATE SKIP LOCKED));
     IF v_bound IS NULL THEN
         SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;

@@ -122,7 +122,7 @@ BEGIN
                        OVER (PARTITION BY m.id) AS ok,
                    k.lim
               FROM message m
-             CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit(v_q, m.grp))) k(grp, lim)
+             CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit_of(v_q.group_overrides, v_q.group_max_in_flight, m.grp))) k(grp, lim)
              WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
                AND k.grp IS NOT NULL) x;
     IF v_adopt_ids IS NOT NULL THEN

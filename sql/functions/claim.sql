@@ -466,7 +466,7 @@ BEGIN
     -- next claim looks.
     v_token := gen_random_uuid();
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL
-       OR (cardinality(v_g_ids) > 0 AND (v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL)) THEN
+       OR (cardinality(v_g_ids) > 0 AND _flow_group_limited(v_q.group_max_in_flight, v_q.group_rate, v_q.group_overrides)) THEN
         v_kept := _flow_keep(v_q, v_all_ids, v_g_ids, v_g_grps, v_token, v_until, v_now);
         IF cardinality(v_kept) = 0 THEN
             RETURN;

@@ -109,7 +109,7 @@ BEGIN
     END IF;
     -- flow control (flow.sql): keep what the claim has room and tokens for
     v_token := gen_random_uuid();
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_q.group_max_in_flight IS NOT NULL OR v_q.group_overrides IS NOT NULL THEN
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR _flow_group_limited(v_q.group_max_in_flight, v_q.group_rate, v_q.group_overrides) THEN
         v_kept := _flow_keep(v_q, v_ids,
                              ARRAY(SELECT u.id FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),
                              ARRAY(SELECT u.g FROM unnest(v_ids, v_grps) u(id, g) WHERE u.g IS NOT NULL),

@@ -91,6 +91,75 @@ BEGIN
 END
 $$;
 
+-- _flow_tokens: the whole tokens of bucket p_grp ('' the queue's own) of
+-- queue p_queue at p_now, for a rate of p_per_second and at most p_burst
+-- saved (NULL: no bucket: a group's is made full by its first claim).
+-- Read without a lock.
+CREATE OR REPLACE FUNCTION _flow_tokens(p_queue text, p_grp text, p_per_second double precision, p_burst int,
+                                        p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_tokens int;
+BEGIN
+    SELECT floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int
+      INTO v_tokens
+      FROM flow_bucket b WHERE b.queue = p_queue AND b.grp = p_grp;
+    RETURN v_tokens;
+END
+$$;
+
+-- _flow_take: how many of p_want messages bucket p_grp of queue p_queue
+-- lets a claim keep at p_now (rate p_per_second, at most p_burst saved):
+-- its whole tokens, refilled for the time since the last claim. The row
+-- is locked FOR UPDATE SKIP LOCKED (a claim that finds it locked keeps
+-- nothing: claimers never wait) and stays locked to the claim's commit;
+-- _flow_spend then takes the tokens of what the claim kept. A group's
+-- missing bucket is made full (one made by another claim at the same
+-- moment waits for that claim's commit, then gives nothing).
+CREATE OR REPLACE FUNCTION _flow_take(p_queue text, p_grp text, p_per_second double precision, p_burst int,
+                                      p_want int, p_now timestamptz)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_tokens double precision;
+BEGIN
+    -- the lock first, then the refill in a statement of its own (it sees
+    -- the row's latest version: _flow_gates)
+    PERFORM 1 FROM flow_bucket k WHERE k.queue = p_queue AND k.grp = p_grp FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE flow_bucket b
+           SET tokens = least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))),
+               at = greatest(b.at, p_now)
+         WHERE b.queue = p_queue AND b.grp = p_grp
+        RETURNING b.tokens INTO v_tokens;
+    ELSIF p_grp <> '' AND NOT EXISTS (SELECT 1 FROM flow_bucket k WHERE k.queue = p_queue AND k.grp = p_grp) THEN
+        INSERT INTO flow_bucket (queue, grp, tokens, at) VALUES (p_queue, p_grp, p_burst, p_now)
+        ON CONFLICT DO NOTHING
+        RETURNING tokens INTO v_tokens;
+    END IF;
+    RETURN least(p_want, coalesce(floor(v_tokens)::int, 0));
+END
+$$;
+
+-- _flow_spend: a claim kept p_n messages under bucket p_grp of queue
+-- p_queue (locked by its _flow_take).
+CREATE OR REPLACE FUNCTION _flow_spend(p_queue text, p_grp text, p_n int)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_n > 0 THEN
+        UPDATE flow_bucket b SET tokens = b.tokens - p_n WHERE b.queue = p_queue AND b.grp = p_grp;
+    END IF;
+END
+$$;
+
 -- _flow_room: how many messages a claim of p_want at p_now may look for:
 -- the room under the limit p_limit, the whole tokens of the bucket
 -- (p_per_second, p_burst). Read without locks; _flow_keep then takes what
@@ -108,10 +177,7 @@ BEGIN
         v_room := least(v_room, p_limit - _flow_used(p_queue, '', NULL, p_now));
     END IF;
     IF p_per_second IS NOT NULL AND v_room > 0 THEN
-        SELECT least(v_room, floor(least(p_burst, b.tokens + p_per_second * greatest(0, extract(epoch FROM p_now - b.at))))::int)
-          INTO v_room
-          FROM flow_bucket b WHERE b.queue = p_queue;
-        v_room := coalesce(v_room, 0);
+        v_room := least(v_room, coalesce(_flow_tokens(p_queue, '', p_per_second, p_burst, p_now), 0));
     END IF;
     RETURN greatest(v_room, 0);
 END
@@ -210,9 +276,10 @@ $$;
 -- _flow_keep: of the rows p_ids a claim p_token of queue p_q found at p_now
 -- (in the order it took them; the grouped ones p_gids with their groups
 -- p_ggrps), those it keeps, in order: a row of a limited group only with
--- room under its group's gate, every row only with room under the queue's
--- gates and a token of its bucket. It records what it keeps: a grant per
--- gate, held until p_until, and the tokens spent.
+-- room under its group's gate and a token of its group's bucket, every row
+-- only with room under the queue's gates and a token of its bucket. It
+-- records what it keeps: a grant per gate, held until p_until, and the
+-- tokens spent (only those of the rows kept).
 CREATE OR REPLACE FUNCTION _flow_keep(p_q queue, p_ids bigint[], p_gids bigint[], p_ggrps text[], p_token uuid,
                                       p_until timestamptz, p_now timestamptz)
 RETURNS bigint[]
@@ -223,25 +290,36 @@ DECLARE
     v_kept bigint[] := p_ids;
     v_g record;
     v_gate record;
+    v_lim int;
+    v_rate record;
     v_allowed int;
-    v_group_ids bigint[] := '{}';
+    v_group_ids bigint[] := '{}';   -- kept under a group's gate: its grant
     v_group_grps text[] := '{}';
-    v_rate double precision := p_q.rate / extract(epoch FROM p_q.rate_per);
+    v_rated_grps text[] := '{}';    -- groups whose bucket the claim holds
+    v_rate_s double precision := p_q.rate / extract(epoch FROM p_q.rate_per);
 BEGIN
-    -- the groups' gates, in name order (one lock order)
-    IF (p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL) AND cardinality(p_gids) > 0 THEN
-        FOR v_g IN SELECT u.g, _flow_group_limit(p_q, u.g) AS lim, array_agg(u.id ORDER BY u.o) AS ids
+    -- the groups' gates and buckets, in name order (one lock order)
+    IF _flow_group_limited(p_q.group_max_in_flight, p_q.group_rate, p_q.group_overrides) AND cardinality(p_gids) > 0 THEN
+        FOR v_g IN SELECT u.g, array_agg(u.id ORDER BY u.o) AS ids
                      FROM unnest(p_gids, p_ggrps) WITH ORDINALITY u(id, g, o)
                     GROUP BY u.g
                     ORDER BY u.g COLLATE "C" LOOP
-            CONTINUE WHEN v_g.lim IS NULL;
-            SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, v_g.g, v_g.lim, cardinality(v_g.ids), p_now) f;
-            v_allowed := coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int;
+            v_allowed := cardinality(v_g.ids);
+            v_lim := _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, v_g.g);
+            IF v_lim IS NOT NULL THEN
+                SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, v_g.g, v_lim, v_allowed, p_now) f;
+                v_allowed := least(v_allowed, coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int);
+            END IF;
+            SELECT r.n, r.per INTO v_rate FROM _flow_group_rate_of(p_q.group_overrides, p_q.group_rate, p_q.group_rate_per, v_g.g) r;
+            IF v_rate.n IS NOT NULL AND v_allowed > 0 THEN
+                v_allowed := _flow_take(p_q.name, v_g.g, v_rate.n / extract(epoch FROM v_rate.per), v_rate.n, v_allowed, p_now);
+                v_rated_grps := v_rated_grps || v_g.g;
+            END IF;
             IF v_allowed < cardinality(v_g.ids) THEN
                 v_kept := ARRAY(SELECT k FROM unnest(v_kept) WITH ORDINALITY x(k, o)
                                  WHERE NOT k = ANY (v_g.ids[v_allowed + 1:]) ORDER BY o);
             END IF;
-            IF v_allowed > 0 THEN
+            IF v_allowed > 0 AND v_lim IS NOT NULL THEN
                 v_group_ids := v_group_ids || v_g.ids[1:v_allowed];
                 v_group_grps := v_group_grps || array_fill(v_g.g, ARRAY[v_allowed]);
             END IF;
@@ -252,19 +330,17 @@ BEGIN
         SELECT f.stripes, f.rooms INTO v_gate FROM _flow_gates(p_q.name, '', p_q.max_in_flight, cardinality(v_kept), p_now) f;
         v_kept := v_kept[1:coalesce((SELECT sum(r) FROM unnest(v_gate.rooms) r), 0)::int];
     END IF;
-    -- the bucket
-    IF v_rate IS NOT NULL AND cardinality(v_kept) > 0 THEN
-        UPDATE flow_bucket b
-           SET tokens = least(coalesce(p_q.rate_burst, p_q.rate), b.tokens + v_rate * greatest(0, extract(epoch FROM p_now - b.at))),
-               at = greatest(b.at, p_now)
-         WHERE b.queue = p_q.name
-           AND b.ctid = (SELECT k.ctid FROM flow_bucket k WHERE k.queue = p_q.name FOR UPDATE SKIP LOCKED)
-        RETURNING least(cardinality(v_kept), floor(b.tokens)::int) INTO v_allowed;
-        v_kept := v_kept[1:coalesce(v_allowed, 0)];
-        IF cardinality(v_kept) > 0 THEN
-            UPDATE flow_bucket b SET tokens = b.tokens - cardinality(v_kept) WHERE b.queue = p_q.name;
-        END IF;
+    -- the queue's bucket
+    IF v_rate_s IS NOT NULL AND cardinality(v_kept) > 0 THEN
+        v_kept := v_kept[1:_flow_take(p_q.name, '', v_rate_s, coalesce(p_q.rate_burst, p_q.rate), cardinality(v_kept), p_now)];
+        PERFORM _flow_spend(p_q.name, '', cardinality(v_kept));
     END IF;
+    -- the groups' tokens of the rows kept
+    FOR v_g IN SELECT u.g, count(*)::int AS n FROM unnest(p_gids, p_ggrps) u(id, g)
+                WHERE u.g = ANY (v_rated_grps) AND u.id = ANY (v_kept)
+                GROUP BY u.g LOOP
+        PERFORM _flow_spend(p_q.name, v_g.g, v_g.n);
+    END LOOP;
     IF cardinality(v_kept) = 0 THEN
         RETURN v_kept;
     END IF;
@@ -354,19 +430,26 @@ DECLARE
     v_untils timestamptz[];
 BEGIN
     IF p_q.rate IS NOT NULL THEN
-        INSERT INTO flow_bucket (queue, tokens, at) VALUES (p_q.name, coalesce(p_q.rate_burst, p_q.rate), p_now)
-        ON CONFLICT (queue) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
+        INSERT INTO flow_bucket (queue, grp, tokens, at) VALUES (p_q.name, '', coalesce(p_q.rate_burst, p_q.rate), p_now)
+        ON CONFLICT (queue, grp) DO UPDATE SET tokens = least(flow_bucket.tokens, excluded.tokens);
     ELSE
-        DELETE FROM flow_bucket b WHERE b.queue = p_q.name;
+        DELETE FROM flow_bucket b WHERE b.queue = p_q.name AND b.grp = '';
+    END IF;
+    -- the groups' buckets go with the last group rate (a group's next
+    -- claim makes its bucket again, full; a changed rate caps the tokens
+    -- saved at the next claim's refill)
+    IF p_q.group_rate IS NULL
+       AND NOT EXISTS (SELECT 1 FROM jsonb_each(coalesce(p_q.group_overrides, '{}')) e WHERE e.value ? 'rate') THEN
+        DELETE FROM flow_bucket b WHERE b.queue = p_q.name AND b.grp <> '';
     END IF;
     -- every gate, in one order: the claims deciding now finish first
     -- (claims never wait for a gate, settles take none)
     PERFORM 1 FROM flow_gate g WHERE g.queue = p_q.name ORDER BY g.grp COLLATE "C", g.stripe FOR UPDATE;
-    IF p_q.group_max_in_flight IS NULL AND p_q.group_overrides IS NULL THEN
+    IF NOT _flow_limited(NULL, p_q.group_max_in_flight, p_q.group_overrides) THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp <> '';
         DELETE FROM flow_gate g WHERE g.queue = p_q.name AND g.grp <> '';
     ELSE
-        UPDATE flow_gate g SET cap = coalesce(_flow_group_limit(p_q, g.grp), 0) WHERE g.queue = p_q.name AND g.grp <> '';
+        UPDATE flow_gate g SET cap = coalesce(_flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, g.grp), 0) WHERE g.queue = p_q.name AND g.grp <> '';
     END IF;
     IF v_limit IS NULL THEN
         DELETE FROM flow_grant g WHERE g.queue = p_q.name AND g.grp = '';
@@ -387,7 +470,7 @@ BEGIN
     INSERT INTO flow_grant (queue, grp, stripe, token, ids, expires_at)
     SELECT p_q.name, k.grp, 1, m.token, array_agg(m.id ORDER BY m.id), max(m.visible_at)
       FROM message m
-     CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit(p_q, m.grp))) k(grp, lim)
+     CROSS JOIN LATERAL (VALUES ('', v_limit), (m.grp, _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, m.grp))) k(grp, lim)
      WHERE m.queue = p_q.name AND m.status = 'processing' AND m.visible_at > p_now
        AND k.grp IS NOT NULL AND k.lim IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM flow_grant g
@@ -400,7 +483,7 @@ BEGIN
                              ELSE excluded.expires_at END;
     -- the gates of the groups holding grants (renew takes a grant's gate)
     INSERT INTO flow_gate (queue, grp, stripe, cap)
-    SELECT DISTINCT p_q.name, f.grp, 1, coalesce(_flow_group_limit(p_q, f.grp), 0)
+    SELECT DISTINCT p_q.name, f.grp, 1, coalesce(_flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, f.grp), 0)
       FROM flow_grant f WHERE f.queue = p_q.name AND f.grp <> ''
     ON CONFLICT DO NOTHING;
     IF v_limit IS NULL THEN
@@ -429,65 +512,35 @@ BEGIN
 END
 $$;
 
--- Groups. send's p_group puts a message in a group of its queue (a tenant,
--- a customer, a downstream host). Its rows are in message_group (queue,
--- grp, priority DESC, created_at, id), not in the claim indexes of the
--- messages without a group, and claims take turns between the groups:
---
--- The rotation (_claim_groups). A claim walks the queue's groups that have
--- rows in message_group in name order, starting after the group its
--- claimer's last claim stopped at (group_cursor, one row per queue and
--- owner) and going round once: a group's turn takes its best due rows
--- (priority, then age) up to the turn's quantum, locked FOR UPDATE SKIP
--- LOCKED. The first round gives each group one row; if the batch is not
--- full then, each next round gives every group that still had rows an
--- equal part of what is left. Finding the next group is one descent of
--- message_group (a skip scan: the rows waiting in a group are never
--- walked), so a group with 100,000 due messages and a group with 10 are
--- each one step of the round, and a claim of n rows serves n groups one
--- row each before any group gets a second.
--- Each claimer goes round on its own: every claimer serves every group
--- once per round, so between two groups with due messages the service
--- differs by at most a turn per claimer. (One shared place would not do:
--- concurrent claims read it before any of them moves it, serve the same
--- groups, and the groups they skip fall behind.) Fairness is per turn, not
--- per message size or processing time (round-robin, not weighted: a slow
--- tenant's messages take their turns like the others).
---
--- The messages without a group take part as one more participant: a claim
--- first leaves them their share of the batch (one part in the groups the
--- claimer's last claim served + 1: group_cursor.group_count), takes the
--- groups' part, lets the ungrouped messages fill the batch (claim.sql's
--- passes), and goes round the groups again when room is left. A queue
--- whose messages have no group pays one probe of message_group a claim.
---
--- Group limits. group_max_in_flight (queue_configure) bounds the leases of
--- every group of the queue, group_overrides one group's ({"acme":
--- {"max_in_flight": 10}}: the override wins, changeable live). They are
--- grants like the queue's own, under one gate per group (flow_gate rows
--- whose grp is the group; the queue's have ''), made by the group's first
--- claim: a group's turn looks for at most its limit minus what its live
--- grants hold, and the claim then keeps only what it has room for under
--- the group's gate (_flow_keep). A group at its limit costs its turn one
--- sum over its grants, and its waiting rows are never read. A lowered
--- group limit takes no lease away: the group gets no turn until its leases
--- are below the new limit. Recovery removes the gates of groups without
--- a live grant (a group's next claim makes its gate again), and they all
--- go with the last group limit. Claims of one row serve the groups as a
--- whole about as often as the messages without a group (their share is
--- one part in the groups the claimer's last claim served + 1, and a claim
--- of one row serves one group).
---
--- Lanes and groups. A message may have both: its lane decides which of the
--- lane's messages is claimable (only the head is in message_group; the
--- rest wait parked), its group when its turn comes and how many of the
--- group's messages are in flight. A lane is a group with limit one whose
--- order is FIFO; a group is a lane that lets several through at once, in
--- priority and age order.
+-- The settings as claims read them. Plain values, not the queue row: on
+-- Citus a row read from the queue table is of its shard's type.
 
--- _flow_group_limit_of: the max_in_flight of group p_grp from the queue's
--- group_overrides p_overrides and group_max_in_flight p_default (plain values: on Citus a
--- row read from the queue table is of its shard's type).
+-- _flow_group_limited: the groups of a queue with group_max_in_flight
+-- p_group_max, group_rate p_group_rate and group_overrides p_overrides
+-- have limits (claims take their grouped rows under their gates and
+-- buckets).
+CREATE OR REPLACE FUNCTION _flow_group_limited(p_group_max int, p_group_rate int, p_overrides jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_group_max IS NOT NULL OR p_group_rate IS NOT NULL OR p_overrides IS NOT NULL
+$$;
+
+-- _flow_limited: the verbs of a queue with max_in_flight p_max,
+-- group_max_in_flight p_group_max and group_overrides p_overrides keep
+-- grants (a limit on the queue or on its groups: an override may set one).
+CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT p_max IS NOT NULL OR _flow_group_limited(p_group_max, NULL, p_overrides)
+$$;
+
+-- _flow_group_limit_of: the max_in_flight of group p_grp (NULL: none): its
+-- entry in the queue's group_overrides p_overrides, else the queue's
+-- group_max_in_flight p_default.
 CREATE OR REPLACE FUNCTION _flow_group_limit_of(p_overrides jsonb, p_default int, p_grp text)
 RETURNS int
 LANGUAGE sql IMMUTABLE
@@ -496,274 +549,46 @@ AS $$
     SELECT coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default)
 $$;
 
--- _flow_group_limit: the max_in_flight of group p_grp of queue p_q (NULL:
--- none): its override, else the queue's group_max_in_flight.
-CREATE OR REPLACE FUNCTION _flow_group_limit(p_q queue, p_grp text)
-RETURNS int
+-- _flow_group_rate_of: the rate of group p_grp, n per per (NULL: none):
+-- its entry in p_overrides ("rate": 'N/s' or 'N/min', as _check_rate let
+-- it in), else the queue's group_rate p_n per p_per.
+CREATE OR REPLACE FUNCTION _flow_group_rate_of(p_overrides jsonb, p_n int, p_per interval, p_grp text,
+                                               OUT n int, OUT per interval)
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT _flow_group_limit_of(p_q.group_overrides, p_q.group_max_in_flight, p_grp)
+    SELECT coalesce(split_part(o.r, '/', 1)::int, p_n),
+           CASE WHEN o.r IS NULL THEN p_per WHEN o.r LIKE '%/s' THEN interval '1 second' ELSE interval '1 minute' END
+      FROM (SELECT p_overrides -> p_grp ->> 'rate') o(r)
 $$;
 
-
--- _flow_limited: the verbs of a queue with max_in_flight p_max,
--- group_max_in_flight p_group_max and group_overrides p_overrides keep
--- grants (a limit on the queue or on its groups). Plain values, not the
--- queue row: on Citus a row read from the queue table is of its shard's
--- type.
-CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT p_max IS NOT NULL OR p_group_max IS NOT NULL OR p_overrides IS NOT NULL
-$$;
-
--- _check_group: NULL (no group) or a name of 1 to 200 characters (the name
--- rule of _check_text).
-CREATE OR REPLACE FUNCTION _check_group(p_arg text, p_group text)
-RETURNS void
-LANGUAGE plpgsql STABLE
+-- _check_rate: the rate setting p_arg given as p_value (JSON): 'N/s' or
+-- 'N/min' with N 1..1000000 is n per per; JSON null is none (NULLs).
+CREATE OR REPLACE FUNCTION _check_rate(p_arg text, p_value jsonb, OUT n int, OUT per interval)
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF p_group IS NOT NULL THEN
-        PERFORM _check_text(p_arg, p_group, 200);
+    IF jsonb_typeof(p_value) = 'null' THEN
+        RETURN;
     END IF;
+    IF jsonb_typeof(p_value) IS DISTINCT FROM 'string' OR p_value #>> '{}' !~ '^[0-9]{1,7}/(s|min)$' THEN
+        RAISE EXCEPTION '% must be ''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate), got %',
+            p_arg, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := split_part(p_value #>> '{}', '/', 1)::int;
+    PERFORM _check_int(p_arg, n, 1, 1000000);
+    per := CASE split_part(p_value #>> '{}', '/', 2) WHEN 's' THEN interval '1 second' ELSE interval '1 minute' END;
 END
 $$;
 
--- _group_place: claimer p_owner's place in the rotation of queue p_queue's
--- groups is after p_after, its last claim served p_count groups (p_exists:
--- it has a row). The row is taken SKIP LOCKED: a claim of the same owner in
--- progress keeps it. Plain values: Citus takes no subquery in an INSERT.
-CREATE OR REPLACE FUNCTION _group_place(p_queue text, p_owner text, p_after text, p_count int, p_now timestamptz,
-                                        p_exists boolean)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    IF p_exists THEN
-        UPDATE group_cursor g SET group_after = p_after, group_count = p_count, at = p_now
-         WHERE g.queue = p_queue AND g.owner = p_owner
-           AND g.ctid = (SELECT k.ctid FROM group_cursor k WHERE k.queue = p_queue AND k.owner = p_owner FOR UPDATE SKIP LOCKED);
-    ELSE
-        INSERT INTO group_cursor (queue, owner, group_after, group_count, at)
-        VALUES (p_queue, p_owner, p_after, p_count, p_now)
-        ON CONFLICT (queue, owner) DO NOTHING;
-    END IF;
-END
-$$;
-
--- _group_walk_end: the group at which a walk of queue p_queue's groups
--- after p_from (up to p_to; NULL: the last) stops after p_visits groups;
--- NULL when the range has fewer.
-CREATE OR REPLACE FUNCTION _group_walk_end(p_queue text, p_from text, p_to text, p_visits int)
+-- _flow_rate_text: the rate n per per as queue_configure takes it ('N/s',
+-- 'N/min'; NULL: none).
+CREATE OR REPLACE FUNCTION _flow_rate_text(p_n int, p_per interval)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_end text;
-BEGIN
-    WITH RECURSIVE r(g, k) AS (
-        SELECT (SELECT min(s.grp) FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > p_from), 1
-        UNION ALL
-        SELECT (SELECT min(s.grp) FROM message s
-                 WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
-          FROM r
-         WHERE r.g IS NOT NULL AND (p_to IS NULL OR r.g < p_to) AND r.k < p_visits
-    )
-    SELECT r.g INTO v_end FROM r WHERE r.k = p_visits AND (p_to IS NULL OR r.g <= p_to);
-    RETURN v_end;
-END
-$$;
-
--- _claim_groups: the rotation (above) for a claim of queue p_q at p_now
--- that wants p_want more rows, starting after group p_from (NULL: the
--- first), the rows it holds already (p_taken, their groups p_taken_grps)
--- excluded and counted against their groups' limits; p_max is the queue's
--- max_attempts. Returns the rows in the order taken, their groups, and the
--- last group of the first round (where the next claim starts).
-CREATE OR REPLACE FUNCTION _claim_groups(p_q queue, p_from text, p_want int, p_taken bigint[], p_taken_grps text[],
-                                         p_now timestamptz, OUT tids tid[], OUT ids bigint[], OUT grps text[],
-                                         OUT last_grp text)
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_quantum int := 1;
-    v_served int;
-    v_from text;
-    v_to text;
-    v_t tid[];
-    v_i bigint[];
-    v_g text[];
-    v_all_i bigint[] := coalesce(p_taken, '{}');
-    v_all_g text[] := coalesce(p_taken_grps, '{}');
-    v_limited boolean := p_q.group_max_in_flight IS NOT NULL OR p_q.group_overrides IS NOT NULL;
-    -- the most groups one walk visits: a claim's work stays bounded however
-    -- many groups have rows in flight or at their limits
-    v_visits int := 4 * p_want + 64;
-    v_end text;
-    v_stopped boolean := false;
-BEGIN
-    tids := '{}';
-    ids := '{}';
-    grps := '{}';
-    FOR v_round IN 1 .. 8 LOOP
-        v_served := 0;
-        -- one round: the groups after p_from, then from the first to p_from
-        FOR v_half IN 1 .. 2 LOOP
-            EXIT WHEN cardinality(ids) >= p_want;
-            IF v_half = 1 THEN
-                v_from := coalesce(p_from, '');
-                v_to := NULL;
-            ELSIF p_from IS NULL THEN
-                EXIT;
-            ELSE
-                v_from := '';
-                v_to := p_from;
-            END IF;
-            WITH RECURSIVE r(g, k) AS (
-                SELECT (SELECT min(s.grp) FROM message s
-                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > v_from), 1
-                UNION ALL
-                SELECT (SELECT min(s.grp) FROM message s
-                         WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp IS NOT NULL AND s.grp > r.g), r.k + 1
-                  FROM r
-                 WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g < v_to) AND r.k < v_visits
-            )
-            SELECT array_agg(x.ctid ORDER BY x.k, x.priority DESC, x.created_at, x.id),
-                   array_agg(x.id ORDER BY x.k, x.priority DESC, x.created_at, x.id),
-                   array_agg(x.grp ORDER BY x.k, x.priority DESC, x.created_at, x.id)
-              INTO v_t, v_i, v_g
-              FROM (SELECT r.k, t.ctid, t.id, t.grp, t.priority, t.created_at
-                      FROM r
-                     CROSS JOIN LATERAL (
-                           SELECT s.ctid, s.id, s.grp, s.priority, s.created_at
-                             FROM message s
-                            WHERE s.queue = p_q.name AND s.parked_until IS NULL AND s.grp = r.g
-                              AND s.visible_at <= p_now AND s.attempt < p_q.max_attempts
-                              AND NOT s.id = ANY (v_all_i)
-                            ORDER BY s.priority DESC, s.created_at, s.id
-                            LIMIT CASE WHEN NOT v_limited OR _flow_group_limit(p_q, r.g) IS NULL THEN v_quantum
-                                       ELSE greatest(0, least(v_quantum,
-                                                _flow_group_limit(p_q, r.g)
-                                                - _flow_used(p_q.name, r.g, NULL, p_now)
-                                                - coalesce(cardinality(array_positions(v_all_g, r.g)), 0))) END
-                              FOR UPDATE SKIP LOCKED) t
-                     WHERE r.g IS NOT NULL AND (v_to IS NULL OR r.g <= v_to)
-                     LIMIT p_want - cardinality(ids)) x;
-            IF v_i IS NOT NULL THEN
-                tids := tids || v_t;
-                ids := ids || v_i;
-                grps := grps || v_g;
-                v_all_i := v_all_i || v_i;
-                v_all_g := v_all_g || v_g;
-                v_served := v_served + (SELECT count(DISTINCT u) FROM unnest(v_g) u)::int;
-                IF v_round = 1 THEN
-                    last_grp := v_g[cardinality(v_g)];
-                END IF;
-            END IF;
-            IF cardinality(ids) < p_want THEN
-                -- The walk ended before the batch was full: at the end of
-                -- its range, or after v_visits groups with nothing (more) to
-                -- give (in flight, at their limits). Then the round ends
-                -- where it stopped, and the claimer's next claim goes on after
-                -- it, not over the groups before it again.
-                v_end := _group_walk_end(p_q.name, v_from, v_to, v_visits);
-                IF v_end IS NOT NULL THEN
-                    last_grp := v_end;
-                    v_stopped := true;
-                    EXIT;
-                END IF;
-            END IF;
-        END LOOP;
-        EXIT WHEN cardinality(ids) >= p_want OR v_served = 0 OR v_stopped;
-        -- the next round: an equal part of what is left for each group served
-        v_quantum := ceil((p_want - cardinality(ids))::numeric / v_served)::int;
-    END LOOP;
-END
-$$;
-
--- _check_group_overrides: queue_configure's group_overrides p_given merged
--- into the overrides p_have: an object whose keys are group names (the
--- name rule of _check_group), each value {"max_in_flight": 1..100000} to
--- set that group's limit or null to remove its override; null instead of
--- the object removes them all. At most 10000 groups have overrides. NULL
--- when none is left.
-CREATE OR REPLACE FUNCTION _check_group_overrides(p_have jsonb, p_given jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_e record;
-    v_out jsonb := coalesce(p_have, '{}');
-    v_lim int;
-BEGIN
-    IF jsonb_typeof(p_given) = 'null' THEN
-        RETURN NULL;
-    END IF;
-    IF jsonb_typeof(p_given) <> 'object' THEN
-        RAISE EXCEPTION 'group_overrides must be an object of groups, each {"max_in_flight": 1..100000} or null (no override), got %', p_given
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    FOR v_e IN SELECT e.key, e.value FROM jsonb_each(p_given) e ORDER BY e.key LOOP
-        PERFORM _check_group(format('group_overrides key %s', to_jsonb(v_e.key)), v_e.key);
-        IF jsonb_typeof(v_e.value) = 'null' THEN
-            v_out := v_out - v_e.key;
-            CONTINUE;
-        END IF;
-        IF jsonb_typeof(v_e.value) <> 'object' OR EXISTS (SELECT 1 FROM jsonb_object_keys(v_e.value) k WHERE k <> 'max_in_flight')
-           OR jsonb_typeof(v_e.value->'max_in_flight') IS DISTINCT FROM 'number' THEN
-            RAISE EXCEPTION 'group_overrides.% must be {"max_in_flight": 1..100000} or null (no override), got %', v_e.key, v_e.value
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        v_lim := (v_e.value->>'max_in_flight')::int; -- 1.5: 22P02, named by queue_configure
-        PERFORM _check_int(format('group_overrides.%s.max_in_flight', v_e.key), v_lim, 1, 100000);
-        v_out := v_out || jsonb_build_object(v_e.key, jsonb_build_object('max_in_flight', v_lim));
-    END LOOP;
-    IF (SELECT count(*) FROM jsonb_object_keys(v_out)) > 10000 THEN
-        RAISE EXCEPTION 'group_overrides must hold at most 10000 groups, got %', (SELECT count(*) FROM jsonb_object_keys(v_out))
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    RETURN nullif(v_out, '{}');
-END
-$$;
-
--- group_stats: the groups of queue p_queue with messages, those waiting
--- longest first, at most p_limit (1..10000): in_flight (leases not yet
--- expired), waiting (every other message of the group: due, scheduled,
--- retrying, behind a lane's head), the age of the oldest waiting one, and
--- the group's max_in_flight (its override, else group_max_in_flight; NULL:
--- none). A read of the queue's grouped messages: a monitor's call, not a
--- hot path.
-CREATE OR REPLACE FUNCTION group_stats(p_queue text, p_limit int DEFAULT 1000)
-RETURNS TABLE (group_name text, in_flight bigint, waiting bigint, oldest_age interval, max_in_flight int)
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_q queue;
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    PERFORM _check_int('p_limit', p_limit, 1, 10000);
-    v_q := _queue_get(p_queue);
-    RETURN QUERY
-    SELECT g.grp, g.in_flight, g.waiting, g.oldest_age, _flow_group_limit(v_q, g.grp)
-      FROM (SELECT m.grp,
-                   count(*) FILTER (WHERE m.status = 'processing' AND m.visible_at > v_now) AS in_flight,
-                   count(*) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS waiting,
-                   v_now - min(m.created_at) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS oldest_age
-              FROM message m
-             WHERE m.queue = p_queue AND m.grp IS NOT NULL
-             GROUP BY m.grp) g
-     ORDER BY g.oldest_age DESC NULLS LAST, g.grp
-     LIMIT p_limit;
-END
+    SELECT p_n || CASE WHEN p_per = interval '1 second' THEN '/s' ELSE '/min' END
 $$;

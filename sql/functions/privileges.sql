@@ -108,7 +108,7 @@ AS $$
         'retention_step_begin', 'retention_step', 'retention_step_claim', 'retention_step_record',
         'retention_step_end', 'retention_step_unlock', 'retention_step_pass', 'retention_step_session_state', 'retention_step_session_restore']) r
     UNION ALL
-    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'group_stats', 'version',
+    SELECT 'monitor', r FROM pg_catalog.unnest(ARRAY['queue_counts', 'lane_stats', 'group_stats', 'flow_stats', 'version',
         'lease_rows', 'setting_rows', 'queue_rows', -- the views' rows (lease.sql, settings.sql, queue_stats.sql)
         'stats_latest', 'stats_history', -- the queue snapshots (stats.sql): counts, never payloads
         'health', 'health_server', 'health_install', -- the findings (health.sql): no payload, header or query text

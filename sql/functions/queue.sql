@@ -105,6 +105,15 @@ $$;
 --                       token bucket on the database clock (flow.sql)
 --   rate_burst          1..1000000, or null = N: the most tokens saved up,
 --                       so the most one moment's claims take
+--   group_max_in_flight 1..100000, or null = no limit: the most messages of
+--                       each group (send's p_group) leased at once
+--   group_rate          'N/s' or 'N/min' (N 1..1000000), or null = none: the
+--                       most messages of each group claims take per second
+--                       or minute (a bucket per group; burst N)
+--   group_overrides     {"acme": {"max_in_flight": 10, "rate": "50/s"}}: one
+--                       group's own limits, merged into those set before
+--                       (a key set to null removes it, a group set to null
+--                       its override; null instead of the object: all)
 -- JSON rather than one parameter per setting because NULL must be a value
 -- here (keep forever), not "unchanged". Returns the queue row as it is now.
 CREATE OR REPLACE FUNCTION queue_configure(p_queue text, p_settings jsonb)
@@ -127,8 +136,8 @@ BEGIN
     FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
         IF v_key NOT IN ('max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter', 'lease_default',
                          'processed_retention', 'dead_retention', 'claim_rescan', 'lane_dead', 'max_in_flight',
-                         'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides') THEN
-            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)', v_key
+                         'rate', 'rate_burst', 'group_max_in_flight', 'group_rate', 'group_overrides') THEN
+            RAISE EXCEPTION 'p_settings: unknown setting "%" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_rate, group_overrides)', v_key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
@@ -195,18 +204,7 @@ BEGIN
         END IF;
         IF p_settings ? 'rate' THEN
             v_setting := 'rate';
-            IF jsonb_typeof(p_settings->'rate') = 'null' THEN
-                v_q.rate := NULL;
-                v_q.rate_per := NULL;
-            ELSIF jsonb_typeof(p_settings->'rate') <> 'string' OR p_settings->>'rate' !~ '^[0-9]{1,7}/(s|min)$' THEN
-                RAISE EXCEPTION 'rate must be ''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate), got %',
-                    p_settings->'rate'
-                    USING ERRCODE = 'invalid_parameter_value';
-            ELSE
-                v_q.rate := split_part(p_settings->>'rate', '/', 1)::int;
-                PERFORM _check_int('rate', v_q.rate, 1, 1000000);
-                v_q.rate_per := CASE split_part(p_settings->>'rate', '/', 2) WHEN 's' THEN interval '1 second' ELSE interval '1 minute' END;
-            END IF;
+            SELECT r.n, r.per INTO v_q.rate, v_q.rate_per FROM _check_rate('rate', p_settings->'rate') r;
         END IF;
         IF p_settings ? 'rate_burst' THEN
             v_setting := 'rate_burst';
@@ -221,6 +219,10 @@ BEGIN
             IF v_q.group_max_in_flight IS NOT NULL THEN
                 PERFORM _check_int('group_max_in_flight', v_q.group_max_in_flight, 1, 100000);
             END IF;
+        END IF;
+        IF p_settings ? 'group_rate' THEN
+            v_setting := 'group_rate';
+            SELECT r.n, r.per INTO v_q.group_rate, v_q.group_rate_per FROM _check_rate('group_rate', p_settings->'group_rate') r;
         END IF;
         IF p_settings ? 'group_overrides' THEN
             v_setting := 'group_overrides';
@@ -256,7 +258,8 @@ BEGIN
                     WHEN 'rate_burst' THEN 'an integer between 1 and 1000000, or null (the rate''s N)'
                     WHEN 'rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
                     WHEN 'group_max_in_flight' THEN 'an integer between 1 and 100000, or null (no limit)'
-                    WHEN 'group_overrides' THEN 'an object of groups, each {"max_in_flight": 1..100000} or null (no override)'
+                    WHEN 'group_rate' THEN '''N/s'' or ''N/min'' with N between 1 and 1000000, or null (no rate)'
+                    WHEN 'group_overrides' THEN 'an object of groups, each {"max_in_flight": 1..100000, "rate": "N/s" or "N/min"} or null (no override)'
                     ELSE 'an interval between 1 second and 100 years, or null (keep forever)' END,
                 p_settings->v_setting
                 USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
@@ -277,11 +280,13 @@ BEGIN
            rate_per = v_q.rate_per,
            rate_burst = v_q.rate_burst,
            group_max_in_flight = v_q.group_max_in_flight,
+           group_rate = v_q.group_rate,
+           group_rate_per = v_q.group_rate_per,
            group_overrides = v_q.group_overrides,
            updated_at = v_now
      WHERE name = p_queue
     RETURNING * INTO v_q;
-    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst', 'group_max_in_flight', 'group_overrides'] THEN
+    IF p_settings ?| ARRAY['max_in_flight', 'rate', 'rate_burst', 'group_max_in_flight', 'group_rate', 'group_overrides'] THEN
         PERFORM _flow_set(v_q, p_settings ?| ARRAY['max_in_flight', 'group_max_in_flight', 'group_overrides'], clock_timestamp());
     END IF;
     RETURN v_q;

@@ -87,7 +87,10 @@ BEGIN
     -- that have not claimed for a day, expired flow-control grants (flow.sql:
     -- they count for nothing, and a settle would remove them), and the gates
     -- of groups without a live grant (a group's next claim makes its gate
-    -- again; one a claim holds is skipped).
+    -- again; one a claim holds is skipped), and the buckets of groups no
+    -- claim took from for a minute: full again (a group rate's burst is its
+    -- N, refilled each second or minute), the same as none (a group's next
+    -- claim makes its bucket full).
     DELETE FROM group_cursor g WHERE g.queue = p_queue AND g.at < v_now - interval '1 day';
     DELETE FROM flow_grant g
      WHERE g.queue = p_queue
@@ -99,6 +102,11 @@ BEGIN
                                 WHERE k.queue = p_queue AND k.grp <> ''
                                   AND NOT EXISTS (SELECT 1 FROM flow_grant f
                                                    WHERE f.queue = p_queue AND f.grp = k.grp AND f.expires_at > v_now)
+                                LIMIT p_batch FOR UPDATE SKIP LOCKED));
+    DELETE FROM flow_bucket b
+     WHERE b.queue = p_queue AND b.grp <> '' AND b.at <= v_now - interval '1 minute'
+       AND b.ctid = ANY (ARRAY(SELECT k.ctid FROM flow_bucket k
+                                WHERE k.queue = p_queue AND k.grp <> '' AND k.at <= v_now - interval '1 minute'
                                 LIMIT p_batch FOR UPDATE SKIP LOCKED));
     IF v_bound IS NULL THEN
         SELECT max(m.id) INTO v_bound FROM message m WHERE m.queue = p_queue;

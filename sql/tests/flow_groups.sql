@@ -135,12 +135,12 @@ SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_max_in_flight": 
 SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_max_in_flight": "two"}')$$, '22023',
     'group_max_in_flight must be an integer between 1 and 100000, or null (no limit), got "two"', 'a group limit that is no number is refused');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_overrides": [1]}')$$, '22023',
-    'group_overrides must be an object of groups, each {"max_in_flight": 1..100000} or null (no override), got [1]',
+    'group_overrides must be an object of groups, each {"max_in_flight": 1..100000, "rate": "N/s" or "N/min"} (either, a setting null removes it) or null (no override), got [1]',
     'overrides that are no object are refused');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_overrides": {"a": 3}}')$$, '22023',
-    'group_overrides.a must be {"max_in_flight": 1..100000} or null (no override), got 3', 'an override that is no object is refused');
-SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_overrides": {"a": {"max_in_flight": 3, "rate": 1}}}')$$, '22023',
-    'group_overrides.a must be {"max_in_flight": 1..100000} or null (no override), got {"rate": 1, "max_in_flight": 3}',
+    'group_overrides.a must be {"max_in_flight": 1..100000, "rate": "N/s" or "N/min"} (either, a setting null removes it) or null (no override), got 3', 'an override that is no object is refused');
+SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_overrides": {"a": {"max_in_flight": 3, "weight": 1}}}')$$, '22023',
+    'group_overrides.a must be {"max_in_flight": 1..100000, "rate": "N/s" or "N/min"} (either, a setting null removes it) or null (no override), got {"weight": 1, "max_in_flight": 3}',
     'an override with an unknown key is refused');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('g', '{"group_overrides": {"a": {"max_in_flight": 0}}}')$$, '22023',
     'group_overrides.a.max_in_flight must be between 1 and 100000, got 0', 'an override out of range is refused, naming it');
