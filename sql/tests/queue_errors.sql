@@ -201,7 +201,7 @@ SELECT throws_ok(format('SELECT pgsweep.queue_configure(%L, %L)', 'o', c.setting
      'settings a number'),
     ('null', 'p_settings must be a JSON object, got null',
      'settings JSON null'),
-    ('{"max_attempts": 5, "lease": "1 minute"}', 'p_settings: unknown setting "lease" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)',
+    ('{"max_attempts": 5, "lease": "1 minute"}', 'p_settings: unknown setting "lease" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_rate, group_overrides)',
      'an unknown key next to a valid one'),
     -- max_attempts
     ('{"max_attempts": 1001}', 'max_attempts must be between 1 and 1000, got 1001',

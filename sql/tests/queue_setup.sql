@@ -43,7 +43,7 @@ SELECT results_eq($$SELECT max_attempts, backoff_base, backoff_max, lease_defaul
 
 CREATE TEMP TABLE q_before AS SELECT * FROM pgsweep.queue;
 SELECT throws_ok($$SELECT pgsweep.queue_configure('out', '{"bogus": 1}')$$, '22023',
-    'p_settings: unknown setting "bogus" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_overrides)', 'unknown setting');
+    'p_settings: unknown setting "bogus" (have max_attempts, backoff_base, backoff_max, backoff_jitter, lease_default, processed_retention, dead_retention, claim_rescan, lane_dead, max_in_flight, rate, rate_burst, group_max_in_flight, group_rate, group_overrides)', 'unknown setting');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('out', '{"max_attempts": 0}')$$, '22023',
     'max_attempts must be between 1 and 1000, got 0', 'max_attempts range');
 SELECT throws_ok($$SELECT pgsweep.queue_configure('out', '{"backoff_max": "1 second"}')$$, '22023',
