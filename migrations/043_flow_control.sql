@@ -268,11 +268,12 @@ BEGIN
             CONTINUE WHEN NOT FOUND OR v_cap IS NULL;
         END IF;
         CONTINUE WHEN v_cap <= 0;
-        IF p_grp = '' AND EXISTS (SELECT 1 FROM flow_gate k
-                                   WHERE k.queue = p_queue AND k.grp = ''
-                                     AND k.cap < (SELECT coalesce(sum(cardinality(f.ids)), 0) FROM flow_grant f
-                                                   WHERE f.queue = p_queue AND f.grp = '' AND f.stripe = k.stripe
-                                                     AND f.expires_at > p_now)) THEN
+        -- Above a lowered limit? Only the first gate ever holds more than
+        -- its share: _flow_set puts the leases above the limit there,
+        -- renew adopts leases there, and claims take only what a gate has
+        -- room for. So one read of the first gate tells.
+        IF p_grp = '' AND (SELECT k.cap FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe = 1)
+                          < _flow_used(p_queue, '', 1, p_now) THEN
             -- above a lowered limit: every gate, or nothing
             IF (SELECT count(*) FROM (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s
                                          FOR UPDATE SKIP LOCKED) x)
@@ -403,6 +404,9 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_freed boolean;
+    v_emptied boolean;
 BEGIN
     -- the claim's grants in order: settles of one claim running at once
     -- (a Worker completes its handlers' messages as they finish) would
@@ -411,10 +415,16 @@ BEGIN
      WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids
      ORDER BY g.grp COLLATE "C", g.stripe
        FOR UPDATE;
-    UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
-     WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids;
-    IF FOUND THEN
+    WITH u AS (
+        UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
+         WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids
+        RETURNING cardinality(g.ids) = 0 AS empty
+    )
+    SELECT count(*) > 0, bool_or(u.empty) INTO v_freed, v_emptied FROM u;
+    IF v_emptied THEN -- the claim's last settle under a gate (not every settle: one statement less)
         DELETE FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token AND cardinality(g.ids) = 0;
+    END IF;
+    IF v_freed THEN
         PERFORM _notify_local(p_queue);
     END IF;
 END

@@ -192,10 +192,10 @@ $$;
 -- predates another claim's turn fails with 40001 instead of counting old
 -- grants. A gate's share (cap) is read under its lock, so a claim that read
 -- the queue before its limit changed uses the new shares. A gate locked by
--- another claim is skipped, not waited for. While the queue holds more
--- than a gate's share on some gate (the leases above a lowered limit,
--- _flow_set), a claim takes room only with every gate locked, up to the
--- limit minus all the live grants.
+-- another claim is skipped, not waited for. While the queue's first gate
+-- holds more than its share (the leases above a lowered limit, _flow_set;
+-- leases renew adopted), a claim takes room only with every gate locked,
+-- up to the limit minus all the live grants.
 CREATE OR REPLACE FUNCTION _flow_gates(p_queue text, p_grp text, p_limit int, p_want int, p_now timestamptz,
                                        OUT stripes int[], OUT rooms int[])
 LANGUAGE plpgsql
@@ -239,11 +239,12 @@ BEGIN
             CONTINUE WHEN NOT FOUND OR v_cap IS NULL;
         END IF;
         CONTINUE WHEN v_cap <= 0;
-        IF p_grp = '' AND EXISTS (SELECT 1 FROM flow_gate k
-                                   WHERE k.queue = p_queue AND k.grp = ''
-                                     AND k.cap < (SELECT coalesce(sum(cardinality(f.ids)), 0) FROM flow_grant f
-                                                   WHERE f.queue = p_queue AND f.grp = '' AND f.stripe = k.stripe
-                                                     AND f.expires_at > p_now)) THEN
+        -- Above a lowered limit? Only the first gate ever holds more than
+        -- its share: _flow_set puts the leases above the limit there,
+        -- renew adopts leases there, and claims take only what a gate has
+        -- room for. So one read of the first gate tells.
+        IF p_grp = '' AND (SELECT k.cap FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe = 1)
+                          < _flow_used(p_queue, '', 1, p_now) THEN
             -- above a lowered limit: every gate, or nothing
             IF (SELECT count(*) FROM (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s
                                          FOR UPDATE SKIP LOCKED) x)
@@ -392,6 +393,9 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_freed boolean;
+    v_emptied boolean;
 BEGIN
     -- the claim's grants in order: settles of one claim running at once
     -- (a Worker completes its handlers' messages as they finish) would
@@ -400,10 +404,16 @@ BEGIN
      WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids
      ORDER BY g.grp COLLATE "C", g.stripe
        FOR UPDATE;
-    UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
-     WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids;
-    IF FOUND THEN
+    WITH u AS (
+        UPDATE flow_grant g SET ids = ARRAY(SELECT x FROM unnest(g.ids) x WHERE NOT x = ANY (p_ids))
+         WHERE g.queue = p_queue AND g.token = p_token AND g.ids && p_ids
+        RETURNING cardinality(g.ids) = 0 AS empty
+    )
+    SELECT count(*) > 0, bool_or(u.empty) INTO v_freed, v_emptied FROM u;
+    IF v_emptied THEN -- the claim's last settle under a gate (not every settle: one statement less)
         DELETE FROM flow_grant g WHERE g.queue = p_queue AND g.token = p_token AND cardinality(g.ids) = 0;
+    END IF;
+    IF v_freed THEN
         PERFORM _notify_local(p_queue);
     END IF;
 END
