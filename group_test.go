@@ -172,3 +172,92 @@ func TestGroupFairness(t *testing.T) {
 	}
 	t.Logf("the 99 small groups drained (9,900 messages) while the big group was served %d of 100,000", b)
 }
+
+// 8 claimers on connections of their own claim and complete for 3 seconds
+// from 20 groups of a queue with group_rate 100/s, one group ("vip")
+// overridden to 300/s. On the database clock no group is claimed more than
+// its rate over the span plus its burst (its N), and every group is
+// served: the rate, not the claimers, held them back.
+func TestGroupRateConcurrent(t *testing.T) {
+	const claimers, groups, rate, vipRate = 8, 20, 100, 300
+	ctx, db, c := pgtest.Start(t, 2)
+	if err := c.QueueCreate(ctx, "q", pgsweep.Outbox, 3); err != nil {
+		t.Fatal(err)
+	}
+	for g := range groups {
+		groupMessages(ctx, t, c, "q", fmt.Sprintf("g%02d", g), 0, 1500)
+	}
+	groupMessages(ctx, t, c, "q", "vip", 0, 2000)
+	if err := c.QueueConfigure(ctx, "q", map[string]any{"group_rate": fmt.Sprintf("%d/s", rate),
+		"group_overrides": map[string]any{"vip": map[string]any{"rate": fmt.Sprintf("%d/s", vipRate)}}}); err != nil {
+		t.Fatal(err)
+	}
+	clock := func() time.Time {
+		var at time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	start := clock()
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second) // time under test: a rate is claims per second
+	defer cancel()
+	var mu sync.Mutex
+	per := map[string]int{}
+	var wg sync.WaitGroup
+	errc := make(chan error, claimers)
+	for w := range claimers {
+		cl, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				ds, err := cl.Claim(ctx, "q", fmt.Sprintf("w%d", w), 100, time.Minute)
+				if err != nil {
+					errc <- err
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					var p groupPayload
+					if err := json.Unmarshal(d.Payload, &p); err != nil {
+						mu.Unlock()
+						errc <- err
+						return
+					}
+					per[p.G]++
+				}
+				mu.Unlock()
+				if len(ds) > 0 {
+					if _, err := cl.Complete(ctx, "q", ds[0].Token, ids(ds)); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	span := clock().Sub(start).Seconds()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if len(per) != groups+1 {
+		t.Fatalf("%d groups were served, want all %d: %v", len(per), groups+1, per)
+	}
+	for g, n := range per {
+		r := rate
+		if g == "vip" {
+			r = vipRate
+		}
+		if most := float64(r)*span + float64(r); float64(n) > most {
+			t.Fatalf("group %s: claimed %d in %.3f s of the database clock, more than %.0f (rate %d/s plus its burst)", g, n, span, most, r)
+		}
+	}
+	if per["vip"] <= per["g00"] {
+		t.Fatalf("vip (300/s) was claimed %d times, g00 (100/s) %d: the override did not apply", per["vip"], per["g00"])
+	}
+	t.Logf("in %.3f s: %v", span, per)
+}

@@ -385,6 +385,25 @@ func TestCitusVerbs(t *testing.T) {
 		if got := claim(100); len(got) != 3 {
 			t.Fatalf("claimed %d after the groups' leases were settled, want their 3 others", len(got))
 		}
+		// a rate per group: each group's bucket on the queue's shard
+		if err := c.QueueConfigure(ctx, q, map[string]any{"group_max_in_flight": nil, "group_rate": "1/min"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SendBatch(ctx, q, gs); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(100); len(got) != 3 {
+			t.Fatalf("claimed %d with group_rate 1/min and 3 groups, want 3", len(got))
+		}
+		if got := claim(100); len(got) != 0 {
+			t.Fatalf("claimed %d from the groups' empty buckets, want 0", len(got))
+		}
+		if fs, err := c.FlowStats(ctx, q); err != nil || fs.GroupRate != "1/min" || !fs.Limited() {
+			t.Fatalf("flow_stats: %+v %v, want group_rate 1/min", fs, err)
+		}
+		if st, err := c.GroupStats(ctx, q, 10); err != nil || len(st) != 3 || st[0].Rate != "1/min" || st[0].RateUsed != 1 {
+			t.Fatalf("group_stats: %+v %v, want 3 groups at 1/min with their token used", st, err)
+		}
 	})
 
 	// Not pushed down, and correct: the views over every queue, and leases
