@@ -61,6 +61,13 @@ BEGIN
             'WHERE parked_until IS NULL AND grp IS NOT NULL';
 END
 $$;
+-- the parked grouped rows (scheduled, behind a lane's head): group_stats
+-- reads a queue's grouped rows through the two, never its other rows
+DO $$
+BEGIN
+    EXECUTE 'CREATE INDEX message_group_parked ON message (queue, grp) WHERE parked_until IS NOT NULL AND grp IS NOT NULL';
+END
+$$;
 -- Each claimer's place in the rotation of a queue's groups (claim.sql,
 -- _claim_groups): where its next claim starts (after group_after; NULL: the
 -- first group), how many groups its last claim served (the share it leaves
@@ -879,8 +886,11 @@ BEGIN
                    count(*) FILTER (WHERE m.status = 'processing' AND m.visible_at > v_now) AS in_flight,
                    count(*) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS waiting,
                    v_now - min(m.created_at) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS oldest_age
-              FROM message m
-             WHERE m.queue = p_queue AND m.grp IS NOT NULL
+              FROM (SELECT m.grp, m.status, m.visible_at, m.created_at FROM message m -- message_group
+                     WHERE m.queue = p_queue AND m.parked_until IS NULL AND m.grp IS NOT NULL
+                    UNION ALL
+                    SELECT m.grp, m.status, m.visible_at, m.created_at FROM message m -- message_group_parked
+                     WHERE m.queue = p_queue AND m.parked_until IS NOT NULL AND m.grp IS NOT NULL) m
              GROUP BY m.grp) g
      CROSS JOIN LATERAL _flow_group_rate_of(v_q.group_overrides, v_q.group_rate, v_q.group_rate_per, g.grp) r
      ORDER BY g.oldest_age DESC NULLS LAST, g.grp

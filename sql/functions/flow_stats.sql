@@ -53,7 +53,9 @@ $$;
 -- group's max_in_flight and rate (its override, else the queue's
 -- group_max_in_flight and group_rate; NULL: none) and rate_used (its
 -- bucket's tokens spent and not yet refilled: the rate's N means its
--- claims wait for the rate). A read of the queue's grouped messages.
+-- claims wait for the rate). A read of the queue's grouped messages (the
+-- indexes message_group and message_group_parked: a queue without groups
+-- costs two index probes), not of its others.
 CREATE OR REPLACE FUNCTION group_stats(p_queue text, p_limit int DEFAULT 1000)
 RETURNS TABLE (group_name text, in_flight bigint, waiting bigint, oldest_age interval, max_in_flight int,
                rate text, rate_used int)
@@ -74,8 +76,11 @@ BEGIN
                    count(*) FILTER (WHERE m.status = 'processing' AND m.visible_at > v_now) AS in_flight,
                    count(*) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS waiting,
                    v_now - min(m.created_at) FILTER (WHERE NOT (m.status = 'processing' AND m.visible_at > v_now)) AS oldest_age
-              FROM message m
-             WHERE m.queue = p_queue AND m.grp IS NOT NULL
+              FROM (SELECT m.grp, m.status, m.visible_at, m.created_at FROM message m -- message_group
+                     WHERE m.queue = p_queue AND m.parked_until IS NULL AND m.grp IS NOT NULL
+                    UNION ALL
+                    SELECT m.grp, m.status, m.visible_at, m.created_at FROM message m -- message_group_parked
+                     WHERE m.queue = p_queue AND m.parked_until IS NOT NULL AND m.grp IS NOT NULL) m
              GROUP BY m.grp) g
      CROSS JOIN LATERAL _flow_group_rate_of(v_q.group_overrides, v_q.group_rate, v_q.group_rate_per, g.grp) r
      ORDER BY g.oldest_age DESC NULLS LAST, g.grp
