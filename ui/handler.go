@@ -1,9 +1,10 @@
-// Package ui is pgsweep's dashboard: an http.Handler that shows queues,
-// lanes, maintenance passes, leases and retention policies, refreshes
-// itself, and offers the actions the database role may take (pause,
-// resume). Every figure comes from pgsweep's SQL through the Client, which
-// a monitor role can call from psql too; every action is the SQL verb, so
-// PostgreSQL, not this package, decides whether the role may take it.
+// Package ui is pgsweep's dashboard: an http.Handler that shows queues
+// (with their flow control and groups), lanes, maintenance passes, leases
+// and retention policies, refreshes itself, and offers the actions the
+// database role may take (pause, resume). Every figure comes from
+// pgsweep's SQL through the Client, which a monitor role can call from
+// psql too; every action is the SQL verb, so PostgreSQL, not this package,
+// decides whether the role may take it.
 //
 // Mount it under any path prefix:
 //

@@ -20,7 +20,7 @@ import (
 	"github.com/pgsweep/pgsweep/ui"
 )
 
-// hostile is text an attacker controls (lane keys, error texts): it must
+// hostile is text an attacker controls (lane keys, group names, error texts): it must
 // render as text, never as markup.
 const hostile = `<script>alert(1)</script>"><img src=x onerror=alert(2)>`
 
@@ -69,11 +69,19 @@ var formAction = regexp.MustCompile(`/(pause|resume|requeue|delete|requeue-match
 
 // Every page loads under a path prefix, every link and file it names
 // resolves (relative links only), and attacker-controlled text renders as
-// text: the lane key and the error text come back escaped, never as tags.
+// text: the lane key, the group name and the error text come back escaped,
+// never as tags.
 func TestPagesLoadUnderAPrefixAndEscapeEverything(t *testing.T) {
 	db := pgtest.NewQueue(t, 4, "orders", pgsweep.Outbox, 1)
 	ctx := context.Background()
 	if _, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Lane: hostile, Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// a group name is the sender's text too, and a limited queue shows its flow control
+	if _, _, err := db.Client.Send(ctx, "orders", pgsweep.Message{Group: hostile, Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Client.QueueConfigure(ctx, "orders", map[string]any{"group_max_in_flight": 1}); err != nil {
 		t.Fatal(err)
 	}
 	// names that a careless template or link would misread: a scheme-like
@@ -123,6 +131,12 @@ func TestPagesLoadUnderAPrefixAndEscapeEverything(t *testing.T) {
 	_, body := get(t, srv.URL+"/pgsweep/queues/orders")
 	if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;") {
 		t.Fatalf("the lane key is not on the queue page as escaped text:\n%s", body)
+	}
+	if rows := table(t, body, "groups"); len(rows) != 2 || rows[1][1] != hostile {
+		t.Fatalf("the groups table does not show the hostile group's name as text: %q", rows)
+	}
+	if !strings.Contains(body, "<tr><td>&lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;</td><td class=\"n\">0 of 1</td>") {
+		t.Fatalf("the group's name is not in the groups table as escaped text:\n%s", body)
 	}
 	if !seen[srv.URL+"/pgsweep/static/htmx.min.js"] || !seen[srv.URL+"/pgsweep/static/uPlot.iife.min.js"] {
 		t.Fatalf("the pages do not load the embedded htmx and uPlot: %v", seen)

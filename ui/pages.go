@@ -118,6 +118,10 @@ type queueData struct {
 	// Lanes is the first page of the queue's lanes, blocked first (the
 	// lanes page has the others, and the skip buttons)
 	Lanes pgsweep.Page[pgsweep.BrowsedLane, pgsweep.LaneCursor]
+	// Flow is the queue's flow control; Groups its first groups, those
+	// waiting longest first
+	Flow   flowView
+	Groups groupsView
 }
 
 // queueLanes is how many lanes the queue page shows.
@@ -173,6 +177,10 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.Lanes, err = h.c.BrowseLanes(ctx, name, pgsweep.LaneCursor{}, queueLanes); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if d.Flow, d.Groups, err = h.readFlow(ctx, name); err != nil {
 		h.fail(w, r, err)
 		return
 	}
