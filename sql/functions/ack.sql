@@ -105,24 +105,20 @@ BEGIN
         v_now := clock_timestamp();
         v_until := v_now + coalesce(p_lease, v_q.lease_default);
     END IF;
+    -- Per message and kind (the queue's limit, its group's): held, whether
+    -- a grant of this claim holds it live under a gate this renew holds
+    -- (NULL: no grant holds it, so a live lease is adopted).
     SELECT array_agg(DISTINCT x.id) FILTER (WHERE x.ok),
-           array_agg(x.grp) FILTER (WHERE x.ok AND x.adopt AND x.lim IS NOT NULL),
-           array_agg(x.id) FILTER (WHERE x.ok AND x.adopt AND x.lim IS NOT NULL)
+           array_agg(x.grp) FILTER (WHERE x.ok AND x.held IS NULL AND x.lim IS NOT NULL),
+           array_agg(x.id) FILTER (WHERE x.ok AND x.held IS NULL AND x.lim IS NOT NULL)
       INTO v_held, v_adopt_grps, v_adopt_ids
-      FROM (SELECT m.id, k.grp,
-                   NOT EXISTS (SELECT 1 FROM flow_grant g
-                                WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)) AS adopt,
-                   bool_and(k.lim IS NULL
-                            OR EXISTS (SELECT 1 FROM flow_grant g
-                                        WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)
-                                          AND g.expires_at > v_now AND g.grp || '/' || g.stripe = ANY (v_gates))
-                            OR (m.visible_at > v_now
-                                AND NOT EXISTS (SELECT 1 FROM flow_grant g
-                                                 WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids))))
-                       OVER (PARTITION BY m.id) AS ok,
-                   k.lim
+      FROM (SELECT m.id, k.grp, k.lim, h.held,
+                   bool_and(k.lim IS NULL OR coalesce(h.held, m.visible_at > v_now)) OVER (PARTITION BY m.id) AS ok
               FROM message m
              CROSS JOIN LATERAL (VALUES ('', v_q.max_in_flight), (m.grp, _flow_group_limit_of(v_q.group_overrides, v_q.group_max_in_flight, m.grp))) k(grp, lim)
+             CROSS JOIN LATERAL (SELECT bool_or(g.expires_at > v_now AND g.grp || '/' || g.stripe = ANY (v_gates)) AS held
+                                   FROM flow_grant g
+                                  WHERE g.queue = p_queue AND g.grp = k.grp AND g.token = p_token AND m.id = ANY (g.ids)) h
              WHERE m.queue = p_queue AND m.id = ANY (p_ids) AND m.token = p_token AND m.status = 'processing'
                AND k.grp IS NOT NULL) x;
     IF v_adopt_ids IS NOT NULL THEN
