@@ -131,15 +131,23 @@ DROP FUNCTION _send_batch(text, jsonb[], jsonb[], text[], timestamptz[], text[],
 -- pgsweep:changed functions/flow.sql
 CREATE OR REPLACE FUNCTION _flow_stripes(p_limit int)
 RETURNS int
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT least(8, p_limit) $$;
+AS $$
+BEGIN
+    RETURN least(8, p_limit);
+END
+$$;
 
 CREATE OR REPLACE FUNCTION _flow_cap(p_limit int, p_stripe int)
 RETURNS int
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT p_limit / least(8, p_limit) + CASE WHEN p_stripe <= p_limit % least(8, p_limit) THEN 1 ELSE 0 END $$;
+AS $$
+BEGIN
+    RETURN p_limit / least(8, p_limit) + CASE WHEN p_stripe <= p_limit % least(8, p_limit) THEN 1 ELSE 0 END;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION _flow_used(p_queue text, p_grp text, p_stripe int, p_now timestamptz)
 RETURNS int
@@ -244,6 +252,8 @@ DECLARE
     v_room int;
     v_got int := 0;
     v_gate record;
+    v_used int;
+    v_used1 int;
 BEGIN
     stripes := '{}';
     rooms := '{}';
@@ -275,12 +285,18 @@ BEGIN
             CONTINUE WHEN NOT FOUND OR v_cap IS NULL;
         END IF;
         CONTINUE WHEN v_cap <= 0;
+        -- what this gate's live grants hold, and (the queue's gates) the
+        -- first gate's, in one read
+        SELECT coalesce(sum(cardinality(f.ids)) FILTER (WHERE f.stripe = v_s), 0)::int,
+               coalesce(sum(cardinality(f.ids)) FILTER (WHERE f.stripe = 1), 0)::int
+          INTO v_used, v_used1
+          FROM flow_grant f
+         WHERE f.queue = p_queue AND f.grp = p_grp AND f.stripe IN (v_s, 1) AND f.expires_at > p_now;
         -- Above a lowered limit? Only the first gate ever holds more than
         -- its share: _flow_set puts the leases above the limit there,
         -- renew adopts leases there, and claims take only what a gate has
-        -- room for. So one read of the first gate tells.
-        IF p_grp = '' AND (SELECT k.cap FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe = 1)
-                          < _flow_used(p_queue, '', 1, p_now) THEN
+        -- room for. So the first gate tells.
+        IF p_grp = '' AND (SELECT k.cap FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe = 1) < v_used1 THEN
             -- above a lowered limit: every gate, or nothing
             IF (SELECT count(*) FROM (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s
                                          FOR UPDATE SKIP LOCKED) x)
@@ -300,7 +316,7 @@ BEGIN
             END LOOP;
             RETURN;
         END IF;
-        v_room := least(p_want - v_got, v_cap - _flow_used(p_queue, p_grp, v_s, p_now));
+        v_room := least(p_want - v_got, v_cap - v_used);
         IF v_room > 0 THEN
             stripes := stripes || v_s;
             rooms := rooms || v_room;
@@ -533,36 +549,50 @@ $$;
 
 CREATE OR REPLACE FUNCTION _flow_group_limited(p_group_max int, p_group_rate int, p_overrides jsonb)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_group_max IS NOT NULL OR p_group_rate IS NOT NULL OR p_overrides IS NOT NULL
+BEGIN
+    RETURN p_group_max IS NOT NULL OR p_group_rate IS NOT NULL OR p_overrides IS NOT NULL;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_max IS NOT NULL OR _flow_group_limited(p_group_max, NULL, p_overrides)
+BEGIN
+    RETURN p_max IS NOT NULL OR _flow_group_limited(p_group_max, NULL, p_overrides);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_group_limit_of(p_overrides jsonb, p_default int, p_grp text)
 RETURNS int
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default)
+BEGIN
+    RETURN coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION _flow_group_rate_of(p_overrides jsonb, p_n int, p_per interval, p_grp text,
                                                OUT n int, OUT per interval)
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce(split_part(o.r, '/', 1)::int, p_n),
-           CASE WHEN o.r IS NULL THEN p_per WHEN o.r LIKE '%/s' THEN interval '1 second' ELSE interval '1 minute' END
-      FROM (SELECT p_overrides -> p_grp ->> 'rate') o(r)
+DECLARE
+    v_r text := p_overrides -> p_grp ->> 'rate';
+BEGIN
+    IF v_r IS NULL THEN
+        n := p_n;
+        per := p_per;
+    ELSE
+        n := split_part(v_r, '/', 1)::int;
+        per := CASE WHEN v_r LIKE '%/s' THEN interval '1 second' ELSE interval '1 minute' END;
+    END IF;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION _check_rate(p_arg text, p_value jsonb, OUT n int, OUT per interval)
@@ -1951,6 +1981,16 @@ BEGIN
         PERFORM _flow_set(v_q, p_settings ?| ARRAY['max_in_flight', 'group_max_in_flight', 'group_overrides'], clock_timestamp());
     END IF;
     RETURN v_q;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION notify_channel()
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN left(current_schema(), 54) || '_messages'; -- PL/pgSQL: planned once, not at every settle (flow.sql)
 END
 $$;
 -- pgsweep:end functions/queue.sql

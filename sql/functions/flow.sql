@@ -62,15 +62,23 @@
 -- share of gate p_stripe (1.._flow_stripes).
 CREATE OR REPLACE FUNCTION _flow_stripes(p_limit int)
 RETURNS int
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT least(8, p_limit) $$;
+AS $$
+BEGIN
+    RETURN least(8, p_limit);
+END
+$$;
 
 CREATE OR REPLACE FUNCTION _flow_cap(p_limit int, p_stripe int)
 RETURNS int
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT p_limit / least(8, p_limit) + CASE WHEN p_stripe <= p_limit % least(8, p_limit) THEN 1 ELSE 0 END $$;
+AS $$
+BEGIN
+    RETURN p_limit / least(8, p_limit) + CASE WHEN p_stripe <= p_limit % least(8, p_limit) THEN 1 ELSE 0 END;
+END
+$$;
 
 -- _flow_used: the messages held at p_now by the live grants of p_grp (''
 -- the queue's own) of queue p_queue, of gate p_stripe (NULL: every gate).
@@ -208,6 +216,8 @@ DECLARE
     v_room int;
     v_got int := 0;
     v_gate record;
+    v_used int;
+    v_used1 int;
 BEGIN
     stripes := '{}';
     rooms := '{}';
@@ -239,12 +249,18 @@ BEGIN
             CONTINUE WHEN NOT FOUND OR v_cap IS NULL;
         END IF;
         CONTINUE WHEN v_cap <= 0;
+        -- what this gate's live grants hold, and (the queue's gates) the
+        -- first gate's, in one read
+        SELECT coalesce(sum(cardinality(f.ids)) FILTER (WHERE f.stripe = v_s), 0)::int,
+               coalesce(sum(cardinality(f.ids)) FILTER (WHERE f.stripe = 1), 0)::int
+          INTO v_used, v_used1
+          FROM flow_grant f
+         WHERE f.queue = p_queue AND f.grp = p_grp AND f.stripe IN (v_s, 1) AND f.expires_at > p_now;
         -- Above a lowered limit? Only the first gate ever holds more than
         -- its share: _flow_set puts the leases above the limit there,
         -- renew adopts leases there, and claims take only what a gate has
-        -- room for. So one read of the first gate tells.
-        IF p_grp = '' AND (SELECT k.cap FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe = 1)
-                          < _flow_used(p_queue, '', 1, p_now) THEN
+        -- room for. So the first gate tells.
+        IF p_grp = '' AND (SELECT k.cap FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe = 1) < v_used1 THEN
             -- above a lowered limit: every gate, or nothing
             IF (SELECT count(*) FROM (SELECT 1 FROM flow_gate k WHERE k.queue = p_queue AND k.grp = '' AND k.stripe <> v_s
                                          FOR UPDATE SKIP LOCKED) x)
@@ -264,7 +280,7 @@ BEGIN
             END LOOP;
             RETURN;
         END IF;
-        v_room := least(p_want - v_got, v_cap - _flow_used(p_queue, p_grp, v_s, p_now));
+        v_room := least(p_want - v_got, v_cap - v_used);
         IF v_room > 0 THEN
             stripes := stripes || v_s;
             rooms := rooms || v_room;
@@ -523,7 +539,10 @@ END
 $$;
 
 -- The settings as claims read them. Plain values, not the queue row: on
--- Citus a row read from the queue table is of its shard's type.
+-- Citus a row read from the queue table is of its shard's type. PL/pgSQL,
+-- not SQL, for these one-line rules too: a SQL function with its own
+-- search_path is not inlined, and was planned again at every call (about
+-- 25 us each, every claim and settle of a limited queue).
 
 -- _flow_group_limited: the groups of a queue with group_max_in_flight
 -- p_group_max, group_rate p_group_rate and group_overrides p_overrides
@@ -531,10 +550,12 @@ $$;
 -- buckets).
 CREATE OR REPLACE FUNCTION _flow_group_limited(p_group_max int, p_group_rate int, p_overrides jsonb)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_group_max IS NOT NULL OR p_group_rate IS NOT NULL OR p_overrides IS NOT NULL
+BEGIN
+    RETURN p_group_max IS NOT NULL OR p_group_rate IS NOT NULL OR p_overrides IS NOT NULL;
+END
 $$;
 
 -- _flow_limited: the verbs of a queue with max_in_flight p_max,
@@ -542,10 +563,12 @@ $$;
 -- grants (a limit on the queue or on its groups: an override may set one).
 CREATE OR REPLACE FUNCTION _flow_limited(p_max int, p_group_max int, p_overrides jsonb)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT p_max IS NOT NULL OR _flow_group_limited(p_group_max, NULL, p_overrides)
+BEGIN
+    RETURN p_max IS NOT NULL OR _flow_group_limited(p_group_max, NULL, p_overrides);
+END
 $$;
 
 -- _flow_group_limit_of: the max_in_flight of group p_grp (NULL: none): its
@@ -553,10 +576,12 @@ $$;
 -- group_max_in_flight p_default.
 CREATE OR REPLACE FUNCTION _flow_group_limit_of(p_overrides jsonb, p_default int, p_grp text)
 RETURNS int
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default)
+BEGIN
+    RETURN coalesce((p_overrides -> p_grp ->> 'max_in_flight')::int, p_default);
+END
 $$;
 
 -- _flow_group_rate_of: the rate of group p_grp, n per per (NULL: none):
@@ -564,12 +589,20 @@ $$;
 -- it in), else the queue's group_rate p_n per p_per.
 CREATE OR REPLACE FUNCTION _flow_group_rate_of(p_overrides jsonb, p_n int, p_per interval, p_grp text,
                                                OUT n int, OUT per interval)
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT coalesce(split_part(o.r, '/', 1)::int, p_n),
-           CASE WHEN o.r IS NULL THEN p_per WHEN o.r LIKE '%/s' THEN interval '1 second' ELSE interval '1 minute' END
-      FROM (SELECT p_overrides -> p_grp ->> 'rate') o(r)
+DECLARE
+    v_r text := p_overrides -> p_grp ->> 'rate';
+BEGIN
+    IF v_r IS NULL THEN
+        n := p_n;
+        per := p_per;
+    ELSE
+        n := split_part(v_r, '/', 1)::int;
+        per := CASE WHEN v_r LIKE '%/s' THEN interval '1 second' ELSE interval '1 minute' END;
+    END IF;
+END
 $$;
 
 -- _check_rate: the rate setting p_arg given as p_value (JSON): 'N/s' or

@@ -298,6 +298,10 @@ $$;
 -- PostgreSQL's 63-byte limit. The payload of each notification is the queue name.
 CREATE OR REPLACE FUNCTION notify_channel()
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
-AS $$ SELECT left(current_schema(), 54) || '_messages' $$;
+AS $$
+BEGIN
+    RETURN left(current_schema(), 54) || '_messages'; -- PL/pgSQL: planned once, not at every settle (flow.sql)
+END
+$$;
