@@ -1255,17 +1255,16 @@ BEGIN
     -- Two statements, not a join: on Citus queue is a reference table and
     -- claim_cursor a distributed one, and a delegated claim may only touch
     -- its own shard (each statement filters by the queue).
-    SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
+    -- The settings every claim uses; the whole row (v_q) only when the
+    -- queue has groups or limits (below): a row of every column costs a
+    -- claim more than these few.
+    SELECT q.max_attempts, coalesce(p_lease, q.lease_default), q.claim_rescan, q.paused, q.max_in_flight,
+           q.rate / extract(epoch FROM q.rate_per), coalesce(q.rate_burst, q.rate)
+      INTO v_max, v_lease, v_rescan_every, v_paused, v_limit, v_rate, v_burst
+      FROM queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM _queue_get(p_queue); -- raises the 22023 for a NULL, empty or unknown queue
     END IF;
-    v_max := v_q.max_attempts;
-    v_lease := coalesce(p_lease, v_q.lease_default);
-    v_rescan_every := v_q.claim_rescan;
-    v_paused := v_q.paused;
-    v_limit := v_q.max_in_flight;
-    v_rate := v_q.rate / extract(epoch FROM v_q.rate_per);
-    v_burst := coalesce(v_q.rate_burst, v_q.rate);
     -- The rights ride along with the cursor (queue_rights.sql): a plain
     -- grant is the common case, read by this statement (both tables are
     -- placed by queue on Citus: one shard group); anything else, or no
@@ -1373,6 +1372,7 @@ BEGIN
     -- probe of message_group here.
     v_grouped := EXISTS (SELECT 1 FROM message s WHERE s.queue = p_queue AND s.parked_until IS NULL AND s.grp IS NOT NULL);
     IF v_grouped THEN
+        SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
         SELECT g.group_after, g.group_count, true INTO v_gafter, v_gcount, v_gplace
           FROM group_cursor g WHERE g.queue = p_queue AND g.owner = p_owner;
         -- g/(g+1) of the batch, rounded at random so that a claim of one
@@ -1497,6 +1497,9 @@ BEGIN
     v_token := gen_random_uuid();
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL
        OR (cardinality(v_g_ids) > 0 AND _flow_group_limited(v_q.group_max_in_flight, v_q.group_rate, v_q.group_overrides)) THEN
+        IF v_q.name IS NULL THEN -- not read above (no groups)
+            SELECT * INTO v_q FROM queue q WHERE q.name = p_queue;
+        END IF;
         v_kept := _flow_keep(v_q, v_all_ids, v_g_ids, v_g_grps, v_token, v_until, v_now);
         IF cardinality(v_kept) = 0 THEN
             RETURN;
