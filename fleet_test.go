@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
@@ -90,4 +91,53 @@ func (f *fleet) wait() (most, samples []int64) {
 		most, samples = append(most, m), append(samples, n)
 	}
 	return most, samples
+}
+
+// claimFor runs n claimers, each on a connection of its own, that claim
+// batches of 100 from queue and complete them for d; took sees every
+// claim's deliveries (from several goroutines at once). It returns how long
+// they ran on the database clock: a rate is claims per second of it.
+func claimFor(ctx context.Context, t *testing.T, db *pgtest.DB, queue string, n int, d time.Duration,
+	took func(ds []pgsweep.Delivery) error) (seconds float64) {
+	t.Helper()
+	clock := func() time.Time {
+		var at time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	start := clock()
+	rctx, cancel := context.WithTimeout(ctx, d) // time under test: a rate is claims per second
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for w := range n {
+		cl, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				ds, err := cl.Claim(ctx, queue, fmt.Sprintf("w%d", w), 100, time.Minute)
+				if err == nil {
+					err = took(ds)
+				}
+				if err == nil && len(ds) > 0 {
+					_, err = cl.Complete(ctx, queue, ds[0].Token, ids(ds))
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seconds = clock().Sub(start).Seconds()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	return seconds
 }

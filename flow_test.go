@@ -117,48 +117,11 @@ func TestRateConcurrent(t *testing.T) {
 	if err := c.QueueConfigure(ctx, "q", map[string]any{"rate": fmt.Sprintf("%d/s", rate), "rate_burst": burst}); err != nil {
 		t.Fatal(err)
 	}
-	clock := func() time.Time {
-		var at time.Time
-		if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
-	start := clock()
-	// time under test: the rate is a number of claims per second
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
 	var claimed atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, claimers)
-	for w := range claimers {
-		cl, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			for rctx.Err() == nil {
-				ds, err := cl.Claim(ctx, "q", fmt.Sprintf("w%d", w), 100, time.Minute)
-				if err != nil {
-					errc <- err
-					return
-				}
-				claimed.Add(int64(len(ds)))
-				if len(ds) > 0 {
-					if _, err := cl.Complete(ctx, "q", ds[0].Token, ids(ds)); err != nil {
-						errc <- err
-						return
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	span := clock().Sub(start).Seconds()
-	close(errc)
-	for err := range errc {
-		t.Fatal(err)
-	}
+	span := claimFor(ctx, t, db, "q", claimers, 3*time.Second, func(ds []pgsweep.Delivery) error {
+		claimed.Add(int64(len(ds)))
+		return nil
+	})
 	n := float64(claimed.Load())
 	if most := rate*span + burst; n > most {
 		t.Fatalf("claimed %v in %.3f s of the database clock, more than %v (rate %d/s plus burst %d)", n, span, most, rate, burst)

@@ -192,58 +192,20 @@ func TestGroupRateConcurrent(t *testing.T) {
 		"group_overrides": map[string]any{"vip": map[string]any{"rate": fmt.Sprintf("%d/s", vipRate)}}}); err != nil {
 		t.Fatal(err)
 	}
-	clock := func() time.Time {
-		var at time.Time
-		if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
-	start := clock()
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second) // time under test: a rate is claims per second
-	defer cancel()
 	var mu sync.Mutex
 	per := map[string]int{}
-	var wg sync.WaitGroup
-	errc := make(chan error, claimers)
-	for w := range claimers {
-		cl, err := pgsweep.NewClient(pgtest.Conn(t, db.URL), &pgsweep.ClientOptions{Schema: db.Schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			for rctx.Err() == nil {
-				ds, err := cl.Claim(ctx, "q", fmt.Sprintf("w%d", w), 100, time.Minute)
-				if err != nil {
-					errc <- err
-					return
-				}
-				mu.Lock()
-				for _, d := range ds {
-					var p groupPayload
-					if err := json.Unmarshal(d.Payload, &p); err != nil {
-						mu.Unlock()
-						errc <- err
-						return
-					}
-					per[p.G]++
-				}
-				mu.Unlock()
-				if len(ds) > 0 {
-					if _, err := cl.Complete(ctx, "q", ds[0].Token, ids(ds)); err != nil {
-						errc <- err
-						return
-					}
-				}
+	span := claimFor(ctx, t, db, "q", claimers, 3*time.Second, func(ds []pgsweep.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range ds {
+			var p groupPayload
+			if err := json.Unmarshal(d.Payload, &p); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	span := clock().Sub(start).Seconds()
-	close(errc)
-	for err := range errc {
-		t.Fatal(err)
-	}
+			per[p.G]++
+		}
+		return nil
+	})
 	if len(per) != groups+1 {
 		t.Fatalf("%d groups were served, want all %d: %v", len(per), groups+1, per)
 	}
