@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Client calls pgsweep's SQL functions in one schema. It holds no state but
@@ -11,13 +12,18 @@ import (
 type Client struct {
 	db     DBTX
 	schema string
-	q      string // quoted schema, ready to prefix a function name
+	q      string       // quoted schema, ready to prefix a function name
+	tracer trace.Tracer // nil: the global provider's, looked up at each send
 }
 
 // ClientOptions configures a Client. The zero value is valid.
 type ClientOptions struct {
 	// Schema pgsweep was installed into; DefaultSchema when empty.
 	Schema string
+	// TracerProvider receives the spans of Send and SendBatch
+	// (docs/tracing.md); nil: the global provider (otel.GetTracerProvider),
+	// a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // NewClient returns a Client that runs its SQL on db.
@@ -32,7 +38,11 @@ func NewClient(db DBTX, opts *ClientOptions) (*Client, error) {
 	if db == nil {
 		return nil, fmt.Errorf("pgsweep: new client: db is nil")
 	}
-	return &Client{db: db, schema: schema, q: pgx.Identifier{schema}.Sanitize()}, nil
+	var tp trace.TracerProvider
+	if opts != nil {
+		tp = opts.TracerProvider
+	}
+	return &Client{db: db, schema: schema, q: pgx.Identifier{schema}.Sanitize(), tracer: newTracer(tp)}, nil
 }
 
 // Schema returns the schema the client calls into.
@@ -48,3 +58,11 @@ func (c *Client) WithDB(db DBTX) *Client {
 
 // fn returns the schema-qualified name of a pgsweep function.
 func (c *Client) fn(name string) string { return c.q + "." + name }
+
+// tr returns the client's tracer (a zero Client's: the global provider's).
+func (c *Client) tr() trace.Tracer {
+	if c.tracer != nil {
+		return c.tracer
+	}
+	return newTracer(nil)
+}

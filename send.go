@@ -32,9 +32,22 @@ func defaultClient(db DBTX) *Client {
 // Send puts m on queue; see the package-level Send. ok is false when
 // nothing was inserted: an inbox duplicate (id 0) or a unique duplicate
 // (m.UniqueKey held: id is the holder's). SendResult says which.
+//
+// The message carries the creation context of ctx's span as the headers
+// traceparent and tracestate (unless m.Headers sets a traceparent): Send
+// starts a producer span "send <queue>" under ctx's span
+// (docs/tracing.md).
 func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool, error) {
+	ctx, span := c.startSend(ctx, queue, 1)
+	m.Headers = injectTrace(ctx, m.Headers)
+	id, ok, err := c.send(ctx, queue, m)
+	endSend(span, id, err)
+	return id, ok, err
+}
+
+func (c *Client) send(ctx context.Context, queue string, m Message) (int64, bool, error) {
 	if m.UniqueKey != "" || m.UniqueFor != 0 || m.Priority != 0 || m.Group != "" {
-		r, err := c.SendResult(ctx, queue, m)
+		r, err := c.sendResult(ctx, queue, m)
 		return r.ID, err == nil && !r.Duplicate, err
 	}
 	headers, err := encodeHeaders(m.Headers)
@@ -62,6 +75,14 @@ func (c *Client) Send(ctx context.Context, queue string, m Message) (int64, bool
 // (SQL send_unique). Use it with Message.UniqueKey to learn that a send was
 // skipped and which message holds the key.
 func (c *Client) SendResult(ctx context.Context, queue string, m Message) (SendResult, error) {
+	ctx, span := c.startSend(ctx, queue, 1)
+	m.Headers = injectTrace(ctx, m.Headers)
+	r, err := c.sendResult(ctx, queue, m)
+	endSend(span, r.ID, err)
+	return r, err
+}
+
+func (c *Client) sendResult(ctx context.Context, queue string, m Message) (SendResult, error) {
 	headers, err := encodeHeaders(m.Headers)
 	if err != nil {
 		return SendResult{}, errorf("send", "headers: %w", err)
@@ -104,6 +125,16 @@ func (c *Client) SendBatchResults(ctx context.Context, queue string, ms []Messag
 }
 
 func (c *Client) sendBatch(ctx context.Context, queue string, ms []Message, results bool) ([]SendResult, error) {
+	ctx, span := c.startSend(ctx, queue, len(ms))
+	rs, err := c.sendBatchTraced(ctx, queue, ms, results)
+	endSend(span, 0, err)
+	return rs, err
+}
+
+// sendBatchTraced sends ms, each with the creation context of ctx's span
+// (the batch's send span) unless it set a traceparent of its own.
+func (c *Client) sendBatchTraced(ctx context.Context, queue string, ms []Message, results bool) ([]SendResult, error) {
+	tc := injectTrace(ctx, nil) // the batch's traceparent and tracestate; nil: none
 	payloads := make([]*string, len(ms))
 	headers := make([]*string, len(ms))
 	var keys, lanes, uniques, groups []*string
@@ -114,6 +145,9 @@ func (c *Client) sendBatch(ctx context.Context, queue string, ms []Message, resu
 		if m.Payload != nil {
 			p := string(m.Payload)
 			payloads[i] = &p
+		}
+		if tc != nil {
+			m.Headers = withTrace(m.Headers, tc)
 		}
 		if m.Headers != nil {
 			b, err := json.Marshal(m.Headers)

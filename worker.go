@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Handler processes one delivery. Returning nil completes the message; an
@@ -85,6 +86,11 @@ type WorkerOptions struct {
 	Hooks Hooks
 	// Logger receives the Worker's logs (default slog.Default()).
 	Logger *slog.Logger
+	// TracerProvider receives the Worker's spans, one "process" span per
+	// message whose parent is the message's creation context
+	// (docs/tracing.md); nil: the global provider (otel.GetTracerProvider),
+	// a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // Worker claims messages from one queue and runs a Handler for each with
@@ -103,6 +109,7 @@ type Worker struct {
 	wake    chan struct{}                            // capacity 1: a notification (LISTEN, Notify) waits for Run
 	o       WorkerOptions
 	log     *slog.Logger
+	tracer  trace.Tracer
 	running atomic.Bool
 
 	// Test hooks (see export_test.go): observe is called with the number of
@@ -194,7 +201,7 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 	if opts.DisableNotify {
 		connect = nil
 	}
-	return &Worker{client: c, connect: connect, h: h, bh: bh, o: opts, log: log,
+	return &Worker{client: c, connect: connect, h: h, bh: bh, o: opts, log: log, tracer: newTracer(opts.TracerProvider),
 		wake: make(chan struct{}, 1), crash: make(chan struct{})}, nil
 }
 

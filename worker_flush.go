@@ -69,7 +69,7 @@ func (l *loop) flush(ctx context.Context) {
 		switch {
 		case errors.Is(r.Err, ErrInvalidArgument):
 			l.w.log.Error(k.Kind.String()+" refused; leaving the messages to lease expiry", "err", r.Err, "n", len(ids))
-			l.settle(ids)
+			l.settle(ids, "refused")
 			l.results.Done(k)
 		case r.Err != nil:
 			l.w.log.Error(k.Kind.String()+" failed; will retry", "err", r.Err, "n", len(ids))
@@ -100,7 +100,7 @@ func (l *loop) sent(k consumer.Key[Token], ids []int64, r consumer.Sent) {
 		o.Hooks.call(o.Hooks.Released, o.Queue, r.Done)
 	}
 	o.Hooks.call(o.Hooks.LeasesLost, o.Queue, len(ids)-r.Done)
-	l.settle(ids)
+	l.settle(ids, k.Kind.String())
 	l.results.Done(k)
 }
 
@@ -150,7 +150,7 @@ func (l *loop) renew() {
 func (l *loop) releaseQueued() {
 	byToken := map[Token][]int64{}
 	for _, j := range l.queue {
-		l.drop(j)
+		l.drop(j, "release")
 		byToken[j.d.Token] = append(byToken[j.d.Token], j.d.ID)
 	}
 	l.queue = nil // all of it, at once (lose would take them out one by one)

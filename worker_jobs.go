@@ -8,15 +8,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pgsweep/pgsweep/internal/consumer"
 )
 
 // job is one message the Worker holds.
 type job struct {
-	d      Delivery // the loop's copy
-	hd     Delivery // the handler's copy: what it does to it is no concern of the loop
-	ctx    context.Context
+	d      Delivery        // the loop's copy
+	hd     Delivery        // the handler's copy: what it does to it is no concern of the loop
+	ctx    context.Context // the handler's: its cancellation and its span
 	cancel context.CancelFunc
+	span   trace.Span // "process <queue>" (worker_tracing.go)
 	state  jobState
 	lost   bool // the lease is gone (or given back): the result is discarded
 	// expires is when the handler must have stopped if the lease is not
@@ -109,7 +112,8 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 			lost++
 		}
 		jctx, jcancel := context.WithCancel(l.handlers)
-		j := &job{d: ds[i], ctx: jctx, cancel: jcancel}
+		jctx, span := l.w.startProcess(jctx, &ds[i], start)
+		j := &job{d: ds[i], ctx: jctx, cancel: jcancel, span: span}
 		j.setExpires(leaseDeadline(start, l.o.Lease))
 		l.held[j.d.ID] = j
 		l.queue = append(l.queue, j)
@@ -141,6 +145,7 @@ func (l *loop) start() {
 		}
 		j.state = jobRunning
 		j.hd = j.d
+		j.span.AddEvent("start")
 		handed = append(handed, j)
 		if l.w.bh == nil {
 			l.running++
@@ -232,7 +237,9 @@ func (l *loop) handle() {
 			p.batches = p.batches[1:]
 			l.more()
 			p.mu.Unlock()
-			errs := l.w.callBatch(l.handlers, js)
+			bctx, bspan := l.w.startBatch(l.handlers, js)
+			errs := l.w.callBatch(bctx, js)
+			endBatch(bspan, errs)
 			p.mu.Lock()
 			for i, j := range js {
 				p.results = append(p.results, result{j: j, err: errs[i], last: i == len(js)-1})
@@ -296,6 +303,7 @@ func (l *loop) accept(r result) {
 		l.zombies--
 		return
 	}
+	handlerEnded(j.span, r.err)
 	j.state = jobDone
 	l.pending++
 	l.results.Add(resultKey(j.d.Token, r.err), j.d.ID)
@@ -329,7 +337,7 @@ func (l *loop) lose(j *job) bool {
 	if j.lost {
 		return false
 	}
-	l.drop(j)
+	l.drop(j, "lease_lost")
 	switch j.state {
 	case jobQueued:
 		l.queue = slices.DeleteFunc(l.queue, func(x *job) bool { return x == j })
@@ -345,8 +353,10 @@ func (l *loop) lose(j *job) bool {
 }
 
 // drop marks j lost and lets it go: its context is cancelled and it is no
-// longer held or watched. lose also takes it out of wherever it waits.
-func (l *loop) drop(j *job) {
+// longer held or watched; its span ends with event. lose also takes it out
+// of wherever it waits.
+func (l *loop) drop(j *job, event string) {
+	endProcess(j.span, event)
 	j.lost = true
 	j.cancel()
 	l.unwatch(j)
@@ -355,9 +365,13 @@ func (l *loop) drop(j *job) {
 	}
 }
 
-// settle forgets ids whose results were sent (or dropped).
-func (l *loop) settle(ids []int64) {
+// settle forgets ids whose results were sent (or refused); their spans end
+// with event.
+func (l *loop) settle(ids []int64, event string) {
 	for _, id := range ids {
+		if j := l.held[id]; j != nil {
+			endProcess(j.span, event)
+		}
 		delete(l.held, id)
 	}
 	l.pending -= len(ids)

@@ -124,7 +124,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.listen(lctx)
 		}()
 	}
-	return l.run(ctx, w.wake)
+	err := l.run(ctx, w.wake)
+	for _, j := range l.held { // left to lease expiry: their results are discarded
+		endProcess(j.span, "abandoned")
+	}
+	return err
 }
 
 // queueLease reads the queue's lease_default, retrying database errors
