@@ -12,7 +12,7 @@ DATABASE_URL ?=
 # every module is named here, and modules-check fails when a go.mod is missing
 # from this list or from go.work, or is not tidy. internal/citustest is a
 # module too (make test-citus).
-MODULES := runner relay relay/nats relay/amqp cmd/pgsweep internal/bench internal/securitytest internal/uitest internal/schedtest
+MODULES := runner relay relay/nats relay/amqp cmd/pgsweep internal/bench internal/securitytest internal/uitest internal/schedtest internal/tracingtest
 GO_PKGS := ./... $(addprefix ./,$(addsuffix /...,$(MODULES)))
 # -tags bench: cmd/pgsweep's tests cover `pgsweep bench` (the production build leaves it out).
 GO_TAGS := bench
