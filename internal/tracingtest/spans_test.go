@@ -1,8 +1,10 @@
 package tracingtest
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -14,14 +16,47 @@ import (
 // ended ones in memory.
 type recorder struct {
 	*sdktrace.TracerProvider
-	rec *tracetest.SpanRecorder
+	rec   *tracetest.SpanRecorder
+	endCh chan struct{} // capacity 1: a span ended since the last look
 }
 
 func newRecorder(t testing.TB) *recorder {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
-	return &recorder{TracerProvider: tp, rec: rec}
+	r := &recorder{rec: tracetest.NewSpanRecorder(), endCh: make(chan struct{}, 1)}
+	r.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithSpanProcessor(r.rec), sdktrace.WithSpanProcessor(endSignal(r.endCh)))
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	return r
+}
+
+// endSignal is a span processor that signals each span's end.
+type endSignal chan struct{}
+
+func (endSignal) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (e endSignal) OnEnd(sdktrace.ReadOnlySpan) {
+	select {
+	case e <- struct{}{}:
+	default:
+	}
+}
+func (endSignal) Shutdown(context.Context) error   { return nil }
+func (endSignal) ForceFlush(context.Context) error { return nil }
+
+// wait returns once n spans named name have ended, or ends the test when
+// that has not happened within a minute (a bound for a loaded machine,
+// not a measurement).
+func (r *recorder) wait(t testing.TB, name string, n int) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		if ss := r.ended(name); len(ss) >= n {
+			return ss
+		}
+		select {
+		case <-r.endCh:
+		case <-timeout:
+			t.Fatalf("%d spans named %q ended, want %d (ended: %v)", len(r.ended(name)), name, n, r.names())
+		}
+	}
 }
 
 // ended returns the ended spans named name.
