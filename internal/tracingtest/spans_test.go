@@ -118,7 +118,10 @@ func eventNames(s sdktrace.ReadOnlySpan) []string {
 	return out
 }
 
-// linked reports whether s links to sc.
+// linked reports whether s links to the span of sc (a link's context is
+// remote, read from headers: only the ids are compared).
 func linked(s sdktrace.ReadOnlySpan, sc trace.SpanContext) bool {
-	return slices.ContainsFunc(s.Links(), func(l sdktrace.Link) bool { return l.SpanContext.Equal(sc) })
+	return slices.ContainsFunc(s.Links(), func(l sdktrace.Link) bool {
+		return l.SpanContext.TraceID() == sc.TraceID() && l.SpanContext.SpanID() == sc.SpanID()
+	})
 }
