@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
