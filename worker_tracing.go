@@ -21,7 +21,8 @@ import (
 // own, and a link would split every message's path into two traces in
 // most viewers. Its events: claim, start (the handler starts), then one
 // of complete, fail, dead_letter, release (the database took the result)
-// or lease_lost. A handler's error is recorded on it.
+// or lease_lost (or abandoned, when Run returns without a result). A
+// handler's error is recorded on it.
 //
 // A BatchHandler's ctx carries one more span, "process <queue>" for the
 // batch, with a link to each message's creation context and no parent
@@ -35,8 +36,8 @@ const (
 	attrOutcome = attribute.Key("pgsweep.outcome")
 )
 
-// startProcess starts the span of a claimed message; claimed is when its
-// claim was sent.
+// startProcess starts the span of a claimed message at claimed, when its
+// claim was sent; its event "claim" is when the claim returned (now).
 func (w *Worker) startProcess(ctx context.Context, d *Delivery, claimed time.Time) (context.Context, trace.Span) {
 	ctx, span := w.tracer.Start(ExtractTrace(ctx, d.Headers), "process "+w.o.Queue,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(claimed))
@@ -49,8 +50,7 @@ func (w *Worker) startProcess(ctx context.Context, d *Delivery, claimed time.Tim
 			attrs = append(attrs, attrLane.String(d.Lane))
 		}
 		span.SetAttributes(attrs...)
-		span.AddEvent("claim", trace.WithTimestamp(claimed),
-			trace.WithAttributes(attribute.String("pgsweep.lease.expires_at", d.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))))
+		span.AddEvent("claim", trace.WithAttributes(attribute.String("pgsweep.lease.expires_at", d.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))))
 	}
 	return ctx, span
 }
