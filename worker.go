@@ -110,7 +110,9 @@ type Worker struct {
 	o       WorkerOptions
 	log     *slog.Logger
 	tracer  trace.Tracer
-	running atomic.Bool
+	// processName is the name of its process spans: "process <queue>".
+	processName string
+	running     atomic.Bool
 
 	// Test hooks (see export_test.go): observe is called with the number of
 	// messages held after every claim; crash, when closed, makes Run return
@@ -201,7 +203,7 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 	if opts.DisableNotify {
 		connect = nil
 	}
-	return &Worker{client: c, connect: connect, h: h, bh: bh, o: opts, log: log, tracer: newTracer(opts.TracerProvider),
+	return &Worker{client: c, connect: connect, h: h, bh: bh, o: opts, log: log, tracer: newTracer(opts.TracerProvider), processName: "process " + opts.Queue,
 		wake: make(chan struct{}, 1), crash: make(chan struct{})}, nil
 }
 

@@ -39,7 +39,7 @@ const (
 // startProcess starts the span of a claimed message at claimed, when its
 // claim was sent; its event "claim" is when the claim returned (now).
 func (w *Worker) startProcess(ctx context.Context, d *Delivery, claimed time.Time) (context.Context, trace.Span) {
-	ctx, span := w.tracer.Start(ExtractTrace(ctx, d.Headers), "process "+w.o.Queue,
+	ctx, span := w.tracer.Start(ExtractTrace(ctx, d.Headers), w.processName,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(claimed))
 	if span.IsRecording() {
 		attrs := append(messagingAttrs(w.o.Queue, semconv.MessagingOperationTypeProcess, "process"),
@@ -64,7 +64,7 @@ func (w *Worker) startBatch(ctx context.Context, js []*job) (context.Context, tr
 				Attributes: []attribute.KeyValue{semconv.MessagingMessageID(strconv.FormatInt(j.d.ID, 10))}})
 		}
 	}
-	ctx, span := w.tracer.Start(ctx, "process "+w.o.Queue, trace.WithNewRoot(),
+	ctx, span := w.tracer.Start(ctx, w.processName, trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...))
 	if span.IsRecording() {
 		span.SetAttributes(messagingAttrs(w.o.Queue, semconv.MessagingOperationTypeProcess, "process")...)
