@@ -14,7 +14,7 @@ replace github.com/pgsweep/pgsweep/relay/nats => ../../relay/nats
 replace github.com/pgsweep/pgsweep/relay/amqp => ../../relay/amqp
 
 require (
-	github.com/jackc/pgx/v5 v5.13.0
+	github.com/jackc/pgx/v5 v5.10.0
 	github.com/pgsweep/pgsweep v0.0.0-00010101000000-000000000000
 	github.com/pgsweep/pgsweep/runner v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
