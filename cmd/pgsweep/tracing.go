@@ -74,8 +74,11 @@ func readExportSettings(getenv func(string) string) (exportSettings, error) {
 			continue
 		}
 		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return exportSettings{}, fmt.Errorf("%s: want an http:// or https:// URL with a host (OTLP/HTTP), got %q", name, redactURL(v))
+		if err != nil {
+			return exportSettings{}, fmt.Errorf("%s: want an http:// or https:// URL with a host (OTLP/HTTP), got a value that is not a URL", name)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return exportSettings{}, fmt.Errorf("%s: want an http:// or https:// URL with a host (OTLP/HTTP), got %q", name, u.Redacted())
 		}
 		// The per-signal variable wins; it is the URL itself, the general
 		// one the base of /v1/traces (as the exporter reads them).
@@ -122,14 +125,6 @@ func checkSampler(getenv func(string) string) error {
 	default:
 		return fmt.Errorf("%s=%q: want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", envSampler, sampler)
 	}
-}
-
-// redactURL hides a password a URL may carry.
-func redactURL(v string) string {
-	if u, err := url.Parse(v); err == nil {
-		return u.Redacted()
-	}
-	return "(not a URL)"
 }
 
 // setupTracing starts the export of the command's spans when the
