@@ -186,7 +186,9 @@ func (r *Runner) traceParts(ctx context.Context, conn Conn, p *Pass, callStart, 
 	}
 	runs, dbStart, err := r.readRuns(ctx, conn, p.ID)
 	if err != nil {
-		r.log.Warn("tracing: could not read the pass's parts", "error", redactErr(err))
+		if ctx.Err() == nil { // a stop fails the pass anyway
+			r.log.Warn("tracing: could not read the pass's parts", "error", redactErr(err))
+		}
 		span.AddEvent("parts unread", trace.WithAttributes(attribute.String("error", redactErr(err))))
 		return
 	}
@@ -212,7 +214,9 @@ func (r *Runner) traceParts(ctx context.Context, conn Conn, p *Pass, callStart, 
 func (r *Runner) tracePolicies(ctx context.Context, conn Conn, run partRun, clock passClock) {
 	pols, err := r.readPolicyPasses(ctx, conn, run)
 	if err != nil {
-		r.log.Warn("tracing: could not read the retention passes", "error", redactErr(err))
+		if ctx.Err() == nil {
+			r.log.Warn("tracing: could not read the retention passes", "error", redactErr(err))
+		}
 		trace.SpanFromContext(ctx).AddEvent("policies unread", trace.WithAttributes(attribute.String("error", redactErr(err))))
 		return
 	}
