@@ -15,6 +15,10 @@
 // flight, waits for it to return, and releases every lease the runner holds,
 // so another replica can take over at once instead of after the lease TTL.
 //
+// Each pass is traced with OpenTelemetry (Options.TracerProvider, by
+// default the global provider): a span SpanPass with a child per part that
+// ran, its counts as attributes (docs/operations.md, "Tracing").
+//
 // The connections of ConnectConfig set client_connection_check_interval
 // (DefaultConnectionCheckInterval), so that the server stops the work of a
 // runner that was killed within about a second instead of running its pass

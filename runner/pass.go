@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgsweep/pgsweep"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Pass is what one maintain() pass of this runner did, as recorded in the
@@ -101,7 +102,14 @@ func (errRow) Scan(...any) error { return errNoConn }
 // Nothing it fails at fails the pass: maintain()'s plain DETACH is the
 // fallback, and an install older than 0.31 has no such claims at all.
 func (r *Runner) detachConcurrently(ctx context.Context, conn Conn) {
+	ctx, span := r.tracer.Start(ctx, SpanDetach, trace.WithSpanKind(trace.SpanKindInternal))
 	d, err := r.sql(conn).RetentionDetachConcurrently(ctx, r.owner, nil)
+	var pgErr *pgconn.PgError
+	if ctx.Err() == nil && errors.As(err, &pgErr) && pgErr.Code == "42883" {
+		traceDetach(span, d, nil) // not installed: nothing failed
+	} else {
+		traceDetach(span, d, err)
+	}
 	r.metrics.observeDetach(d)
 	for _, e := range d.Errors {
 		r.log.Warn("concurrent detach: a statement failed; the pass or a later one retries", "error", redactErr(e))
@@ -113,7 +121,6 @@ func (r *Runner) detachConcurrently(ctx context.Context, conn Conn) {
 		r.log.Info("concurrent detach", "claimed", d.Claimed, "detached", d.Detached, "dropped", d.Dropped,
 			"pending", d.Pending, "released", d.Released, "rows", d.Rows)
 	}
-	var pgErr *pgconn.PgError
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case errors.As(err, &pgErr) && pgErr.Code == "42883":

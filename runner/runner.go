@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
@@ -54,6 +55,12 @@ type Options struct {
 	// sessions and catalogs, tens of milliseconds). 0: every 15 s;
 	// negative: after every pass.
 	GaugeInterval time.Duration
+	// TracerProvider receives the runner's spans: one per pass, with a child
+	// per part that ran (docs/operations.md, "Tracing"). When nil, the global
+	// provider (otel.GetTracerProvider) is used, a no-op until the
+	// application sets one with otel.SetTracerProvider. With a provider that
+	// does not record, a pass reads nothing more from the database.
+	TracerProvider trace.TracerProvider
 }
 
 // Runner calls maintain() in a loop. Create it with New, run it with Run (or
@@ -65,6 +72,7 @@ type Runner struct {
 	client  *pgsweep.Client // its statements; WithDB(conn) runs them on a pass's connection
 	log     *slog.Logger
 	metrics *Metrics
+	tracer  trace.Tracer
 
 	// injectable for tests: the clock, the sleep between passes, the jitter source
 	now   func() time.Time
@@ -185,6 +193,7 @@ func New(connect Connector, opts Options) (*Runner, error) {
 		client:  client,
 		log:     log.With("owner", opts.Owner),
 		metrics: m,
+		tracer:  newTracer(opts.TracerProvider),
 		now:     time.Now,
 		sleep:   ctxsleep.Sleep,
 		rand:    rand.Float64,
@@ -325,8 +334,11 @@ func (r *Runner) nextWait(s Settings) time.Duration {
 // RunOnce runs one pass on a new connection and closes it: CALL maintain,
 // then it reads what the pass did, the runner settings and queue_stats. It
 // updates the metrics and the health state, and returns the pass and the
-// settings read after it. Most callers use Run.
-func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
+// settings read after it. Most callers use Run. The pass's span
+// (SpanPass) is a child of ctx's span, if any.
+func (r *Runner) RunOnce(ctx context.Context) (p *Pass, s Settings, err error) {
+	ctx, span := r.startPass(ctx)
+	defer func() { endPass(span, p, err) }()
 	start := r.now()
 	r.mu.Lock()
 	r.inPass = true
@@ -334,7 +346,7 @@ func (r *Runner) RunOnce(ctx context.Context) (*Pass, Settings, error) {
 	r.passBackend = backend{}
 	pendingBefore := r.pending
 	r.mu.Unlock()
-	p, s, err := r.pass(ctx)
+	p, s, err = r.pass(ctx)
 	elapsed := r.now().Sub(start)
 	r.metrics.passes.Inc()
 	r.metrics.passDuration.Observe(elapsed.Seconds())
@@ -402,13 +414,16 @@ func (r *Runner) pass(ctx context.Context) (*Pass, Settings, error) {
 	if !r.opts.PlainDetach {
 		r.detachConcurrently(ctx, conn)
 	}
+	callStart := time.Now()
 	if err := r.callMaintain(ctx, conn); err != nil {
 		return nil, s, err
 	}
+	callEnd := time.Now()
 	p, err := r.readPass(ctx, conn)
 	if err != nil {
 		return nil, s, err
 	}
+	r.traceParts(ctx, conn, p, callStart, callEnd)
 	if s, err = r.readSettings(ctx, conn); err != nil {
 		return nil, s, err
 	}

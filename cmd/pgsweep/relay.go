@@ -54,6 +54,11 @@ func runRelay(ctx context.Context, args []string, out io.Writer) error {
 	if *owner == "" {
 		*owner = pgsweep.NewOwnerID()
 	}
+	stopTracing, err := setupTracing(ctx, "pgsweep-relay", logger)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	defer stopTracing() // after the relay stopped: its last spans are flushed
 	name := "pgsweep relay " + *owner
 	t, target, err := openTransport(*to, name, logger)
 	if err != nil {

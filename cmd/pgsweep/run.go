@@ -57,6 +57,11 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	if *owner == "" {
 		*owner = runner.DefaultOwner()
 	}
+	stopTracing, err := setupTracing(ctx, "pgsweep-run", logger)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	defer stopTracing() // after the runner stopped: its last pass's spans are flushed
 	r, err := runner.New(runner.ConnectConfig(cfg, "pgsweep run "+*owner, runner.WithConnectionCheckInterval(*checkInterval)), runner.Options{
 		Schema:      db.schema,
 		Owner:       *owner,
