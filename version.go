@@ -5,7 +5,9 @@ import (
 	"fmt"
 )
 
-// Version is the release version of this pgsweep: "0.<LatestVersion()>.0".
+// Version is the release version of this pgsweep: "0.<LatestVersion()>.<P>",
+// where P counts the releases that changed only Go code since the last
+// migration (0 on the release that shipped it).
 //
 // The convention (CHANGELOG.md): before 1.0 the minor version is the schema
 // version, the number of the last migration. Every release that changes the
@@ -16,10 +18,19 @@ import (
 // `SELECT <schema>.version()` (0.15 and later) or tern's
 // <schema>.schema_version table. A breaking change of the SQL or Go API is
 // said so in CHANGELOG.md under its minor version.
-var Version = ReleaseVersion(LatestVersion())
+var Version = fmt.Sprintf("0.%d.%d", LatestVersion(), goRelease)
+
+// goRelease is Version's patch: the releases since the last migration that
+// changed only Go code (tracing, 0.43.1). It goes back to 0 with the next
+// migration (TestVersionFollowsMigrationsAndChangelog fails until the
+// CHANGELOG's newest entry is this version). A database records only its
+// schema version: at 0.43.0 it is current for 0.43.1.
+const goRelease = 1
 
 // ReleaseVersion returns the release version of a schema version:
-// "0.<schemaVersion>.0" (before 1.0 the minor version is the schema version).
+// "0.<schemaVersion>.0" (before 1.0 the minor version is the schema version),
+// the release that shipped its migration: what a database at that schema
+// version reports (<schema>.version(), InstalledVersion.Version).
 func ReleaseVersion(schemaVersion int32) string {
 	return fmt.Sprintf("0.%d.0", schemaVersion)
 }

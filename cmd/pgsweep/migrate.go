@@ -153,7 +153,7 @@ func migrateCheck(ctx context.Context, db *dbFlags, out io.Writer) error {
 	}
 	switch v.Status() {
 	case pgsweep.Current:
-		fmt.Fprintf(out, "current: schema %s is at %s, this binary's version\n", db.schema, v.Version())
+		fmt.Fprintf(out, "current: schema %s is at %s, this binary's schema (pgsweep %s)\n", db.schema, v.Version(), pgsweep.Version)
 		return nil
 	case pgsweep.Behind:
 		fmt.Fprintf(out, "behind: schema %s is at %s, this binary is %s: %d migration(s) to apply (pgsweep migrate)\n",

@@ -22,7 +22,7 @@ func TestVersionCommand(t *testing.T) {
 	}
 	db := pgtest.New(t, 1)
 	out, errOut, code = runCLI(t, "version", "--database-url", db.URL, "--schema", db.Schema)
-	if code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, "schema "+db.Schema+": "+pgsweep.Version+", current") {
+	if code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, "schema "+db.Schema+": "+pgsweep.ReleaseVersion(pgsweep.LatestVersion())+", current") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	t.Setenv("PGSWEEP_DATABASE_URL", db.URL)
@@ -64,7 +64,7 @@ func TestMigrateCheckExitCodes(t *testing.T) {
 	if _, err := pgsweep.Migrate(ctx, conn, schema); err != nil {
 		t.Fatal(err)
 	}
-	check(0, "current: schema "+schema+" is at "+pgsweep.Version)
+	check(0, "current: schema "+schema+" is at "+pgsweep.ReleaseVersion(latest)+", this binary's schema (pgsweep "+pgsweep.Version+")")
 	if _, err := conn.Exec(ctx, "UPDATE "+pgx.Identifier{schema, pgsweep.VersionTable}.Sanitize()+" SET version = $1", latest+1); err != nil {
 		t.Fatal(err)
 	}
