@@ -79,7 +79,7 @@ func e2eTrace(t *testing.T, newKit func(*testing.T, trace.TracerProvider) *broke
 	if err != nil {
 		t.Fatal(err)
 	}
-	runRelay(t, r)
+	runRelay(t, context.Background(), r)
 	handled := make(chan int64, 1)
 	w, err := pgsweep.NewWorker(db.Pool, func(ctx context.Context, d *pgsweep.Delivery) error {
 		id, _, err := c.Send(ctx, "followups", pgsweep.Message{Payload: json.RawMessage(`{"followup":true}`)})
@@ -291,10 +291,10 @@ func sameSpan(a, b trace.SpanContext) bool {
 	return a.TraceID() == b.TraceID() && a.SpanID() == b.SpanID()
 }
 
-// runRelay runs r until the test ends and waits until it runs.
-func runRelay(t *testing.T, r *relay.Relay) {
+// runRelay runs r on ctx until the test ends and waits until it runs.
+func runRelay(t *testing.T, ctx context.Context, r *relay.Relay) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {

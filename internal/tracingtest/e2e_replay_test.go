@@ -193,7 +193,7 @@ func e2eReplay(t *testing.T, newKit func(*testing.T, trace.TracerProvider) *brok
 	if err != nil {
 		t.Fatal(err)
 	}
-	runRelay(t, r)
+	runRelay(t, context.Background(), r)
 	second := k.receive(t, 1)[0]
 	pgtest.Eventually(t, time.Minute, queueEmpty(db, "orders"))
 	publishName := "publish " + k.dest
