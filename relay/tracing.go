@@ -68,6 +68,9 @@ const (
 // distinct text): a batch that fails whole fails for one reason.
 const maxErrorEvents = 3
 
+// producer is the publish span's start option (one slice, not one per span).
+var producer = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+
 // newTracer returns the relay's tracer from tp, or from the global provider
 // when tp is nil (it follows a provider set later with
 // otel.SetTracerProvider).
@@ -81,7 +84,7 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 // startPublish starts the span of a publish of hs; parent holds its parent
 // span (the Worker's batch span; none for a direct dispatch).
 func (r *Relay) startPublish(parent context.Context, hs []held, path string) trace.Span {
-	_, span := r.tracer.Start(parent, "publish", trace.WithSpanKind(trace.SpanKindProducer))
+	_, span := r.tracer.Start(parent, "publish", producer...)
 	if !span.IsRecording() {
 		return span
 	}
