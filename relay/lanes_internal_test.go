@@ -84,7 +84,7 @@ func TestLanesOneInFlightInOrder(t *testing.T) {
 		}
 		hs[i].msg.Lane = laneOf[hs[i].msg.ID]
 	}
-	out, res := r.publish(ctx, ctx, hs)
+	out, res := r.publish(ctx, ctx, hs, r.startPublish(ctx, hs, pathClaim))
 	r.settle(ctx, hs, out, res)
 
 	published := map[string][]int64{}

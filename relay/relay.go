@@ -47,6 +47,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/consumer"
@@ -103,6 +104,13 @@ type Options struct {
 	Metrics *Metrics
 	// Hooks observe the relay's steps (tests use them).
 	Hooks Hooks
+	// TracerProvider receives the relay's spans (docs/tracing.md): a
+	// producer span "publish <destination>" per published batch, linked to
+	// each message's creation context, and the "process <queue>" spans of
+	// the Worker that runs the relay's claims (one per message, its parent
+	// the message's creation context). nil: the global provider
+	// (otel.GetTracerProvider), a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // Hooks are called at the relay's steps. Each is optional and must return
@@ -126,14 +134,15 @@ var ErrNotRunning = errors.New("relay: not running; the ids are left to the rela
 // Relay publishes one queue to one Transport. Create it with New and call
 // Run; call Dispatch from the application after its commits.
 type Relay struct {
-	d     *db
-	store consumer.Store[pgsweep.Token] // records outcomes (settle)
-	pool  *pgxpool.Pool
-	t     Transport
-	o     Options
-	log   *slog.Logger
-	m     *Metrics
-	queue string
+	d      *db
+	store  consumer.Store[pgsweep.Token] // records outcomes (settle)
+	pool   *pgxpool.Pool
+	t      Transport
+	o      Options
+	log    *slog.Logger
+	m      *Metrics
+	queue  string
+	tracer trace.Tracer
 
 	dispatchCh   chan dispatchItem
 	running      atomic.Bool
@@ -210,6 +219,7 @@ func New(pool *pgxpool.Pool, queue string, t Transport, opts Options) (*Relay, e
 		log:        log.With("queue", queue, "owner", opts.Owner),
 		m:          opts.Metrics,
 		queue:      queue,
+		tracer:     newTracer(opts.TracerProvider),
 		dispatchCh: make(chan dispatchItem, opts.DispatchBuffer),
 		probe:      consumer.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		baseLog:    log,
@@ -280,12 +290,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	// next claim) and gives back at shutdown what was not started.
 	// Publishes end ShutdownTimeout after ctx (hard), so the Worker's own
 	// deadline, later, only backs up a transport that ignores its context.
-	w, err := pgsweep.NewBatchWorker(r.pool, func(_ context.Context, ds []*pgsweep.Delivery) []error {
-		return r.publishBatch(ctx, hard, ds)
+	w, err := pgsweep.NewBatchWorker(r.pool, func(hctx context.Context, ds []*pgsweep.Delivery) []error {
+		return r.publishBatch(hctx, ctx, hard, ds)
 	}, pgsweep.WorkerOptions{
 		Schema: r.o.Schema, Queue: r.queue, Owner: r.o.Owner, Batch: r.o.Batch, Concurrency: 1, Lease: r.o.Lease,
 		PollInterval: r.o.PollInterval, ShutdownTimeout: r.o.ShutdownTimeout + workerShutdownMargin,
 		DisableNotify: true, ClaimLimit: r.claimLimit, Hooks: r.workerHooks(), Logger: r.baseLog,
+		TracerProvider: r.o.TracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
@@ -378,13 +389,15 @@ func (r *Relay) workerHooks() pgsweep.Hooks {
 // one claim (publish) and returns their outcomes as the Worker records
 // them: complete, fail (retried after the queue's backoff), Permanent
 // (dead-lettered at once) or GiveBack (released, attempt not spent: the
-// broker was not reached, or the relay is shutting down).
-func (r *Relay) publishBatch(stop, hard context.Context, ds []*pgsweep.Delivery) []error {
+// broker was not reached, or the relay is shutting down). hctx is the
+// handler's context: its span (the Worker's batch span) is the parent of
+// the publish span.
+func (r *Relay) publishBatch(hctx, stop, hard context.Context, ds []*pgsweep.Delivery) []error {
 	hs := make([]held, len(ds))
 	for i, d := range ds {
 		hs[i] = heldOf(d)
 	}
-	out, res := r.publish(stop, hard, hs)
+	out, res := r.publish(stop, hard, hs, r.startPublish(hctx, hs, pathClaim))
 	errs := make([]error, len(hs))
 	unreached := 0
 	for i := range hs {
@@ -474,7 +487,9 @@ func (r *Relay) dispatchLoop(ctx, hard context.Context) {
 			hs[i].dispatched = at[hs[i].msg.ID]
 		}
 		stopRenew := r.renewLater(hard, hs) // while publishes take long
-		out, res := r.publish(ctx, hard, hs)
+		// a direct dispatch's publish span is a root (Run's ctx may carry
+		// a span of the application's: not the parent of every publish)
+		out, res := r.publish(ctx, hard, hs, r.startPublish(context.Background(), hs, pathDirect))
 		stopRenew()
 		if settling != nil {
 			<-settling
@@ -505,8 +520,10 @@ const (
 // ctx is done (shutdown: the rest is pending), and each publish ends by
 // PublishTimeout or when hard is done. Before it returns, the broker's
 // answer is known to the relay: its health, metrics and the Published hook
-// (the ids the broker confirmed, before the database records them).
-func (r *Relay) publish(ctx, hard context.Context, hs []held) ([]outcome, []Result) {
+// (the ids the broker confirmed, before the database records them). span
+// is the publish's span (startPublish): publish ends it, and the
+// Transport's context carries it.
+func (r *Relay) publish(ctx, hard context.Context, hs []held, span trace.Span) ([]outcome, []Result) {
 	res := make([]Result, len(hs))
 	out := make([]outcome, len(hs))
 	ackAt := make([]time.Time, len(hs))
@@ -532,6 +549,9 @@ func (r *Relay) publish(ctx, hard context.Context, hs []held) ([]outcome, []Resu
 			msgs[k] = hs[i].msg
 		}
 		pctx, cancel := context.WithTimeout(hard, r.o.PublishTimeout)
+		if span.SpanContext().IsValid() {
+			pctx = trace.ContextWithSpan(pctx, span)
+		}
 		rs := r.t.Publish(pctx, msgs)
 		cancel()
 		now := time.Now()
@@ -556,6 +576,7 @@ func (r *Relay) publish(ctx, hard context.Context, hs []held) ([]outcome, []Resu
 			}
 		}
 	}
+	endPublish(span, out, res)
 	// the broker's answer, before anything is recorded in the database
 	var ok []int
 	var down error

@@ -23,6 +23,7 @@ import (
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/ctxsleep"
 	"github.com/pgsweep/pgsweep/internal/scratch"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // bench claim: W workers drain N messages, claiming B at a time, and we print
@@ -100,6 +101,11 @@ type ClaimOptions struct {
 	// compares pgsweep's claim + complete on the coordinator, one queue on
 	// each worker node, with the same on the single node of DB (claim_citus.go).
 	Citus string
+	// Tracing is the tracing modes the Worker contenders (worker,
+	// laneworker) run in, comma-separated: off, memory (tracing.go); "":
+	// off. A mode other than off adds a contender per Worker contender,
+	// named after it ("worker/memory").
+	Tracing string
 
 	scratch string // the baselines' scratch schema ("": pgsweep_bench_<pid>)
 }
@@ -124,6 +130,7 @@ func (o *ClaimOptions) RegisterFlags(fs *flag.FlagSet) {
 		"(contender blocked) and with none (contender heads), timing each claim; 0: not")
 	fs.IntVar(&o.BlockedHeads, "blocked-heads", 10000, "lane heads in flight for --blocked, 1..1000000")
 	fs.IntVar(&o.Priorities, "priorities", 0, "send the pgsweep contenders' messages with this many priority levels, 0..N-1 uniformly (round-robin); 0 or 1: all the default priority; at most 101")
+	tracingFlag(fs, &o.Tracing, "run the Worker contenders (worker, laneworker)")
 	fs.IntVar(&o.Lanes, "lanes", 0, "also drain the queue with every message in one of this many ordered lanes, round-robin (contender lanes), and in one of this many groups (contender groups; 1: also serial, one worker claiming one at a time); 0: not")
 }
 
@@ -160,6 +167,10 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = min(workers*batch, 100000)
+	}
+	modes, err := parseTracing(o.Tracing)
+	if err != nil {
+		return err
 	}
 	if o.Citus != "" {
 		if only != "" || lanes != 0 || blocked != 0 {
@@ -229,13 +240,28 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 			if claimNeeds(c.name, lanes, blocked) != "" || (c.name == "serial" && lanes != 1 && only == "") {
 				continue
 			}
-			d, err := c.run(ctx)
-			if err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
+			variants := []string{tracingOff}
+			if c.name == "worker" || c.name == "laneworker" {
+				variants = modes
 			}
-			r := float64(n) / d.Seconds()
-			runs[c.name] = append(runs[c.name], r)
-			fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s (round %d of %d)\n", c.name, n, d.Seconds(), r, round, rounds)
+			for _, mode := range variants {
+				name := c.name + modeSuffix(mode)
+				tr := newTracer(mode)
+				b.tp = tr.Provider
+				d, err := c.run(ctx)
+				b.tp = nil
+				tr.Close()
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				r := float64(n) / d.Seconds()
+				runs[name] = append(runs[name], r)
+				spans := ""
+				if mode != tracingOff {
+					spans = fmt.Sprintf(", %d spans", tr.Spans())
+				}
+				fmt.Fprintf(out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s (round %d of %d%s)\n", name, n, d.Seconds(), r, round, rounds, spans)
+			}
 		}
 	}
 	rates := map[string]float64{}
@@ -266,6 +292,11 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 		if r, ok := rates[k]; ok {
 			fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k], r)
 		}
+		for _, mode := range modes {
+			if r, ok := rates[k+modeSuffix(mode)]; ok && mode != tracingOff {
+				fmt.Fprintf(out, "  %-48s %8.0f msg/s\n", labels[k]+", tracing "+mode, r)
+			}
+		}
 	}
 	ratio := func(a, b, label string) {
 		if rates[a] == 0 || rates[b] == 0 {
@@ -288,6 +319,8 @@ func Claim(ctx context.Context, o ClaimOptions, out io.Writer) error {
 	ratio("limited", "pgsweep", fmt.Sprintf("max_in_flight %d / none (target >= 0.8)", o.MaxInFlight))
 	ratio("pgsweep1rt", "pop", "pgsweep pipelined / pop")
 	ratio("worker", "pgsweep", "Worker / pgsweep SQL API")
+	ratio("worker/memory", "worker", "Worker: tracing memory / off (target >= 0.8)")
+	ratio("laneworker/memory", "laneworker", "Worker, lanes: tracing memory / off (target >= 0.8)")
 	ratio("worker", "pop", "Worker / pop")
 	ratio("lanes", "pgsweep", fmt.Sprintf("%d lanes / unordered (target >= 0.5 at 1,000)", lanes))
 	ratio("groups", "pgsweep", fmt.Sprintf("%d groups / unordered (target >= 0.5 at 1,000)", lanes))
@@ -316,6 +349,7 @@ type claimBench struct {
 	rescan         time.Duration        // the queue's claim_rescan
 	statsEvery     time.Duration        // the stats contender's stats_interval
 	lanes          int                  // --lanes: the lanes contender's lane count
+	tp             trace.TracerProvider // the Worker contenders' and their Client's, in a --tracing mode (nil: off)
 	priorities     int                  // --priorities: priority levels of pgsweep's messages (0, 1: the default only)
 	maxInFlight    int                  // --max-in-flight: the limited contender's max_in_flight
 	blocked, heads int                  // --blocked, --blocked-heads
@@ -559,7 +593,9 @@ func (b *claimBench) resetQueue(ctx context.Context) (*pgsweep.Client, error) {
 	if err := scratch.Drop(ctx, b.pool, b.scratch, claimCommand); err != nil {
 		return nil, err
 	}
-	c, err := pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.schema})
+	// traced as the Worker that takes the messages: in a --tracing mode
+	// other than off, they carry a traceparent
+	c, err := pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.schema, TracerProvider: b.tp})
 	if err != nil {
 		return nil, err
 	}
@@ -800,7 +836,7 @@ func (b *claimBench) workerLanes(ctx context.Context, name string, lanes int) (t
 		pools[i] = p
 		ws[i], err = pgsweep.NewWorker(p, func(context.Context, *pgsweep.Delivery) error { return nil }, pgsweep.WorkerOptions{
 			Schema: b.schema, Queue: b.queue, Batch: b.b, Concurrency: b.b, DisableNotify: true,
-			PollInterval: 10 * time.Millisecond, Hooks: hooks, Logger: quiet,
+			PollInterval: 10 * time.Millisecond, Hooks: hooks, Logger: quiet, TracerProvider: b.tp,
 		})
 		if err != nil {
 			return 0, err

@@ -133,6 +133,10 @@ func runWorkload(ctx context.Context, args []string, out io.Writer) error {
 		var o MixedOptions
 		o.RegisterFlags(fs)
 		run = func() error { return Mixed(ctx, o, out) }
+	case "relay":
+		var o RelayOptions
+		o.RegisterFlags(fs)
+		run = func() error { return Relay(ctx, o, out) }
 	case "ui":
 		var o UIOptions
 		o.RegisterFlags(fs)

@@ -18,6 +18,8 @@ require (
 	github.com/pgsweep/pgsweep/relay v0.0.0-00010101000000-000000000000
 	github.com/pgsweep/pgsweep/relay/amqp v0.0.0-00010101000000-000000000000
 	github.com/pgsweep/pgsweep/relay/nats v0.0.0-00010101000000-000000000000
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 )
 
 require (
@@ -52,7 +54,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

@@ -55,6 +55,9 @@ type RelayOptions struct {
 	Batch    int           // messages per claim
 	Rate     int           // direct/notify: messages per second
 	Duration time.Duration // direct/notify: how long each sends
+	// Tracing is the tracing modes burn-down, direct and notify run in,
+	// comma-separated, side by side: off, memory (tracing.go); "": off.
+	Tracing string
 }
 
 // RegisterFlags registers the flags of `pgsweep bench relay`.
@@ -68,6 +71,7 @@ func (o *RelayOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Batch, "batch", 100, "messages per claim (1..10000)")
 	fs.IntVar(&o.Rate, "rate", 1000, "direct and notify: messages sent per second, one per transaction")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "direct and notify: how long each sends")
+	tracingFlag(fs, &o.Tracing, "run burn-down, direct and notify")
 }
 
 // Relay runs `pgsweep bench relay`.
@@ -83,6 +87,10 @@ func Relay(ctx context.Context, o RelayOptions, out io.Writer) error {
 	}
 	if o.Messages < 1 || o.Relays < 1 || o.Workers < 1 || o.Batch < 1 || o.Batch > 10000 || o.Rate < 1 || o.Duration <= 0 {
 		return fmt.Errorf("%w: --messages, --relays, --workers, --rate must be >= 1, --batch 1..10000, --duration > 0", ErrUsage)
+	}
+	modes, err := parseTracing(o.Tracing)
+	if err != nil {
+		return err
 	}
 	pool, err := o.DB.Pool(ctx, int32(o.Relays*4+o.Workers+8))
 	if err != nil {
@@ -104,7 +112,7 @@ func Relay(ctx context.Context, o RelayOptions, out io.Writer) error {
 	fmt.Fprintf(out, "bench relay: %d messages, %d relays, batch %d; latency at %d msg/s for %v; broker %s://%s (schema %s)\n",
 		o.Messages, o.Relays, o.Batch, o.Rate, o.Duration, u.Scheme, u.Host, o.DB.Schema)
 
-	b := &relayBench{o: o, to: to, pool: pool, out: out}
+	b := &relayBench{o: o, to: to, pool: pool, out: out, tr: newTracer(tracingOff)}
 	// 1. claim + complete, no broker: bench claim's pgsweep contender
 	cb := &claimBench{scratch: fmt.Sprintf("pgsweep_bench_relay_%d_scratch", os.Getpid()), queue: "bench_claim", pool: pool, schema: o.DB.Schema,
 		n: o.Messages, w: o.Workers, b: o.Batch, rescan: time.Second, out: io.Discard}
@@ -114,29 +122,61 @@ func Relay(ctx context.Context, o RelayOptions, out io.Writer) error {
 	}
 	claimRate := float64(o.Messages) / d.Seconds()
 	fmt.Fprintf(out, "claim      %8d msgs in %6.2fs = %8.0f msg/s (claim + complete, %d workers, no broker)\n", o.Messages, d.Seconds(), claimRate, o.Workers)
-	// 2. burn-down
-	d, err = b.burnDown(ctx)
-	if err != nil {
-		return fmt.Errorf("burn-down: %w", err)
-	}
-	burnRate := float64(o.Messages) / d.Seconds()
-	fmt.Fprintf(out, "burn-down  %8d msgs in %6.2fs = %8.0f msg/s (sent → confirmed by the broker → completed)\n", o.Messages, d.Seconds(), burnRate)
-	// 3. and 4. latency with and without direct dispatch
-	var lat [2]latency
-	for i, direct := range []bool{true, false} {
-		if lat[i], err = b.steady(ctx, direct); err != nil {
-			return fmt.Errorf("steady: %w", err)
+	// 2. to 4., once per tracing mode
+	burn := map[string]float64{}
+	lats := map[string][2]latency{}
+	for _, mode := range modes {
+		b.tr = newTracer(mode)
+		b.suffix = modeSuffix(mode)
+		err := b.phases(ctx, burn, lats)
+		spans := b.tr.Spans()
+		b.tr.Close()
+		if err != nil {
+			return err
 		}
-		name := map[bool]string{true: "direct", false: "notify"}[direct]
-		fmt.Fprintf(out, "%-10s %8d msgs at %6.0f msg/s: commit → broker ack p50 %s, p99 %s, max %s\n", name, lat[i].n, lat[i].rate,
-			ms(lat[i].p50), ms(lat[i].p99), ms(lat[i].max))
+		if mode != tracingOff {
+			fmt.Fprintf(out, "tracing %s: %d spans\n", mode, spans)
+		}
 	}
 	fmt.Fprintln(out, "\nresults:")
 	fmt.Fprintf(out, "  %-52s %8.0f msg/s\n", "pgsweep claim + complete (no broker)", claimRate)
-	fmt.Fprintf(out, "  %-52s %8.0f msg/s\n", "relay burn-down (claim, publish, ack, complete)", burnRate)
-	fmt.Fprintf(out, "  %-52s %8.2fx\n", "burn-down / claim + complete (target >= 0.5)", burnRate/claimRate)
-	fmt.Fprintf(out, "  %-52s p50 %s  p99 %s\n", fmt.Sprintf("direct dispatch at %d msg/s (target p99 <= 10 ms)", o.Rate), ms(lat[0].p50), ms(lat[0].p99))
-	fmt.Fprintf(out, "  %-52s p50 %s  p99 %s\n", fmt.Sprintf("LISTEN/NOTIFY only at %d msg/s", o.Rate), ms(lat[1].p50), ms(lat[1].p99))
+	for _, mode := range modes {
+		sfx, tag := modeSuffix(mode), ""
+		if mode != tracingOff {
+			tag = ", tracing " + mode
+		}
+		fmt.Fprintf(out, "  %-52s %8.0f msg/s\n", "relay burn-down (claim, publish, ack, complete)"+tag, burn[sfx])
+		fmt.Fprintf(out, "  %-52s %8.2fx\n", "burn-down / claim + complete (target >= 0.5)"+tag, burn[sfx]/claimRate)
+		lat := lats[sfx]
+		fmt.Fprintf(out, "  %-52s p50 %s  p99 %s\n", fmt.Sprintf("direct dispatch at %d msg/s (target p99 <= 10 ms)%s", o.Rate, tag), ms(lat[0].p50), ms(lat[0].p99))
+		fmt.Fprintf(out, "  %-52s p50 %s  p99 %s\n", fmt.Sprintf("LISTEN/NOTIFY only at %d msg/s%s", o.Rate, tag), ms(lat[1].p50), ms(lat[1].p99))
+	}
+	if off, mem := burn[""], burn[modeSuffix(tracingMemory)]; off > 0 && mem > 0 {
+		fmt.Fprintf(out, "  %-52s %8.2fx\n", "burn-down: tracing memory / off (target >= 0.8)", mem/off)
+	}
+	return nil
+}
+
+// phases runs burn-down, direct and notify in b's tracing mode, and keeps
+// their figures under b.suffix.
+func (b *relayBench) phases(ctx context.Context, burn map[string]float64, lats map[string][2]latency) error {
+	d, err := b.burnDown(ctx)
+	if err != nil {
+		return fmt.Errorf("burn-down%s: %w", b.suffix, err)
+	}
+	burnRate := float64(b.o.Messages) / d.Seconds()
+	burn[b.suffix] = burnRate
+	fmt.Fprintf(b.out, "%-10s %8d msgs in %6.2fs = %8.0f msg/s (sent → confirmed by the broker → completed)\n", "burn-down"+b.suffix, b.o.Messages, d.Seconds(), burnRate)
+	var lat [2]latency
+	for i, direct := range []bool{true, false} {
+		if lat[i], err = b.steady(ctx, direct); err != nil {
+			return fmt.Errorf("steady%s: %w", b.suffix, err)
+		}
+		name := map[bool]string{true: "direct", false: "notify"}[direct] + b.suffix
+		fmt.Fprintf(b.out, "%-10s %8d msgs at %6.0f msg/s: commit → broker ack p50 %s, p99 %s, max %s\n", name, lat[i].n, lat[i].rate,
+			ms(lat[i].p50), ms(lat[i].p99), ms(lat[i].max))
+	}
+	lats[b.suffix] = lat
 	return nil
 }
 
@@ -188,6 +228,10 @@ type relayBench struct {
 	to   string
 	pool *pgxpool.Pool
 	out  io.Writer
+	// tr traces the phases' sends and relays (a --tracing mode), suffix
+	// names their queues and figures ("": off)
+	tr     *tracer
+	suffix string
 }
 
 func (b *relayBench) transport() (relay.Transport, error) {
@@ -196,7 +240,7 @@ func (b *relayBench) transport() (relay.Transport, error) {
 
 // queue makes a fresh queue for one contender.
 func (b *relayBench) queue(ctx context.Context, name string) (*pgsweep.Client, error) {
-	c, err := pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.o.DB.Schema})
+	c, err := pgsweep.NewClient(b.pool, &pgsweep.ClientOptions{Schema: b.o.DB.Schema, TracerProvider: b.tr.Provider})
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +261,8 @@ func (b *relayBench) relays(ctx context.Context, queue string, hook func([]int64
 	var rs []*relay.Relay
 	for i := range b.o.Relays {
 		r, err := relay.New(b.pool, queue, tr, relay.Options{Schema: b.o.DB.Schema, Owner: fmt.Sprintf("bench-%d-%d", os.Getpid(), i),
-			Batch: b.o.Batch, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: relay.Hooks{Published: hook}})
+			Batch: b.o.Batch, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: relay.Hooks{Published: hook},
+			TracerProvider: b.tr.Provider})
 		if err != nil {
 			cancel()
 			return nil, nil, err
@@ -234,7 +279,7 @@ func (b *relayBench) relays(ctx context.Context, queue string, hook func([]int64
 }
 
 func (b *relayBench) burnDown(ctx context.Context) (time.Duration, error) {
-	q := "bench_relay_burn"
+	q := "bench_relay_burn" + strings.ReplaceAll(b.suffix, "/", "_")
 	c, err := b.queue(ctx, q)
 	if err != nil {
 		return 0, err
@@ -295,7 +340,7 @@ type latency struct {
 // steady sends o.Rate messages per second for o.Duration, one per
 // transaction, and measures each from its commit to the broker's ack.
 func (b *relayBench) steady(ctx context.Context, direct bool) (latency, error) {
-	q := map[bool]string{true: "bench_relay_direct", false: "bench_relay_notify"}[direct]
+	q := map[bool]string{true: "bench_relay_direct", false: "bench_relay_notify"}[direct] + strings.ReplaceAll(b.suffix, "/", "_")
 	c, err := b.queue(ctx, q)
 	if err != nil {
 		return latency{}, err

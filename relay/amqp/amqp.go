@@ -280,6 +280,38 @@ func (t *Transport) give(c *channel) {
 	t.free = append(t.free, c)
 }
 
+// routingKey is m's routing key: its RoutingKeyHeader, else RoutingKey.
+func (t *Transport) routingKey(m *relay.Message) string {
+	if t.o.RoutingKeyHeader != "" {
+		if k := m.Headers[t.o.RoutingKeyHeader]; k != "" {
+			return k
+		}
+	}
+	return t.o.RoutingKey
+}
+
+// The relay's spans name the broker and the destination.
+var _ relay.Describer = (*Transport)(nil)
+
+// MessagingSystem returns "rabbitmq", the messaging.system of the relay's
+// spans (relay.Describer).
+func (t *Transport) MessagingSystem() string { return "rabbitmq" }
+
+// Destination returns where m is published, the messaging.destination.name
+// of the relay's spans (relay.Describer), as the OpenTelemetry conventions
+// name a RabbitMQ destination: "exchange:routing_key", the routing key
+// alone on the default exchange.
+func (t *Transport) Destination(m *relay.Message) string {
+	key := t.routingKey(m)
+	switch {
+	case t.o.Exchange == "":
+		return key
+	case key == "":
+		return t.o.Exchange
+	}
+	return t.o.Exchange + ":" + key
+}
+
 // Publish publishes msgs on a channel of its own and waits for every
 // confirm; a returned (unroutable) message fails.
 func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.Result {
@@ -300,12 +332,7 @@ func (t *Transport) publishChunk(ctx context.Context, c *channel, msgs []relay.M
 	dcs := make([]*amqp091.DeferredConfirmation, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		key := t.o.RoutingKey
-		if t.o.RoutingKeyHeader != "" {
-			if k := m.Headers[t.o.RoutingKeyHeader]; k != "" {
-				key = k
-			}
-		}
+		key := t.routingKey(m)
 		switch {
 		case key == "":
 			res[i] = relay.Result{Err: fmt.Errorf("amqp: no routing key: header %q is missing and the URL names none", t.o.RoutingKeyHeader), Permanent: true}

@@ -207,13 +207,7 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 	subj := make([]string, len(msgs))
 	idx := make([]int, 0, len(msgs))
 	for i := range msgs {
-		m := &msgs[i]
-		subject := t.o.Subject
-		if t.o.SubjectHeader != "" {
-			if s := m.Headers[t.o.SubjectHeader]; s != "" {
-				subject = s
-			}
-		}
+		subject := t.subject(&msgs[i])
 		if subject == "" {
 			res[i] = relay.Result{Err: fmt.Errorf("nats: no subject: header %q is missing and the URL names no subject", t.o.SubjectHeader), Permanent: true}
 			continue
@@ -226,6 +220,28 @@ func (t *Transport) Publish(ctx context.Context, msgs []relay.Message) []relay.R
 	}
 	return res
 }
+
+// subject is m's subject: its SubjectHeader, else Subject; "" when it has
+// none.
+func (t *Transport) subject(m *relay.Message) string {
+	if t.o.SubjectHeader != "" {
+		if s := m.Headers[t.o.SubjectHeader]; s != "" {
+			return s
+		}
+	}
+	return t.o.Subject
+}
+
+// The relay's spans name the broker and the destination.
+var _ relay.Describer = (*Transport)(nil)
+
+// MessagingSystem returns "nats", the messaging.system of the relay's
+// spans (relay.Describer).
+func (t *Transport) MessagingSystem() string { return "nats" }
+
+// Destination returns the subject m is published to, the
+// messaging.destination.name of the relay's spans (relay.Describer).
+func (t *Transport) Destination(m *relay.Message) string { return t.subject(m) }
 
 // publishHeader fills h with m's publish headers (EachPublishHeader) as a
 // NATS header, plus Nats-Msg-Id = the identity (what jetstream.WithMsgID sets), and returns
