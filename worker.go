@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -110,9 +111,11 @@ type Worker struct {
 	o       WorkerOptions
 	log     *slog.Logger
 	tracer  trace.Tracer
-	// processName is the name of its process spans: "process <queue>".
-	processName string
-	running     atomic.Bool
+	// processName is the name of its process spans: "process <queue>";
+	// processAttrs the attributes they all have.
+	processName  string
+	processAttrs []attribute.KeyValue
+	running      atomic.Bool
 
 	// Test hooks (see export_test.go): observe is called with the number of
 	// messages held after every claim; crash, when closed, makes Run return
@@ -204,7 +207,8 @@ func newWorker(db DBTX, connect func(context.Context) (*pgx.Conn, error), h Hand
 		connect = nil
 	}
 	return &Worker{client: c, connect: connect, h: h, bh: bh, o: opts, log: log, tracer: newTracer(opts.TracerProvider), processName: "process " + opts.Queue,
-		wake: make(chan struct{}, 1), crash: make(chan struct{})}, nil
+		processAttrs: processAttributes(opts.Queue, opts.Owner),
+		wake:         make(chan struct{}, 1), crash: make(chan struct{})}, nil
 }
 
 // Notify makes a running Worker that waits for work claim at once, as a

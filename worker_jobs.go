@@ -103,6 +103,8 @@ const maxClaimWait = 30 * time.Second
 func (l *loop) take(ds []Delivery, start time.Time) {
 	l.o.Hooks.call(l.o.Hooks.Claimed, l.o.Queue, len(ds))
 	lost := 0
+	off := false // the tracer is a no-op (noopSpanOf): no spans for the rest of the claim
+	opts := claimOpts(start)
 	for i := range ds {
 		if old := l.held[ds[i].ID]; old != nil && l.lose(old) {
 			// Our own lease on it expired and this claim took it again. The
@@ -112,7 +114,13 @@ func (l *loop) take(ds []Delivery, start time.Time) {
 			lost++
 		}
 		jctx, jcancel := context.WithCancel(l.handlers)
-		jctx, span := l.w.startProcess(jctx, &ds[i], start)
+		var span trace.Span
+		if off {
+			jctx, span = ExtractTrace(jctx, ds[i].Headers), noSpan
+		} else {
+			jctx, span = l.w.startProcess(jctx, &ds[i], opts)
+			off = noopSpanOf(span, ds[i].Headers)
+		}
 		j := &job{d: ds[i], ctx: jctx, cancel: jcancel, span: span}
 		j.setExpires(leaseDeadline(start, l.o.Lease))
 		l.held[j.d.ID] = j
@@ -145,7 +153,6 @@ func (l *loop) start() {
 		}
 		j.state = jobRunning
 		j.hd = j.d
-		j.span.AddEvent("start")
 		handed = append(handed, j)
 		if l.w.bh == nil {
 			l.running++

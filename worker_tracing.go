@@ -19,7 +19,7 @@ import (
 // children). The conventions allow the creation context as the parent
 // when one message is processed; a Worker processes each message on its
 // own, and a link would split every message's path into two traces in
-// most viewers. Its events: claim, start (the handler starts), then one
+// most viewers. Its events: claim (the claim returned), then one
 // of complete, fail, dead_letter, release (the database took the result)
 // or lease_lost (or abandoned, when Run returns without a result). A
 // handler's error is recorded on it.
@@ -36,23 +36,35 @@ const (
 	attrOutcome = attribute.Key("pgsweep.outcome")
 )
 
-// startProcess starts the span of a claimed message at claimed, when its
-// claim was sent; its event "claim" is when the claim returned (now).
-func (w *Worker) startProcess(ctx context.Context, d *Delivery, claimed time.Time) (context.Context, trace.Span) {
-	ctx, span := w.tracer.Start(ExtractTrace(ctx, d.Headers), w.processName,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(claimed))
+// startProcess starts the span of a claimed message with the options of
+// its claim (claimOpts); its event "claim" is when the claim returned (now).
+func (w *Worker) startProcess(ctx context.Context, d *Delivery, opts []trace.SpanStartOption) (context.Context, trace.Span) {
+	ctx, span := w.tracer.Start(ExtractTrace(ctx, d.Headers), w.processName, opts...)
 	if span.IsRecording() {
-		attrs := append(messagingAttrs(w.o.Queue, semconv.MessagingOperationTypeProcess, "process"),
-			semconv.MessagingMessageID(strconv.FormatInt(d.ID, 10)),
-			attrAttempt.Int(d.Attempt),
-			attrOwner.String(w.o.Owner))
+		var buf [8]attribute.KeyValue
+		attrs := append(append(buf[:0], w.processAttrs...),
+			semconv.MessagingMessageID(strconv.FormatInt(d.ID, 10)), attrAttempt.Int(d.Attempt))
 		if d.Lane != "" {
 			attrs = append(attrs, attrLane.String(d.Lane))
 		}
 		span.SetAttributes(attrs...)
-		span.AddEvent("claim", trace.WithAttributes(attribute.String("pgsweep.lease.expires_at", d.LeaseExpiresAt.UTC().Format(time.RFC3339Nano))))
+		span.AddEvent("claim")
 	}
 	return ctx, span
+}
+
+// claimOpts are the start options of the process spans of the messages of
+// a claim sent at claimed (they start then): one slice for the claim.
+func claimOpts(claimed time.Time) []trace.SpanStartOption {
+	return []trace.SpanStartOption{consumerKind, trace.WithTimestamp(claimed)}
+}
+
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+
+// processAttributes are the attributes every process span of a Worker on
+// queue has.
+func processAttributes(queue, owner string) []attribute.KeyValue {
+	return append(messagingAttrs(queue, semconv.MessagingOperationTypeProcess, "process"), attrOwner.String(owner))
 }
 
 // startBatch starts the span a BatchHandler's ctx carries.
@@ -112,4 +124,19 @@ func endBatch(span trace.Span, errs []error) {
 		}
 	}
 	span.End()
+}
+
+// noSpan is the span of a message claimed while the tracer is a no-op: a
+// shared non-recording span (no allocation).
+var noSpan = trace.SpanFromContext(context.Background())
+
+// noopSpanOf reports whether span, the process span of a message with
+// headers, came from a no-op tracer (no TracerProvider set): it records
+// nothing and is its parent's context itself, where any SDK gives every
+// span an id of its own (sampled or not). Then the other messages of the
+// claim get no span of their own, only their creation context in their
+// handler's ctx, as a no-op tracer would have given them, without its
+// allocations.
+func noopSpanOf(span trace.Span, headers map[string]string) bool {
+	return !span.IsRecording() && span.SpanContext().Equal(MessageSpanContext(headers))
 }

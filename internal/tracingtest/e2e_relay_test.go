@@ -246,8 +246,8 @@ func e2eTrace(t *testing.T, newKit func(*testing.T, trace.TracerProvider) *broke
 				p.SpanContext().TraceID(), sendOf[id].SpanContext().SpanID())
 		}
 		wantAttrs(t, p, semconv.MessagingSystemKey.String(pgsweep.MessagingSystem), attribute.Int("pgsweep.message.attempt", 1))
-		if ev := eventNames(p); fmt.Sprint(ev) != "[claim start complete]" {
-			t.Errorf("relay Worker's process span of %d: events %v, want [claim start complete]", id, ev)
+		if ev := eventNames(p); fmt.Sprint(ev) != "[claim complete]" {
+			t.Errorf("relay Worker's process span of %d: events %v, want [claim complete]", id, ev)
 		}
 	}
 
@@ -263,8 +263,8 @@ func e2eTrace(t *testing.T, newKit func(*testing.T, trace.TracerProvider) *broke
 	}
 	wantAttrs(t, proc, semconv.MessagingMessageID(strconv.FormatInt(job, 10)), attribute.Int("pgsweep.message.attempt", 1),
 		semconv.MessagingDestinationName("jobs"))
-	if ev := eventNames(proc); fmt.Sprint(ev) != "[claim start complete]" {
-		t.Errorf("process jobs: events %v, want [claim start complete]", ev)
+	if ev := eventNames(proc); fmt.Sprint(ev) != "[claim complete]" {
+		t.Errorf("process jobs: events %v, want [claim complete]", ev)
 	}
 	if next.Parent().SpanID() != proc.SpanContext().SpanID() {
 		t.Errorf("send followups: parent %s, want the process span %s", next.Parent().SpanID(), proc.SpanContext().SpanID())

@@ -95,8 +95,8 @@ func TestWorkerProcessSpan(t *testing.T) {
 		attribute.Int("pgsweep.message.attempt", 1),
 		attribute.String("pgsweep.owner", "w1"),
 		attribute.String("pgsweep.outcome", "complete"))
-	if got := eventNames(p); !slices.Equal(got, []string{"claim", "start", "complete"}) {
-		t.Errorf("process span events %v, want claim, start, complete", got)
+	if got := eventNames(p); !slices.Equal(got, []string{"claim", "complete"}) {
+		t.Errorf("process span events %v, want claim, complete", got)
 	}
 	if p.Status().Code != codes.Unset {
 		t.Errorf("process span status %v", p.Status())
@@ -127,7 +127,7 @@ func TestWorkerFailureAndRetry(t *testing.T) {
 		childOf(t, p, send)
 		wantAttrs(t, p, attribute.Int("pgsweep.message.attempt", i+1))
 	}
-	if got := eventNames(first); !slices.Equal(got, []string{"claim", "start", "exception", "fail"}) {
+	if got := eventNames(first); !slices.Equal(got, []string{"claim", "exception", "fail"}) {
 		t.Errorf("failed attempt's events %v", got)
 	}
 	if first.Status().Code != codes.Error || first.Status().Description != "card declined" {
@@ -157,8 +157,8 @@ func TestWorkerLeaseLost(t *testing.T) {
 	}
 	p := r.wait(t, "process orders", 1)[0]
 	childOf(t, p, send)
-	if got := eventNames(p); !slices.Equal(got, []string{"claim", "start", "lease_lost"}) {
-		t.Errorf("events %v, want claim, start, lease_lost", got)
+	if got := eventNames(p); !slices.Equal(got, []string{"claim", "lease_lost"}) {
+		t.Errorf("events %v, want claim, lease_lost", got)
 	}
 	if p.Status().Code != codes.Error || p.Status().Description != "lease_lost" {
 		t.Errorf("status %v, want lease_lost", p.Status())
