@@ -283,6 +283,9 @@ func e2eTrace(t *testing.T, newKit func(*testing.T, trace.TracerProvider) *broke
 	if hs[pgsweep.TraceParentHeader] != traceParent(next.SpanContext()) {
 		t.Errorf("followup's traceparent %q, want its send span's %q", hs[pgsweep.TraceParentHeader], traceParent(next.SpanContext()))
 	}
+	// the picture of docs/tracing.md: this trace, and the relay's batch
+	// and publish spans linked to it
+	writePicture(t, rec.rec.Ended(), k.system == "nats")
 }
 
 // sameSpan reports whether a and b name the same span (a link's context,

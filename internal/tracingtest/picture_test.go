@@ -18,7 +18,7 @@ import (
 // traceSVG draws the spans of one trace as a waterfall, as a trace viewer
 // does: one row per span under its parent, a bar from its start to its
 // end, its duration, and a mark where it links to a span of the trace.
-// docs/tracing.md shows one (PGSWEEP_TRACE_PICTURE, TestTracePicture).
+// docs/tracing.md shows one (PGSWEEP_TRACE_PICTURE, TestE2ETraceNATS).
 func traceSVG(spans []sdktrace.ReadOnlySpan) []byte {
 	children := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
 	inTrace := map[trace.SpanID]bool{}
@@ -68,7 +68,7 @@ func traceSVG(spans []sdktrace.ReadOnlySpan) []byte {
 	h := top + rowH*len(rows) + 40
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", labelW+barW+110, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/><text x="8" y="20" font-weight="bold">trace %s: %d spans, %s</text>`+"\n",
-		rows[0].s.SpanContext().TraceID(), len(rows), total.Round(time.Microsecond))
+		rows[0].s.SpanContext().TraceID(), len(rows), total.Round(10*time.Microsecond))
 	rowOf := map[trace.SpanID]int{}
 	for i, r := range rows {
 		rowOf[r.s.SpanContext().SpanID()] = i
@@ -115,9 +115,10 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // writePicture renders spans as traceSVG, checks the result is XML that
-// names every span, and writes it where PGSWEEP_TRACE_PICTURE says (the
-// picture of docs/tracing.md is made so).
-func writePicture(t testing.TB, spans []sdktrace.ReadOnlySpan) {
+// names every span and, when write is set, writes it where
+// PGSWEEP_TRACE_PICTURE says (the picture of docs/tracing.md is made so, by
+// TestE2ETraceNATS).
+func writePicture(t testing.TB, spans []sdktrace.ReadOnlySpan, write bool) {
 	t.Helper()
 	svg := traceSVG(spans)
 	d := xml.NewDecoder(bytes.NewReader(svg))
@@ -135,7 +136,7 @@ func writePicture(t testing.TB, spans []sdktrace.ReadOnlySpan) {
 			t.Errorf("the picture lacks span %q", s.Name())
 		}
 	}
-	if path := os.Getenv("PGSWEEP_TRACE_PICTURE"); path != "" {
+	if path := os.Getenv("PGSWEEP_TRACE_PICTURE"); path != "" && write {
 		if err := os.WriteFile(path, svg, 0o644); err != nil {
 			t.Fatal(err)
 		}

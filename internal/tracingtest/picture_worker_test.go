@@ -52,5 +52,5 @@ func TestTwoHopsOneTrace(t *testing.T) {
 	childOf(t, sendEmails, processOrders.SpanContext())
 	childOf(t, processEmails, sendEmails.SpanContext())
 	childOf(t, r.one(t, "smtp send"), processEmails.SpanContext())
-	writePicture(t, r.rec.Ended())
+	writePicture(t, r.rec.Ended(), false)
 }
