@@ -449,11 +449,16 @@ func TestRelayTracingExport(t *testing.T) {
 		t.Errorf("the log does not say where spans go:\n%s", out)
 	}
 	// Every span the relay exported carries its service (the relay's own
-	// spans: docs/tracing.md).
-	for _, s := range col.spans(t) {
+	// spans: docs/tracing.md): its publish spans, and its Worker's process
+	// spans (one per message, and one per batch).
+	spans := col.spans(t)
+	for _, s := range spans {
 		if s.service != "pgsweep-relay" || s.version != pgsweep.Version {
 			t.Errorf("span %q of service %q version %q, want pgsweep-relay %s", s.name, s.service, s.version, pgsweep.Version)
 		}
+	}
+	if pub, proc := named(spans, "publish pgsweep.trace."+name), named(spans, "process q"); len(pub) == 0 || len(proc) < n+len(pub) {
+		t.Errorf("%d publish spans and %d process spans exported for %d messages, want at least 1 and %d", len(pub), len(proc), n, n+len(pub))
 	}
 	if !strings.Contains(out, fmt.Sprintf("%d published", n)) {
 		t.Errorf("the relay did not report %d published:\n%s", n, out)
