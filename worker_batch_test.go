@@ -24,15 +24,7 @@ func runBatchWorker(t *testing.T, db *pgtest.DB, h pgsweep.BatchHandler, o pgswe
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	pgtest.RunUntilCleanup(t, w.Run)
 }
 
 // counts adds up a Worker's hooks.

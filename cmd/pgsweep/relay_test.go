@@ -89,24 +89,7 @@ type relayProc struct {
 
 func startRelay(t *testing.T, killAfter int, logFile string, args ...string) *relayProc {
 	t.Helper()
-	b, _ := json.Marshal(append([]string{"relay"}, args...))
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayHelperProcess$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", helperArgs+"="+string(b), helperKill+"="+strconv.Itoa(killAfter), helperLogEnv+"="+logFile)
-	p := &relayProc{cmd: cmd, out: &pgtest.SyncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start relay: %v", err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
+	return startCLI(t, append(os.Environ(), helperKill+"="+strconv.Itoa(killAfter), helperLogEnv+"="+logFile), append([]string{"relay"}, args...)...)
 }
 
 // wait waits for the child to exit and returns its exit code (-1: killed).

@@ -34,15 +34,7 @@ func runWorker(t testing.TB, db *pgtest.DB, queue string, r *recorder, h pgsweep
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	pgtest.RunUntilCleanup(t, w.Run)
 }
 
 // sendTraced sends one message under an application span "app" and
