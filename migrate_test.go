@@ -2,6 +2,7 @@ package pgsweep_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,7 +175,9 @@ func TestTernCLIMatchesMigrate(t *testing.T) {
 }
 
 // An install upgraded from every earlier version ends identical to a fresh
-// install of the latest version.
+// install of the latest version. Each version is a parallel subtest on a
+// connection of its own (the test's time grows with the square of the
+// migrations: every new one adds an upgrade and lengthens every upgrade).
 func TestUpgradeFromEveryVersionMatchesFreshInstall(t *testing.T) {
 	fresh := pgtest.New(t, 1)
 	ctx := context.Background()
@@ -184,27 +187,33 @@ func TestUpgradeFromEveryVersionMatchesFreshInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	latest := latestVersion(t)
-	for v := int32(1); v < latest; v++ {
-		schema := pgtest.SchemaName(t)
-		t.Cleanup(func() { pgtest.DropSchema(t, fresh.URL, schema) })
-		if _, err := pgsweep.MigrateTo(ctx, conn, schema, v); err != nil {
-			t.Fatalf("install version %d: %v", v, err)
+	t.Run("versions", func(t *testing.T) {
+		for v := int32(1); v < latest; v++ {
+			t.Run(fmt.Sprint(v), func(t *testing.T) {
+				t.Parallel()
+				conn := pgtest.Conn(t, fresh.URL)
+				schema := pgtest.SchemaName(t)
+				t.Cleanup(func() { pgtest.DropSchema(t, fresh.URL, schema) })
+				if _, err := pgsweep.MigrateTo(ctx, conn, schema, v); err != nil {
+					t.Fatalf("install version %d: %v", v, err)
+				}
+				res, err := pgsweep.Migrate(ctx, conn, schema)
+				if err != nil {
+					t.Fatalf("upgrade from %d: %v", v, err)
+				}
+				if res.From != v || res.To != latest {
+					t.Fatalf("upgrade from %d: got %+v", v, res)
+				}
+				got, err := pgtest.Signature(ctx, conn, schema)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("upgrade from version %d differs from a fresh install:\n%s\n---\n%s", v, got, want)
+				}
+			})
 		}
-		res, err := pgsweep.Migrate(ctx, conn, schema)
-		if err != nil {
-			t.Fatalf("upgrade from %d: %v", v, err)
-		}
-		if res.From != v || res.To != latest {
-			t.Fatalf("upgrade from %d: got %+v", v, res)
-		}
-		got, err := pgtest.Signature(ctx, conn, schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Errorf("upgrade from version %d differs from a fresh install:\n%s\n---\n%s", v, got, want)
-		}
-	}
+	})
 	if _, err := pgsweep.MigrateTo(ctx, conn, fresh.Schema, 0); err == nil {
 		t.Fatal("migrating backwards succeeded, want an error")
 	}

@@ -63,6 +63,8 @@ func TestUpgradeFromEveryReleaseMatchesFreshInstall(t *testing.T) {
 	latest := latestVersion(t)
 	for _, dir := range releaseDirs(t) {
 		t.Run(dir, func(t *testing.T) {
+			t.Parallel() // on a connection of its own: the releases upgrade side by side
+			conn := pgtest.Conn(t, fresh.URL)
 			schema := pgtest.SchemaName(t)
 			t.Cleanup(func() { pgtest.DropSchema(t, fresh.URL, schema) })
 			v := installRelease(t, ctx, conn, dir, schema)
