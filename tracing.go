@@ -111,15 +111,19 @@ func injectTrace(ctx context.Context, h map[string]string) map[string]string {
 	return out
 }
 
-// newTracer returns pgsweep's tracer from tp, or from the global provider
-// when tp is nil (it follows a provider set later with
-// otel.SetTracerProvider).
-func newTracer(tp trace.TracerProvider) trace.Tracer {
+// Tracer returns the tracer of instrumentation scope from tp at pgsweep's
+// version, or from the global provider when tp is nil (it follows a
+// provider set later with otel.SetTracerProvider). The Client, the Worker,
+// the relay and the runner take theirs from it.
+func Tracer(tp trace.TracerProvider, scope string) trace.Tracer {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return tp.Tracer(TracerName, trace.WithInstrumentationVersion(Version))
+	return tp.Tracer(scope, trace.WithInstrumentationVersion(Version))
 }
+
+// newTracer returns pgsweep's tracer (scope TracerName) from tp.
+func newTracer(tp trace.TracerProvider) trace.Tracer { return Tracer(tp, TracerName) }
 
 // messagingAttrs are the attributes every span of an operation on queue
 // has (OpenTelemetry messaging semantic conventions).

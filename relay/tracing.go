@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -71,15 +70,8 @@ const maxErrorEvents = 3
 // producer is the publish span's start option (one slice, not one per span).
 var producer = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
 
-// newTracer returns the relay's tracer from tp, or from the global provider
-// when tp is nil (it follows a provider set later with
-// otel.SetTracerProvider).
-func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	return tp.Tracer(TracerName, trace.WithInstrumentationVersion(pgsweep.Version))
-}
+// newTracer returns the relay's tracer from tp (pgsweep.Tracer).
+func newTracer(tp trace.TracerProvider) trace.Tracer { return pgsweep.Tracer(tp, TracerName) }
 
 // startPublish starts the span of a publish of hs; parent holds its parent
 // span (the Worker's batch span; none for a direct dispatch).

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -65,15 +64,8 @@ const (
 	attrMode     = attribute.Key("pgsweep.retention.mode")
 )
 
-// newTracer returns pgsweep's tracer from tp, or from the global provider
-// when tp is nil (which follows a provider set later with
-// otel.SetTracerProvider).
-func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	return tp.Tracer(pgsweep.TracerName, trace.WithInstrumentationVersion(pgsweep.Version))
-}
+// newTracer returns the runner's tracer from tp (pgsweep.Tracer).
+func newTracer(tp trace.TracerProvider) trace.Tracer { return pgsweep.Tracer(tp, pgsweep.TracerName) }
 
 // startPass starts the span of a pass.
 func (r *Runner) startPass(ctx context.Context) (context.Context, trace.Span) {
