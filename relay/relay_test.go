@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/pgsweep/pgsweep"
 	"github.com/pgsweep/pgsweep/internal/pgtest"
@@ -37,30 +36,10 @@ func randName() string {
 // relay URL that publishes to it and a reader of what it holds.
 func stream(t *testing.T) (relayURL string, read func() []*jetstream.RawStreamMsg) {
 	t.Helper()
-	base := relaytest.NATS(t)
 	name := "T" + randName()
 	subject := "pgsweep.test." + name
-	nc, err := natsgo.Connect(base)
-	if err != nil {
-		t.Fatalf("nats: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Duplicates: 2 * time.Minute,
-		Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, name)
-	})
+	ns := relaytest.NewStream(t, name, subject)
+	base, st := ns.Base, ns.Stream
 	read = func() []*jetstream.RawStreamMsg {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -102,30 +102,10 @@ func (c amqpCarrier) Keys() []string {
 // publish, the stream holds what its duplicate window let through.
 func natsKit(t *testing.T, tp trace.TracerProvider) *brokerKit {
 	t.Helper()
-	base := relaytest.NATS(t)
 	name := "TRACE" + randHex()
 	subject := "pgsweep.trace." + name
-	nc, err := natsgo.Connect(base)
-	if err != nil {
-		t.Fatalf("nats: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Duplicates: 2 * time.Minute,
-		Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, name)
-	})
+	ns := relaytest.NewStream(t, name, subject)
+	base, nc, st := ns.Base, ns.Conn, ns.Stream
 	k := &brokerKit{system: "nats", dest: subject, url: base + "?subject=" + url.QueryEscape(subject), got: make(chan delivery, 100)}
 	sub, err := nc.Subscribe(subject, func(m *natsgo.Msg) {
 		h := map[string]string{}
